@@ -1,0 +1,20 @@
+/*
+ * accelerate-c: Hugging Face Accelerate for training programs written in C.
+ *
+ * One header for the whole public API. Conventions (docs/API.md):
+ *  - every fallible call returns acc_result; acc_last_error() says what went wrong;
+ *  - handles are opaque, created with acc_X_create(&out, ...) and freed with acc_X_destroy(NULL ok);
+ *  - "Collective" functions must be called by every process of the group, in the same order.
+ */
+#ifndef ACCELERATE_H
+#define ACCELERATE_H
+
+#include "accelerate/version.h"
+#include "accelerate/common.h"
+#include "accelerate/state.h"
+#include "accelerate/control.h"
+#include "accelerate/comm.h"
+#include "accelerate/launch.h"
+#include "accelerate/model.h"
+
+#endif

@@ -1,0 +1,55 @@
+/* The communication backend interface. Each backend (single, shm, mpi, later nccl) fills an
+ * acc__backend_ops table; src/comm.c validates arguments, runs debug-mode checks and turns MEAN
+ * into SUM + divide before calling the table, so backends see only valid, non-empty calls and
+ * only SUM/MIN/MAX. */
+#ifndef ACC_BACKEND_H
+#define ACC_BACKEND_H
+
+#include "internal.h"
+
+typedef struct acc__backend acc__backend;
+
+typedef struct acc__backend_ops {
+  const char *name;
+  acc_result (*barrier)(acc__backend *be);
+  /* nbytes > 0, root valid */
+  acc_result (*broadcast)(acc__backend *be, void *buf, size_t nbytes, int root);
+  /* count > 0; send may equal recv; op is SUM, MIN or MAX */
+  acc_result (*all_reduce)(acc__backend *be, const void *send, void *recv, size_t count,
+                           acc_dtype dtype, acc_op op);
+  /* recv is only written (and non-NULL) on root; send may equal recv on root */
+  acc_result (*reduce)(acc__backend *be, const void *send, void *recv, size_t count,
+                       acc_dtype dtype, acc_op op, int root);
+  /* recv holds size * nbytes; nbytes > 0 */
+  acc_result (*all_gather)(acc__backend *be, const void *send, void *recv, size_t nbytes);
+  /* recv (size * nbytes) only on root */
+  acc_result (*gather)(acc__backend *be, const void *send, void *recv, size_t nbytes, int root);
+  /* sizes[r] = bytes of rank r (known to all, may be 0); recv holds their sum, rank order */
+  acc_result (*all_gather_v)(acc__backend *be, const void *send, void *recv, const size_t *sizes);
+  /* Leaves the group and frees the backend. Peers waiting on this rank learn it left. */
+  void (*destroy)(acc__backend *be);
+} acc__backend_ops;
+
+struct acc__backend {
+  const acc__backend_ops *ops;
+  int rank;
+  int size;
+  /* Set by comm.c before each call, for error messages: "all_reduce" and its number. */
+  const char *op_name;
+  uint64_t op_seq;
+};
+
+/* What a backend needs to join the group. */
+typedef struct acc__proc_info {
+  int rank, size, local_rank, local_size;
+  const char *job_id; /* unique per job and machine; safe for file names */
+  double timeout_s;   /* collective timeout */
+} acc__proc_info;
+
+acc_result acc__backend_single_create(acc__backend **out);
+acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *info);
+#ifdef ACC_HAVE_MPI
+acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info);
+#endif
+
+#endif

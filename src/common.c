@@ -1,0 +1,235 @@
+/* Data types, reductions, half-precision conversions, environment parsing, clocks. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "internal.h"
+
+size_t acc_dtype_size(acc_dtype dtype) {
+  switch (dtype) {
+    case ACC_F32: return 4;
+    case ACC_F64: return 8;
+    case ACC_F16: return 2;
+    case ACC_BF16: return 2;
+    case ACC_I32: return 4;
+    case ACC_I64: return 8;
+    case ACC_U8: return 1;
+    default: return 0;
+  }
+}
+
+const char *acc_dtype_name(acc_dtype dtype) {
+  static const char *names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+  return (unsigned)dtype < ACC_DTYPE_COUNT_ ? names[dtype] : "unknown";
+}
+
+const char *acc_op_name(acc_op op) {
+  static const char *names[] = {"sum", "mean", "min", "max"};
+  return (unsigned)op < ACC_OP_COUNT_ ? names[op] : "unknown";
+}
+
+/* ---- half precision ---------------------------------------------------------------------- */
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t acc__f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+float acc__bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+uint16_t acc__f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((abs >> 13) & 0x3ffu)); /* NaN */
+  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow (after rounding) -> inf */
+  if (abs < 0x38800000u) { /* result is subnormal or zero */
+    if (abs < 0x33000000u) return (uint16_t)sign; /* < half of the smallest subnormal */
+    uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - exp; /* 14..24 */
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1u);
+    uint32_t mid = 1u << (shift - 1u);
+    if (rem > mid || (rem == mid && (half & 1u))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t r = abs - 0x38000000u; /* rebias exponent 127 -> 15 */
+  r += 0xfffu + ((r >> 13) & 1u);
+  return (uint16_t)(sign | (r >> 13));
+}
+
+float acc__f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    if (mant == 0) return bits_f32(sign);
+    float v = (float)mant * (1.0f / 16777216.0f); /* mant * 2^-24 */
+    return sign ? -v : v;
+  }
+  return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* ---- reductions -------------------------------------------------------------------------- */
+
+#define REDUCE_LOOP(T)                                                         \
+  do {                                                                         \
+    T *d = (T *)dst;                                                           \
+    const T *s = (const T *)src;                                               \
+    if (op == ACC_MIN)                                                         \
+      for (size_t i = 0; i < count; i++) d[i] = s[i] < d[i] ? s[i] : d[i];     \
+    else if (op == ACC_MAX)                                                    \
+      for (size_t i = 0; i < count; i++) d[i] = s[i] > d[i] ? s[i] : d[i];     \
+    else                                                                       \
+      for (size_t i = 0; i < count; i++) d[i] = (T)(d[i] + s[i]);              \
+  } while (0)
+
+#define REDUCE_HALF(TO, FROM)                                                  \
+  do {                                                                         \
+    uint16_t *d = (uint16_t *)dst;                                             \
+    const uint16_t *s = (const uint16_t *)src;                                 \
+    for (size_t i = 0; i < count; i++) {                                       \
+      float a = FROM(d[i]), b = FROM(s[i]);                                    \
+      float r = op == ACC_MIN ? (b < a ? b : a) : op == ACC_MAX ? (b > a ? b : a) : a + b; \
+      d[i] = TO(r);                                                            \
+    }                                                                          \
+  } while (0)
+
+void acc__reduce_inplace(void *dst, const void *src, size_t count, acc_dtype dtype, acc_op op) {
+  switch (dtype) {
+    case ACC_F32: REDUCE_LOOP(float); break;
+    case ACC_F64: REDUCE_LOOP(double); break;
+    case ACC_I32: REDUCE_LOOP(int32_t); break;
+    case ACC_I64: REDUCE_LOOP(int64_t); break;
+    case ACC_U8: REDUCE_LOOP(uint8_t); break;
+    case ACC_F16: REDUCE_HALF(acc__f32_to_f16, acc__f16_to_f32); break;
+    case ACC_BF16: REDUCE_HALF(acc__f32_to_bf16, acc__bf16_to_f32); break;
+    default: break;
+  }
+}
+
+void acc__divide(void *buf, size_t count, acc_dtype dtype, int divisor) {
+  if (divisor <= 1) return;
+  switch (dtype) {
+    case ACC_F32: {
+      float *p = buf, inv = 1.0f / (float)divisor;
+      /* multiply by the inverse only when it is exact (power of two), else divide: keeps
+       * results identical to a single-process mean. */
+      if ((divisor & (divisor - 1)) == 0)
+        for (size_t i = 0; i < count; i++) p[i] *= inv;
+      else
+        for (size_t i = 0; i < count; i++) p[i] /= (float)divisor;
+      break;
+    }
+    case ACC_F64: {
+      double *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] /= (double)divisor;
+      break;
+    }
+    case ACC_I32: {
+      int32_t *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] /= divisor;
+      break;
+    }
+    case ACC_I64: {
+      int64_t *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] /= divisor;
+      break;
+    }
+    case ACC_U8: {
+      uint8_t *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] = (uint8_t)(p[i] / divisor);
+      break;
+    }
+    case ACC_F16: {
+      uint16_t *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] = acc__f32_to_f16(acc__f16_to_f32(p[i]) / (float)divisor);
+      break;
+    }
+    case ACC_BF16: {
+      uint16_t *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] = acc__f32_to_bf16(acc__bf16_to_f32(p[i]) / (float)divisor);
+      break;
+    }
+    default: break;
+  }
+}
+
+/* ---- environment ------------------------------------------------------------------------- */
+
+acc_result acc__parse_bool(const char *name, const char *value, int *out) {
+  static const char *yes[] = {"y", "yes", "t", "true", "on", "1"};
+  static const char *no[] = {"n", "no", "f", "false", "off", "0"};
+  for (size_t i = 0; i < 6; i++) {
+    if (strcasecmp(value, yes[i]) == 0) { *out = 1; return ACC_OK; }
+    if (strcasecmp(value, no[i]) == 0) { *out = 0; return ACC_OK; }
+  }
+  return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "%s=\"%s\" is not a boolean: use one of 1/0, true/false, yes/no, on/off", name,
+                    value);
+}
+
+acc_result acc__env_bool(const char *name, int *out, int *was_set) {
+  const char *v = getenv(name);
+  if (was_set) *was_set = v && *v;
+  if (!v || !*v) return ACC_OK;
+  return acc__parse_bool(name, v, out);
+}
+
+acc_result acc__env_int(const char *name, long *out, int *was_set) {
+  const char *v = getenv(name);
+  *was_set = 0;
+  if (!v || !*v) return ACC_OK;
+  char *end = NULL;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end != '\0')
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is not an integer",
+                      name, v);
+  if (x < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "environment variable %s=%ld is negative; expected a value >= 0", name, x);
+  *out = x;
+  *was_set = 1;
+  return ACC_OK;
+}
+
+acc_result acc__env_double(const char *name, double *out, int *was_set) {
+  const char *v = getenv(name);
+  *was_set = 0;
+  if (!v || !*v) return ACC_OK;
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end != '\0' || !(x > 0) || isinf(x))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "environment variable %s=\"%s\" is not a positive number of seconds", name, v);
+  *out = x;
+  *was_set = 1;
+  return ACC_OK;
+}
+
+double acc__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

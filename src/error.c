@@ -1,0 +1,96 @@
+/* Thread-local last-error message, result strings, allocation wrappers. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ACC_ERROR_SIZE 2048
+
+static _Thread_local char tls_error[ACC_ERROR_SIZE];
+
+const char *acc_result_string(acc_result rc) {
+  switch (rc) {
+    case ACC_OK: return "success";
+    case ACC_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case ACC_ERR_INVALID_USAGE: return "invalid usage";
+    case ACC_ERR_SYSTEM: return "system call failed";
+    case ACC_ERR_BACKEND: return "communication backend error";
+    case ACC_ERR_REMOTE: return "a peer process failed or left the group";
+    case ACC_ERR_TIMEOUT: return "timed out waiting for peer processes (see ACCELERATE_TIMEOUT)";
+    case ACC_ERR_NOMEM: return "out of memory";
+    case ACC_ERR_NOT_SUPPORTED: return "not supported by this build or machine";
+    case ACC_ERR_INTERNAL: return "internal error (please report it)";
+    case ACC_ERR_IO: return "file input/output error";
+    case ACC_ERR_FORMAT: return "malformed file or value";
+    case ACC_ERR_MISMATCH: return "processes or saved state disagree";
+  }
+  return "unknown result code";
+}
+
+const char *acc_last_error(void) { return tls_error[0] ? tls_error : "no error"; }
+
+void acc_clear_error(void) { tls_error[0] = '\0'; }
+
+acc_result acc__verror(acc_result rc, const char *fmt, va_list ap) {
+  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  return rc;
+}
+
+acc_result acc__error(acc_result rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  acc__verror(rc, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+acc_result acc__error_context(acc_result rc, const char *fmt, ...) {
+  char prev[ACC_ERROR_SIZE];
+  memcpy(prev, tls_error, sizeof prev);
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && (size_t)n < sizeof tls_error)
+    snprintf(tls_error + n, sizeof tls_error - (size_t)n, ": %s", prev);
+  return rc;
+}
+
+unsigned acc_version(void) { return ACC_VERSION_NUMBER; }
+const char *acc_version_string(void) { return ACC_VERSION_STRING; }
+
+void *acc__malloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) acc__error(ACC_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+  return p;
+}
+
+void *acc__calloc(size_t count, size_t size) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  if (!p) acc__error(ACC_ERR_NOMEM, "out of memory allocating %zu x %zu bytes", count, size);
+  return p;
+}
+
+void *acc__realloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) acc__error(ACC_ERR_NOMEM, "out of memory reallocating to %zu bytes", n);
+  return q;
+}
+
+void acc__free(void *p) {
+  int saved = errno;
+  free(p);
+  errno = saved;
+}
+
+void acc_free(void *p) { acc__free(p); }
+
+char *acc__strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = acc__malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}

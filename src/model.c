@@ -1,0 +1,90 @@
+/* acc_model: the registry of named parameters and gradients. */
+#include <string.h>
+
+#include "internal.h"
+
+#define ACC_MAGIC_MODEL 0x41434d44u /* "ACMD" */
+
+struct acc_model {
+  uint32_t magic;
+  acc_param *params;
+  size_t count, cap, numel;
+};
+
+acc_result acc_model_create(acc_model **out) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_create: out is NULL");
+  acc_model *m = acc__calloc(1, sizeof *m);
+  if (!m) return ACC_ERR_NOMEM;
+  m->magic = ACC_MAGIC_MODEL;
+  *out = m;
+  return ACC_OK;
+}
+
+void acc_model_destroy(acc_model *m) {
+  if (!m || m->magic != ACC_MAGIC_MODEL) return;
+  for (size_t i = 0; i < m->count; i++) acc__free((char *)m->params[i].name);
+  acc__free(m->params);
+  m->magic = 0;
+  acc__free(m);
+}
+
+acc_result acc_model_add_parameter(acc_model *m, const char *name, float *data, float *grad, int ndim,
+                                   const int64_t *shape) {
+  if (!m || m->magic != ACC_MAGIC_MODEL)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: invalid model handle");
+  if (!name || !*name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: empty name");
+  if (!data)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: parameter '%s' has no data", name);
+  if (ndim < 0 || ndim > ACC_MAX_DIMS || (ndim > 0 && !shape))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_model_add_parameter: parameter '%s' has ndim %d (expected 0..%d with a shape)",
+                      name, ndim, ACC_MAX_DIMS);
+  size_t idx;
+  if (acc_model_find(m, name, &idx) == ACC_OK)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: parameter '%s' is already registered", name);
+  acc_clear_error();
+  size_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] <= 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "acc_model_add_parameter: parameter '%s' has dimension %d of size %lld (must be > 0)",
+                        name, d, (long long)shape[d]);
+    numel *= (size_t)shape[d];
+  }
+  if (m->count == m->cap) {
+    size_t cap = m->cap ? m->cap * 2 : 8;
+    acc_param *p = acc__realloc(m->params, cap * sizeof *p);
+    if (!p) return ACC_ERR_NOMEM;
+    m->params = p;
+    m->cap = cap;
+  }
+  acc_param *p = &m->params[m->count];
+  memset(p, 0, sizeof *p);
+  p->name = acc__strdup(name);
+  if (!p->name) return ACC_ERR_NOMEM;
+  p->data = data;
+  p->grad = grad;
+  p->ndim = ndim;
+  for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
+  p->numel = numel;
+  m->count++;
+  m->numel += numel;
+  return ACC_OK;
+}
+
+size_t acc_model_num_parameters(const acc_model *m) { return m ? m->count : 0; }
+size_t acc_model_numel(const acc_model *m) { return m ? m->numel : 0; }
+
+const acc_param *acc_model_parameter(const acc_model *m, size_t i) {
+  return (m && i < m->count) ? &m->params[i] : NULL;
+}
+
+acc_result acc_model_find(const acc_model *m, const char *name, size_t *index) {
+  if (!m || !name || !index) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_find: NULL argument");
+  for (size_t i = 0; i < m->count; i++)
+    if (strcmp(m->params[i].name, name) == 0) {
+      *index = i;
+      return ACC_OK;
+    }
+  return acc__error(ACC_ERR_INVALID_ARGUMENT, "the model has no parameter named '%s'", name);
+}

@@ -1,0 +1,406 @@
+/* Process state: environment detection, the singleton, accessors. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "state.h"
+
+static acc_state *g_state;
+
+acc_result acc__state_check(const acc_state *st, const char *fn) {
+  if (!st) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: state is NULL", fn);
+  if (st->magic != ACC_MAGIC_STATE)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "%s: the acc_state handle is invalid (already destroyed, or not a state)", fn);
+  return ACC_OK;
+}
+
+acc_result acc_state_options_init(acc_state_options *opts, uint32_t version) {
+  if (!opts) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_state_options_init: opts is NULL");
+  if (version != ACC_STATE_OPTIONS_VERSION)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_state_options_init: version %u is unknown (this library knows %u)",
+                      version, ACC_STATE_OPTIONS_VERSION);
+  acc_state_options def = ACC_STATE_OPTIONS_INIT;
+  *opts = def;
+  return ACC_OK;
+}
+
+/* ---- environment detection ---------------------------------------------------------------- */
+
+typedef struct source {
+  const char *name;     /* launcher name */
+  const char *probe;    /* variable whose presence selects this source */
+  const char *rank, *size, *local_rank, *local_size;
+} source;
+
+static const source sources[] = {
+    {"accelerate", "ACCELERATE_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"torchrun", "RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"mpich", "PMI_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+     "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+};
+
+static acc_result env_int_required(const char *launcher, const char *name, long *out) {
+  int set = 0;
+  ACC_CHECK(acc__env_int(name, out, &set));
+  if (!set)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "the %s launch environment is incomplete: %s is not set", launcher, name);
+  return ACC_OK;
+}
+
+/* Slurm's per-node task count: SLURM_NTASKS_PER_NODE, else the first entry of
+ * SLURM_STEP_TASKS_PER_NODE/SLURM_TASKS_PER_NODE ("4(x2),3"), else ntasks / nnodes. */
+static acc_result slurm_local_size(long size, long *out) {
+  const char *v = getenv("SLURM_NTASKS_PER_NODE");
+  if (!v || !*v) v = getenv("SLURM_STEP_TASKS_PER_NODE");
+  if (!v || !*v) v = getenv("SLURM_TASKS_PER_NODE");
+  if (v && *v) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || n <= 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "cannot read the tasks per node from \"%s\"", v);
+    *out = n;
+    return ACC_OK;
+  }
+  long nodes = 1;
+  int set = 0;
+  ACC_CHECK(acc__env_int("SLURM_NNODES", &nodes, &set));
+  *out = (set && nodes > 0) ? size / nodes : size;
+  return ACC_OK;
+}
+
+static void sanitize_id(char *dst, size_t cap, const char *src) {
+  size_t j = 0;
+  for (size_t i = 0; src[i] && j + 1 < cap; i++) {
+    char c = src[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    dst[j++] = ok ? c : '_';
+  }
+  dst[j] = '\0';
+}
+
+static void make_job_id(acc__env_info *e) {
+  const char *parts[3] = {NULL, NULL, NULL};
+  if (strcmp(e->launcher, "accelerate") == 0) {
+    parts[0] = getenv("ACCELERATE_RUN_ID");
+  } else if (strcmp(e->launcher, "torchrun") == 0) {
+    parts[0] = getenv("TORCHELASTIC_RUN_ID");
+    parts[1] = getenv("MASTER_PORT");
+  } else if (strcmp(e->launcher, "openmpi") == 0) {
+    parts[0] = getenv("OMPI_MCA_ess_base_jobid");
+    parts[1] = getenv("PMIX_NAMESPACE");
+  } else if (strcmp(e->launcher, "slurm") == 0) {
+    parts[0] = getenv("SLURM_JOB_ID");
+    parts[1] = getenv("SLURM_STEP_ID");
+  } else if (strcmp(e->launcher, "mpich") == 0) {
+    parts[0] = getenv("PMI_KVSNAME");
+  }
+  char raw[256];
+  /* Processes started together on one machine share their parent (launcher, mpirun's daemon,
+   * slurmstepd, torchrun's agent): the parent pid separates concurrent jobs. */
+  snprintf(raw, sizeof raw, "%s-%s-%s-%ld", e->launcher, parts[0] ? parts[0] : "x",
+           parts[1] ? parts[1] : "x", (long)getppid());
+  sanitize_id(e->job_id, sizeof e->job_id, raw);
+}
+
+acc_result acc__detect_env(acc__env_info *e) {
+  memset(e, 0, sizeof *e);
+  e->size = 1;
+  e->local_size = 1;
+  e->num_machines = 1;
+  snprintf(e->launcher, sizeof e->launcher, "none");
+  const source *src = NULL;
+  for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+    const char *v = getenv(sources[i].probe);
+    if (v && *v) {
+      src = &sources[i];
+      break;
+    }
+  }
+  if (!src) {
+    make_job_id(e);
+    return ACC_OK;
+  }
+  snprintf(e->launcher, sizeof e->launcher, "%s", src->name);
+  long rank = 0, size = 1, lrank = 0, lsize = 1;
+  ACC_CHECK(env_int_required(src->name, src->rank, &rank));
+  ACC_CHECK(env_int_required(src->name, src->size, &size));
+  if (size < 1)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s=%ld: the world size must be at least 1",
+                      src->size, size);
+  if (rank >= size)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s=%ld is not a valid rank for %s=%ld (expected 0..%ld)", src->rank, rank,
+                      src->size, size, size - 1);
+  int set = 0;
+  ACC_CHECK(acc__env_int(src->local_rank, &lrank, &set));
+  if (!set) lrank = (size == 1) ? 0 : rank;
+  if (src->local_size) {
+    ACC_CHECK(acc__env_int(src->local_size, &lsize, &set));
+    if (!set) lsize = size;
+  } else {
+    ACC_CHECK(slurm_local_size(size, &lsize));
+  }
+  if (lsize < 1 || lsize > size)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s=%ld is not a valid local world size for world size %ld (expected 1..%ld)",
+                      src->local_size ? src->local_size : "SLURM_NTASKS_PER_NODE", lsize, size, size);
+  if (lrank >= lsize)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s=%ld is not a valid local rank for local world size %ld (expected 0..%ld)",
+                      src->local_rank, lrank, lsize, lsize - 1);
+  long machines = 0;
+  ACC_CHECK(acc__env_int("ACCELERATE_NUM_MACHINES", &machines, &set));
+  if (!set || machines < 1) machines = (size + lsize - 1) / lsize;
+  e->rank = (int)rank;
+  e->size = (int)size;
+  e->local_rank = (int)lrank;
+  e->local_size = (int)lsize;
+  e->num_machines = (int)machines;
+  make_job_id(e);
+  return ACC_OK;
+}
+
+/* ---- options ----------------------------------------------------------------------------- */
+
+acc_result acc_mixed_precision_parse(const char *s, acc_mixed_precision *out) {
+  if (!s || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_mixed_precision_parse: NULL argument");
+  if (strcasecmp(s, "no") == 0) *out = ACC_PRECISION_NO;
+  else if (strcasecmp(s, "fp16") == 0) *out = ACC_PRECISION_FP16;
+  else if (strcasecmp(s, "bf16") == 0) *out = ACC_PRECISION_BF16;
+  else
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "unknown mixed precision mode \"%s\": choose between no, fp16, bf16", s);
+  return ACC_OK;
+}
+
+typedef struct resolved {
+  int cpu, mixed_precision, debug, backend;
+  double timeout_s;
+} resolved;
+
+static acc_result resolve_options(const acc_state_options *in, resolved *r) {
+  acc_state_options o = ACC_STATE_OPTIONS_INIT;
+  if (in) {
+    if (in->size == 0)
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "acc_state_options was not initialized with ACC_STATE_OPTIONS_INIT");
+    memcpy(&o, in, in->size < sizeof o ? in->size : sizeof o);
+  }
+  r->cpu = o.cpu;
+  if (r->cpu == ACC_UNSET) {
+    r->cpu = 1; /* no GPU backend yet: CPU is the only device */
+    ACC_CHECK(acc__env_bool("ACCELERATE_USE_CPU", &r->cpu, NULL));
+  }
+  r->mixed_precision = o.mixed_precision;
+  if (r->mixed_precision == ACC_UNSET) {
+    const char *v = getenv("ACCELERATE_MIXED_PRECISION");
+    acc_mixed_precision mp = ACC_PRECISION_NO;
+    if (v && *v && acc_mixed_precision_parse(v, &mp) != ACC_OK)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "ACCELERATE_MIXED_PRECISION=\"%s\" is not one of no, fp16, bf16", v);
+    r->mixed_precision = (int)mp;
+  } else if (r->mixed_precision < 0 || r->mixed_precision > ACC_PRECISION_BF16) {
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "mixed_precision=%d is not an acc_mixed_precision",
+                      r->mixed_precision);
+  }
+  r->debug = o.debug;
+  if (r->debug == ACC_UNSET) {
+    r->debug = 0;
+    ACC_CHECK(acc__env_bool("ACCELERATE_DEBUG_MODE", &r->debug, NULL));
+  }
+  r->backend = o.backend;
+  if (r->backend == ACC_UNSET) {
+    r->backend = ACC_BACKEND_AUTO;
+    const char *v = getenv("ACCELERATE_BACKEND");
+    if (v && *v) {
+      if (strcasecmp(v, "auto") == 0) r->backend = ACC_BACKEND_AUTO;
+      else if (strcasecmp(v, "single") == 0) r->backend = ACC_BACKEND_SINGLE;
+      else if (strcasecmp(v, "shm") == 0) r->backend = ACC_BACKEND_SHM;
+      else if (strcasecmp(v, "mpi") == 0) r->backend = ACC_BACKEND_MPI;
+      else
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi", v);
+    }
+  }
+  r->timeout_s = o.timeout_s;
+  if (!(r->timeout_s > 0)) {
+    r->timeout_s = 1800.0;
+    int set = 0;
+    ACC_CHECK(acc__env_double("ACCELERATE_TIMEOUT", &r->timeout_s, &set));
+  }
+  return ACC_OK;
+}
+
+static acc_result check_same(const acc_state *st, const acc_state_options *in, const resolved *r) {
+  static const char *hint = "the state already exists; destroy it first (acc_state_destroy) to change it";
+  if (in && in->cpu != ACC_UNSET && r->cpu != st->cpu)
+    return acc__error(ACC_ERR_INVALID_USAGE, "cannot change cpu from %d to %d: %s", st->cpu, r->cpu, hint);
+  if (in && in->mixed_precision != ACC_UNSET && r->mixed_precision != (int)st->mixed_precision)
+    return acc__error(ACC_ERR_INVALID_USAGE, "cannot change mixed_precision from '%s' to '%s': %s",
+                      acc_mixed_precision_name(st->mixed_precision),
+                      acc_mixed_precision_name((acc_mixed_precision)r->mixed_precision), hint);
+  if (in && in->debug != ACC_UNSET && r->debug != st->debug)
+    return acc__error(ACC_ERR_INVALID_USAGE, "cannot change debug from %d to %d: %s", st->debug,
+                      r->debug, hint);
+  if (in && in->backend != ACC_UNSET && in->backend != ACC_BACKEND_AUTO && r->backend != st->backend_kind)
+    return acc__error(ACC_ERR_INVALID_USAGE, "cannot change the backend from '%s': %s",
+                      st->be->ops->name, hint);
+  if (in && in->timeout_s > 0 && r->timeout_s != st->timeout_s)
+    return acc__error(ACC_ERR_INVALID_USAGE, "cannot change timeout_s from %g to %g: %s",
+                      st->timeout_s, r->timeout_s, hint);
+  return ACC_OK;
+}
+
+static acc_result create_backend(acc_state *st, const acc__env_info *e) {
+  int kind = st->backend_kind;
+  int mpi_launcher = strcmp(e->launcher, "openmpi") == 0 || strcmp(e->launcher, "mpich") == 0 ||
+                     strcmp(e->launcher, "mvapich") == 0;
+  if (e->size == 1) kind = ACC_BACKEND_SINGLE;
+  if (kind == ACC_BACKEND_AUTO) {
+#ifdef ACC_HAVE_MPI
+    if (mpi_launcher || e->local_size != e->size) kind = ACC_BACKEND_MPI;
+    else kind = ACC_BACKEND_SHM;
+#else
+    (void)mpi_launcher;
+    kind = ACC_BACKEND_SHM;
+#endif
+  }
+  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s};
+  switch (kind) {
+    case ACC_BACKEND_SINGLE:
+      if (e->size != 1)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "the single-process backend was requested but the job has %d processes",
+                          e->size);
+      return acc__backend_single_create(&st->be);
+    case ACC_BACKEND_SHM:
+      if (e->local_size != e->size)
+        return acc__error(ACC_ERR_NOT_SUPPORTED,
+                          "the shared-memory backend works on one machine, but this job has %d "
+                          "processes with %d on this machine (%d machines): use the MPI backend "
+                          "(build with libopenmpi-dev and launch under mpirun)",
+                          e->size, e->local_size, e->num_machines);
+      return acc__backend_shm_create(&st->be, &info);
+    case ACC_BACKEND_MPI:
+#ifdef ACC_HAVE_MPI
+      return acc__backend_mpi_create(&st->be, &info);
+#else
+      return acc__error(ACC_ERR_NOT_SUPPORTED,
+                        "the MPI backend was requested but this build has no MPI support "
+                        "(install openmpi-bin libopenmpi-dev and rebuild)");
+#endif
+  }
+  return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
+}
+
+static void build_describe(acc_state *st) {
+  char backend[64] = "";
+  if (st->type != ACC_DISTRIBUTED_NO) snprintf(backend, sizeof backend, "  Backend: %s", st->be->ops->name);
+  snprintf(st->describe, sizeof st->describe,
+           "Distributed environment: %s%s\nNum processes: %d\nProcess index: %d\n"
+           "Local process index: %d\nDevice: %s\nMixed precision type: %s\n",
+           acc_distributed_type_name(st->type), backend, st->size, st->rank, st->local_rank,
+           st->device, acc_mixed_precision_name(st->mixed_precision));
+}
+
+acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_state_create: out is NULL");
+  *out = NULL;
+  resolved r;
+  ACC_CHECK(resolve_options(opts, &r));
+  if (g_state) {
+    ACC_CHECK(check_same(g_state, opts, &r));
+    g_state->refs++;
+    *out = g_state;
+    return ACC_OK;
+  }
+  acc__env_info e;
+  ACC_CHECK(acc__detect_env(&e));
+  acc_state *st = acc__calloc(1, sizeof *st);
+  if (!st) return ACC_ERR_NOMEM;
+  st->magic = ACC_MAGIC_STATE;
+  st->refs = 1;
+  st->rank = e.rank;
+  st->size = e.size;
+  st->local_rank = e.local_rank;
+  st->local_size = e.local_size;
+  st->num_machines = e.num_machines;
+  st->cpu = r.cpu;
+  st->mixed_precision = (acc_mixed_precision)r.mixed_precision;
+  st->debug = r.debug;
+  st->backend_kind = r.backend;
+  st->timeout_s = r.timeout_s;
+  st->type = e.size > 1 ? ACC_DISTRIBUTED_MULTI_CPU : ACC_DISTRIBUTED_NO;
+  snprintf(st->launcher, sizeof st->launcher, "%s", e.launcher);
+  snprintf(st->job_id, sizeof st->job_id, "%s", e.job_id);
+  snprintf(st->device, sizeof st->device, "cpu");
+  acc_result rc = create_backend(st, &e);
+  if (rc != ACC_OK) {
+    st->magic = ACC_MAGIC_DEAD;
+    acc__free(st);
+    return acc__error_context(rc, "rank %d of %d could not join the process group", e.rank, e.size);
+  }
+  build_describe(st);
+  g_state = st;
+  *out = st;
+  return ACC_OK;
+}
+
+acc_state *acc_state_get(void) { return g_state; }
+
+void acc_state_destroy(acc_state *st) {
+  if (!st || st->magic != ACC_MAGIC_STATE) return;
+  if (--st->refs > 0) return;
+  if (st->be) st->be->ops->destroy(st->be);
+  st->magic = ACC_MAGIC_DEAD;
+  if (g_state == st) g_state = NULL;
+  acc__free(st);
+}
+
+#define GETTER(type, name, expr, dflt) \
+  type acc_state_##name(const acc_state *st) { return (st && st->magic == ACC_MAGIC_STATE) ? (expr) : (dflt); }
+
+GETTER(int, num_processes, st->size, 1)
+GETTER(int, process_index, st->rank, 0)
+GETTER(int, local_process_index, st->local_rank, 0)
+GETTER(int, local_num_processes, st->local_size, 1)
+GETTER(int, num_machines, st->num_machines, 1)
+GETTER(int, is_main_process, st->rank == 0, 1)
+GETTER(int, is_local_main_process, st->local_rank == 0, 1)
+GETTER(int, is_last_process, st->rank == st->size - 1, 1)
+GETTER(int, use_distributed, st->type != ACC_DISTRIBUTED_NO && st->size > 1, 0)
+GETTER(acc_distributed_type, distributed_type, st->type, ACC_DISTRIBUTED_NO)
+GETTER(acc_mixed_precision, mixed_precision, st->mixed_precision, ACC_PRECISION_NO)
+GETTER(int, debug, st->debug, 0)
+GETTER(double, timeout, st->timeout_s, 0.0)
+GETTER(const char *, device, st->device, "cpu")
+GETTER(const char *, backend_name, st->be->ops->name, "none")
+GETTER(const char *, launcher, st->launcher, "none")
+GETTER(const char *, describe, st->describe, "no state")
+
+const char *acc_distributed_type_name(acc_distributed_type t) {
+  switch (t) {
+    case ACC_DISTRIBUTED_NO: return "NO";
+    case ACC_DISTRIBUTED_MULTI_CPU: return "MULTI_CPU";
+    case ACC_DISTRIBUTED_MULTI_GPU: return "MULTI_GPU";
+  }
+  return "UNKNOWN";
+}
+
+const char *acc_mixed_precision_name(acc_mixed_precision p) {
+  switch (p) {
+    case ACC_PRECISION_NO: return "no";
+    case ACC_PRECISION_FP16: return "fp16";
+    case ACC_PRECISION_BF16: return "bf16";
+  }
+  return "unknown";
+}

@@ -1,0 +1,42 @@
+/* The acc_state structure, shared by state.c, comm.c and control.c. */
+#ifndef ACC_STATE_INTERNAL_H
+#define ACC_STATE_INTERNAL_H
+
+#include "backend.h"
+
+#define ACC_MAGIC_STATE 0x41435354u /* "ACST" */
+#define ACC_MAGIC_DEAD 0xdeaddeadu
+
+struct acc_state {
+  uint32_t magic;
+  int refs;
+  int rank, size, local_rank, local_size, num_machines;
+  acc_distributed_type type;
+  acc_mixed_precision mixed_precision;
+  int debug;
+  int cpu;
+  int backend_kind;
+  double timeout_s;
+  char launcher[16];
+  char job_id[160];
+  char device[16];
+  char describe[512];
+  acc__backend *be;
+  int broken;          /* a collective failed for a remote reason: the group is unusable */
+  char broken_msg[512];
+  int32_t trigger;
+};
+
+/* Validates a state handle at API entry. */
+acc_result acc__state_check(const acc_state *st, const char *fn);
+
+/* Detected launch environment (exposed for tests through acc__detect_env). */
+typedef struct acc__env_info {
+  int rank, size, local_rank, local_size, num_machines;
+  char launcher[16];
+  char job_id[160];
+} acc__env_info;
+
+acc_result acc__detect_env(acc__env_info *out);
+
+#endif

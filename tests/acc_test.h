@@ -1,0 +1,68 @@
+/* A tiny test harness for accelerate-c tests: CHECK macros that count failures and print where
+ * they happened (with the rank, for multi-process tests), and a summary line. */
+#ifndef ACC_TEST_H
+#define ACC_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accelerate.h"
+
+static int acc_test_failures;
+static int acc_test_checks;
+static int acc_test_rank = -1;
+
+#define ACC_TEST_RANK_PREFIX() \
+  (acc_test_rank >= 0 ? fprintf(stderr, "[rank %d] ", acc_test_rank) : 0)
+
+#define CHECK(cond, ...)                                                    \
+  do {                                                                      \
+    acc_test_checks++;                                                      \
+    if (!(cond)) {                                                          \
+      acc_test_failures++;                                                  \
+      ACC_TEST_RANK_PREFIX();                                               \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
+      fprintf(stderr, __VA_ARGS__);                                         \
+      fprintf(stderr, "\n");                                                \
+    }                                                                       \
+  } while (0)
+
+/* Checks that an acc_* call succeeded; prints acc_last_error() otherwise. */
+#define CHECK_OK(call)                                                              \
+  do {                                                                              \
+    acc_result check_rc_ = (call);                                                  \
+    CHECK(check_rc_ == ACC_OK, "%s -> %s: %s", #call, acc_result_string(check_rc_), \
+          acc_last_error());                                                        \
+  } while (0)
+
+/* Checks that an acc_* call failed with rc and that the message contains substr. */
+#define CHECK_ERR(call, rc, substr)                                                         \
+  do {                                                                                      \
+    acc_result check_rc_ = (call);                                                          \
+    CHECK(check_rc_ == (rc), "%s -> %s (expected %s): %s", #call,                           \
+          acc_result_string(check_rc_), acc_result_string(rc), acc_last_error());           \
+    CHECK(strstr(acc_last_error(), (substr)) != NULL, "message of %s lacks \"%s\": %s",     \
+          #call, (substr), acc_last_error());                                               \
+  } while (0)
+
+/* Fatal precondition: stop the test program (the launcher then stops the other ranks). */
+#define REQUIRE_OK(call)                                                                   \
+  do {                                                                                     \
+    acc_result req_rc_ = (call);                                                           \
+    if (req_rc_ != ACC_OK) {                                                               \
+      ACC_TEST_RANK_PREFIX();                                                              \
+      fprintf(stderr, "FATAL %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,            \
+              acc_result_string(req_rc_), acc_last_error());                               \
+      exit(1);                                                                             \
+    }                                                                                      \
+  } while (0)
+
+/* Prints the summary and returns the process exit status. */
+static inline int acc_test_finish(const char *name) {
+  ACC_TEST_RANK_PREFIX();
+  fprintf(stderr, "%s: %d checks, %d failed\n", name, acc_test_checks, acc_test_failures);
+  return acc_test_failures ? 1 : 0;
+}
+
+#endif
