@@ -1,0 +1,242 @@
+/* Bucketed gradient all-reduce, optionally overlapped with the backward pass.
+ *
+ * Buckets are formed once, at creation, from the parameters in reverse registration order.
+ * A step: the program marks parameters ready (optional); finish() reduces what is left.
+ * Exactly one thread issues collectives at any time: with overlap, the background thread owns
+ * the process group between the first hand-off of a step and the end of finish(). */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "grad_sync.h"
+
+typedef struct bucket {
+  size_t first, count; /* parameter indices [first, first+count) in reverse order: see params */
+  size_t numel;
+  float *inplace;      /* non-NULL: the gradients are one contiguous range starting here */
+  size_t pending;      /* parameters not yet ready this step */
+  int queued;          /* handed to the reducer this step */
+} bucket;
+
+struct acc__grad_sync {
+  acc_state *st;
+  acc_model *model;
+  size_t nparams;
+  size_t *order;       /* order[k] = parameter index of the k-th parameter in bucket order */
+  size_t *bucket_of;   /* bucket index of each parameter (by parameter index) */
+  int *ready;          /* per parameter, this step */
+  bucket *buckets;
+  size_t nbuckets, ninplace;
+  float *staging;      /* max bucket numel, for buckets that are not contiguous */
+  size_t staging_numel;
+  float inv_world;
+  /* overlap */
+  int overlap;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  size_t *queue;       /* bucket indices, FIFO */
+  size_t q_head, q_tail, done;
+  int stop, thread_started;
+  acc_result thread_rc;
+  char thread_err[1024];
+};
+
+static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
+  size_t n = b->numel;
+  if (n == 0) return ACC_OK;
+  if (b->inplace) {
+    ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
+    for (size_t i = 0; i < n; i++) b->inplace[i] *= gs->inv_world;
+    return ACC_OK;
+  }
+  float *s = gs->staging;
+  size_t off = 0;
+  for (size_t k = b->first; k < b->first + b->count; k++) {
+    const acc_param *p = acc_model_parameter(gs->model, gs->order[k]);
+    memcpy(s + off, p->grad, p->numel * sizeof(float));
+    off += p->numel;
+  }
+  ACC_CHECK(acc_all_reduce(gs->st, s, s, n, ACC_F32, ACC_SUM));
+  off = 0;
+  for (size_t k = b->first; k < b->first + b->count; k++) {
+    const acc_param *p = acc_model_parameter(gs->model, gs->order[k]);
+    for (size_t i = 0; i < p->numel; i++) p->grad[i] = s[off + i] * gs->inv_world;
+    off += p->numel;
+  }
+  return ACC_OK;
+}
+
+static void *reducer_main(void *arg) {
+  acc__grad_sync *gs = arg;
+  pthread_mutex_lock(&gs->mu);
+  for (;;) {
+    while (!gs->stop && gs->q_head == gs->q_tail) pthread_cond_wait(&gs->cv, &gs->mu);
+    if (gs->stop) break;
+    size_t bi = gs->queue[gs->q_head++];
+    pthread_mutex_unlock(&gs->mu);
+    acc_result rc = gs->thread_rc == ACC_OK ? reduce_bucket(gs, &gs->buckets[bi]) : ACC_OK;
+    pthread_mutex_lock(&gs->mu);
+    if (rc != ACC_OK && gs->thread_rc == ACC_OK) {
+      gs->thread_rc = rc;
+      snprintf(gs->thread_err, sizeof gs->thread_err, "%s", acc_last_error());
+    }
+    gs->done++;
+    pthread_cond_broadcast(&gs->cv);
+  }
+  pthread_mutex_unlock(&gs->mu);
+  return NULL;
+}
+
+acc_result acc__grad_sync_create(acc__grad_sync **out, acc_state *st, acc_model *m,
+                                 size_t bucket_cap_bytes, int overlap) {
+  if (!out || !st || !m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_sync: NULL argument");
+  size_t np = acc_model_num_parameters(m);
+  acc__grad_sync *gs = acc__calloc(1, sizeof *gs);
+  if (!gs) return ACC_ERR_NOMEM;
+  gs->st = st;
+  gs->model = m;
+  gs->nparams = np;
+  gs->inv_world = 1.0f / (float)acc_state_num_processes(st);
+  gs->order = acc__calloc(np, sizeof *gs->order);
+  gs->bucket_of = acc__calloc(np, sizeof *gs->bucket_of);
+  gs->ready = acc__calloc(np, sizeof *gs->ready);
+  gs->buckets = acc__calloc(np ? np : 1, sizeof *gs->buckets);
+  gs->queue = acc__calloc(np ? np : 1, sizeof *gs->queue);
+  if (!gs->order || !gs->bucket_of || !gs->ready || !gs->buckets || !gs->queue) {
+    acc__grad_sync_destroy(gs);
+    return ACC_ERR_NOMEM;
+  }
+  size_t cap = bucket_cap_bytes / sizeof(float);
+  if (cap == 0) cap = 1;
+  size_t k = 0;
+  for (size_t i = np; i-- > 0;) {
+    const acc_param *p = acc_model_parameter(m, i);
+    if (!p->grad) continue; /* frozen parameter */
+    gs->order[k] = i;
+    bucket *b = gs->nbuckets ? &gs->buckets[gs->nbuckets - 1] : NULL;
+    if (!b || b->numel + p->numel > cap) {
+      if (b && b->numel == 0) {
+        /* reuse an empty bucket */
+      } else {
+        b = &gs->buckets[gs->nbuckets++];
+        b->first = k;
+      }
+    }
+    b->count++;
+    b->numel += p->numel;
+    gs->bucket_of[i] = (size_t)(b - gs->buckets);
+    k++;
+  }
+  /* contiguity: parameters of a bucket in bucket order are either ascending or descending
+   * neighbours in memory */
+  for (size_t bi = 0; bi < gs->nbuckets; bi++) {
+    bucket *b = &gs->buckets[bi];
+    const acc_param *first = acc_model_parameter(m, gs->order[b->first]);
+    float *lo = first->grad, *hi = first->grad + first->numel;
+    int contiguous = 1;
+    for (size_t j = b->first + 1; j < b->first + b->count && contiguous; j++) {
+      const acc_param *p = acc_model_parameter(m, gs->order[j]);
+      if (p->grad == hi) hi += p->numel;
+      else if (p->grad + p->numel == lo) lo = p->grad;
+      else contiguous = 0;
+    }
+    if (contiguous) {
+      b->inplace = lo;
+      gs->ninplace++;
+    } else if (b->numel > gs->staging_numel) {
+      gs->staging_numel = b->numel;
+    }
+  }
+  if (gs->staging_numel) {
+    gs->staging = acc__calloc(gs->staging_numel, sizeof(float)); /* touched once, here */
+    if (!gs->staging) {
+      acc__grad_sync_destroy(gs);
+      return ACC_ERR_NOMEM;
+    }
+  }
+  gs->overlap = overlap && acc_state_num_processes(st) > 1;
+  if (gs->overlap) {
+    pthread_mutex_init(&gs->mu, NULL);
+    pthread_cond_init(&gs->cv, NULL);
+    if (pthread_create(&gs->thread, NULL, reducer_main, gs) != 0) {
+      gs->overlap = 0;
+      pthread_mutex_destroy(&gs->mu);
+      pthread_cond_destroy(&gs->cv);
+    } else {
+      gs->thread_started = 1;
+    }
+  }
+  for (size_t bi = 0; bi < gs->nbuckets; bi++) gs->buckets[bi].pending = gs->buckets[bi].count;
+  *out = gs;
+  return ACC_OK;
+}
+
+void acc__grad_sync_destroy(acc__grad_sync *gs) {
+  if (!gs) return;
+  if (gs->thread_started) {
+    pthread_mutex_lock(&gs->mu);
+    gs->stop = 1;
+    pthread_cond_broadcast(&gs->cv);
+    pthread_mutex_unlock(&gs->mu);
+    pthread_join(gs->thread, NULL);
+    pthread_mutex_destroy(&gs->mu);
+    pthread_cond_destroy(&gs->cv);
+  }
+  acc__free(gs->order);
+  acc__free(gs->bucket_of);
+  acc__free(gs->ready);
+  acc__free(gs->buckets);
+  acc__free(gs->queue);
+  acc__free(gs->staging);
+  acc__free(gs);
+}
+
+size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs) { return gs ? gs->nbuckets : 0; }
+size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs) { return gs ? gs->ninplace : 0; }
+
+acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index) {
+  if (!gs || index >= gs->nparams)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_ready: parameter index %zu is out of range (model has %zu)",
+                      index, gs ? gs->nparams : 0);
+  const acc_param *p = acc_model_parameter(gs->model, index);
+  if (!p->grad) return ACC_OK;
+  if (gs->ready[index])
+    return acc__error(ACC_ERR_INVALID_USAGE, "grad_ready: parameter '%s' was already marked ready in this step",
+                      p->name);
+  gs->ready[index] = 1;
+  bucket *b = &gs->buckets[gs->bucket_of[index]];
+  if (--b->pending > 0 || b->queued) return ACC_OK;
+  b->queued = 1;
+  if (!gs->overlap) return reduce_bucket(gs, b);
+  pthread_mutex_lock(&gs->mu);
+  gs->queue[gs->q_tail++] = gs->bucket_of[index];
+  pthread_cond_broadcast(&gs->cv);
+  pthread_mutex_unlock(&gs->mu);
+  return ACC_OK;
+}
+
+acc_result acc__grad_sync_finish(acc__grad_sync *gs) {
+  if (!gs) return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_sync_finish: NULL");
+  acc_result rc = ACC_OK;
+  if (gs->overlap) {
+    pthread_mutex_lock(&gs->mu);
+    while (gs->done < gs->q_tail) pthread_cond_wait(&gs->cv, &gs->mu);
+    rc = gs->thread_rc;
+    if (rc != ACC_OK) acc__error(rc, "%s", gs->thread_err);
+    gs->thread_rc = ACC_OK;
+    gs->q_head = gs->q_tail = gs->done = 0;
+    pthread_mutex_unlock(&gs->mu);
+  }
+  /* the rest, in bucket order so every rank reduces in the same order */
+  for (size_t bi = 0; bi < gs->nbuckets && rc == ACC_OK; bi++) {
+    bucket *b = &gs->buckets[bi];
+    if (!b->queued) rc = reduce_bucket(gs, b);
+  }
+  for (size_t bi = 0; bi < gs->nbuckets; bi++) {
+    gs->buckets[bi].queued = 0;
+    gs->buckets[bi].pending = gs->buckets[bi].count;
+  }
+  memset(gs->ready, 0, gs->nparams * sizeof *gs->ready);
+  return rc;
+}

@@ -1,0 +1,32 @@
+/* Gradient averaging in buckets (torch DDP's reducer, in C). Internal. */
+#ifndef ACC_GRAD_SYNC_H
+#define ACC_GRAD_SYNC_H
+
+#include "internal.h"
+
+typedef struct acc__grad_sync acc__grad_sync;
+
+/*
+ * Buckets the model's gradients in reverse registration order (the order a backward pass
+ * produces them), each bucket up to bucket_cap_bytes (a parameter larger than the cap gets its
+ * own bucket). A bucket whose gradients are adjacent in memory is reduced in place; otherwise it
+ * is staged through a buffer allocated (and touched) once here. With overlap, a background
+ * thread reduces each bucket as soon as all its gradients were marked ready.
+ */
+acc_result acc__grad_sync_create(acc__grad_sync **out, acc_state *st, acc_model *m,
+                                 size_t bucket_cap_bytes, int overlap);
+void acc__grad_sync_destroy(acc__grad_sync *gs);
+
+/* Number of buckets, and how many of them are reduced in place (for tests and docs). */
+size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs);
+size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs);
+
+/* Marks parameter `index` as having its final gradient for this step. With overlap, a bucket
+ * whose parameters are all ready is handed to the background thread at once. */
+acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index);
+
+/* Reduces every bucket not yet reduced (all of them when nothing was marked), waits for the
+ * background thread, and leaves the mean over processes in every gradient. Collective. */
+acc_result acc__grad_sync_finish(acc__grad_sync *gs);
+
+#endif
