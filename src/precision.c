@@ -187,7 +187,7 @@ acc_result acc_grad_scaler_update(acc_grad_scaler *s, int found_inf) {
     s->growth_tracker = 0;
   } else {
     int64_t good = s->growth_tracker + 1;
-    if (good == s->opts.growth_interval) {
+    if (good >= s->opts.growth_interval) { /* >=: a restored tracker may exceed a smaller interval */
       float grown = s->scale * s->opts.growth_factor;
       if (isfinite(grown)) s->scale = grown;
       s->growth_tracker = 0;

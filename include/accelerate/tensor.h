@@ -41,7 +41,7 @@ ACC_EXTERN int acc_tensor_is_contiguous(const acc_tensor *t);
 ACC_EXTERN acc_result acc_tensor_to_dlpack(const acc_tensor *t, DLTensor *out);
 /**
  * Describes a DLTensor as an acc_tensor, zero-copy (data = dl->data + byte_offset). Accepts CPU
- * tensors (kDLCPU, kDLCUDAHost pinned memory is refused too) with lanes 1 of float 16/32/64,
+ * tensors (kDLCPU only: pinned kDLCUDAHost memory is refused too) with lanes 1 of float 16/32/64,
  * bfloat16, int 32/64 and uint 8, ndim <= ACC_MAX_DIMS, and strides NULL or row-major compact;
  * anything else is ACC_ERR_NOT_SUPPORTED saying what was found. Collective: no.
  */
