@@ -16,5 +16,12 @@
 #include "accelerate/comm.h"
 #include "accelerate/launch.h"
 #include "accelerate/model.h"
+#include "accelerate/precision.h"
+#include "accelerate/optim.h"
+#if defined(__has_include)
+#if __has_include(<dlpack/dlpack.h>)
+#include "accelerate/tensor.h"
+#endif
+#endif
 
 #endif

@@ -1,0 +1,469 @@
+/* Optimizers (torch.optim.SGD and AdamW semantics, float32 arithmetic as torch does on CPU),
+ * their checkpoint state accessors, and gradient clipping. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ACC_MAGIC_OPTIM 0x41434f50u /* "ACOP" */
+#define ACC_MAGIC_DEAD 0xdeadbeefu
+
+enum { MAX_BUFS = 2 };
+
+typedef struct slot {
+  char *names[MAX_BUFS]; /* "state.<param>.<buffer>" */
+  float *buf[MAX_BUFS];  /* numel floats each, allocated on first need */
+  int has[MAX_BUFS];     /* present in the state (SGD momentum: after the first step) */
+} slot;
+
+struct acc_optimizer {
+  uint32_t magic;
+  acc_optimizer_kind kind;
+  acc_model *model;
+  size_t nparams;
+  slot *slots;
+  int64_t step;
+  double lr, momentum, dampening, nesterov, weight_decay; /* SGD (nesterov 0/1) */
+  double beta1, beta2, eps;                               /* AdamW (+ lr, weight_decay) */
+};
+
+static const char *const sgd_bufs[] = {"momentum_buffer"};
+static const char *const adamw_bufs[] = {"exp_avg", "exp_avg_sq"};
+static const char *const sgd_scalars[] = {"kind", "step", "lr", "momentum", "dampening", "nesterov", "weight_decay"};
+static const char *const adamw_scalars[] = {"kind", "step", "lr", "beta1", "beta2", "eps", "weight_decay"};
+
+static int nbufs(const acc_optimizer *o) { return o->kind == ACC_OPTIMIZER_SGD ? 1 : 2; }
+static const char *buf_name(const acc_optimizer *o, int b) {
+  return o->kind == ACC_OPTIMIZER_SGD ? sgd_bufs[b] : adamw_bufs[b];
+}
+
+static acc_result check_opt(const acc_optimizer *o, const char *fn) {
+  if (!o || o->magic != ACC_MAGIC_OPTIM)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed optimizer handle", fn);
+  return ACC_OK;
+}
+
+static acc_result check_model_unchanged(const acc_optimizer *o, const char *fn) {
+  if (acc_model_num_parameters(o->model) != o->nparams)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "%s: the model has %zu parameters but the optimizer was created over %zu; "
+                      "register every parameter before creating the optimizer",
+                      fn, acc_model_num_parameters(o->model), o->nparams);
+  return ACC_OK;
+}
+
+void acc_optimizer_destroy(acc_optimizer *o) {
+  if (!o || o->magic != ACC_MAGIC_OPTIM) return;
+  for (size_t i = 0; i < o->nparams; i++)
+    for (int b = 0; b < MAX_BUFS; b++) {
+      acc__free(o->slots[i].names[b]);
+      acc__free(o->slots[i].buf[b]);
+    }
+  acc__free(o->slots);
+  o->magic = ACC_MAGIC_DEAD;
+  acc__free(o);
+}
+
+static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer_kind kind, const char *fn) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  *out = NULL;
+  if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: model is NULL", fn);
+  acc_optimizer *o = acc__calloc(1, sizeof *o);
+  if (!o) return ACC_ERR_NOMEM;
+  o->magic = ACC_MAGIC_OPTIM;
+  o->kind = kind;
+  o->model = m;
+  o->nparams = acc_model_num_parameters(m);
+  if (o->nparams) {
+    o->slots = acc__calloc(o->nparams, sizeof *o->slots);
+    if (!o->slots) {
+      acc__free(o);
+      return ACC_ERR_NOMEM;
+    }
+  }
+  for (size_t i = 0; i < o->nparams; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    for (int b = 0; b < nbufs(o); b++) {
+      size_t len = strlen(p->name) + strlen(buf_name(o, b)) + 8;
+      char *s = acc__malloc(len);
+      if (!s) {
+        acc_optimizer_destroy(o);
+        return ACC_ERR_NOMEM;
+      }
+      snprintf(s, len, "state.%s.%s", p->name, buf_name(o, b));
+      o->slots[i].names[b] = s;
+    }
+  }
+  *out = o;
+  return ACC_OK;
+}
+
+#define READ_OPTS(T, INIT, opts, o, fn)                                                         \
+  do {                                                                                          \
+    if (opts) {                                                                                 \
+      if ((opts)->size == 0)                                                                    \
+        return acc__error(ACC_ERR_INVALID_USAGE, "%s: options not initialized with " #INIT, fn); \
+      memcpy(&(o), (opts), (opts)->size < sizeof(T) ? (opts)->size : sizeof(T));                \
+    }                                                                                           \
+  } while (0)
+
+static acc_result check_hyper(const char *fn, const char *name, double v, double lo, double hi, int hi_open) {
+  if (!(v >= lo) || (hi_open ? !(v < hi) : !(v <= hi)))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range (expected %g <= %s %s %g)", fn,
+                      name, v, lo, name, hi_open ? "<" : "<=", hi);
+  return ACC_OK;
+}
+
+static acc_result validate_sgd(const char *fn, double lr, double momentum, double dampening, double nesterov,
+                               double wd) {
+  ACC_CHECK(check_hyper(fn, "lr", lr, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "momentum", momentum, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "dampening", dampening, -INFINITY, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "weight_decay", wd, 0.0, INFINITY, 1));
+  if (nesterov != 0.0 && (momentum <= 0.0 || dampening != 0.0))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: Nesterov momentum requires momentum > 0 and dampening == 0 (got momentum %g, "
+                      "dampening %g)",
+                      fn, momentum, dampening);
+  return ACC_OK;
+}
+
+static acc_result validate_adamw(const char *fn, double lr, double b1, double b2, double eps, double wd) {
+  ACC_CHECK(check_hyper(fn, "lr", lr, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "beta1", b1, 0.0, 1.0, 1));
+  ACC_CHECK(check_hyper(fn, "beta2", b2, 0.0, 1.0, 1));
+  ACC_CHECK(check_hyper(fn, "eps", eps, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "weight_decay", wd, 0.0, INFINITY, 1));
+  return ACC_OK;
+}
+
+acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts) {
+  const char *fn = "acc_optimizer_create_sgd";
+  acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
+  READ_OPTS(acc_sgd_options, ACC_SGD_OPTIONS_INIT, opts, so, fn);
+  ACC_CHECK(validate_sgd(fn, so.lr, so.momentum, so.dampening, so.nesterov ? 1.0 : 0.0, so.weight_decay));
+  acc_optimizer *o;
+  ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_SGD, fn));
+  o->lr = so.lr;
+  o->momentum = so.momentum;
+  o->dampening = so.dampening;
+  o->nesterov = so.nesterov ? 1.0 : 0.0;
+  o->weight_decay = so.weight_decay;
+  *out = o;
+  return ACC_OK;
+}
+
+acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const acc_adamw_options *opts) {
+  const char *fn = "acc_optimizer_create_adamw";
+  acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
+  READ_OPTS(acc_adamw_options, ACC_ADAMW_OPTIONS_INIT, opts, ao, fn);
+  ACC_CHECK(validate_adamw(fn, ao.lr, ao.beta1, ao.beta2, ao.eps, ao.weight_decay));
+  acc_optimizer *o;
+  ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_ADAMW, fn));
+  o->lr = ao.lr;
+  o->beta1 = ao.beta1;
+  o->beta2 = ao.beta2;
+  o->eps = ao.eps;
+  o->weight_decay = ao.weight_decay;
+  /* AdamW's buffers start at zero (torch creates them lazily with zeros: same values). */
+  for (size_t i = 0; i < o->nparams; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    if (!p->grad) continue;
+    for (int b = 0; b < 2; b++) {
+      o->slots[i].buf[b] = acc__calloc(p->numel ? p->numel : 1, sizeof(float));
+      if (!o->slots[i].buf[b]) {
+        acc_optimizer_destroy(o);
+        return ACC_ERR_NOMEM;
+      }
+      o->slots[i].has[b] = 1;
+    }
+  }
+  *out = o;
+  return ACC_OK;
+}
+
+acc_optimizer_kind acc_optimizer_get_kind(const acc_optimizer *o) {
+  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->kind : ACC_OPTIMIZER_SGD;
+}
+acc_model *acc_optimizer_model(const acc_optimizer *o) {
+  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->model : NULL;
+}
+double acc_optimizer_get_lr(const acc_optimizer *o) { return (o && o->magic == ACC_MAGIC_OPTIM) ? o->lr : 0.0; }
+int64_t acc_optimizer_step_count(const acc_optimizer *o) {
+  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->step : 0;
+}
+
+acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_set_lr"));
+  ACC_CHECK(check_hyper("acc_optimizer_set_lr", "lr", lr, 0.0, INFINITY, 1));
+  o->lr = lr;
+  return ACC_OK;
+}
+
+static float *ensure_buf(acc_optimizer *o, size_t i, int b) {
+  if (!o->slots[i].buf[b]) {
+    size_t n = acc_model_parameter(o->model, i)->numel;
+    o->slots[i].buf[b] = acc__calloc(n ? n : 1, sizeof(float));
+  }
+  return o->slots[i].buf[b];
+}
+
+static void sgd_param(acc_optimizer *o, const acc_param *p, slot *sl, float *buf) {
+  const float wd = (float)o->weight_decay, mom = (float)o->momentum;
+  const float damp1 = (float)(1.0 - o->dampening), neg_lr = (float)(-o->lr);
+  const int first = !sl->has[0];
+  float *w = p->data;
+  const float *grad = p->grad;
+  for (size_t k = 0; k < p->numel; k++) {
+    float g = grad[k];
+    if (o->weight_decay != 0.0) g = g + wd * w[k];
+    if (o->momentum != 0.0) {
+      buf[k] = first ? g : buf[k] * mom + damp1 * g;
+      g = o->nesterov != 0.0 ? g + mom * buf[k] : buf[k];
+    }
+    w[k] = w[k] + neg_lr * g;
+  }
+}
+
+static void adamw_param(const acc_optimizer *o, const acc_param *p, float *m, float *v) {
+  const double step = (double)o->step;
+  const float decay = (float)(1.0 - o->lr * o->weight_decay);
+  const float w1 = (float)(1.0 - o->beta1), b2 = (float)o->beta2, c2 = (float)(1.0 - o->beta2);
+  const double bc1 = 1.0 - pow(o->beta1, step);
+  const double bc2_sqrt = sqrt(1.0 - pow(o->beta2, step));
+  const float neg_step_size = (float)(-(o->lr / bc1));
+  const float bc2s = (float)bc2_sqrt, eps = (float)o->eps;
+  float *w = p->data;
+  const float *grad = p->grad;
+  for (size_t k = 0; k < p->numel; k++) {
+    const float g = grad[k];
+    w[k] = w[k] * decay;
+    /* torch.lerp: start + weight * (end - start) for |weight| < 0.5, else the mirrored form */
+    m[k] = fabsf(w1) < 0.5f ? m[k] + w1 * (g - m[k]) : g - (g - m[k]) * (1.0f - w1);
+    v[k] = v[k] * b2 + c2 * g * g;
+    const float denom = sqrtf(v[k]) / bc2s + eps;
+    w[k] = w[k] + neg_step_size * m[k] / denom;
+  }
+}
+
+acc_result acc_optimizer_step(acc_optimizer *o) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_step"));
+  ACC_CHECK(check_model_unchanged(o, "acc_optimizer_step"));
+  if (o->kind == ACC_OPTIMIZER_SGD && o->momentum != 0.0)
+    for (size_t i = 0; i < o->nparams; i++)
+      if (acc_model_parameter(o->model, i)->grad && !ensure_buf(o, i, 0)) return ACC_ERR_NOMEM;
+  o->step++;
+  for (size_t i = 0; i < o->nparams; i++) {
+    const acc_param *p = acc_model_parameter(o->model, i);
+    if (!p->grad) continue;
+    slot *sl = &o->slots[i];
+    if (o->kind == ACC_OPTIMIZER_SGD) {
+      sgd_param(o, p, sl, sl->buf[0]);
+      if (o->momentum != 0.0) sl->has[0] = 1;
+    } else {
+      adamw_param(o, p, sl->buf[0], sl->buf[1]);
+    }
+  }
+  return ACC_OK;
+}
+
+acc_result acc_optimizer_zero_grad(acc_optimizer *o) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_zero_grad"));
+  ACC_CHECK(check_model_unchanged(o, "acc_optimizer_zero_grad"));
+  for (size_t i = 0; i < o->nparams; i++) {
+    const acc_param *p = acc_model_parameter(o->model, i);
+    if (p->grad) memset(p->grad, 0, p->numel * sizeof(float));
+  }
+  return ACC_OK;
+}
+
+/* ---- checkpoint state -------------------------------------------------------------------- */
+
+size_t acc_optimizer_state_count(const acc_optimizer *o) {
+  if (!o || o->magic != ACC_MAGIC_OPTIM) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < o->nparams; i++)
+    for (int b = 0; b < nbufs(o); b++) n += o->slots[i].has[b] != 0;
+  return n;
+}
+
+acc_result acc_optimizer_state_get(const acc_optimizer *o, size_t idx, const char **name, const float **data,
+                                   size_t *numel, int *ndim, const int64_t **shape) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_state_get"));
+  size_t n = 0;
+  for (size_t i = 0; i < o->nparams; i++)
+    for (int b = 0; b < nbufs(o); b++) {
+      if (!o->slots[i].has[b]) continue;
+      if (n++ != idx) continue;
+      const acc_param *p = acc_model_parameter(o->model, i);
+      if (name) *name = o->slots[i].names[b];
+      if (data) *data = o->slots[i].buf[b];
+      if (numel) *numel = p->numel;
+      if (ndim) *ndim = p->ndim;
+      if (shape) *shape = p->shape;
+      return ACC_OK;
+    }
+  return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_state_get: index %zu is out of range (%zu tensors)",
+                    idx, n);
+}
+
+static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape) {
+  size_t len = 0;
+  len += (size_t)snprintf(out + len, cap - len, "[");
+  for (int d = 0; d < ndim && len < cap; d++)
+    len += (size_t)snprintf(out + len, cap - len, d ? ", %lld" : "%lld", (long long)shape[d]);
+  if (len < cap) snprintf(out + len, cap - len, "]");
+}
+
+acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const float *data, size_t numel, int ndim,
+                                   const int64_t *shape) {
+  const char *fn = "acc_optimizer_state_set";
+  ACC_CHECK(check_opt(o, fn));
+  ACC_CHECK(check_model_unchanged(o, fn));
+  if (!name || (numel && !data) || ndim < 0 || ndim > ACC_MAX_DIMS || (ndim > 0 && !shape))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: NULL name/data/shape or ndim %d out of range", fn, ndim);
+  for (size_t i = 0; i < o->nparams; i++) {
+    const acc_param *p = acc_model_parameter(o->model, i);
+    for (int b = 0; b < nbufs(o); b++) {
+      if (strcmp(o->slots[i].names[b], name) != 0) continue;
+      int same = ndim == p->ndim && numel == p->numel;
+      for (int d = 0; same && d < ndim; d++) same = shape[d] == p->shape[d];
+      if (!same) {
+        char want[160], got[160];
+        format_shape(want, sizeof want, p->ndim, p->shape);
+        format_shape(got, sizeof got, ndim, shape);
+        return acc__error(ACC_ERR_MISMATCH,
+                          "%s: optimizer state '%s' has shape %s (%zu elements) but parameter '%s' has shape "
+                          "%s (%zu elements)",
+                          fn, name, got, numel, p->name, want, p->numel);
+      }
+      if (!p->grad)
+        return acc__error(ACC_ERR_MISMATCH, "%s: parameter '%s' is frozen (no gradient) and has no optimizer state",
+                          fn, p->name);
+      float *buf = ensure_buf(o, i, b);
+      if (!buf) return ACC_ERR_NOMEM;
+      if (numel) memcpy(buf, data, numel * sizeof(float));
+      o->slots[i].has[b] = 1;
+      return ACC_OK;
+    }
+  }
+  return acc__error(ACC_ERR_MISMATCH,
+                    "%s: '%s' is not a state tensor of this %s optimizer (expected state.<parameter>.%s for one of "
+                    "the model's %zu parameters)",
+                    fn, name, o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW",
+                    o->kind == ACC_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg|exp_avg_sq", o->nparams);
+}
+
+size_t acc_optimizer_scalar_count(const acc_optimizer *o) {
+  return (o && o->magic == ACC_MAGIC_OPTIM) ? 7 : 0;
+}
+
+static double *scalar_slot(acc_optimizer *o, size_t i) {
+  if (o->kind == ACC_OPTIMIZER_SGD) {
+    double *p[] = {NULL, NULL, &o->lr, &o->momentum, &o->dampening, &o->nesterov, &o->weight_decay};
+    return p[i];
+  }
+  double *p[] = {NULL, NULL, &o->lr, &o->beta1, &o->beta2, &o->eps, &o->weight_decay};
+  return p[i];
+}
+
+acc_result acc_optimizer_scalar_get(const acc_optimizer *o, size_t i, const char **name, double *value) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_scalar_get"));
+  if (i >= 7)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_scalar_get: index %zu is out of range (7 scalars)", i);
+  if (name) *name = o->kind == ACC_OPTIMIZER_SGD ? sgd_scalars[i] : adamw_scalars[i];
+  if (value) {
+    if (i == 0) *value = (double)o->kind;
+    else if (i == 1) *value = (double)o->step;
+    else *value = *scalar_slot((acc_optimizer *)o, i);
+  }
+  return ACC_OK;
+}
+
+acc_result acc_optimizer_scalar_set(acc_optimizer *o, const char *name, double value) {
+  const char *fn = "acc_optimizer_scalar_set";
+  ACC_CHECK(check_opt(o, fn));
+  if (!name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: name is NULL", fn);
+  const char *const *names = o->kind == ACC_OPTIMIZER_SGD ? sgd_scalars : adamw_scalars;
+  size_t i = 0;
+  while (i < 7 && strcmp(names[i], name) != 0) i++;
+  if (i == 7)
+    return acc__error(ACC_ERR_MISMATCH, "%s: '%s' is not a scalar of a %s optimizer", fn, name,
+                      o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW");
+  if (i == 0) {
+    if (value != (double)o->kind)
+      return acc__error(ACC_ERR_MISMATCH, "%s: the state is for optimizer kind %g but this optimizer is %s (%d)", fn,
+                        value, o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW", (int)o->kind);
+    return ACC_OK;
+  }
+  if (i == 1) {
+    if (!(value >= 0.0 && value <= 9007199254740992.0) || value != floor(value))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: step %g must be a non-negative integer", fn, value);
+    o->step = (int64_t)value;
+    return ACC_OK;
+  }
+  double *slotp = scalar_slot(o, i);
+  double saved = *slotp;
+  *slotp = value;
+  acc_result rc = o->kind == ACC_OPTIMIZER_SGD
+                      ? validate_sgd(fn, o->lr, o->momentum, o->dampening, o->nesterov, o->weight_decay)
+                      : validate_adamw(fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+  if (rc != ACC_OK) *slotp = saved;
+  else if (o->kind == ACC_OPTIMIZER_SGD && i == 5) *slotp = value != 0.0 ? 1.0 : 0.0;
+  return rc;
+}
+
+/* ---- clipping ---------------------------------------------------------------------------- */
+
+acc_result acc_clip_grad_norm(acc_model *m, float max_norm, double norm_type, float *total_norm_out) {
+  if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_clip_grad_norm: model is NULL");
+  int inf_norm = isinf(norm_type) && norm_type > 0;
+  if (!inf_norm && norm_type != 2.0)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "acc_clip_grad_norm: norm_type %g is not supported (use 2 or INFINITY)",
+                      norm_type);
+  if (!(max_norm >= 0.0f))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
+  double acc = 0.0;
+  size_t np = acc_model_num_parameters(m);
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    if (!p->grad) continue;
+    for (size_t k = 0; k < p->numel; k++) {
+      double g = (double)p->grad[k];
+      if (inf_norm) {
+        double a = fabs(g);
+        if (a > acc || isnan(a)) acc = a;
+      } else {
+        acc += g * g;
+      }
+    }
+  }
+  float total = inf_norm ? (float)acc : (float)sqrt(acc);
+  if (total_norm_out) *total_norm_out = total;
+  float coef = max_norm / (total + 1e-6f);
+  if (coef < 1.0f)
+    for (size_t i = 0; i < np; i++) {
+      const acc_param *p = acc_model_parameter(m, i);
+      if (!p->grad) continue;
+      for (size_t k = 0; k < p->numel; k++) p->grad[k] *= coef;
+    }
+  return ACC_OK;
+}
+
+acc_result acc_clip_grad_value(acc_model *m, float clip_value) {
+  if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_clip_grad_value: model is NULL");
+  if (!(clip_value >= 0.0f))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_clip_grad_value: clip_value %g must be >= 0",
+                      (double)clip_value);
+  for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    if (!p->grad) continue;
+    for (size_t k = 0; k < p->numel; k++) {
+      float g = p->grad[k];
+      if (g > clip_value) p->grad[k] = clip_value;
+      else if (g < -clip_value) p->grad[k] = -clip_value;
+    }
+  }
+  return ACC_OK;
+}

@@ -1,0 +1,150 @@
+/* Learning-rate schedulers: transformers' get_*_schedule_with_warmup factors and a user lambda,
+ * applied like torch's LambdaLR (lr = base_lr * factor(step); creation applies step 0). */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+#define ACC_MAGIC_SCHED 0x41435344u /* "ACSD" */
+#define ACC_MAGIC_DEAD 0xdeadbeefu
+
+struct acc_scheduler {
+  uint32_t magic;
+  acc_optimizer *opt;
+  acc_scheduler_options opts;
+  int64_t step;
+  double base_lr;
+  double last_lr;
+};
+
+static double warmup_factor(int64_t step, int64_t warmup) {
+  return (double)step / (double)(warmup > 1 ? warmup : 1);
+}
+
+static double factor(const acc_scheduler *s, int64_t step) {
+  const acc_scheduler_options *o = &s->opts;
+  int64_t w = o->num_warmup_steps, t = o->num_training_steps;
+  switch (o->kind) {
+    case ACC_SCHEDULER_CONSTANT: return 1.0;
+    case ACC_SCHEDULER_CONSTANT_WITH_WARMUP: return step < w ? warmup_factor(step, w) : 1.0;
+    case ACC_SCHEDULER_LINEAR_WITH_WARMUP: {
+      if (step < w) return warmup_factor(step, w);
+      double f = (double)(t - step) / (double)(t - w > 1 ? t - w : 1);
+      return f > 0.0 ? f : 0.0;
+    }
+    case ACC_SCHEDULER_COSINE_WITH_WARMUP: {
+      if (step < w) return warmup_factor(step, w);
+      double progress = (double)(step - w) / (double)(t - w > 1 ? t - w : 1);
+      double f = 0.5 * (1.0 + cos(M_PI * o->num_cycles * 2.0 * progress));
+      return f > 0.0 ? f : 0.0;
+    }
+    case ACC_SCHEDULER_LAMBDA: return o->fn(step, o->payload);
+  }
+  return 1.0;
+}
+
+static acc_result apply(acc_scheduler *s) {
+  double lr = s->base_lr * factor(s, s->step);
+  if (!(lr >= 0.0) || isinf(lr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_scheduler: the schedule gave lr %g at step %lld (base_lr %g); the factor must be "
+                      "finite and >= 0",
+                      lr, (long long)s->step, s->base_lr);
+  ACC_CHECK(acc_optimizer_set_lr(s->opt, lr));
+  s->last_lr = lr;
+  return ACC_OK;
+}
+
+acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc_scheduler_options *opts) {
+  const char *fn = "acc_scheduler_create";
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  *out = NULL;
+  if (!acc_optimizer_model(o)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid optimizer handle", fn);
+  acc_scheduler_options so = ACC_SCHEDULER_OPTIONS_INIT;
+  if (opts) {
+    if (opts->size == 0)
+      return acc__error(ACC_ERR_INVALID_USAGE, "%s: options not initialized with ACC_SCHEDULER_OPTIONS_INIT", fn);
+    memcpy(&so, opts, opts->size < sizeof so ? opts->size : sizeof so);
+  }
+  if ((unsigned)so.kind > ACC_SCHEDULER_LAMBDA)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: unknown scheduler kind %d", fn, (int)so.kind);
+  if (so.kind == ACC_SCHEDULER_LAMBDA && !so.fn)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: ACC_SCHEDULER_LAMBDA needs fn", fn);
+  if (so.num_warmup_steps < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: num_warmup_steps %lld must be >= 0", fn,
+                      (long long)so.num_warmup_steps);
+  if ((so.kind == ACC_SCHEDULER_LINEAR_WITH_WARMUP || so.kind == ACC_SCHEDULER_COSINE_WITH_WARMUP) &&
+      so.num_training_steps <= 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: num_training_steps %lld must be > 0 for a %s schedule", fn,
+                      (long long)so.num_training_steps,
+                      so.kind == ACC_SCHEDULER_LINEAR_WITH_WARMUP ? "linear" : "cosine");
+  if (so.kind == ACC_SCHEDULER_COSINE_WITH_WARMUP && !isfinite(so.num_cycles))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: num_cycles must be finite", fn);
+  acc_scheduler *s = acc__calloc(1, sizeof *s);
+  if (!s) return ACC_ERR_NOMEM;
+  s->magic = ACC_MAGIC_SCHED;
+  s->opt = o;
+  s->opts = so;
+  s->base_lr = acc_optimizer_get_lr(o);
+  s->step = 0;
+  acc_result rc = apply(s);
+  if (rc != ACC_OK) {
+    acc__free(s);
+    return rc;
+  }
+  *out = s;
+  return ACC_OK;
+}
+
+void acc_scheduler_destroy(acc_scheduler *s) {
+  if (!s || s->magic != ACC_MAGIC_SCHED) return;
+  s->magic = ACC_MAGIC_DEAD;
+  acc__free(s);
+}
+
+static acc_result check_sched(const acc_scheduler *s, const char *fn) {
+  if (!s || s->magic != ACC_MAGIC_SCHED)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed scheduler handle", fn);
+  return ACC_OK;
+}
+
+acc_result acc_scheduler_step(acc_scheduler *s) {
+  ACC_CHECK(check_sched(s, "acc_scheduler_step"));
+  s->step++;
+  acc_result rc = apply(s);
+  if (rc != ACC_OK) s->step--;
+  return rc;
+}
+
+double acc_scheduler_get_last_lr(const acc_scheduler *s) {
+  return (s && s->magic == ACC_MAGIC_SCHED) ? s->last_lr : 0.0;
+}
+
+acc_result acc_scheduler_get_state(const acc_scheduler *s, int64_t *step, double *base_lr) {
+  ACC_CHECK(check_sched(s, "acc_scheduler_get_state"));
+  if (step) *step = s->step;
+  if (base_lr) *base_lr = s->base_lr;
+  return ACC_OK;
+}
+
+acc_result acc_scheduler_set_state(acc_scheduler *s, int64_t step, double base_lr) {
+  ACC_CHECK(check_sched(s, "acc_scheduler_set_state"));
+  if (step < 0 || !(base_lr >= 0.0) || isinf(base_lr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_scheduler_set_state: step %lld must be >= 0 and base_lr %g finite and >= 0",
+                      (long long)step, base_lr);
+  int64_t old_step = s->step;
+  double old_base = s->base_lr;
+  s->step = step;
+  s->base_lr = base_lr;
+  acc_result rc = apply(s);
+  if (rc != ACC_OK) {
+    s->step = old_step;
+    s->base_lr = old_base;
+  }
+  return rc;
+}
