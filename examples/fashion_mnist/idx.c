@@ -46,8 +46,17 @@ static int open_gz(const char *path, gzFile *out) {
   return 0;
 }
 
+/* gzerror's message without the "path: " prefix zlib puts in front of it. */
+static const char *zlib_message(gzFile f, const char *path, int *zerr) {
+  const char *msg = gzerror(f, zerr);
+  size_t n = strlen(path);
+  if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
+  return msg;
+}
+
 /* Reads exactly n bytes; a short read is "truncated", a zlib failure is "corrupt". */
-static int read_exact(gzFile f, const char *path, void *buf, size_t n, const char *what) {
+static int read_exact(gzFile f, const char *path, void *buf, size_t n, const char *what,
+                      size_t *got_out) {
   size_t got = 0;
   unsigned char *p = buf;
   while (got < n) {
@@ -56,9 +65,10 @@ static int read_exact(gzFile f, const char *path, void *buf, size_t n, const cha
     if (r <= 0) break;
     got += (size_t)r;
   }
+  if (got_out) *got_out = got;
   if (got == n) return 0;
   int zerr = Z_OK;
-  const char *zmsg = gzerror(f, &zerr);
+  const char *zmsg = zlib_message(f, path, &zerr);
   if (zerr != Z_OK && zerr != Z_BUF_ERROR)
     return fail("%s is corrupt: %s while reading %s (got %zu of %zu bytes)", path, zmsg, what,
                 got, n);
@@ -72,7 +82,7 @@ static uint32_t be32(const unsigned char *b) {
 /* Reads the magic number and ndim dimensions; checks the magic and each dimension's range. */
 static int read_header(gzFile f, const char *path, uint32_t magic, int ndim, int32_t *dims) {
   unsigned char hdr[16];
-  if (read_exact(f, path, hdr, 4 + 4 * (size_t)ndim, "header")) return -1;
+  if (read_exact(f, path, hdr, 4 + 4 * (size_t)ndim, "header", NULL)) return -1;
   uint32_t m = be32(hdr);
   if (m != magic)
     return fail("%s is not an IDX file of %d-dimensional unsigned bytes: magic number is "
@@ -93,7 +103,7 @@ static int expect_eof(gzFile f, const char *path) {
   if (gzread(f, &extra, 1) != 0)
     return fail("%s has extra bytes after the data announced by its header", path);
   int zerr = Z_OK;
-  const char *zmsg = gzerror(f, &zerr);
+  const char *zmsg = zlib_message(f, path, &zerr);
   if (zerr != Z_OK && zerr != Z_BUF_ERROR) return fail("%s is corrupt: %s", path, zmsg);
   if (zerr == Z_BUF_ERROR) return fail("%s is truncated: %s", path, zmsg);
   return 0;
@@ -121,17 +131,22 @@ int idx_load_images(const char *path, idx_images *out) {
     fail("%s: out of memory for %lld pixels", path, (long long)total);
     goto fail;
   }
+  float scale[256]; /* exact pixel / 255 (a multiplication by 1/255 is not always exact) */
+  for (int v = 0; v < 256; v++) scale[v] = (float)v / 255.0f;
   for (int64_t done = 0; done < total;) {
     size_t n = (size_t)(total - done) < chunk_n ? (size_t)(total - done) : chunk_n;
-    if (read_exact(f, path, chunk, n, "pixel data")) {
+    size_t got = 0;
+    if (read_exact(f, path, chunk, n, "pixel data", &got)) {
       /* Report the byte counts of the whole pixel block, not of this chunk. */
-      if (strstr(idx_err, "truncated"))
-        fail("%s is truncated: expected %lld bytes of pixel data, got fewer (%lld complete "
+      if (strstr(idx_err, "truncated")) {
+        long long have = (long long)done + (long long)got;
+        fail("%s is truncated: expected %lld bytes of pixel data, got %lld (%lld complete "
              "images of %d)",
-             path, (long long)total, (long long)(done / per), dims[0]);
+             path, (long long)total, have, have / per, dims[0]);
+      }
       goto fail;
     }
-    for (size_t i = 0; i < n; i++) pixels[done + (int64_t)i] = (float)chunk[i] * (1.0f / 255.0f);
+    for (size_t i = 0; i < n; i++) pixels[done + (int64_t)i] = scale[chunk[i]];
     done += (int64_t)n;
   }
   if (expect_eof(f, path)) goto fail;
@@ -165,7 +180,7 @@ int idx_load_labels(const char *path, int32_t **labels, int32_t *count) {
     fail("%s: out of memory for %d labels", path, n);
     goto fail;
   }
-  if (read_exact(f, path, raw, (size_t)n, "labels")) goto fail;
+  if (read_exact(f, path, raw, (size_t)n, "labels", NULL)) goto fail;
   if (expect_eof(f, path)) goto fail;
   for (int32_t i = 0; i < n; i++) out[i] = raw[i];
   free(raw);
