@@ -20,7 +20,7 @@
 #include "progress.h"
 
 typedef struct options {
-  int epochs, batch, hidden, layers, quiet;
+  int epochs, batch, hidden, layers, quiet, normalize;
   double lr, momentum;
   uint64_t seed;
   const char *data;
@@ -49,11 +49,15 @@ static void shuffle(int32_t *perm, int32_t n, uint64_t *rng) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 0, 0.1, 0.9, 42, NULL};
+  *o = (options){1, 64, 256, 1, 0, 0, 0.1, 0.9, 42, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--quiet")) {
       o->quiet = 1;
+      continue;
+    }
+    if (!strcmp(a, "--normalize")) {
+      o->normalize = 1;
       continue;
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -106,6 +110,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_baseline: %s\n", idx_last_error());
     idx_dataset_free(&train);
     return 1;
+  }
+  if (o.normalize) {
+    idx_normalize(&train.images, IDX_FASHION_MNIST_MEAN, IDX_FASHION_MNIST_STD);
+    idx_normalize(&test.images, IDX_FASHION_MNIST_MEAN, IDX_FASHION_MNIST_STD);
   }
   const int D = train.images.rows * train.images.cols, N = train.images.count;
   const int eval_batch = 1000;

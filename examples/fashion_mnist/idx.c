@@ -230,6 +230,13 @@ fail:
   return -1;
 }
 
+void idx_normalize(idx_images *im, float mean, float std) {
+  if (!im || !im->pixels || !(std > 0.0f)) return;
+  size_t n = (size_t)im->count * (size_t)im->rows * (size_t)im->cols;
+  float inv = 1.0f / std;
+  for (size_t i = 0; i < n; i++) im->pixels[i] = (im->pixels[i] - mean) * inv;
+}
+
 void idx_images_free(idx_images *im) {
   if (!im) return;
   free(im->pixels);

@@ -51,6 +51,13 @@ int idx_load_labels(const char *path, int32_t **labels, int32_t *count);
  */
 int idx_load_fashion_mnist(const char *dir, int train, idx_dataset *out);
 
+/** Fashion-MNIST's pixel mean and standard deviation over the training split (in [0,1] units). */
+#define IDX_FASHION_MNIST_MEAN 0.2860f
+#define IDX_FASHION_MNIST_STD 0.3530f
+
+/** In place: pixel = (pixel - mean) / std, like torchvision's Normalize. std must be > 0. */
+void idx_normalize(idx_images *im, float mean, float std);
+
 void idx_images_free(idx_images *im);
 void idx_dataset_free(idx_dataset *ds);
 
