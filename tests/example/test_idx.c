@@ -25,7 +25,7 @@ static void write_idx(const char *name, int gz, uint32_t magic, int ndim, const 
   put_be32(buf, magic);
   n += 4;
   for (int i = 0; i < ndim; i++, n += 4) put_be32(buf + n, dims[i]);
-  memcpy(buf + n, data, ndata);
+  if (ndata) memcpy(buf + n, data, ndata);
   n += ndata;
   char p[128];
   path_of(p, sizeof p, name);
