@@ -109,7 +109,7 @@ static int expect_eof(gzFile f, const char *path) {
   return 0;
 }
 
-int idx_load_images(const char *path, idx_images *out) {
+static int load_images(const char *path, idx_images *out, int as_bytes) {
   if (!out) return fail("idx_load_images: out is NULL");
   memset(out, 0, sizeof *out);
   gzFile f;
@@ -117,6 +117,7 @@ int idx_load_images(const char *path, idx_images *out) {
   int32_t dims[3];
   unsigned char *chunk = NULL;
   float *pixels = NULL;
+  unsigned char *bytes = NULL;
   if (read_header(f, path, IDX_MAGIC_U8_3D, 3, dims)) goto fail;
   int64_t per = (int64_t)dims[1] * dims[2];
   int64_t total = per * dims[0];
@@ -124,10 +125,13 @@ int idx_load_images(const char *path, idx_images *out) {
     fail("%s: %d images of %dx%d pixels is too large", path, dims[0], dims[1], dims[2]);
     goto fail;
   }
-  pixels = malloc((size_t)total * sizeof *pixels);
+  if (as_bytes)
+    bytes = malloc((size_t)total);
+  else
+    pixels = malloc((size_t)total * sizeof *pixels);
   size_t chunk_n = 1u << 20;
   chunk = malloc(chunk_n);
-  if (!pixels || !chunk) {
+  if ((!pixels && !bytes) || !chunk) {
     fail("%s: out of memory for %lld pixels", path, (long long)total);
     goto fail;
   }
@@ -146,7 +150,10 @@ int idx_load_images(const char *path, idx_images *out) {
       }
       goto fail;
     }
-    for (size_t i = 0; i < n; i++) pixels[done + (int64_t)i] = scale[chunk[i]];
+    if (bytes)
+      memcpy(bytes + done, chunk, n);
+    else
+      for (size_t i = 0; i < n; i++) pixels[done + (int64_t)i] = scale[chunk[i]];
     done += (int64_t)n;
   }
   if (expect_eof(f, path)) goto fail;
@@ -156,13 +163,19 @@ int idx_load_images(const char *path, idx_images *out) {
   out->rows = dims[1];
   out->cols = dims[2];
   out->pixels = pixels;
+  out->bytes = bytes;
   return 0;
 fail:
   free(chunk);
   free(pixels);
+  free(bytes);
   gzclose(f);
   return -1;
 }
+
+int idx_load_images(const char *path, idx_images *out) { return load_images(path, out, 0); }
+
+int idx_load_images_u8(const char *path, idx_images *out) { return load_images(path, out, 1); }
 
 int idx_load_labels(const char *path, int32_t **labels, int32_t *count) {
   if (!labels || !count) return fail("idx_load_labels: labels or count is NULL");
@@ -195,7 +208,7 @@ fail:
   return -1;
 }
 
-int idx_load_fashion_mnist(const char *dir, int train, idx_dataset *out) {
+static int load_fashion_mnist(const char *dir, int train, idx_dataset *out, int as_bytes) {
   if (!out) return fail("idx_load_fashion_mnist: out is NULL");
   memset(out, 0, sizeof *out);
   if (!dir) dir = IDX_FASHION_MNIST_DIR;
@@ -206,7 +219,7 @@ int idx_load_fashion_mnist(const char *dir, int train, idx_dataset *out) {
   if (a < 0 || b < 0 || (size_t)a >= sizeof ipath || (size_t)b >= sizeof lpath)
     return fail("data directory name is too long: %s", dir);
   int32_t nlabels = 0;
-  if (idx_load_images(ipath, &out->images)) return -1;
+  if (load_images(ipath, &out->images, as_bytes)) return -1;
   if (idx_load_labels(lpath, &out->labels, &nlabels)) goto fail;
   if (out->images.rows != 28 || out->images.cols != 28) {
     fail("%s: images are %dx%d, expected 28x28 for Fashion-MNIST", ipath, out->images.rows,
@@ -230,6 +243,14 @@ fail:
   return -1;
 }
 
+int idx_load_fashion_mnist(const char *dir, int train, idx_dataset *out) {
+  return load_fashion_mnist(dir, train, out, 0);
+}
+
+int idx_load_fashion_mnist_u8(const char *dir, int train, idx_dataset *out) {
+  return load_fashion_mnist(dir, train, out, 1);
+}
+
 void idx_normalize(idx_images *im, float mean, float std) {
   if (!im || !im->pixels || !(std > 0.0f)) return;
   size_t n = (size_t)im->count * (size_t)im->rows * (size_t)im->cols;
@@ -240,6 +261,7 @@ void idx_normalize(idx_images *im, float mean, float std) {
 void idx_images_free(idx_images *im) {
   if (!im) return;
   free(im->pixels);
+  free(im->bytes);
   memset(im, 0, sizeof *im);
 }
 
