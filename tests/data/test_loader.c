@@ -342,7 +342,9 @@ static void test_errors(void) {
   memset(&zero, 0, sizeof zero);
   CHECK_ERR(acc_dataloader_create(&dl, ds, &zero), ACC_ERR_INVALID_USAGE, "ACC_DATALOADER_OPTIONS_INIT");
   CHECK_ERR(acc_dataloader_next(NULL, NULL), ACC_ERR_INVALID_ARGUMENT, "NULL");
-  CHECK_ERR(acc_dataset_create_map(&ds, 8, fx_fields, 0, fx_fetch, NULL), ACC_ERR_INVALID_ARGUMENT, "num_fields");
+  acc_dataset *bad = NULL;
+  CHECK_ERR(acc_dataset_create_map(&bad, 8, fx_fields, 0, fx_fetch, NULL), ACC_ERR_INVALID_ARGUMENT, "num_fields");
+  CHECK(bad == NULL, "no dataset on error");
   acc_dataset_destroy(ds);
   acc_dataloader_destroy(NULL);
   acc_dataset_destroy(NULL);
