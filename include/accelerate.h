@@ -16,5 +16,7 @@
 #include "accelerate/comm.h"
 #include "accelerate/launch.h"
 #include "accelerate/model.h"
+#include "accelerate/rng.h"
+#include "accelerate/data.h"
 
 #endif

@@ -21,6 +21,7 @@ struct acc_dataset {
   acc_dataset_next_fn next;   /* iterable */
   acc_dataset_reset_fn reset;
   void *payload;
+  const void *mem[ACC_DATA_MAX_FIELDS]; /* acc_dataset_create_memory: borrowed arrays */
 };
 
 #endif

@@ -63,6 +63,32 @@ acc_result acc_dataset_create_iterable(acc_dataset **out, int64_t length,
   return ACC_OK;
 }
 
+static int memory_fetch(int64_t index, void *const *fields, void *payload) {
+  const acc_dataset *ds = payload;
+  for (int f = 0; f < ds->num_fields; f++)
+    memcpy(fields[f], (const uint8_t *)ds->mem[f] + (size_t)index * ds->sample_bytes[f],
+           ds->sample_bytes[f]);
+  return 0;
+}
+
+acc_result acc_dataset_create_memory(acc_dataset **out, int64_t length,
+                                     const acc_field_desc *fields, int num_fields,
+                                     const void *const *data) {
+  static const char fn[] = "acc_dataset_create_memory";
+  if (out) *out = NULL;
+  if (length < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: length is %lld, expected >= 0", fn, (long long)length);
+  if (!data) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
+  for (int f = 0; f < num_fields && f < ACC_DATA_MAX_FIELDS; f++)
+    if (!data[f] && length > 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: data[%d] (field %d's array) is NULL", fn, f, f);
+  ACC_CHECK(dataset_create(out, length, fields, num_fields, fn));
+  for (int f = 0; f < num_fields; f++) (*out)->mem[f] = data[f];
+  (*out)->fetch = memory_fetch;
+  (*out)->payload = *out;
+  return ACC_OK;
+}
+
 int64_t acc_dataset_length(const acc_dataset *ds) {
   return ds && ds->magic == ACC_MAGIC_DATASET ? ds->length : -1;
 }

@@ -51,6 +51,15 @@ ACC_EXTERN acc_result acc_dataset_create_iterable(acc_dataset **out, int64_t len
                                                   const acc_field_desc *fields, int num_fields,
                                                   acc_dataset_next_fn next,
                                                   acc_dataset_reset_fn reset, void *payload);
+/**
+ * Creates a map-style dataset over arrays already in memory: sample i of field f is the
+ * fields[f] record at data[f] + i * (record bytes of field f), i.e. data[f] holds `length`
+ * records back to back (e.g. data[0]: length x 784 f32 images, data[1]: length x 1 i32 labels).
+ * Ownership: data is borrowed and must outlive the dataset and its loaders.
+ */
+ACC_EXTERN acc_result acc_dataset_create_memory(acc_dataset **out, int64_t length,
+                                                const acc_field_desc *fields, int num_fields,
+                                                const void *const *data);
 /** Number of samples, or -1 when unknown. */
 ACC_EXTERN int64_t acc_dataset_length(const acc_dataset *ds);
 ACC_EXTERN void acc_dataset_destroy(acc_dataset *ds);

@@ -313,6 +313,33 @@ static void test_collate(void) {
   acc_dataset_destroy(ds);
 }
 
+/* In-memory dataset: 5 samples of {2 x f32}, {1 x i32}. */
+static void test_memory(void) {
+  float x[10];
+  int32_t y[5];
+  for (int i = 0; i < 5; i++) {
+    x[2 * i] = (float)i;
+    x[2 * i + 1] = (float)i + 0.5f;
+    y[i] = 10 * i;
+  }
+  const void *data[2] = {x, y};
+  acc_dataset *ds = NULL;
+  REQUIRE_OK(acc_dataset_create_memory(&ds, 5, fx_fields, 2, data));
+  CHECK(acc_dataset_length(ds) == 5, "length");
+  acc_dataloader *dl = mk(ds, 2, 1, 0, 1, 0, 0, 1, 1);
+  const acc_batch *b;
+  int n = 0, ok = 1;
+  while (acc_dataloader_next(dl, &b) == ACC_OK && b) {
+    ok &= fx_batch_consistent(b);
+    n += (int)b->size;
+  }
+  CHECK(ok && n == 5, "memory dataset batches (%d samples)", n);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  const void *nodata[2] = {x, NULL};
+  CHECK_ERR(acc_dataset_create_memory(&ds, 5, fx_fields, 2, nodata), ACC_ERR_INVALID_ARGUMENT, "data[1]");
+}
+
 static void test_errors(void) {
   int64_t fail_at = 5;
   acc_dataset *ds = NULL;
@@ -358,6 +385,7 @@ int main(void) {
   test_resume();
   test_iterable();
   test_collate();
+  test_memory();
   test_errors();
   return acc_test_finish("data_loader");
 }
