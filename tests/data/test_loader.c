@@ -84,11 +84,12 @@ static void test_remainder(void) {
 
 /* Spec 6.9: simulate the gather of every batch over all processes (rank order) and keep
  * acc_dataloader_gather_keep of it; the kept samples are exactly the dataset. */
-static void gather_case(int64_t n, int64_t bs, int np, int split, const int64_t *want_keep, int nwant) {
+static void gather_case(int64_t n, int64_t bs, int np, int split, const int64_t *want_keep, int nwant,
+                        int even) {
   acc_dataset *ds = NULL;
   REQUIRE_OK(acc_dataset_create_map(&ds, n, fx_fields, 2, fx_fetch, NULL));
   acc_dataloader *dl[4];
-  for (int p = 0; p < np; p++) dl[p] = mk(ds, bs, 1, 0, np, p, split, 1, p % 2);
+  for (int p = 0; p < np; p++) dl[p] = mk(ds, bs, 1, 0, np, p, split, even, p % 2);
   int *seen = calloc((size_t)n, sizeof(int));
   int step = 0;
   int64_t total = 0;
@@ -131,18 +132,20 @@ static void gather_case(int64_t n, int64_t bs, int np, int split, const int64_t 
 
 static void test_gather_for_metrics(void) {
   const int64_t k82[] = {32, 32, 18};
-  gather_case(82, 16, 2, 0, k82, 3);
+  gather_case(82, 16, 2, 0, k82, 3, 1);
   const int64_t k99[] = {32, 32, 32, 3};
-  gather_case(99, 16, 2, 0, k99, 4);
+  gather_case(99, 16, 2, 0, k99, 4, 1);
   const int64_t k99s[] = {16, 16, 16, 16, 16, 16, 3};
-  gather_case(99, 16, 2, 1, k99s, 7);
+  gather_case(99, 16, 2, 1, k99s, 7, 1);
   int64_t k512[16];
   for (int i = 0; i < 16; i++) k512[i] = 32;
-  gather_case(512, 16, 2, 0, k512, 16);
+  gather_case(512, 16, 2, 0, k512, 16, 1);
   const int64_t k3[] = {9, 9, 2}; /* 20 samples, bs 3, 3 procs: remainder 20 % 9 = 2 */
-  gather_case(20, 3, 3, 0, k3, 3);
+  gather_case(20, 3, 3, 0, k3, 3, 1);
   const int64_t k4[] = {8, 1}; /* 9 samples, bs 2, 4 procs */
-  gather_case(9, 2, 4, 0, k4, 2);
+  gather_case(9, 2, 4, 0, k4, 2, 1);
+  /* even_batches off: the last batches are short instead of padded; same keep counts. */
+  gather_case(82, 16, 2, 0, k82, 3, 0);
 }
 
 /* Spec 6.7: range(16), bs 4, skip 2 -> [8..11], [12..15]; later epochs are whole. */
