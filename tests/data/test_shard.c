@@ -241,6 +241,55 @@ static void test_union_is_permutation(void) {
     }
 }
 
+/* even_batches off: no padding, so the union over processes is exactly the epoch's order (each
+ * index once); with drop_last (no split) it is the first (L / np) * np batches. len == yielded
+ * outside split mode; every process gets the same count with even_batches on. */
+static void test_properties(void) {
+  int64_t order[64];
+  for (int np = 2; np <= 4; np++)
+    for (int64_t bs = 1; bs <= 8; bs++)
+      for (int64_t n = 0; n <= 41; n++)
+        for (int split = 0; split <= 1; split++)
+          for (int drop = 0; drop <= 1; drop++)
+            for (int even = 0; even <= 1; even++) {
+              if (split && bs % np) continue;
+              CHECK_OK(acc_sampler_order(order, n, 1, (uint64_t)(n * 31 + bs), 0));
+              int seen[64] = {0};
+              int64_t counts[4] = {0};
+              int64_t total = 0;
+              for (int p = 0; p < np; p++) {
+                acc_shard_config cfg = {np, p, split, even};
+                acc_batch_shard *sh = NULL;
+                CHECK_OK(acc_batch_shard_create(&sh, order, n, bs, drop, &cfg));
+                if (!sh) return;
+                counts[p] = acc_batch_shard_count(sh);
+                if (!split)
+                  CHECK(acc_batch_shard_len(sh) == counts[p], "np %d bs %lld n %lld drop %d even %d p%d: len %lld yielded %lld",
+                        np, (long long)bs, (long long)n, drop, even, p, (long long)acc_batch_shard_len(sh), (long long)counts[p]);
+                for (int64_t b = 0; b < counts[p]; b++) {
+                  const int64_t *ix;
+                  int64_t c;
+                  CHECK_OK(acc_batch_shard_get(sh, b, &ix, &c));
+                  CHECK(c <= (split ? bs / np : bs) && c > 0, "batch size %lld", (long long)c);
+                  if (even) CHECK(c == (split ? bs / np : bs), "even: full batches");
+                  for (int64_t i = 0; i < c; i++) seen[ix[i]]++;
+                  total += c;
+                }
+                acc_batch_shard_destroy(sh);
+              }
+              if (even)
+                for (int p = 1; p < np; p++) CHECK(counts[p] == counts[0], "even: same batch count");
+              if (!even) {
+                int64_t L = acc_batch_sampler_len(n, bs, drop);
+                int64_t covered = split ? (drop ? L * bs : n) : (drop ? (L / np) * np * bs : n);
+                int ok = total == covered;
+                for (int64_t i = 0; i < n; i++) ok &= seen[order[i]] == (i < covered ? 1 : 0);
+                CHECK(ok, "np %d bs %lld n %lld split %d drop %d: union is the order's first %lld",
+                      np, (long long)bs, (long long)n, split, drop, (long long)covered);
+              }
+            }
+}
+
 static void test_sampler(void) {
   int64_t a[50], b[50], c[50];
   CHECK_OK(acc_sampler_order(a, 50, 1, 42, 0));
@@ -265,5 +314,6 @@ int main(void) {
   test_iterable();
   test_union_is_permutation();
   test_sampler();
+  test_properties();
   return acc_test_finish("data_shard");
 }
