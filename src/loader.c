@@ -392,6 +392,21 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
 
 /* ---- create / destroy / accessors ---------------------------------------------------------- */
 
+acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version) {
+  if (!opts) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_dataloader_options_init: opts is NULL");
+  if (version != ACC_DATALOADER_OPTIONS_VERSION)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_dataloader_options_init: version %u, this library knows %u", version,
+                      ACC_DATALOADER_OPTIONS_VERSION);
+  acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
+  *opts = o;
+  return ACC_OK;
+}
+
+int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl) {
+  return dl && dl->magic == ACC_MAGIC_LOADER ? dl->total_bs : 0;
+}
+
 acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
                                  const acc_dataloader_options *opts) {
   static const char fn[] = "acc_dataloader_create";
@@ -420,6 +435,9 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
                       "To use a `DataLoader` in `split_batches` mode, the batch size (%lld) needs "
                       "to be a round multiple of the number of processes (%d).",
                       (long long)o.batch_size, np);
+  if (o.batch_size > ACC_DATA_MAX_GLOBAL_BATCH / np)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size %lld x num_processes %d is too large",
+                      fn, (long long)o.batch_size, np);
   if (o.prefetch < 0 || o.prefetch > 64)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: prefetch is %d, expected 0..64", fn, o.prefetch);
   if (o.collate && !o.collate_capacity)
@@ -445,8 +463,17 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   dl->cur_slot = dl->ahead_slot = -1;
   dl->remainder = -1;
   const int nf = ds->num_fields;
-  for (int f = 0; f < nf; f++)
-    dl->capacity[f] = o.collate ? o.collate_capacity[f] : (size_t)dl->per_bs * ds->sample_bytes[f];
+  for (int f = 0; f < nf; f++) {
+    size_t cap;
+    if (o.collate) {
+      cap = o.collate_capacity[f];
+    } else if (__builtin_mul_overflow((size_t)dl->per_bs, ds->sample_bytes[f], &cap)) {
+      rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size %lld x %zu bytes of field %d overflows",
+                      fn, (long long)o.batch_size, ds->sample_bytes[f], f);
+      goto fail;
+    }
+    dl->capacity[f] = cap;
+  }
 
   dl->nslots = 2 + o.prefetch;
   dl->slots = acc__calloc((size_t)dl->nslots, sizeof *dl->slots);

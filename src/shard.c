@@ -3,8 +3,7 @@
  * order is an array anyway (like torch's randperm), and a list makes skip/resume O(1). */
 #include <string.h>
 
-#include "accelerate/data.h"
-#include "internal.h"
+#include "data_internal.h"
 
 struct acc_batch_shard {
   int64_t *idx;      /* all indices of this process's batches, concatenated */
@@ -58,6 +57,10 @@ acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order, i
                       (long long)batch_size);
   const int np = cfg->num_processes, p = cfg->process_index;
   const int split = cfg->split_batches && np > 1, even = cfg->even_batches != 0;
+  if (batch_size > ACC_DATA_MAX_GLOBAL_BATCH / np || n > ACC_DATA_MAX_GLOBAL_BATCH * 64)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: batch_size %lld x num_processes %d (or n = %lld) is too large", fn,
+                      (long long)batch_size, np, (long long)n);
   if (split && batch_size % np != 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "To use `BatchSamplerShard` in `split_batches` mode, the batch size (%lld) "
@@ -67,9 +70,10 @@ acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order, i
   const int64_t L = acc_batch_sampler_len(n, bs, drop_last);
   acc_batch_shard *sh = acc__calloc(1, sizeof *sh);
   if (!sh) return ACC_ERR_NOMEM;
-  /* Upper bounds: this process never gets more than L + 1 batches of at most bs indices. */
+  /* Upper bounds: at most L + 1 batches; the unpadded batches of a process are disjoint parts of
+   * order (<= n indices) and at most one batch (<= bs indices) is padded. */
   sh->start = acc__calloc((size_t)L + 2, sizeof *sh->start);
-  sh->idx = acc__malloc(((size_t)L + 1) * (size_t)bs * sizeof *sh->idx + 1);
+  sh->idx = acc__malloc(((size_t)n + (size_t)bs) * sizeof *sh->idx);
   if (!sh->start || !sh->idx) {
     acc_batch_shard_destroy(sh);
     return ACC_ERR_NOMEM;
@@ -210,6 +214,9 @@ acc_result acc_iterable_shard_create(acc_iterable_shard **out, int64_t batch_siz
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size is %lld, expected >= 1", fn,
                       (long long)batch_size);
   const int np = cfg->num_processes;
+  if (batch_size > ACC_DATA_MAX_GLOBAL_BATCH / np)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size %lld x num_processes %d is too large",
+                      fn, (long long)batch_size, np);
   if (cfg->split_batches && batch_size > 1 && batch_size % np != 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "To use `IterableDatasetShard` in `split_batches` mode, the batch size "

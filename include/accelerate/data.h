@@ -172,6 +172,9 @@ typedef struct acc_dataloader_options {
   { sizeof(acc_dataloader_options), ACC_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0,                \
     ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL }
 
+/** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). */
+ACC_EXTERN acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version);
+
 /** A batch handed to the program. Borrowed: valid until the next acc_dataloader_next/destroy. */
 typedef struct acc_batch {
   int64_t size;               /* samples in this batch (the last may be short) */
@@ -200,6 +203,8 @@ ACC_EXTERN acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *d
 ACC_EXTERN acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out);
 /** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. */
 ACC_EXTERN int64_t acc_dataloader_len(const acc_dataloader *dl);
+/** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. */
+ACC_EXTERN int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl);
 /** 1 while the last batch of the epoch is being processed (spec 6.4). */
 ACC_EXTERN int acc_dataloader_end_of_dataloader(const acc_dataloader *dl);
 /** total_dataset_length % total_batch_size, or -1 with drop_last or an unknown length. */

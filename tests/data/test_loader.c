@@ -72,6 +72,7 @@ static void test_remainder(void) {
   CHECK(acc_dataloader_len(dl) == 2, "drop_last len");
   acc_dataloader_destroy(dl);
   dl = mk(ds, 3, 0, 0, 3, 1, 0, 1, 0); /* total batch 9 */
+  CHECK(acc_dataloader_total_batch_size(dl) == 9, "total batch size");
   CHECK_OK(acc_dataloader_next(dl, &b));
   CHECK(acc_dataloader_remainder(dl) == 1, "3 procs: remainder %lld", (long long)acc_dataloader_remainder(dl));
   acc_dataloader_destroy(dl);
@@ -368,6 +369,14 @@ static void test_errors(void) {
   o.shard.num_processes = 2;
   o.shard.split_batches = 1;
   CHECK_ERR(acc_dataloader_create(&dl, ds, &o), ACC_ERR_INVALID_ARGUMENT, "round multiple");
+  o.shard.split_batches = 0;
+  o.batch_size = (int64_t)1 << 40;
+  CHECK_ERR(acc_dataloader_create(&dl, ds, &o), ACC_ERR_INVALID_ARGUMENT, "too large");
+  acc_dataloader_options init;
+  CHECK_OK(acc_dataloader_options_init(&init, ACC_DATALOADER_OPTIONS_VERSION));
+  CHECK(init.size == sizeof init && init.batch_size == 1 && init.shard.num_processes == 1 &&
+            init.shard.even_batches == 1 && init.prefetch == 2, "options_init defaults");
+  CHECK_ERR(acc_dataloader_options_init(&init, 99), ACC_ERR_INVALID_ARGUMENT, "version 99");
   acc_dataloader_options zero;
   memset(&zero, 0, sizeof zero);
   CHECK_ERR(acc_dataloader_create(&dl, ds, &zero), ACC_ERR_INVALID_USAGE, "ACC_DATALOADER_OPTIONS_INIT");

@@ -126,7 +126,11 @@ static void test_errors(void) {
             "process_index is 2");
   CHECK_ERR(acc_batch_shard_create(&sh, order, 8, 0, 0, &split), ACC_ERR_INVALID_ARGUMENT,
             "batch_size is 0");
+  acc_shard_config big = {4, 0, 0, 1};
+  CHECK_ERR(acc_batch_shard_create(&sh, order, 8, (int64_t)1 << 40, 0, &big), ACC_ERR_INVALID_ARGUMENT,
+            "too large");
   acc_iterable_shard *it = NULL;
+  CHECK_ERR(acc_iterable_shard_create(&it, (int64_t)1 << 40, 0, &big), ACC_ERR_INVALID_ARGUMENT, "too large");
   acc_shard_config split4 = {4, 0, 1, 1};
   CHECK_ERR(acc_iterable_shard_create(&it, 6, 0, &split4), ACC_ERR_INVALID_ARGUMENT,
             "`IterableDatasetShard` in `split_batches` mode");
