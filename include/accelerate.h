@@ -23,5 +23,8 @@
 #include "accelerate/tensor.h"
 #endif
 #endif
+#include "accelerate/rng.h"
+#include "accelerate/data.h"
+#include "accelerate/accelerator.h"
 
 #endif

@@ -1,0 +1,305 @@
+/* Fashion-MNIST classifier trained with accelerate-c: the README's main job.
+ *
+ * An ordinary training loop (MLP, SGD or AdamW, cross-entropy) plus the acc_accelerator calls
+ * that make it run unchanged on 1 or N processes:
+ *   accelerate launch --num_processes 2 build/examples/fashion_mnist [--epochs 5] [...]
+ * Every process reads the data set, trains on its shard, and gradients are averaged across
+ * processes; the test accuracy is computed over exactly the 10,000 test images with
+ * gather_for_metrics. --help lists the options. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <accelerate.h>
+
+#include "idx.h"
+#include "mlp.h"
+#include "progress.h"
+
+#define MEAN 0.2860f /* Fashion-MNIST training-set pixel mean and std (on [0,1] pixels) */
+#define STD 0.3530f
+
+typedef struct options {
+  int epochs, batch, hidden, layers, grad_accum, prefetch, quiet, overlap;
+  long max_steps;
+  double lr, momentum, weight_decay, clip;
+  const char *optimizer, *data, *mixed_precision;
+  uint64_t seed;
+} options;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fashion_mnist [options]\n"
+          "  --epochs N            training epochs (1)\n"
+          "  --batch N             batch size per process (64)\n"
+          "  --lr X                learning rate (0.01)\n"
+          "  --momentum X          SGD momentum (0.9)\n"
+          "  --weight-decay X      weight decay (0; AdamW: 0.01)\n"
+          "  --optimizer sgd|adamw (sgd)\n"
+          "  --mixed-precision no|fp16|bf16   (default: what accelerate launch set)\n"
+          "  --grad-accum K        gradient accumulation steps (1)\n"
+          "  --clip X              clip the gradient norm to X (off)\n"
+          "  --hidden N            hidden width (256)\n"
+          "  --layers N            hidden layers (1)\n"
+          "  --seed N              initialization and shuffling seed (42)\n"
+          "  --data DIR            data directory (" IDX_FASHION_MNIST_DIR ")\n"
+          "  --prefetch N          batches prepared ahead by a loader thread (2; 0: none)\n"
+          "  --overlap             reduce gradient buckets during the backward pass\n"
+          "  --max-steps N         stop after N optimizer steps (for quick runs)\n"
+          "  --quiet               no progress bar\n");
+}
+
+static int parse(int argc, char **argv, options *o) {
+  *o = (options){1, 64, 256, 1, 1, 2, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define ARG(name) (strcmp(a, name) == 0 && v && (i++, 1))
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      exit(0);
+    } else if (ARG("--epochs")) o->epochs = atoi(v);
+    else if (ARG("--batch")) o->batch = atoi(v);
+    else if (ARG("--lr")) o->lr = atof(v);
+    else if (ARG("--momentum")) o->momentum = atof(v);
+    else if (ARG("--weight-decay")) o->weight_decay = atof(v);
+    else if (ARG("--optimizer")) o->optimizer = v;
+    else if (ARG("--mixed-precision")) o->mixed_precision = v;
+    else if (ARG("--grad-accum")) o->grad_accum = atoi(v);
+    else if (ARG("--clip")) o->clip = atof(v);
+    else if (ARG("--hidden")) o->hidden = atoi(v);
+    else if (ARG("--layers")) o->layers = atoi(v);
+    else if (ARG("--seed")) o->seed = strtoull(v, NULL, 10);
+    else if (ARG("--data")) o->data = v;
+    else if (ARG("--prefetch")) o->prefetch = atoi(v);
+    else if (ARG("--max-steps")) o->max_steps = atol(v);
+    else if (strcmp(a, "--overlap") == 0) o->overlap = 1;
+    else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
+    else {
+      fprintf(stderr, "fashion_mnist: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return -1;
+    }
+#undef ARG
+  }
+  if (o->epochs < 1 || o->batch < 1 || o->hidden < 1 || o->layers < 0 || o->grad_accum < 1 || !(o->lr > 0) ||
+      (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0)) {
+    fprintf(stderr, "fashion_mnist: invalid option value (see --help)\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the data set: raw bytes in memory, normalized floats per batch -------------------------- */
+
+static float byte_to_input[256];
+
+static int fetch(int64_t i, void *const *fields, void *payload) {
+  const idx_dataset *d = payload;
+  const unsigned char *px = d->images.bytes + (size_t)i * 784;
+  float *x = fields[0];
+  for (int k = 0; k < 784; k++) x[k] = byte_to_input[px[k]];
+  *(int32_t *)fields[1] = d->labels[i];
+  return 0;
+}
+
+#define TRY(call)                                                                   \
+  do {                                                                              \
+    if ((call) != ACC_OK) {                                                         \
+      fprintf(stderr, "fashion_mnist: %s failed: %s\n", #call, acc_last_error());   \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void round_to(float *x, size_t n, acc_dtype dt) {
+  if (dt == ACC_F16) {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      acc_f32_to_f16(&h, &x[i], 1);
+      acc_f16_to_f32(&x[i], &h, 1);
+    }
+  } else if (dt == ACC_BF16) {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      acc_f32_to_bf16(&h, &x[i], 1);
+      acc_bf16_to_f32(&x[i], &h, 1);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  options o;
+  if (parse(argc, argv, &o)) return 2;
+  for (int v = 0; v < 256; v++) byte_to_input[v] = ((float)v / 255.0f - MEAN) / STD;
+
+  /* 1. The accelerator: reads what `accelerate launch` put in the environment. */
+  acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
+  ao.gradient_accumulation_steps = o.grad_accum;
+  ao.overlap_grad_sync = o.overlap;
+  if (o.mixed_precision) {
+    acc_mixed_precision mp;
+    TRY(acc_mixed_precision_parse(o.mixed_precision, &mp));
+    ao.mixed_precision = (int)mp;
+  }
+  acc_accelerator *acc;
+  TRY(acc_accelerator_create(&acc, &ao));
+  acc_state *st = acc_accelerator_state(acc);
+  const int rank = acc_state_process_index(st), nprocs = acc_state_num_processes(st);
+  const int show = acc_state_is_local_main_process(st) && !o.quiet;
+
+  /* 2. Data: every process reads the files (raw bytes: 47 MB for the training set). */
+  idx_dataset train, test;
+  if (idx_load_fashion_mnist_u8(o.data, 1, &train) || idx_load_fashion_mnist_u8(o.data, 0, &test)) {
+    fprintf(stderr, "fashion_mnist (process %d): %s\n", rank, idx_last_error());
+    return 1;
+  }
+  acc_field_desc fields[2] = {{ACC_F32, 784}, {ACC_I32, 1}};
+  acc_dataset *train_ds, *test_ds;
+  TRY(acc_dataset_create_map(&train_ds, train.images.count, fields, 2, fetch, &train));
+  TRY(acc_dataset_create_map(&test_ds, test.images.count, fields, 2, fetch, &test));
+  acc_dataloader_options lo = ACC_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = o.batch;
+  lo.shuffle = 1;
+  lo.seed = o.seed;
+  lo.prefetch = o.prefetch;
+  acc_dataloader *train_dl, *test_dl;
+  TRY(acc_accelerator_prepare_dataloader(acc, train_ds, &lo, &train_dl));
+  lo.shuffle = 0;
+  lo.batch_size = 256;
+  TRY(acc_accelerator_prepare_dataloader(acc, test_ds, &lo, &test_dl));
+
+  /* 3. Model and optimizer: registered with the library, then prepared. */
+  mlp_config mc = {784, o.hidden, o.layers, 10, o.batch > 256 ? o.batch : 256};
+  mlp *net;
+  if (mlp_create(&net, &mc)) {
+    fprintf(stderr, "fashion_mnist: %s\n", mlp_last_error());
+    return 1;
+  }
+  mlp_init(net, o.seed + (uint64_t)rank); /* deliberately different: prepare makes it process 0's */
+  acc_model *model;
+  TRY(acc_model_create(&model));
+  for (int t = 0; t < mlp_num_tensors(net); t++) {
+    const mlp_tensor *mt = mlp_tensor_at(net, t);
+    TRY(acc_model_add_parameter(model, mt->name, mlp_params(net) + mt->offset, mlp_grads(net) + mt->offset,
+                                mt->ndim, mt->shape));
+  }
+  TRY(acc_accelerator_prepare_model(acc, model));
+  acc_optimizer *opt;
+  if (strcmp(o.optimizer, "adamw") == 0) {
+    acc_adamw_options a = ACC_ADAMW_OPTIONS_INIT;
+    a.lr = o.lr;
+    if (o.weight_decay >= 0) a.weight_decay = o.weight_decay;
+    TRY(acc_optimizer_create_adamw(&opt, model, &a));
+  } else {
+    acc_sgd_options s = ACC_SGD_OPTIONS_INIT;
+    s.lr = o.lr;
+    s.momentum = o.momentum;
+    if (o.weight_decay >= 0) s.weight_decay = o.weight_decay;
+    TRY(acc_optimizer_create_sgd(&opt, model, &s));
+  }
+  TRY(acc_accelerator_prepare_optimizer(acc, opt));
+  const acc_dtype compute = acc_accelerator_autocast_dtype(acc);
+
+  acc_print(st, "%s", acc_state_describe(st));
+  acc_print(st, "training %d epoch(s): %d processes x batch %d (x%d accumulation), %s lr %g, %s\n", o.epochs,
+            nprocs, o.batch, o.grad_accum, o.optimizer, o.lr, acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
+
+  /* 4. The training loop. */
+  double train_time = 0;
+  int64_t samples = 0, steps = 0;
+  int stop = 0;
+  for (int epoch = 0; epoch < o.epochs && !stop; epoch++) {
+    progress bar;
+    char label[32];
+    snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
+    if (show) progress_start(&bar, stdout, label, (uint64_t)acc_dataloader_len(train_dl), isatty(1));
+    double t0 = now_s(), loss_sum = 0;
+    int64_t nb = 0;
+    const acc_batch *b;
+    for (;;) {
+      TRY(acc_accelerator_next_batch(acc, train_dl, &b));
+      if (!b) break;
+      if (stop) continue; /* drain the epoch so the loader ends cleanly */
+      const float *x = b->fields[0];
+      const int32_t *y = b->fields[1];
+      const int bs = (int)b->size;
+      if (compute != ACC_F32) round_to((float *)b->fields[0], (size_t)bs * 784, compute);
+      TRY(acc_accelerator_accumulate(acc));
+      float loss = 0;
+      if (mlp_forward(net, x, bs) || mlp_loss(net, y, bs, &loss) ||
+          mlp_backward(net, x, y, bs, acc_accelerator_backward_scale(acc))) {
+        fprintf(stderr, "fashion_mnist: %s\n", mlp_last_error());
+        return 1;
+      }
+      TRY(acc_accelerator_backward(acc));
+      if (o.clip > 0 && acc_accelerator_sync_gradients(acc)) TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, NULL));
+      TRY(acc_accelerator_optimizer_step(acc, opt));
+      TRY(acc_accelerator_optimizer_zero_grad(acc, opt));
+      if (acc_accelerator_sync_gradients(acc)) steps++;
+      loss_sum += loss;
+      nb++;
+      samples += bs;
+      if (show) progress_update(&bar, (uint64_t)nb, (uint64_t)(nb * o.batch * nprocs));
+      if (o.max_steps > 0 && steps >= o.max_steps) stop = 1;
+    }
+    train_time += now_s() - t0;
+    if (show) progress_finish(&bar);
+    float mean_loss = nb ? (float)(loss_sum / (double)nb) : 0.0f;
+    TRY(acc_accelerator_reduce(acc, &mean_loss, &mean_loss, 1, ACC_F32, ACC_MEAN));
+    acc_print(st, "epoch %d: mean training loss %.4f\n", epoch + 1, mean_loss);
+  }
+
+  /* 5. Evaluation over exactly the 10,000 test images. */
+  int64_t correct = 0, seen = 0;
+  uint8_t hit[256], all_hits[256 * 64];
+  const acc_batch *b;
+  for (;;) {
+    TRY(acc_accelerator_next_batch(acc, test_dl, &b));
+    if (!b) break;
+    const int bs = (int)b->size;
+    if (mlp_forward(net, b->fields[0], bs)) return 1;
+    int32_t pred[256];
+    mlp_predict(net, bs, pred);
+    const int32_t *y = b->fields[1];
+    for (int i = 0; i < bs; i++) hit[i] = pred[i] == y[i];
+    int64_t kept = 0;
+    TRY(acc_accelerator_gather_for_metrics(acc, hit, bs, 1, ACC_U8, all_hits, (int64_t)sizeof all_hits, &kept));
+    for (int64_t i = 0; i < kept; i++) correct += all_hits[i];
+    seen += kept;
+  }
+  double rate = train_time > 0 ? (double)samples / train_time : 0;
+  double total_rate = rate;
+  TRY(acc_accelerator_reduce(acc, &total_rate, &total_rate, 1, ACC_F64, ACC_SUM));
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double rss = (double)ru.ru_maxrss / 1024.0, max_rss = rss;
+  TRY(acc_accelerator_reduce(acc, &max_rss, &max_rss, 1, ACC_F64, ACC_MAX));
+  acc_print(st, "test accuracy: %.4f (%lld of %lld images)\n", seen ? (double)correct / (double)seen : 0.0,
+            (long long)correct, (long long)seen);
+  acc_print(st, "throughput: %.0f samples/s in total (%d processes), %.1f MiB peak resident per process\n",
+            total_rate, nprocs, max_rss);
+
+  acc_dataloader_destroy(train_dl);
+  acc_dataloader_destroy(test_dl);
+  acc_dataset_destroy(train_ds);
+  acc_dataset_destroy(test_ds);
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(model);
+  mlp_destroy(net);
+  idx_dataset_free(&train);
+  idx_dataset_free(&test);
+  acc_accelerator_destroy(acc);
+  return 0;
+}

@@ -1,0 +1,184 @@
+/* accelerate-c: the Accelerator — prepare(), gradient accumulation and synchronization, mixed
+ * precision, optimizer/scheduler stepping rules, metrics gathering. */
+#ifndef ACCELERATE_ACCELERATOR_H
+#define ACCELERATE_ACCELERATOR_H
+
+#include "comm.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "precision.h"
+#include "state.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct acc_accelerator acc_accelerator;
+
+#define ACC_ACCELERATOR_OPTIONS_VERSION 1
+
+/**
+ * Options of acc_accelerator_create. Initialize with ACC_ACCELERATOR_OPTIONS_INIT; fields left
+ * ACC_UNSET come from the environment `accelerate launch` sets, then from Accelerate's defaults.
+ */
+typedef struct acc_accelerator_options {
+  size_t size;                      /* sizeof, set by the INIT macro */
+  uint32_t version;                 /* ACC_ACCELERATOR_OPTIONS_VERSION */
+  int mixed_precision;              /* acc_mixed_precision; ACC_UNSET: ACCELERATE_MIXED_PRECISION */
+  int gradient_accumulation_steps;  /* ACC_UNSET: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1 */
+  int split_batches;                /* 0: batch_size is per process; 1: global, split */
+  int even_batches;                 /* 1: every process gets the same number of full batches */
+  int step_scheduler_with_optimizer;/* 1: scheduler steps follow optimizer steps (spec 4.4) */
+  int sync_with_dataloader;         /* 1: the last batch of an epoch always syncs (spec 4.6) */
+  int cpu;                          /* ACC_UNSET: ACCELERATE_USE_CPU */
+  size_t bucket_cap_bytes;          /* gradient bucket size; 0: 25 MB (torch DDP's default) */
+  int overlap_grad_sync;            /* 1: reduce buckets on a background thread as
+                                       acc_accelerator_grad_ready marks them (see docs) */
+  const acc_grad_scaler_options *scaler; /* fp16 loss scaling; NULL: torch's defaults */
+} acc_accelerator_options;
+
+#define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
+  { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_UNSET, ACC_UNSET, 0, 1, \
+    1, 1, ACC_UNSET, 0, 0, NULL }
+
+/**
+ * Creates the accelerator and, through it, the process state (acc_state_create).
+ * Collective: every process must call it. Ownership: acc_accelerator_destroy.
+ */
+ACC_EXTERN acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_options *opts);
+/** Releases the accelerator (not the prepared objects: they stay the program's) and its state
+ * reference. Accepts NULL. */
+ACC_EXTERN void acc_accelerator_destroy(acc_accelerator *acc);
+
+/** The process state (borrowed). */
+ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
+ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
+/** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
+ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_gradient_accumulation_steps(const acc_accelerator *acc);
+
+/**
+ * Seeds the library's global generator (acc_rng_global) with seed, plus the process index when
+ * device_specific. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int device_specific);
+
+/* ---- prepare -------------------------------------------------------------------------------- */
+
+/**
+ * Prepares the model: every process's parameters are overwritten with process 0's (so all start
+ * identical), and the gradient buckets are built. One model per accelerator.
+ * Collective. Ownership: the model stays the program's and must outlive the accelerator.
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model);
+/** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Not collective. */
+ACC_EXTERN acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt);
+/** Registers a scheduler: stepped by acc_accelerator_scheduler_step with Accelerate's rules. */
+ACC_EXTERN acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler *sched);
+/**
+ * Creates a sharded data loader over ds (Accelerate's prepare(dataloader)): opts->shard is filled
+ * from the process state and the accelerator's split_batches/even_batches, and the shuffle seed
+ * is process 0's (broadcast), so every process walks the same permutation.
+ * Collective. Ownership: acc_dataloader_destroy (ds borrowed).
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
+                                                         const acc_dataloader_options *opts,
+                                                         acc_dataloader **out);
+/**
+ * The next batch of a prepared loader; *out is NULL at the end of the epoch (the next call starts
+ * the next epoch). Use this rather than acc_dataloader_next so the accelerator knows which loader
+ * is active (end of epoch for accumulation, padding for gather_for_metrics).
+ */
+ACC_EXTERN acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl,
+                                                 const acc_batch **out);
+
+/* ---- a training step -------------------------------------------------------------------------- */
+
+/**
+ * Call at the start of every batch (Accelerate's `with accelerator.accumulate(model):`).
+ * Decides whether this batch synchronizes gradients: every gradient_accumulation_steps-th batch,
+ * and always the last batch of the epoch. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_accumulate(acc_accelerator *acc);
+/** 1 when this batch ends an accumulation window: gradients will be averaged and the optimizer
+ * will step. */
+ACC_EXTERN int acc_accelerator_sync_gradients(const acc_accelerator *acc);
+/** The factor to seed the backward pass with: 1/gradient_accumulation_steps (times the loss
+ * scale under fp16). Multiply d(loss)/d(output) by it. */
+ACC_EXTERN float acc_accelerator_backward_scale(const acc_accelerator *acc);
+/**
+ * Optional, for overlap: the gradient of parameter `index` is final for this batch. With
+ * overlap_grad_sync, a bucket whose gradients are all final is reduced at once on a background
+ * thread while the backward pass continues. No effect on batches that do not sync. Every process
+ * must mark the same parameters in the same order.
+ */
+ACC_EXTERN acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index);
+/**
+ * Call after the program's backward pass. On a sync batch: (fp16: gradients pass through half
+ * precision, as a half-precision backward would produce them) then every gradient becomes the
+ * mean over processes, in buckets. Otherwise nothing (gradients accumulate locally: no_sync).
+ * Collective on sync batches.
+ */
+ACC_EXTERN acc_result acc_accelerator_backward(acc_accelerator *acc);
+/** fp16: divides the gradients by the loss scale (once per step). Otherwise nothing. */
+ACC_EXTERN acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc);
+/** Unscales, then clips the global gradient norm (gradients are already averaged, so every
+ * process computes the same norm). *total_norm (may be NULL) gets the norm before clipping. */
+ACC_EXTERN acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm,
+                                                     double norm_type, float *total_norm);
+ACC_EXTERN acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value);
+/**
+ * Steps a prepared optimizer on sync batches only. fp16: unscales, and when any process found an
+ * inf/NaN gradient every process skips the step and the scaler backs off.
+ * Collective on sync batches (fp16: one 4-byte all-reduce).
+ */
+ACC_EXTERN acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt);
+/** Zeroes the gradients on sync batches only. */
+ACC_EXTERN acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, acc_optimizer *opt);
+/** 1 when the last optimizer step was skipped (fp16 overflow). */
+ACC_EXTERN int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator *acc);
+/**
+ * Steps a prepared scheduler with Accelerate's rules (spec 4.4): not on non-sync batches, not
+ * when the optimizer step was skipped, num_processes times per call unless split_batches.
+ */
+ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *sched);
+/** The grad scaler (NULL unless fp16). Borrowed. */
+ACC_EXTERN acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc);
+/** The accumulation counter (Accelerate's accelerator.step). */
+ACC_EXTERN int64_t acc_accelerator_step(const acc_accelerator *acc);
+
+/* ---- metrics ------------------------------------------------------------------------------------ */
+
+/** all_gather of count elements (collective). recv holds count * num_processes elements. */
+ACC_EXTERN acc_result acc_accelerator_gather(acc_accelerator *acc, const void *send, void *recv,
+                                             size_t count, acc_dtype dtype);
+/**
+ * Gathers n_samples samples of sample_elems elements from every process (counts may differ) in
+ * rank order and, on the last batch of the active prepared loader, drops the duplicated padding
+ * samples (Accelerate's gather_for_metrics, spec 6.9), so an evaluation over a whole epoch
+ * counts every dataset sample exactly once. recv must hold capacity samples; *n_out receives the
+ * samples kept. Collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *send,
+                                                         int64_t n_samples, size_t sample_elems,
+                                                         acc_dtype dtype, void *recv,
+                                                         int64_t capacity, int64_t *n_out);
+/** all_reduce with op (Accelerate's accelerator.reduce defaults to sum). Collective. */
+ACC_EXTERN acc_result acc_accelerator_reduce(acc_accelerator *acc, const void *send, void *recv,
+                                             size_t count, acc_dtype dtype, acc_op op);
+/**
+ * Pads buf (n_samples samples of sample_elems) along the sample axis to the largest n_samples of
+ * any process, with pad_value (pad_first: at the front). buf must hold the padded size;
+ * *n_out receives it. Collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
+                                                           int64_t n_samples, size_t sample_elems,
+                                                           acc_dtype dtype, double pad_value,
+                                                           int pad_first, int64_t capacity,
+                                                           int64_t *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,246 @@
+/* accelerate-c: datasets, samplers, per-process sharding exactly as Accelerate's
+ * BatchSamplerShard / IterableDatasetShard, and a prefetching dataloader.
+ * Everything here is per-process logic parameterized by (num_processes, process_index); nothing
+ * communicates. See docs/data.md. */
+#ifndef ACCELERATE_DATA_H
+#define ACCELERATE_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- datasets ------------------------------------------------------------------------------ */
+
+/** One field of a fixed-size sample: count elements of dtype (e.g. 784 x ACC_F32, 1 x ACC_I32). */
+typedef struct acc_field_desc {
+  acc_dtype dtype;
+  size_t count;
+} acc_field_desc;
+
+/**
+ * Map-style fetch: writes sample `index` into fields[f] (fields[f] has room for field f's
+ * count elements). Returns 0 on success, anything else is an error the loader reports.
+ * Called on the loader thread when prefetching (one call at a time).
+ */
+typedef int (*acc_dataset_fetch_fn)(int64_t index, void *const *fields, void *payload);
+/** Iterable next: writes the next sample into fields; returns 1 (got one), 0 (end), <0 error. */
+typedef int (*acc_dataset_next_fn)(void *const *fields, void *payload);
+/** Iterable restart: called at the start of every epoch (Accelerate's set_epoch forwarding). */
+typedef int (*acc_dataset_reset_fn)(int64_t epoch, void *payload);
+
+typedef struct acc_dataset acc_dataset;
+
+/**
+ * Creates a map-style dataset of `length` samples made of num_fields fixed-size fields.
+ * @param out receives the dataset. Ownership: acc_dataset_destroy (after every loader using it).
+ * @param payload passed to fetch; borrowed.
+ */
+ACC_EXTERN acc_result acc_dataset_create_map(acc_dataset **out, int64_t length,
+                                             const acc_field_desc *fields, int num_fields,
+                                             acc_dataset_fetch_fn fetch, void *payload);
+/**
+ * Creates an iterable dataset. length is the number of samples per epoch, or -1 when unknown
+ * (then the loader's remainder is -1). reset may be NULL (the stream simply continues).
+ */
+ACC_EXTERN acc_result acc_dataset_create_iterable(acc_dataset **out, int64_t length,
+                                                  const acc_field_desc *fields, int num_fields,
+                                                  acc_dataset_next_fn next,
+                                                  acc_dataset_reset_fn reset, void *payload);
+/**
+ * Creates a map-style dataset over arrays already in memory: sample i of field f is the
+ * fields[f] record at data[f] + i * (record bytes of field f), i.e. data[f] holds `length`
+ * records back to back (e.g. data[0]: length x 784 f32 images, data[1]: length x 1 i32 labels).
+ * Ownership: data is borrowed and must outlive the dataset and its loaders.
+ */
+ACC_EXTERN acc_result acc_dataset_create_memory(acc_dataset **out, int64_t length,
+                                                const acc_field_desc *fields, int num_fields,
+                                                const void *const *data);
+/** Number of samples, or -1 when unknown. */
+ACC_EXTERN int64_t acc_dataset_length(const acc_dataset *ds);
+ACC_EXTERN void acc_dataset_destroy(acc_dataset *ds);
+
+/* ---- samplers ------------------------------------------------------------------------------ */
+
+/**
+ * Writes the sampler order of one epoch into out[0..n): sequential 0..n-1 when shuffle is 0,
+ * else the SeedableRandomSampler permutation seeded with seed + epoch (identical on every
+ * process for the same seed, without communication).
+ */
+ACC_EXTERN acc_result acc_sampler_order(int64_t *out, int64_t n, int shuffle, uint64_t seed,
+                                        int64_t epoch);
+/** len(BatchSampler): ceil(n / batch_size), or floor when drop_last. */
+ACC_EXTERN int64_t acc_batch_sampler_len(int64_t n, int64_t batch_size, int drop_last);
+
+/* ---- sharding ------------------------------------------------------------------------------ */
+
+/** How one process sees the data. Filled by acc_accelerator_prepare_dataloader from the state. */
+typedef struct acc_shard_config {
+  int num_processes;  /* >= 1 */
+  int process_index;  /* 0 .. num_processes-1 */
+  int split_batches;  /* 1: batch_size is the global batch, split across processes */
+  int even_batches;   /* 1: pad with samples from the start so every process gets full batches */
+} acc_shard_config;
+
+#define ACC_SHARD_CONFIG_INIT { 1, 0, 0, 1 }
+
+/** The batches of one process for one epoch (BatchSamplerShard), an index-level iterator. */
+typedef struct acc_batch_shard acc_batch_shard;
+
+/**
+ * Applies Accelerate's BatchSamplerShard (spec 6.2) to BatchSampler(order, batch_size,
+ * drop_last): every rule of even_batches, split_batches and drop_last, padding from the start
+ * of `order`. With num_processes == 1 the batch sampler is used as is (as prepare_data_loader).
+ * @param order the epoch's sample order (n indices); copied.
+ * Ownership: acc_batch_shard_destroy. Errors: split mode with batch_size % num_processes != 0.
+ */
+ACC_EXTERN acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order,
+                                             int64_t n, int64_t batch_size, int drop_last,
+                                             const acc_shard_config *cfg);
+/** BatchSamplerShard.__len__ (spec formula; in split mode with even_batches off it can exceed
+ *  the number of batches actually yielded, as in Accelerate). */
+ACC_EXTERN int64_t acc_batch_shard_len(const acc_batch_shard *sh);
+/** Number of batches this process actually yields in the epoch. */
+ACC_EXTERN int64_t acc_batch_shard_count(const acc_batch_shard *sh);
+/**
+ * Batch i (0-based) of this process: *indices (borrowed, valid until destroy) and *count.
+ * Returns ACC_ERR_INVALID_ARGUMENT when i is out of range.
+ */
+ACC_EXTERN acc_result acc_batch_shard_get(const acc_batch_shard *sh, int64_t i,
+                                          const int64_t **indices, int64_t *count);
+ACC_EXTERN void acc_batch_shard_destroy(acc_batch_shard *sh);
+
+/** IterableDatasetShard (spec 6.3) as a push iterator over int64 items. */
+typedef struct acc_iterable_shard acc_iterable_shard;
+
+/**
+ * @param batch_size the loader's batch size (global in split mode, per process otherwise).
+ * Ownership: acc_iterable_shard_destroy. Errors: split mode with batch_size > 1 not a multiple
+ * of num_processes.
+ */
+ACC_EXTERN acc_result acc_iterable_shard_create(acc_iterable_shard **out, int64_t batch_size,
+                                                int drop_last, const acc_shard_config *cfg);
+/**
+ * Feeds the next item of the stream. Returns 1 when this process's chunk of a completed real
+ * batch is ready in *items / *count (borrowed until the next push/finish), else 0.
+ */
+ACC_EXTERN int acc_iterable_shard_push(acc_iterable_shard *sh, int64_t item,
+                                       const int64_t **items, int64_t *count);
+/** Ends the stream: returns 1 with the padded last chunk when one is due (not drop_last and a
+ *  partial real batch is buffered), else 0. Resets the shard for the next epoch. */
+ACC_EXTERN int acc_iterable_shard_finish(acc_iterable_shard *sh, const int64_t **items,
+                                         int64_t *count);
+/** IterableDatasetShard.__len__: samples per process for a dataset of dataset_len samples. */
+ACC_EXTERN int64_t acc_iterable_shard_len(int64_t dataset_len, int64_t batch_size, int drop_last,
+                                          int num_processes);
+ACC_EXTERN void acc_iterable_shard_destroy(acc_iterable_shard *sh);
+
+/* ---- dataloader ---------------------------------------------------------------------------- */
+
+/**
+ * Custom collation for variable-size samples. samples[i * num_fields + f] points to field f of
+ * sample i (n samples, laid out as the dataset's fields). Write batch field f into
+ * batch_fields[f] (capacity batch_capacity[f] bytes, from acc_dataloader_options) and store the
+ * bytes used in batch_bytes[f]. Returns 0 on success.
+ */
+typedef int (*acc_collate_fn)(const void *const *samples, int64_t n, int num_fields,
+                              void *const *batch_fields, const size_t *batch_capacity,
+                              size_t *batch_bytes, void *payload);
+
+#define ACC_DATALOADER_OPTIONS_VERSION 1u
+
+/** Options of acc_dataloader_create. Initialize with ACC_DATALOADER_OPTIONS_INIT. */
+typedef struct acc_dataloader_options {
+  size_t size;                     /* sizeof(acc_dataloader_options), set by the INIT macro */
+  uint32_t version;                /* ACC_DATALOADER_OPTIONS_VERSION */
+  int64_t batch_size;              /* per process; the global batch when split_batches */
+  int shuffle;                     /* map-style only: seedable random sampler */
+  uint64_t seed;                   /* sampler seed; epoch e uses seed + e */
+  int drop_last;
+  acc_shard_config shard;          /* num_processes, process_index, split_batches, even_batches */
+  int prefetch;                    /* batches prepared ahead on a loader thread; 0: no thread */
+  acc_collate_fn collate;          /* NULL: stack each field */
+  void *collate_payload;
+  const size_t *collate_capacity;  /* with collate: bytes per batch field (num_fields values) */
+} acc_dataloader_options;
+
+#define ACC_DATALOADER_OPTIONS_INIT                                                           \
+  { sizeof(acc_dataloader_options), ACC_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0,                \
+    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL }
+
+/** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). */
+ACC_EXTERN acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version);
+
+/** A batch handed to the program. Borrowed: valid until the next acc_dataloader_next/destroy. */
+typedef struct acc_batch {
+  int64_t size;               /* samples in this batch (the last may be short) */
+  int num_fields;
+  void *const *fields;        /* fields[f]: contiguous batch buffer of field f */
+  const size_t *field_bytes;  /* bytes used in fields[f] */
+  const int64_t *indices;     /* dataset index (map-style) or stream position of each sample */
+  int64_t index;              /* batch number in this epoch, counting skipped batches */
+  int64_t epoch;
+  int end_of_dataloader;      /* 1 on the last batch of the epoch (spec 6.4) */
+} acc_batch;
+
+typedef struct acc_dataloader acc_dataloader;
+
+/**
+ * Creates a loader over ds. Preallocates (and touches) every batch buffer; with prefetch > 0 a
+ * loader thread fills them ahead and calls the dataset's callbacks.
+ * Ownership: acc_dataloader_destroy; ds is borrowed and must outlive the loader.
+ */
+ACC_EXTERN acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
+                                            const acc_dataloader_options *opts);
+/**
+ * Next batch of the current epoch. At the end of the epoch returns ACC_OK with *out == NULL and
+ * moves to the next epoch (the following call starts it). Ownership: *out is borrowed.
+ */
+ACC_EXTERN acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out);
+/** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. */
+ACC_EXTERN int64_t acc_dataloader_len(const acc_dataloader *dl);
+/** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. */
+ACC_EXTERN int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl);
+/** 1 while the last batch of the epoch is being processed (spec 6.4). */
+ACC_EXTERN int acc_dataloader_end_of_dataloader(const acc_dataloader *dl);
+/** total_dataset_length % total_batch_size, or -1 with drop_last or an unknown length. */
+ACC_EXTERN int64_t acc_dataloader_remainder(const acc_dataloader *dl);
+/** The epoch being (or about to be) iterated. */
+ACC_EXTERN int64_t acc_dataloader_epoch(const acc_dataloader *dl);
+/** Sets the epoch of the next iteration (abandons an epoch in progress). */
+ACC_EXTERN acc_result acc_dataloader_set_epoch(acc_dataloader *dl, int64_t epoch);
+/**
+ * Skips the first n batches of the next epoch to start (only that epoch; later epochs are whole).
+ * ACC_ERR_INVALID_USAGE when called mid-epoch.
+ */
+ACC_EXTERN acc_result acc_dataloader_skip_first_batches(acc_dataloader *dl, int64_t n);
+
+/** Where a loader is, for checkpoints: restore it to continue on exactly the next batch. */
+typedef struct acc_dataloader_state {
+  uint64_t seed;      /* sampler seed */
+  int64_t epoch;      /* current epoch */
+  int64_t batches;    /* batches of this epoch already handed out (counting skipped ones) */
+} acc_dataloader_state;
+
+ACC_EXTERN acc_result acc_dataloader_state_get(const acc_dataloader *dl, acc_dataloader_state *out);
+/** Restores a position: the next acc_dataloader_next returns batch `batches` of `epoch`. */
+ACC_EXTERN acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dataloader_state *st);
+
+/**
+ * gather_for_metrics bookkeeping (spec 6.9): given that gathering the current batch over all
+ * processes produced `gathered` samples, how many to keep (the padding duplicates sit at the
+ * end). On the last batch with remainder > 0 that is min(remainder, gathered); else gathered.
+ */
+ACC_EXTERN int64_t acc_dataloader_gather_keep(const acc_dataloader *dl, int64_t gathered);
+
+/** Stops the loader thread (even mid-epoch) and frees every buffer. NULL is a no-op. */
+ACC_EXTERN void acc_dataloader_destroy(acc_dataloader *dl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,29 @@
+/* Internal structures of the data module (dataset.c, loader.c). Not API. */
+#ifndef ACC_DATA_INTERNAL_H
+#define ACC_DATA_INTERNAL_H
+
+#include "accelerate/data.h"
+#include "internal.h"
+
+#define ACC_DATA_MAX_FIELDS 16
+/* Sanity bound on batch_size x num_processes (keeps every size computation far from overflow). */
+#define ACC_DATA_MAX_GLOBAL_BATCH ((int64_t)1 << 30)
+#define ACC_MAGIC_DATASET 0x41434453u /* "ACDS" */
+#define ACC_MAGIC_LOADER 0x41434c44u  /* "ACLD" */
+
+struct acc_dataset {
+  uint32_t magic;
+  int64_t length; /* -1: unknown (iterable) */
+  int num_fields;
+  acc_field_desc fields[ACC_DATA_MAX_FIELDS];
+  size_t sample_bytes[ACC_DATA_MAX_FIELDS];  /* bytes of one sample's field */
+  size_t record_offset[ACC_DATA_MAX_FIELDS]; /* offset of the field in a staged sample record */
+  size_t record_bytes;
+  acc_dataset_fetch_fn fetch; /* map-style */
+  acc_dataset_next_fn next;   /* iterable */
+  acc_dataset_reset_fn reset;
+  void *payload;
+  const void *mem[ACC_DATA_MAX_FIELDS]; /* acc_dataset_create_memory: borrowed arrays */
+};
+
+#endif
