@@ -415,6 +415,10 @@ static void run_loop(monitor *m) {
       if (left < wait_s) wait_s = left < 0 ? 0 : left;
     }
     if (m->alive == 0) wait_s = 0.05;
+    /* fork mode: a hung-up death pipe means that child is exiting but may not be reapable yet */
+    if (!o->argv)
+      for (int i = 0; i < n; i++)
+        if (m->p[i].alive && m->p[i].death_fd < 0 && wait_s > 0.001) wait_s = 0.001;
     int timeout_ms = (int)(wait_s * 1000.0 + 0.999);
     int r = poll(fds, (nfds_t)nf, timeout_ms);
     if (r > 0) {
