@@ -327,6 +327,17 @@ static int env_copy(envlist *dst, const envlist *src) {
   return 0;
 }
 
+static void env_unset(envlist *e, const char *k) {
+  size_t kl = strlen(k);
+  for (size_t i = 0; i < e->n; i++)
+    if (strncmp(e->v[i], k, kl) == 0 && e->v[i][kl] == '=') {
+      free(e->v[i]);
+      e->v[i] = e->v[--e->n];
+      e->v[e->n] = NULL;
+      return;
+    }
+}
+
 static void env_free(envlist *e) {
   for (size_t i = 0; i < e->n; i++) free(e->v[i]);
   free(e->v);
@@ -391,6 +402,11 @@ static int run_mpi(const launch_args *a, long local, long port) {
     fprintf(stderr, WHO ": out of memory\n");
     return 1;
   }
+  /* mpirun gives the ranks (OMPI_COMM_WORLD_*): drop an outer launch's variables, which the
+   * library would otherwise prefer. */
+  static const char *const outer[] = {"ACCELERATE_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                      "LOCAL_WORLD_SIZE", "ACCELERATE_RESTART_COUNT"};
+  for (size_t i = 0; i < sizeof outer / sizeof outer[0]; i++) env_unset(&e, outer[i]);
   size_t nprog = 0;
   while (a->prog[nprog]) nprog++;
   size_t nv = sizeof mpi_vars / sizeof mpi_vars[0];

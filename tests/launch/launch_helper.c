@@ -56,7 +56,7 @@ static void block(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) return 64;
-  rank = atoi(env("RANK"));
+  rank = atoi(getenv("RANK") ? env("RANK") : env("OMPI_COMM_WORLD_RANK"));
   const char *mode = argv[1];
   dir = argc > 2 ? argv[2] : ".";
   if (strcmp(mode, "env") == 0) {

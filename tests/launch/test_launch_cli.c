@@ -283,6 +283,42 @@ static void test_usage(void) {
   CHECK(strstr(r.out, "--max_restarts N") && strstr(r.out, "(default: 0)"), "-h: %s", r.out);
 }
 
+static void test_mpirun(void) {
+  if (access("/usr/bin/mpirun", X_OK) != 0) {
+    fprintf(stderr, "note: mpirun not installed, --use_mpi not tested\n");
+    return;
+  }
+  static const char *const env[] = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                    "ACCELERATE_RUN_ID=outer", "RANK=5", NULL};
+  char dir[64], hostfile[128], text[4096], path[128];
+  lu_make_dir(dir, sizeof dir);
+  snprintf(hostfile, sizeof hostfile, "%s/hostfile", dir);
+  FILE *f = fopen(hostfile, "w");
+  fputs("localhost slots=2\n", f);
+  fclose(f);
+  char *argv[] = {acc, "launch", "--mpirun_hostfile", hostfile, "--num_processes", "2",
+                  "--mixed_precision", "fp16", helper, "env", dir, NULL};
+  lu_run(&r, argv, env);
+  CHECK(r.status == 0, "mpirun launch exited %d: %s", r.status, r.err);
+  char want[256];
+  snprintf(want, sizeof want, "running mpirun --hostfile %s --npernode 2 -n 2 -x ", hostfile);
+  CHECK(strstr(r.err, want) != NULL, "command: %s", r.err);
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/env.%d", dir, i);
+    lu_read_file(path, text, sizeof text);
+    char det[64];
+    snprintf(det, sizeof det, "openmpi %d/2 local %d/2 machines 1", i, i);
+    expect_var(text, "detected", det, i);
+    expect_var(text, "ACCELERATE_MIXED_PRECISION", "fp16", i);
+    expect_var(text, "ACCELERATE_RUN_ID", "<unset>", i);
+  }
+  lu_remove_dir(dir);
+  char *argv2[] = {acc, "launch", "--use_mpi", "--num_processes", "2", helper, "fail", "1", "3", NULL};
+  lu_run(&r, argv2, env);
+  CHECK(r.status == 3, "mpirun failure status %d", r.status);
+  CHECK(strstr(r.err, "running mpirun -n 2 -x ") != NULL, "command: %s", r.err);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_launch_cli ACCELERATE HELPER\n");
@@ -297,6 +333,8 @@ int main(int argc, char **argv) {
   test_restarts();
   test_usage();
   CHECK(lu_no_leftovers(), "a process was left behind");
+  test_mpirun();
+  (void)lu_no_leftovers(); /* reap what mpirun's own teardown orphaned: not the launcher's */
   lu_remove_dir(lu_capdir);
   return acc_test_finish("test_launch_cli");
 }
