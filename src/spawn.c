@@ -257,6 +257,13 @@ static void child_main(monitor *m, int i, pid_t parent, int out_fd[2], int death
   if (o->new_pgroup) setpgid(0, m->pgid > 0 ? m->pgid : 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(1);
+  if (o->null_stdin) {
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0 && nul != 0) {
+      dup2(nul, 0);
+      close(nul);
+    }
+  }
   for (int k = 0; k < 2; k++)
     if (out_fd[k] >= 0 && dup2(out_fd[k], k + 1) < 0) _exit(126);
   for (int k = 0; k < 2; k++)

@@ -537,6 +537,9 @@ int acc_cli_launch(int argc, char **argv) {
                          .monitor_interval_s = a.monitor_interval,
                          .forward_signals = 1,
                          .new_pgroup = 1,
+                         /* the ranks are not in the terminal's foreground group: reading the
+                          * terminal would stop them (SIGTTIN) */
+                         .null_stdin = isatty(0),
                          .quiet = a.quiet,
                          .who = WHO};
     acc__spawn_result res;
