@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <stddef.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 extern char **environ;
 
 #define WHO "accelerate launch"
+#define UNSET LONG_MIN /* integer option not given */
 
 typedef struct launch_args {
   const char *config_file;
@@ -199,7 +202,7 @@ static int parse_args(int argc, char **argv, launch_args *a) {
  * It must fill every field of *a that is still unset (num_processes, num_machines, machine_rank,
  * main_process_ip/port, gpu_ids, mixed_precision, use_cpu, debug, mpirun_hostfile, ...) from the
  * file named by a->config_file, or from the default config file when --cpu was not passed.
- * Unset means: -1 for integers, NULL for strings, 0 for flags. Returns 0, or 2 after printing an
+ * Unset means: UNSET for integers, NAN for monitor_interval, NULL for strings, 0 for flags. Returns 0, or 2 after printing an
  * error. For now it does nothing. */
 static int apply_config_file(launch_args *a) {
   (void)a;
@@ -214,12 +217,21 @@ static int validate(launch_args *a) {
     return usage_error("--module and --no_python cannot be used together%s%s", "", "");
   if (a->cpu && a->multi_gpu)
     return usage_error("You can only use one of `--cpu`, `--multi_gpu` at a time.%s%s", "", "");
-  if (a->num_processes < 0) a->num_processes = 1;
-  if (a->num_machines < 0) a->num_machines = 1;
-  if (a->machine_rank < 0) a->machine_rank = 0;
-  if (a->main_process_port < 0) a->main_process_port = 29500;
-  if (a->monitor_interval < 0) a->monitor_interval = 0.1;
-  if (a->max_restarts < 0) a->max_restarts = 0;
+  if (a->num_processes == UNSET) a->num_processes = 1;
+  if (a->num_machines == UNSET) a->num_machines = 1;
+  if (a->machine_rank == UNSET) a->machine_rank = 0;
+  if (a->main_process_port == UNSET) a->main_process_port = 29500;
+  if (a->monitor_interval != a->monitor_interval) a->monitor_interval = 0.1; /* NaN = unset */
+  if (a->max_restarts == UNSET) a->max_restarts = 0;
+  if (a->num_processes > 65536) {
+    snprintf(buf, sizeof buf, "%ld", a->num_processes);
+    return usage_error("--num_processes %s is too large (at most 65536)%s", buf, "");
+  }
+  if (a->max_restarts < 0) return usage_error("--max_restarts must be >= 0%s%s", "", "");
+  if (a->machine_rank < 0) return usage_error("--machine_rank must be >= 0%s%s", "", "");
+  if (a->main_process_port < 0) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
+  if (a->num_cpu_threads_per_process != UNSET && a->num_cpu_threads_per_process < 1)
+    return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
   if (!a->mixed_precision) a->mixed_precision = "no";
   if (a->num_processes < 1) {
     snprintf(buf, sizeof buf, "%ld", a->num_processes);
@@ -370,7 +382,7 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
   rc |= env_set(e, "ACCELERATE_NUM_MACHINES", b);
   snprintf(b, sizeof b, "%ld", a->machine_rank);
   rc |= env_set(e, "ACCELERATE_MACHINE_RANK", b);
-  if (a->num_cpu_threads_per_process > 0) {
+  if (a->num_cpu_threads_per_process != UNSET) {
     snprintf(b, sizeof b, "%ld", a->num_cpu_threads_per_process);
     rc |= env_set(e, "OMP_NUM_THREADS", b);
     rc |= env_set(e, "OPENBLAS_NUM_THREADS", b);
@@ -467,10 +479,10 @@ static double grace_period(void) {
 int acc_cli_launch(int argc, char **argv) {
   launch_args a;
   memset(&a, 0, sizeof a);
-  a.num_processes = a.num_machines = a.machine_rank = a.main_process_port = -1;
-  a.num_cpu_threads_per_process = -1;
-  a.max_restarts = -1;
-  a.monitor_interval = -1;
+  a.num_processes = a.num_machines = a.machine_rank = a.main_process_port = UNSET;
+  a.num_cpu_threads_per_process = UNSET;
+  a.max_restarts = UNSET;
+  a.monitor_interval = NAN;
   int rc = parse_args(argc, argv, &a);
   if (rc < 0) return 0;
   if (rc) return rc;

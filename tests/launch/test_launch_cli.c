@@ -259,6 +259,12 @@ static void test_usage(void) {
   expect_usage(a9, 2, "only use one of", NULL);
   char *a10[] = {acc, "launch", "-m", "--no_python", helper, NULL};
   expect_usage(a10, 2, "cannot be used together", NULL);
+  char *a11[] = {acc, "launch", "--num_processes", "-1", helper, NULL};
+  expect_usage(a11, 2, "--num_processes must be at least 1, got -1", NULL);
+  char *a12[] = {acc, "launch", "--max_restarts=-2", helper, NULL};
+  expect_usage(a12, 2, "--max_restarts must be >= 0", NULL);
+  char *a13[] = {acc, "launch", "--tee", "7", helper, NULL};
+  expect_usage(a13, 127, "cannot run '7'", NULL); /* 7 is not a tee level: it is the program */
   /* -h lists every option with its default */
   char *h[] = {acc, "launch", "-h", NULL};
   lu_run(&r, h, NULL);
