@@ -200,6 +200,15 @@ static void record_exit(monitor *m, proc *p, int st) {
 }
 
 static void reap(monitor *m) {
+  if (m->o->subreaper) {
+    int st;
+    pid_t r;
+    while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+      for (int i = 0; i < m->o->nprocs; i++)
+        if (m->p[i].alive && m->p[i].pid == r) record_exit(m, &m->p[i], st);
+    /* anything else was an orphaned descendant: reaped, nothing to record */
+    return;
+  }
   for (int i = 0; i < m->o->nprocs; i++) {
     proc *p = &m->p[i];
     if (!p->alive) continue;
@@ -489,6 +498,7 @@ acc_result acc__spawn_run(const acc__spawn_opts *o, acc__spawn_result *out) {
     sigdelset(&set, SIGPIPE);
     m.sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   }
+  if (o->subreaper) prctl(PR_SET_CHILD_SUBREAPER, 1);
   acc_result rc = ACC_OK;
   for (int i = 0; i < o->nprocs && rc == ACC_OK; i++) rc = start_one(&m, i);
   if (rc != ACC_OK) {
@@ -505,8 +515,20 @@ acc_result acc__spawn_run(const acc__spawn_opts *o, acc__spawn_result *out) {
   } else {
     run_loop(&m);
   }
-  if (rc == ACC_OK && (out->failed_rank >= 0 || out->interrupted) && o->new_pgroup && m.pgid > 0)
+  if (rc == ACC_OK && (out->failed_rank >= 0 || out->interrupted) && o->new_pgroup && m.pgid > 0) {
     killpg(m.pgid, SIGKILL); /* descendants left behind by the ranks */
+    if (o->subreaper) { /* they were reparented to us: reap them (bounded) */
+      double t0 = acc__now();
+      while (acc__now() - t0 < 2.0) {
+        pid_t r = waitpid(-1, NULL, WNOHANG);
+        if (r < 0) break; /* ECHILD: none left */
+        if (r == 0) poll(NULL, 0, 1);
+      }
+    }
+  }
+  if (o->subreaper)
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
   if (out->interrupted) out->status = 128 + out->interrupted;
   close_all_fds(&m);
   for (int i = 0; i < o->nprocs; i++)

@@ -31,6 +31,8 @@ typedef struct acc__spawn_opts {
   int forward_signals;       /* catch and forward SIGINT/SIGTERM/SIGHUP/SIGQUIT (CLI only) */
   int new_pgroup;            /* put the children in one new process group (killpg reaches
                                 their descendants too) */
+  int subreaper;             /* become a child subreaper: orphaned descendants of the ranks are
+                                reparented to us and reaped (waitpid(-1): CLI only) */
   int null_stdin;            /* children read /dev/null instead of the caller's stdin */
   int quiet;                 /* do not print the failure report */
   const char *who;           /* prefix of printed messages, e.g. "accelerate launch" */

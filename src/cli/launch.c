@@ -549,6 +549,7 @@ int acc_cli_launch(int argc, char **argv) {
                          .monitor_interval_s = a.monitor_interval,
                          .forward_signals = 1,
                          .new_pgroup = 1,
+                         .subreaper = 1,
                          /* the ranks are not in the terminal's foreground group: reading the
                           * terminal would stop them (SIGTTIN) */
                          .null_stdin = isatty(0),

@@ -114,6 +114,15 @@ static inline int lu_no_leftovers(void) {
   double t0 = lu_now();
   for (;;) {
     int st;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid > 0) {
+      char path[64], cmd[256];
+      snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)si.si_pid);
+      lu_read_file(path, cmd, sizeof cmd);
+      fprintf(stderr, "note: leftover %ld code %d status %d cmd '%s'\n", (long)si.si_pid,
+              si.si_code, si.si_status, cmd);
+    }
     pid_t w = waitpid(-1, &st, WNOHANG);
     if (w < 0 && errno == ECHILD) return 1;
     if (w > 0) {
