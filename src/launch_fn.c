@@ -1,9 +1,117 @@
-/* acc_launch_function: placeholder until the launcher lands. */
+/* acc_launch_function: run a C function in N forked processes that form one process group
+ * (the analog of Accelerate's notebook_launcher / debug_launcher). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
+#include "spawn.h"
+
+extern char **environ;
+
+/* Builds environ + overrides (keys replaced, not duplicated) in *out. */
+static acc_result build_env(char ***out, const char *const *keys, char *const *vals, int nk) {
+  size_t n = 0;
+  while (environ && environ[n]) n++;
+  char **e = acc__calloc(n + (size_t)nk + 1, sizeof *e);
+  if (!e) return ACC_ERR_NOMEM;
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    int overridden = 0;
+    for (int k = 0; k < nk; k++) {
+      size_t kl = strlen(keys[k]);
+      if (strncmp(environ[i], keys[k], kl) == 0 && environ[i][kl] == '=') overridden = 1;
+    }
+    if (!overridden) e[m++] = environ[i]; /* borrowed */
+  }
+  for (int k = 0; k < nk; k++) e[m++] = vals[k]; /* owned by the caller */
+  e[m] = NULL;
+  *out = e;
+  return ACC_OK;
+}
+
+#define NKEYS 10
 
 acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payload) {
-  if (!fn || num_processes < 1)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_launch_function: need a function and num_processes >= 1");
-  if (num_processes == 1) return fn(payload) == 0 ? ACC_OK : acc__error(ACC_ERR_REMOTE, "rank 0 returned non-zero");
-  return acc__error(ACC_ERR_NOT_SUPPORTED, "acc_launch_function: multi-process launch not implemented yet");
+  if (!fn) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_launch_function: fn is NULL");
+  if (num_processes < 1)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_launch_function: num_processes is %d; it must be at least 1",
+                      num_processes);
+  if (num_processes == 1) {
+    int rc = fn(payload);
+    if (rc != 0)
+      return acc__error(ACC_ERR_REMOTE, "acc_launch_function: rank 0 returned %d", rc);
+    return ACC_OK;
+  }
+  if (acc_state_get() != NULL)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_launch_function: this process already created its acc_state; launch "
+                      "the function before acc_state_create (or destroy the state first)");
+  static const char *const keys[NKEYS] = {
+      "ACCELERATE_RUN_ID", "RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR",       "MASTER_PORT", "ACCELERATE_NUM_MACHINES", "ACCELERATE_MACHINE_RANK",
+      "ACCELERATE_RESTART_COUNT"};
+  int n = num_processes;
+  char run_id[64];
+  acc__spawn_run_id(run_id, sizeof run_id);
+  acc_result rc = ACC_OK;
+  char ***envs = acc__calloc((size_t)n, sizeof *envs);
+  char **strs = acc__calloc((size_t)n * NKEYS, sizeof *strs);
+  int *ranks = acc__calloc((size_t)n, sizeof *ranks);
+  if (!envs || !strs || !ranks) {
+    rc = ACC_ERR_NOMEM;
+    goto done;
+  }
+  for (int i = 0; i < n && rc == ACC_OK; i++) {
+    ranks[i] = i;
+    char vals[NKEYS][64];
+    snprintf(vals[0], 64, "%s", run_id);
+    snprintf(vals[1], 64, "%d", i);
+    snprintf(vals[2], 64, "%d", n);
+    snprintf(vals[3], 64, "%d", i);
+    snprintf(vals[4], 64, "%d", n);
+    snprintf(vals[5], 64, "127.0.0.1");
+    snprintf(vals[6], 64, "29500");
+    snprintf(vals[7], 64, "1");
+    snprintf(vals[8], 64, "0");
+    snprintf(vals[9], 64, "0");
+    for (int k = 0; k < NKEYS; k++) {
+      size_t len = strlen(keys[k]) + strlen(vals[k]) + 2;
+      char *kv = acc__malloc(len);
+      if (!kv) {
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+      snprintf(kv, len, "%s=%s", keys[k], vals[k]);
+      strs[(size_t)i * NKEYS + (size_t)k] = kv;
+    }
+    if (rc == ACC_OK) rc = build_env(&envs[i], keys, strs + (size_t)i * NKEYS, NKEYS);
+  }
+  if (rc != ACC_OK) goto done;
+  fflush(NULL); /* nothing buffered may be written twice by the children */
+  acc__spawn_opts o = {.nprocs = n,
+                       .fn = fn,
+                       .payload = payload,
+                       .envs = envs,
+                       .ranks = ranks,
+                       .grace_s = 5.0,
+                       .monitor_interval_s = 0.5,
+                       .quiet = 1,
+                       .who = "acc_launch_function"};
+  acc__spawn_result res;
+  rc = acc__spawn_run(&o, &res);
+  acc__spawn_remove_segments(run_id);
+  if (rc == ACC_OK && res.failed_rank >= 0)
+    rc = acc__error(ACC_ERR_REMOTE, "acc_launch_function: %s; the other ranks were stopped",
+                    res.message);
+done:
+  if (envs)
+    for (int i = 0; i < n; i++) acc__free(envs[i]);
+  if (strs)
+    for (size_t i = 0; i < (size_t)n * NKEYS; i++) acc__free(strs[i]);
+  acc__free(envs);
+  acc__free(strs);
+  acc__free(ranks);
+  return rc;
 }

@@ -1,109 +1,578 @@
-/* `accelerate launch`: minimal version (spawn N processes, fail fast). Extended by the launcher work. */
-#include <dirent.h>
+/* `accelerate launch`: parse the arguments, build each rank's environment, start the ranks
+ * through the shared spawner (src/spawn.c) with fail-fast, restarts and signal forwarding, or
+ * exec mpirun with --use_mpi / --mpirun_hostfile. */
+#include <arpa/inet.h>
+#include <stddef.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "spawn.h"
 
-static void remove_segments(const char *run_id) {
-  DIR *d = opendir("/dev/shm");
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, "acc-", 4) == 0 && strstr(e->d_name, run_id)) {
-      char path[512];
-      snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-      unlink(path);
+extern char **environ;
+
+#define WHO "accelerate launch"
+#define UNSET LONG_MIN /* integer option not given */
+
+typedef struct launch_args {
+  const char *config_file;
+  int quiet, module, no_python, debug, cpu, multi_gpu, same_network, enable_cpu_affinity;
+  const char *mixed_precision;
+  long num_processes, num_machines, machine_rank, main_process_port;
+  long num_cpu_threads_per_process;
+  const char *main_process_ip, *gpu_ids;
+  int tee;
+  const char *log_dir, *role, *rdzv_backend, *rdzv_conf;
+  long max_restarts;
+  double monitor_interval;
+  int use_mpi;
+  const char *mpirun_hostfile;
+  char **prog; /* program and its arguments, NULL-terminated */
+} launch_args;
+
+enum kind { FLAG, STR, INT, FLOAT, TEE };
+
+typedef struct option_def {
+  const char *name;  /* canonical --name (underscores) */
+  const char *alias; /* short form or NULL */
+  enum kind kind;
+  size_t off;
+  const char *def;   /* default, for -h */
+  const char *help;
+} option_def;
+
+#define OFF(f) offsetof(launch_args, f)
+
+static const option_def options[] = {
+    {"--config_file", NULL, STR, OFF(config_file), "none",
+     "config file to read defaults from (accepted; reading is wired through the config loader)"},
+    {"--quiet", "-q", FLAG, OFF(quiet), "off", "do not print the launcher's failure and restart reports"},
+    {"--module", "-m", FLAG, OFF(module), "off", "accepted for compatibility; programs always run directly"},
+    {"--no_python", NULL, FLAG, OFF(no_python), "off", "accepted for compatibility (always the case)"},
+    {"--debug", NULL, FLAG, OFF(debug), "off", "export ACCELERATE_DEBUG_MODE=true (collective checks)"},
+    {"--cpu", NULL, FLAG, OFF(cpu), "off", "force CPU: ACCELERATE_USE_CPU=True"},
+    {"--multi_gpu", NULL, FLAG, OFF(multi_gpu), "off", "multi-GPU launch (needs --num_processes >= 2)"},
+    {"--mixed_precision", NULL, STR, OFF(mixed_precision), "no",
+     "no|fp16|bf16, exported as ACCELERATE_MIXED_PRECISION"},
+    {"--num_processes", NULL, INT, OFF(num_processes), "1", "total processes across all machines"},
+    {"--num_machines", NULL, INT, OFF(num_machines), "1", "number of machines"},
+    {"--machine_rank", NULL, INT, OFF(machine_rank), "0", "rank of this machine (0..num_machines-1)"},
+    {"--main_process_ip", NULL, STR, OFF(main_process_ip), "127.0.0.1", "address of rank 0's machine (MASTER_ADDR)"},
+    {"--main_process_port", NULL, INT, OFF(main_process_port), "29500", "MASTER_PORT; 0 picks a free port"},
+    {"--num_cpu_threads_per_process", NULL, INT, OFF(num_cpu_threads_per_process), "1 when >1 local process",
+     "OMP_NUM_THREADS / OPENBLAS_NUM_THREADS for each process"},
+    {"--enable_cpu_affinity", NULL, FLAG, OFF(enable_cpu_affinity), "off", "export ACCELERATE_CPU_AFFINITY=1"},
+    {"--gpu_ids", NULL, STR, OFF(gpu_ids), "all", "comma list exported as CUDA_VISIBLE_DEVICES unless \"all\""},
+    {"--same_network", NULL, FLAG, OFF(same_network), "off", "accepted (machines always use MASTER_ADDR/PORT)"},
+    {"--tee", "-t", TEE, OFF(tee), "0",
+     "prefix \"[rank i] \" on output lines: 1 stdout, 2 stderr, 3 both (bare --tee = 3)"},
+    {"--log_dir", NULL, STR, OFF(log_dir), "none",
+     "write each rank's output to DIR/rank<i>.stdout.log and .stderr.log (also shown with --tee)"},
+    {"--role", NULL, STR, OFF(role), "default", "accepted and ignored (torchrun worker role)"},
+    {"--rdzv_backend", NULL, STR, OFF(rdzv_backend), "static", "accepted and ignored (rendezvous is static)"},
+    {"--rdzv_conf", NULL, STR, OFF(rdzv_conf), "\"\"", "accepted and ignored"},
+    {"--max_restarts", NULL, INT, OFF(max_restarts), "0",
+     "restart the whole group up to K times when a rank fails (ACCELERATE_RESTART_COUNT)"},
+    {"--monitor_interval", NULL, FLOAT, OFF(monitor_interval), "0.1", "seconds between checks of the ranks"},
+    {"--use_mpi", NULL, FLAG, OFF(use_mpi), "off", "run the program under mpirun -n N instead of spawning"},
+    {"--mpirun_hostfile", NULL, STR, OFF(mpirun_hostfile), "none",
+     "run under mpirun --hostfile F --npernode K -n N (implies --use_mpi)"},
+};
+#define NOPTS (sizeof options / sizeof options[0])
+
+static void print_help(FILE *f) {
+  fprintf(f,
+          "usage: accelerate launch [options] program [program args...]\n\n"
+          "Runs program on N processes with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+          "MASTER_ADDR, MASTER_PORT and the ACCELERATE_* variables set. Options accept hyphens\n"
+          "or underscores (--num-processes 2, --num_processes=2); \"--\" ends the options.\n\n"
+          "options:\n  -h, --help  show this help and exit\n");
+  for (size_t i = 0; i < NOPTS; i++) {
+    const option_def *o = &options[i];
+    char left[80];
+    const char *meta = o->kind == INT ? " N" : o->kind == FLOAT ? " S" : o->kind == STR ? " VALUE" : o->kind == TEE ? " [0-3]" : "";
+    if (o->alias)
+      snprintf(left, sizeof left, "%s, %s%s", o->alias, o->name, meta);
+    else
+      snprintf(left, sizeof left, "%s%s", o->name, meta);
+    fprintf(f, "  %-38s %s (default: %s)\n", left, o->help, o->def);
+  }
+  fprintf(f,
+          "\nenvironment: ACCELERATE_LAUNCH_GRACE_PERIOD (seconds between SIGTERM and SIGKILL\n"
+          "when stopping the ranks, default 5).\n"
+          "exit status: 0, the failing rank's exit status, 128+signal when it was killed by a\n"
+          "signal (or the launcher was), 2 for usage errors, 127 when the program is not found.\n");
+}
+
+static int usage_error(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, WHO ": error: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, " (see accelerate launch -h)\n");
+  return 2;
+}
+
+static int parse_long(const char *s, long *out) {
+  if (!s || !*s) return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (*end || errno) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Returns 0 and fills a, -1 with help printed (exit 0), or 2 after a usage error. */
+static int parse_args(int argc, char **argv, launch_args *a) {
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      i++;
+      break;
+    }
+    if (arg[0] != '-' || arg[1] == '\0') break;
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      print_help(stdout);
+      return -1;
+    }
+    /* Normalize: --num-processes=2 -> --num_processes, value "2". */
+    char name[128];
+    const char *eq = strchr(arg, '=');
+    size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (nlen >= sizeof name) return usage_error("unrecognized option '%s'%s", arg, "");
+    memcpy(name, arg, nlen);
+    name[nlen] = '\0';
+    if (name[1] == '-')
+      for (size_t k = 2; k < nlen; k++)
+        if (name[k] == '-') name[k] = '_';
+    const option_def *o = NULL;
+    for (size_t k = 0; k < NOPTS && !o; k++)
+      if (strcmp(name, options[k].name) == 0 || (options[k].alias && strcmp(name, options[k].alias) == 0))
+        o = &options[k];
+    if (!o) return usage_error("unrecognized option '%s'%s", arg, "");
+    char *field = (char *)a + o->off;
+    const char *val = eq ? eq + 1 : NULL;
+    if (o->kind == FLAG) {
+      if (val) return usage_error("option %s takes no value%s", o->name, "");
+      *(int *)field = 1;
+      continue;
+    }
+    if (o->kind == TEE) {
+      if (!val && i + 1 < argc && strlen(argv[i + 1]) == 1 && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '3')
+        val = argv[++i];
+      if (!val) val = "3";
+      if (strlen(val) != 1 || val[0] < '0' || val[0] > '3')
+        return usage_error("argument --tee: invalid value '%s' (expected 0, 1, 2 or 3)%s", val, "");
+      *(int *)field = val[0] - '0';
+      continue;
+    }
+    if (!val) {
+      if (i + 1 >= argc) return usage_error("argument %s: expected a value%s", o->name, "");
+      val = argv[++i];
+    }
+    if (o->kind == STR) {
+      *(const char **)field = val;
+    } else if (o->kind == INT) {
+      if (parse_long(val, (long *)field) != 0)
+        return usage_error("argument %s: invalid int value: '%s'", o->name, val);
+    } else {
+      char *end;
+      double d = strtod(val, &end);
+      if (!*val || *end) return usage_error("argument %s: invalid float value: '%s'", o->name, val);
+      *(double *)field = d;
     }
   }
-  closedir(d);
+  if (i >= argc) return usage_error("the following arguments are required: program%s%s", "", "");
+  a->prog = argv + i;
+  return 0;
+}
+
+/* ---- config file -------------------------------------------------------------------------- */
+
+/* apply_config_file: TO BE WIRED by the lead through the config loader (src/cli/config_file.h).
+ * It must fill every field of *a that is still unset (num_processes, num_machines, machine_rank,
+ * main_process_ip/port, gpu_ids, mixed_precision, use_cpu, debug, mpirun_hostfile, ...) from the
+ * file named by a->config_file, or from the default config file when --cpu was not passed.
+ * Unset means: UNSET for integers, NAN for monitor_interval, NULL for strings, 0 for flags. Returns 0, or 2 after printing an
+ * error. For now it does nothing. */
+static int apply_config_file(launch_args *a) {
+  (void)a;
+  return 0;
+}
+
+/* ---- validation and environment ----------------------------------------------------------- */
+
+static int validate(launch_args *a) {
+  char buf[64];
+  if (a->module && a->no_python)
+    return usage_error("--module and --no_python cannot be used together%s%s", "", "");
+  if (a->cpu && a->multi_gpu)
+    return usage_error("You can only use one of `--cpu`, `--multi_gpu` at a time.%s%s", "", "");
+  if (a->num_processes == UNSET) a->num_processes = 1;
+  if (a->num_machines == UNSET) a->num_machines = 1;
+  if (a->machine_rank == UNSET) a->machine_rank = 0;
+  if (a->main_process_port == UNSET) a->main_process_port = 29500;
+  if (a->monitor_interval != a->monitor_interval) a->monitor_interval = 0.1; /* NaN = unset */
+  if (a->max_restarts == UNSET) a->max_restarts = 0;
+  if (a->num_processes > 65536) {
+    snprintf(buf, sizeof buf, "%ld", a->num_processes);
+    return usage_error("--num_processes %s is too large (at most 65536)%s", buf, "");
+  }
+  if (a->max_restarts < 0) return usage_error("--max_restarts must be >= 0%s%s", "", "");
+  if (a->machine_rank < 0) return usage_error("--machine_rank must be >= 0%s%s", "", "");
+  if (a->main_process_port < 0) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
+  if (a->num_cpu_threads_per_process != UNSET && a->num_cpu_threads_per_process < 1)
+    return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
+  if (!a->mixed_precision) a->mixed_precision = "no";
+  if (a->num_processes < 1) {
+    snprintf(buf, sizeof buf, "%ld", a->num_processes);
+    return usage_error("--num_processes must be at least 1, got %s%s", buf, "");
+  }
+  if (a->multi_gpu && a->num_processes < 2)
+    return usage_error("You need to use at least 2 processes to use `--multi_gpu`.%s%s", "", "");
+  if (a->num_machines < 1) return usage_error("--num_machines must be at least 1%s%s", "", "");
+  if (a->machine_rank >= a->num_machines) {
+    snprintf(buf, sizeof buf, "%ld and --num_machines %ld", a->machine_rank, a->num_machines);
+    return usage_error("--machine_rank %s: expected 0..num_machines-1%s", buf, "");
+  }
+  if (a->num_processes % a->num_machines != 0) {
+    snprintf(buf, sizeof buf, "%ld by --num_machines %ld", a->num_processes, a->num_machines);
+    return usage_error("--num_processes is the total over all machines and must divide evenly: "
+                       "cannot divide --num_processes %s%s", buf, "");
+  }
+  if (a->num_machines > 1 && !a->main_process_ip)
+    return usage_error("When using multiple machines, you need to specify the main process IP "
+                       "(--main_process_ip).%s%s", "", "");
+  if (a->main_process_port > 65535) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
+  if (!(a->monitor_interval > 0)) return usage_error("--monitor_interval must be > 0%s%s", "", "");
+  if (strcmp(a->mixed_precision, "no") != 0 && strcmp(a->mixed_precision, "fp16") != 0 &&
+      strcmp(a->mixed_precision, "bf16") != 0)
+    return usage_error("argument --mixed_precision: invalid choice: '%s' (choose from 'no', 'fp16', "
+                       "'bf16'; fp8 is not supported by accelerate-c)%s", a->mixed_precision, "");
+  if (a->mpirun_hostfile) a->use_mpi = 1;
+  return 0;
+}
+
+/* Finds the program like execvp would; 0 if it can be run. */
+static int find_program(const char *prog) {
+  if (strchr(prog, '/')) return access(prog, X_OK);
+  const char *path = getenv("PATH");
+  if (!path) path = "/bin:/usr/bin";
+  while (*path) {
+    const char *colon = strchr(path, ':');
+    size_t n = colon ? (size_t)(colon - path) : strlen(path);
+    char full[4096];
+    snprintf(full, sizeof full, "%.*s/%s", (int)n, n ? path : ".", prog);
+    struct stat st;
+    if (stat(full, &st) == 0 && S_ISREG(st.st_mode) && access(full, X_OK) == 0) return 0;
+    if (!colon) break;
+    path = colon + 1;
+  }
+  return -1;
+}
+
+static long free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof sa;
+  long port = -1;
+  if (bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(s, (struct sockaddr *)&sa, &len) == 0)
+    port = ntohs(sa.sin_port);
+  close(s);
+  return port;
+}
+
+/* A growable "K=V" list built from the current environment. */
+typedef struct envlist {
+  char **v;
+  size_t n, cap;
+} envlist;
+
+static int env_set(envlist *e, const char *k, const char *val) {
+  size_t kl = strlen(k);
+  char *kv = malloc(kl + strlen(val) + 2);
+  if (!kv) return -1;
+  sprintf(kv, "%s=%s", k, val);
+  for (size_t i = 0; i < e->n; i++)
+    if (strncmp(e->v[i], k, kl) == 0 && e->v[i][kl] == '=') {
+      free(e->v[i]);
+      e->v[i] = kv;
+      return 0;
+    }
+  if (e->n + 2 > e->cap) {
+    size_t cap = e->cap ? e->cap * 2 : 64;
+    char **nv = realloc(e->v, cap * sizeof *nv);
+    if (!nv) {
+      free(kv);
+      return -1;
+    }
+    e->v = nv;
+    e->cap = cap;
+  }
+  e->v[e->n++] = kv;
+  e->v[e->n] = NULL;
+  return 0;
+}
+
+static int env_copy(envlist *dst, const envlist *src) {
+  for (size_t i = 0; i < src->n; i++) {
+    char *eq = strchr(src->v[i], '=');
+    if (!eq) continue;
+    char key[256];
+    size_t kl = (size_t)(eq - src->v[i]);
+    if (kl >= sizeof key) continue;
+    memcpy(key, src->v[i], kl);
+    key[kl] = '\0';
+    if (env_set(dst, key, eq + 1) != 0) return -1;
+  }
+  return 0;
+}
+
+static void env_unset(envlist *e, const char *k) {
+  size_t kl = strlen(k);
+  for (size_t i = 0; i < e->n; i++)
+    if (strncmp(e->v[i], k, kl) == 0 && e->v[i][kl] == '=') {
+      free(e->v[i]);
+      e->v[i] = e->v[--e->n];
+      e->v[e->n] = NULL;
+      return;
+    }
+}
+
+static void env_free(envlist *e) {
+  for (size_t i = 0; i < e->n; i++) free(e->v[i]);
+  free(e->v);
+  memset(e, 0, sizeof *e);
+}
+
+/* The variables common to every rank (not RANK/LOCAL_RANK/run id). */
+static int common_env(const launch_args *a, long local, long port, envlist *e, int for_mpi) {
+  char b[64];
+  for (char **p = environ; *p; p++) {
+    char *eq = strchr(*p, '=');
+    if (!eq) continue;
+    char key[256];
+    size_t kl = (size_t)(eq - *p);
+    if (kl >= sizeof key) continue;
+    memcpy(key, *p, kl);
+    key[kl] = '\0';
+    if (env_set(e, key, eq + 1) != 0) return -1;
+  }
+  int rc = 0;
+  rc |= env_set(e, "ACCELERATE_USE_CPU", a->cpu ? "True" : "False");
+  rc |= env_set(e, "ACCELERATE_MIXED_PRECISION", a->mixed_precision);
+  if (a->debug) rc |= env_set(e, "ACCELERATE_DEBUG_MODE", "true");
+  if (a->enable_cpu_affinity) rc |= env_set(e, "ACCELERATE_CPU_AFFINITY", "1");
+  if (a->gpu_ids && strcmp(a->gpu_ids, "all") != 0) rc |= env_set(e, "CUDA_VISIBLE_DEVICES", a->gpu_ids);
+  rc |= env_set(e, "MASTER_ADDR", a->main_process_ip ? a->main_process_ip : "127.0.0.1");
+  snprintf(b, sizeof b, "%ld", port);
+  rc |= env_set(e, "MASTER_PORT", b);
+  snprintf(b, sizeof b, "%ld", a->num_machines);
+  rc |= env_set(e, "ACCELERATE_NUM_MACHINES", b);
+  snprintf(b, sizeof b, "%ld", a->machine_rank);
+  rc |= env_set(e, "ACCELERATE_MACHINE_RANK", b);
+  if (a->num_cpu_threads_per_process != UNSET) {
+    snprintf(b, sizeof b, "%ld", a->num_cpu_threads_per_process);
+    rc |= env_set(e, "OMP_NUM_THREADS", b);
+    rc |= env_set(e, "OPENBLAS_NUM_THREADS", b);
+  } else if (local > 1) {
+    /* N processes on one machine: one thread each unless the user chose otherwise. */
+    if (!getenv("OMP_NUM_THREADS")) rc |= env_set(e, "OMP_NUM_THREADS", "1");
+    if (!getenv("OPENBLAS_NUM_THREADS")) rc |= env_set(e, "OPENBLAS_NUM_THREADS", "1");
+  }
+  if (!for_mpi) {
+    snprintf(b, sizeof b, "%ld", a->num_processes);
+    rc |= env_set(e, "WORLD_SIZE", b);
+    snprintf(b, sizeof b, "%ld", local);
+    rc |= env_set(e, "LOCAL_WORLD_SIZE", b);
+  }
+  return rc ? -1 : 0;
+}
+
+/* ---- mpirun ------------------------------------------------------------------------------- */
+
+static const char *const mpi_vars[] = {"ACCELERATE_USE_CPU", "ACCELERATE_MIXED_PRECISION",
+                                       "ACCELERATE_DEBUG_MODE", "ACCELERATE_CPU_AFFINITY",
+                                       "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
+                                       "ACCELERATE_NUM_MACHINES", "ACCELERATE_MACHINE_RANK",
+                                       "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+
+static int run_mpi(const launch_args *a, long local, long port) {
+  envlist e = {0};
+  if (common_env(a, local, port, &e, 1) != 0) {
+    fprintf(stderr, WHO ": out of memory\n");
+    return 1;
+  }
+  /* mpirun gives the ranks (OMPI_COMM_WORLD_*): drop an outer launch's variables, which the
+   * library would otherwise prefer. */
+  static const char *const outer[] = {"ACCELERATE_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                      "LOCAL_WORLD_SIZE", "ACCELERATE_RESTART_COUNT"};
+  for (size_t i = 0; i < sizeof outer / sizeof outer[0]; i++) env_unset(&e, outer[i]);
+  size_t nprog = 0;
+  while (a->prog[nprog]) nprog++;
+  size_t nv = sizeof mpi_vars / sizeof mpi_vars[0];
+  char **cmd = calloc(16 + 2 * nv + nprog + 1, sizeof *cmd);
+  char nper[32], ntot[32];
+  snprintf(nper, sizeof nper, "%ld", local);
+  snprintf(ntot, sizeof ntot, "%ld", a->num_processes);
+  size_t c = 0;
+  cmd[c++] = "mpirun";
+  if (a->mpirun_hostfile) {
+    cmd[c++] = "--hostfile";
+    cmd[c++] = (char *)a->mpirun_hostfile;
+    cmd[c++] = "--npernode";
+    cmd[c++] = nper;
+  }
+  cmd[c++] = "-n";
+  cmd[c++] = ntot;
+  for (size_t i = 0; i < nv; i++) {
+    int present = 0;
+    for (size_t k = 0; k < e.n; k++)
+      if (strncmp(e.v[k], mpi_vars[i], strlen(mpi_vars[i])) == 0 && e.v[k][strlen(mpi_vars[i])] == '=')
+        present = 1;
+    if (present) {
+      cmd[c++] = "-x";
+      cmd[c++] = (char *)mpi_vars[i];
+    }
+  }
+  for (size_t i = 0; i < nprog; i++) cmd[c++] = a->prog[i];
+  cmd[c] = NULL;
+  if (!a->quiet) {
+    fprintf(stderr, WHO ": running");
+    for (size_t i = 0; i < c; i++) fprintf(stderr, " %s", cmd[i]);
+    fprintf(stderr, "\n");
+  }
+  fflush(NULL);
+  environ = e.v;
+  execvp("mpirun", cmd);
+  int err = errno;
+  execvp("mpiexec", cmd);
+  fprintf(stderr, WHO ": mpirun or mpiexec were not found (%s). Install Open MPI (apt-get install "
+          "openmpi-bin) or launch without --use_mpi/--mpirun_hostfile.\n", strerror(err));
+  return 127;
+}
+
+/* ---- the launch --------------------------------------------------------------------------- */
+
+static double grace_period(void) {
+  const char *v = getenv("ACCELERATE_LAUNCH_GRACE_PERIOD");
+  if (v && *v) {
+    char *end;
+    double d = strtod(v, &end);
+    if (!*end && d >= 0) return d;
+    fprintf(stderr, WHO ": ignoring ACCELERATE_LAUNCH_GRACE_PERIOD=\"%s\" (not a number of seconds)\n", v);
+  }
+  return 5.0;
 }
 
 int acc_cli_launch(int argc, char **argv) {
-  int n = 1, i = 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--num_processes") == 0 || strcmp(a, "--num-processes") == 0) {
-      if (++i >= argc) {
-        fprintf(stderr, "accelerate launch: --num_processes needs a value\n");
-        return 2;
-      }
-      n = atoi(argv[i]);
-    } else if (strncmp(a, "--num_processes=", 16) == 0) {
-      n = atoi(a + 16);
-    } else if (strcmp(a, "--") == 0) {
-      i++;
-      break;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "accelerate launch: unknown option '%s'\n", a);
-      return 2;
-    } else {
-      break;
-    }
+  launch_args a;
+  memset(&a, 0, sizeof a);
+  a.num_processes = a.num_machines = a.machine_rank = a.main_process_port = UNSET;
+  a.num_cpu_threads_per_process = UNSET;
+  a.max_restarts = UNSET;
+  a.monitor_interval = NAN;
+  int rc = parse_args(argc, argv, &a);
+  if (rc < 0) return 0;
+  if (rc) return rc;
+  if ((rc = apply_config_file(&a)) != 0) return rc;
+  if ((rc = validate(&a)) != 0) return rc;
+  if (!a.use_mpi && find_program(a.prog[0]) != 0) {
+    fprintf(stderr, WHO ": cannot run '%s': %s\n", a.prog[0],
+            strchr(a.prog[0], '/') ? "no such executable file" : "not found in PATH");
+    return 127;
   }
-  if (i >= argc) {
-    fprintf(stderr, "accelerate launch: missing the program to run\n");
-    return 2;
+  long local = a.num_processes / a.num_machines;
+  long port = a.main_process_port;
+  if (port == 0 && (port = free_port()) <= 0) {
+    fprintf(stderr, WHO ": --main_process_port 0: could not find a free port: %s\n", strerror(errno));
+    return 1;
   }
-  if (n < 1) {
-    fprintf(stderr, "accelerate launch: --num_processes must be >= 1\n");
-    return 2;
+  if (a.use_mpi) return run_mpi(&a, local, port);
+
+  envlist base = {0};
+  if (common_env(&a, local, port, &base, 0) != 0) {
+    fprintf(stderr, WHO ": out of memory\n");
+    return 1;
   }
+  int n = (int)local;
+  envlist *envs = calloc((size_t)n, sizeof *envs);
+  char ***envp = calloc((size_t)n, sizeof *envp);
+  int *ranks = calloc((size_t)n, sizeof *ranks);
+  if (!envs || !envp || !ranks) {
+    fprintf(stderr, WHO ": out of memory\n");
+    return 1;
+  }
+  for (int i = 0; i < n; i++) ranks[i] = (int)(a.machine_rank * local) + i;
+  int status = 0;
   char run_id[64];
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(run_id, sizeof run_id, "%ld%09ld", (long)getpid(), (long)ts.tv_nsec);
-  pid_t pids[n];
-  char buf[32];
-  for (int r = 0; r < n; r++) {
-    pid_t p = fork();
-    if (p == 0) {
-      setenv("ACCELERATE_RUN_ID", run_id, 1);
-      snprintf(buf, sizeof buf, "%d", r);
-      setenv("RANK", buf, 1);
-      setenv("LOCAL_RANK", buf, 1);
-      snprintf(buf, sizeof buf, "%d", n);
-      setenv("WORLD_SIZE", buf, 1);
-      setenv("LOCAL_WORLD_SIZE", buf, 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 0);
-      setenv("MASTER_PORT", "29500", 0);
-      if (n > 1) setenv("OMP_NUM_THREADS", "1", 0);
-      execvp(argv[i], argv + i);
-      fprintf(stderr, "accelerate launch: cannot run '%s': %s\n", argv[i], strerror(errno));
-      _exit(127);
+  for (long attempt = 0;; attempt++) {
+    acc__spawn_run_id(run_id, sizeof run_id);
+    char b[32];
+    int err = 0;
+    for (int i = 0; i < n; i++) {
+      env_free(&envs[i]);
+      err |= env_copy(&envs[i], &base);
+      err |= env_set(&envs[i], "ACCELERATE_RUN_ID", run_id);
+      snprintf(b, sizeof b, "%ld", attempt);
+      err |= env_set(&envs[i], "ACCELERATE_RESTART_COUNT", b);
+      snprintf(b, sizeof b, "%d", ranks[i]);
+      err |= env_set(&envs[i], "RANK", b);
+      snprintf(b, sizeof b, "%d", i);
+      err |= env_set(&envs[i], "LOCAL_RANK", b);
+      envp[i] = envs[i].v;
     }
-    pids[r] = p;
-  }
-  int status_out = 0, alive = n;
-  while (alive > 0) {
-    int st;
-    pid_t p = wait(&st);
-    if (p < 0) break;
-    alive--;
-    int r = 0;
-    while (r < n && pids[r] != p) r++;
-    if (r < n) pids[r] = 0;
-    int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (failed && status_out == 0) {
-      if (WIFSIGNALED(st)) {
-        fprintf(stderr, "accelerate launch: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)p,
-                WTERMSIG(st), strsignal(WTERMSIG(st)));
-        status_out = 128 + WTERMSIG(st);
-      } else {
-        fprintf(stderr, "accelerate launch: rank %d (pid %d) exited with status %d\n", r, (int)p,
-                WEXITSTATUS(st));
-        status_out = WEXITSTATUS(st);
-      }
-      for (int k = 0; k < n; k++)
-        if (pids[k] > 0) kill(pids[k], SIGTERM);
+    if (err) {
+      fprintf(stderr, WHO ": out of memory\n");
+      status = 1;
+      break;
     }
+    acc__spawn_opts o = {.nprocs = n,
+                         .argv = a.prog,
+                         .envs = envp,
+                         .ranks = ranks,
+                         .tee = a.tee,
+                         .log_dir = a.log_dir,
+                         .log_append = attempt > 0,
+                         .grace_s = grace_period(),
+                         .monitor_interval_s = a.monitor_interval,
+                         .forward_signals = 1,
+                         .new_pgroup = 1,
+                         .subreaper = 1,
+                         /* the ranks are not in the terminal's foreground group: reading the
+                          * terminal would stop them (SIGTTIN) */
+                         .null_stdin = isatty(0),
+                         .quiet = a.quiet,
+                         .who = WHO};
+    acc__spawn_result res;
+    acc_result arc = acc__spawn_run(&o, &res);
+    acc__spawn_remove_segments(run_id);
+    if (arc != ACC_OK) {
+      fprintf(stderr, WHO ": %s\n", acc_last_error());
+      status = 1;
+      break;
+    }
+    status = res.status;
+    if (status == 0 || res.interrupted || attempt >= a.max_restarts) break;
+    if (!a.quiet)
+      fprintf(stderr, WHO ": restarting the group (restart %ld of %ld) because %s\n", attempt + 1,
+              a.max_restarts, res.message);
   }
-  remove_segments(run_id);
-  return status_out;
+  for (int i = 0; i < n; i++) env_free(&envs[i]);
+  env_free(&base);
+  free(envs);
+  free(envp);
+  free(ranks);
+  return status;
 }

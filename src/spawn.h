@@ -1,0 +1,64 @@
+/* Process-group spawning and monitoring, shared by `accelerate launch` (exec mode) and
+ * acc_launch_function (fork mode). Internal, not API.
+ *
+ * One call starts nprocs local processes, watches them and returns when all are gone:
+ *  - fail fast: the first process that exits non-zero or dies by a signal is reported; every
+ *    other process gets SIGTERM, then SIGKILL after grace_s;
+ *  - with forward_signals, SIGINT/SIGTERM/SIGHUP/SIGQUIT received by the caller are forwarded
+ *    once to the group (a second one escalates to SIGKILL);
+ *  - every child is reaped (no zombie is left) before returning. */
+#ifndef ACC_SPAWN_H
+#define ACC_SPAWN_H
+
+#include "internal.h"
+
+/* tee bits: prefix "[rank i] " on each line of the selected streams (pipes + reader loop). */
+#define ACC__TEE_STDOUT 1
+#define ACC__TEE_STDERR 2
+
+typedef struct acc__spawn_opts {
+  int nprocs;                /* local processes, >= 1 */
+  char *const *argv;         /* exec mode: program and arguments (PATH is searched) */
+  int (*fn)(void *payload);  /* fork mode, used when argv is NULL: the child runs fn(payload) */
+  void *payload;
+  char **const *envs;        /* envs[i]: NULL-terminated "K=V" environment of local process i */
+  const int *ranks;          /* global rank of local process i (messages, prefixes, log names) */
+  int tee;                   /* ACC__TEE_* bits; 0 = children inherit stdout/stderr (zero-copy) */
+  const char *log_dir;       /* NULL or a directory: rank<r>.stdout.log / rank<r>.stderr.log */
+  int log_append;            /* append to the log files (restarts) instead of truncating */
+  double grace_s;            /* SIGTERM -> SIGKILL delay */
+  double monitor_interval_s; /* upper bound of one wait in the monitor loop */
+  int forward_signals;       /* catch and forward SIGINT/SIGTERM/SIGHUP/SIGQUIT (CLI only) */
+  int new_pgroup;            /* put the children in one new process group (killpg reaches
+                                their descendants too) */
+  int subreaper;             /* become a child subreaper: orphaned descendants of the ranks are
+                                reparented to us and reaped (waitpid(-1): CLI only) */
+  int null_stdin;            /* children read /dev/null instead of the caller's stdin */
+  int quiet;                 /* do not print the failure report */
+  const char *who;           /* prefix of printed messages, e.g. "accelerate launch" */
+} acc__spawn_opts;
+
+typedef struct acc__spawn_result {
+  int failed_rank;   /* global rank of the first failure, -1 if none */
+  int exit_code;     /* its exit status (0 if it died by a signal) */
+  int term_signal;   /* the signal that killed it, 0 if it exited */
+  int interrupted;   /* signal received by the caller and forwarded, 0 if none */
+  int status;        /* suggested process exit status: 0, the rank's status, or 128 + signal */
+  char message[256]; /* "rank 1 (pid 42) exited with status 3", or "" */
+} acc__spawn_result;
+
+/* Runs the group described by o and fills *out. Returns ACC_OK when the group ran (whatever
+ * its outcome, see out->status), or an error when it could not be started (fork, pipe, log
+ * files); in that case every process already started has been stopped and reaped. */
+acc_result acc__spawn_run(const acc__spawn_opts *o, acc__spawn_result *out);
+
+/* Writes a new unique run id (digits only) into buf. */
+void acc__spawn_run_id(char *buf, size_t cap);
+
+/* Removes every /dev/shm/acc-* entry whose name contains run_id. Returns how many. */
+int acc__spawn_remove_segments(const char *run_id);
+
+/* Name of a signal ("SIGKILL"), or "signal <n>" in a static buffer for unknown ones. */
+const char *acc__signal_name(int sig);
+
+#endif
