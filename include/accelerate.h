@@ -16,5 +16,6 @@
 #include "accelerate/comm.h"
 #include "accelerate/launch.h"
 #include "accelerate/model.h"
+#include "accelerate/checkpoint.h"
 
 #endif
