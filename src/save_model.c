@@ -118,8 +118,12 @@ static acc_result save_main(const acc_model *m, const char *dir, uint64_t max_sh
   size_t *shard_of = acc__calloc(np ? np : 1, sizeof *shard_of);
   if (!shard_of) return ACC_ERR_NOMEM;
   /* huggingface_hub's split: a tensor bigger than the limit becomes a shard of its own at once;
-   * otherwise tensors fill the current shard until the next one would exceed the limit. */
-  size_t nshards = 0, cur = (size_t)-1;
+   * otherwise tensors fill the current shard until the next one would exceed the limit. Shards
+   * are numbered in the order they are closed (so an oversized tensor can come before the shard
+   * that was open when it was met), exactly as the reference does. */
+  const size_t OPEN = (size_t)-1;
+  size_t nshards = 0, first_open = 0;
+  int have_open = 0;
   uint64_t cur_size = 0, total = 0;
   for (size_t i = 0; i < np; i++) {
     uint64_t sz = (uint64_t)acc_model_parameter(m, i)->numel * esize;
@@ -128,12 +132,24 @@ static acc_result save_main(const acc_model *m, const char *dir, uint64_t max_sh
       shard_of[i] = nshards++;
       continue;
     }
-    if (cur == (size_t)-1 || cur_size + sz > max_shard) {
-      cur = nshards++;
+    if (have_open && cur_size + sz > max_shard) {
+      for (size_t j = first_open; j < i; j++)
+        if (shard_of[j] == OPEN) shard_of[j] = nshards;
+      nshards++;
+      have_open = 0;
+    }
+    if (!have_open) {
+      have_open = 1;
+      first_open = i;
       cur_size = 0;
     }
-    shard_of[i] = cur;
+    shard_of[i] = OPEN;
     cur_size += sz;
+  }
+  if (have_open) {
+    for (size_t j = first_open; j < np; j++)
+      if (shard_of[j] == OPEN) shard_of[j] = nshards;
+    nshards++;
   }
   if (nshards == 0) nshards = 1; /* a model without parameters: one empty file */
   acc_result rc = ACC_OK;
