@@ -486,6 +486,20 @@ static acc_result list_checkpoints(const char *base, entry **out, size_t *count)
   return ACC_OK;
 }
 
+/* Deletes a complete checkpoint so that a crash half-way never leaves a "complete" one with
+ * files missing: the marker goes first (durably), then the rest. */
+static acc_result remove_checkpoint(const char *dir) {
+  char *marker = acc__path_join(dir, ACC_CHECKPOINT_MARKER);
+  if (!marker) return ACC_ERR_NOMEM;
+  acc_result rc = ACC_OK;
+  if (unlink(marker) != 0 && errno != ENOENT)
+    rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
+  acc__free(marker);
+  if (rc == ACC_OK) rc = acc__fsync_dir(dir);
+  if (rc == ACC_OK) rc = acc__rmtree(dir);
+  return rc;
+}
+
 acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, acc_checkpoint **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_begin: out is NULL");
   *out = NULL;
@@ -512,7 +526,7 @@ acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, a
       if (rc == ACC_OK) {
         /* Oldest first, by the number in the name (never string order). */
         for (size_t i = 0; rc == ACC_OK && n + 1 > (size_t)p->total_limit && i < n + 1 - (size_t)p->total_limit; i++)
-          rc = acc__rmtree(v[i].path);
+          rc = remove_checkpoint(v[i].path);
         entries_free(v, n);
       }
     }
