@@ -41,7 +41,7 @@ static inline char *ckpt_read_file(const char *path, size_t *len) {
 }
 
 static inline int ckpt_exists(const char *dir, const char *name) {
-  char p[1024];
+  char p[4096];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   struct stat sb;
   return stat(p, &sb) == 0;
