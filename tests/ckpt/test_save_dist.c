@@ -16,12 +16,14 @@ int main(int argc, char **argv) {
   REQUIRE_OK(acc_barrier(st));
   float w[8], back[8] = {0};
   for (int i = 0; i < 8; i++) w[i] = (float)(i * 3 + acc_test_rank * 100); /* only rank 0's values may land */
-  int64_t s[1] = {8};
+  int64_t s[1] = {4};
   acc_model *m, *m2;
   REQUIRE_OK(acc_model_create(&m));
   REQUIRE_OK(acc_model_create(&m2));
-  REQUIRE_OK(acc_model_add_parameter(m, "w", w, NULL, 1, s));
-  REQUIRE_OK(acc_model_add_parameter(m2, "w", back, NULL, 1, s));
+  REQUIRE_OK(acc_model_add_parameter(m, "w0", w, NULL, 1, s));
+  REQUIRE_OK(acc_model_add_parameter(m, "w1", w + 4, NULL, 1, s));
+  REQUIRE_OK(acc_model_add_parameter(m2, "w0", back, NULL, 1, s));
+  REQUIRE_OK(acc_model_add_parameter(m2, "w1", back + 4, NULL, 1, s));
   CHECK_OK(acc_save_model(st, m, dir, 16, ACC_F32)); /* 16-byte shards: two files + index */
   CHECK(ckpt_exists(dir, "model.safetensors.index.json"), "index missing after the barrier");
   CHECK_OK(acc_load_checkpoint_in_model(m2, dir, NULL, NULL));
