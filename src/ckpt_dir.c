@@ -568,7 +568,7 @@ acc_result acc_checkpoint_commit(acc_checkpoint *c) {
   if (!c || c->magic != ACC_MAGIC_CKPT)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_commit: invalid checkpoint handle");
   acc_result rc = acc__ckpt_commit(&c->txn);
-  if (rc == ACC_OK && c->automatic && valid_project(c->project)) c->project->iteration++;
+  if (rc == ACC_OK && valid_project(c->project)) c->project->iteration++; /* like save_state, always */
   c->magic = ACC_MAGIC_DEAD;
   acc__free(c);
   return rc;

@@ -186,8 +186,8 @@ ACC_EXTERN const char *acc_checkpoint_dir(const acc_checkpoint *c);
 ACC_EXTERN const char *acc_checkpoint_target(const acc_checkpoint *c);
 /**
  * Makes the checkpoint durable: fsyncs its files and directory, renames it to the target,
- * fsyncs the parent and writes the COMPLETE marker (fsync'd); with automatic naming the
- * iteration advances by one. Frees c in every case; on failure the partial directory stays
+ * fsyncs the parent and writes the COMPLETE marker (fsync'd); then the iteration advances by one
+ * (as Accelerate's save_state does, with or without automatic naming). Frees c in every case; on failure the partial directory stays
  * behind, ignored by acc_project_latest_checkpoint.
  */
 ACC_EXTERN acc_result acc_checkpoint_commit(acc_checkpoint *c);

@@ -1,5 +1,6 @@
 /* safetensors writer and reader: round trip of every dtype (incl. 0-d and empty tensors),
  * header layout and alignment, metadata, and every malformed-file case -> ACC_ERR_FORMAT. */
+#include <dirent.h>
 #include <stdint.h>
 
 #include "acc_test.h"
@@ -99,6 +100,20 @@ static void test_round_trip(const char *dir) {
   CHECK_ERR(acc_safetensors_write(path, &nodata, 1, NULL, NULL, 0), ACC_ERR_INVALID_ARGUMENT, "'m' has no data");
   acc_tensor_view meta = {"__metadata__", ACC_F32, 1, {1}, f32, 0};
   CHECK_ERR(acc_safetensors_write(path, &meta, 1, NULL, NULL, 0), ACC_ERR_INVALID_ARGUMENT, "not __metadata__");
+  /* A failed write (rename onto a directory) leaves neither the target nor a temporary file. */
+  char sub[1100];
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  REQUIRE_OK(acc__mkdirs(sub));
+  snprintf(path, sizeof path, "%s/sub/target", dir);
+  REQUIRE_OK(acc__mkdirs(path));
+  CHECK_ERR(acc_safetensors_write(path, t, 1, NULL, NULL, 0), ACC_ERR_IO, "could not rename");
+  DIR *d = opendir(sub);
+  int entries = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') entries++;
+  if (d) closedir(d);
+  CHECK(entries == 1, "%d entries left in %s after a failed write (expected only 'target')", entries, sub);
   snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", dir);
   CHECK_ERR(acc_safetensors_write(path, t, 1, NULL, NULL, 0), ACC_ERR_IO, "could not create");
 }
