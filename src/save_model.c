@@ -86,7 +86,7 @@ static acc_result write_index(const char *dir, const acc_model *m, const size_t 
   json_object_set_new(root, "metadata", meta);
   json_object_set_new(root, "weight_map", map);
   meta = map = NULL;
-  text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+  text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENSURE_ASCII); /* = Python json.dumps(indent=2, sort_keys=True) */
   path = acc__path_join(dir, INDEX_NAME);
   if (!text || !path) goto nomem;
   size_t len = strlen(text);
