@@ -90,6 +90,14 @@ static acc_result write_index(const char *dir, const acc_model *m, const size_t 
   path = acc__path_join(dir, INDEX_NAME);
   if (!text || !path) goto nomem;
   size_t len = strlen(text);
+  /* jansson writes \u00E9, Python \u00e9: lower-case the hex digits of every \u escape. */
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (text[i] != '\\') continue;
+    if (text[i + 1] == 'u')
+      for (size_t k = i + 2; k < i + 6 && k < len; k++)
+        if (text[k] >= 'A' && text[k] <= 'F') text[k] = (char)(text[k] - 'A' + 'a');
+    i++; /* skip the escaped character */
+  }
   char *withnl = acc__malloc(len + 2);
   if (!withnl) goto nomem;
   memcpy(withnl, text, len);

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Independent check of accelerate-c's safetensors files, using only struct and json.
 
-check_safetensors.py OURS THEIRS
+check_safetensors.py OURS THEIRS [INDEX]
   OURS:   a file written by test_ckpt_python (known tensors); every byte of the layout is checked.
   THEIRS: written here, the way other writers do it (unpadded header, JSON in another order than
           the data, spaces in the JSON), for the C reader to open.
+  INDEX:  a model.safetensors.index.json written by acc_save_model; it must be byte for byte
+          what json.dumps(index, indent=2, sort_keys=True) + "\n" writes (as Accelerate does).
 Exit status 0 when everything matches."""
 import json
 import struct
@@ -67,6 +69,15 @@ def main():
         text += " "
     with open(theirs, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text.encode() + body)
+
+    if len(sys.argv) > 3:
+        text = open(sys.argv[3], "rb").read().decode("ascii")
+        index = json.loads(text)
+        check(text == json.dumps(index, indent=2, sort_keys=True) + "\n", "index text differs from json.dumps")
+        check(index["metadata"]["total_size"] == 4 * (6 + 4 + 10), "total_size %s" % index["metadata"])
+        check("\\u00e9" in text, "non-ASCII name not escaped as \\u00e9")
+        check(index["weight_map"] == {"a": "model-00001-of-00003.safetensors", "z\u00e9": "model-00002-of-00003.safetensors",
+                                      "b": "model-00003-of-00003.safetensors"}, "weight_map %s" % index["weight_map"])
 
     for e in errors:
         print("FAIL:", e)

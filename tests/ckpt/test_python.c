@@ -28,7 +28,20 @@ int main(int argc, char **argv) {
   snprintf(theirs, sizeof theirs, "%s/theirs.safetensors", dir);
   const char *k[1] = {"step"}, *v[1] = {"7"};
   REQUIRE_OK(acc_safetensors_write(ours, t, 8, k, v, 1));
-  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s'", argv[1], argv[2], ours, theirs);
+  /* A sharded model with a non-ASCII name: a [6] | "zé" [10] | b [4] at 40-byte shards. */
+  float wa[6] = {0}, wb[4] = {0}, wz[10] = {0};
+  int64_t s6[1] = {6}, s4[1] = {4}, s10[1] = {10};
+  acc_model *m;
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "a", wa, NULL, 1, s6));
+  REQUIRE_OK(acc_model_add_parameter(m, "z\xc3\xa9", wz, NULL, 1, s10));
+  REQUIRE_OK(acc_model_add_parameter(m, "b", wb, NULL, 1, s4));
+  char mdir[1100], index[1200];
+  snprintf(mdir, sizeof mdir, "%s/model", dir);
+  REQUIRE_OK(acc_save_model(NULL, m, mdir, 40, ACC_F32));
+  acc_model_destroy(m);
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", mdir);
+  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' '%s'", argv[1], argv[2], ours, theirs, index);
   int st = system(cmd);
   CHECK(st == 0, "check_safetensors.py failed (status %d)", st);
 
