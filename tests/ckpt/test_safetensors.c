@@ -1,6 +1,8 @@
 /* safetensors writer and reader: round trip of every dtype (incl. 0-d and empty tensors),
  * header layout and alignment, metadata, and every malformed-file case -> ACC_ERR_FORMAT. */
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdint.h>
 
 #include "acc_test.h"
@@ -194,10 +196,47 @@ static void test_malformed(const char *dir) {
   CHECK_ERR(acc_safetensors_open(&f, path), ACC_ERR_FORMAT, "is 0 bytes, shorter than the 8-byte header length");
 }
 
+/* A write that runs out of space (RLIMIT_FSIZE: write fails with EFBIG) is ACC_ERR_IO, keeps the
+ * previous file intact and leaves no temporary file. */
+static void test_disk_full(const char *dir) {
+  char sub[1100], path[1200];
+  snprintf(sub, sizeof sub, "%s/full", dir);
+  REQUIRE_OK(acc__mkdirs(sub));
+  snprintf(path, sizeof path, "%s/w.safetensors", sub);
+  static float big[4096];
+  for (int i = 0; i < 4096; i++) big[i] = (float)i;
+  acc_tensor_view small = {"old", ACC_F32, 1, {4}, big, 0}, large = {"new", ACC_F32, 1, {4096}, big, 0};
+  CHECK_OK(acc_safetensors_write(path, &small, 1, NULL, NULL, 0));
+  struct rlimit old, lim;
+  getrlimit(RLIMIT_FSIZE, &old);
+  lim = old;
+  lim.rlim_cur = 4096; /* bytes: the 16 KiB tensor does not fit */
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+  setrlimit(RLIMIT_FSIZE, &lim);
+  acc_result rc = acc_safetensors_write(path, &large, 1, NULL, NULL, 0);
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, prev);
+  CHECK(rc == ACC_ERR_IO, "write past the size limit -> %s: %s", acc_result_string(rc), acc_last_error());
+  CHECK(strstr(acc_last_error(), "could not write") != NULL, "message: %s", acc_last_error());
+  acc_safetensors *f = NULL;
+  acc_tensor_view v;
+  CHECK_OK(acc_safetensors_open(&f, path));
+  CHECK(f && acc_safetensors_count(f) == 1 && acc_safetensors_find(f, "old", &v) == ACC_OK, "previous file damaged");
+  acc_safetensors_close(f);
+  DIR *d = opendir(sub);
+  int entries = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') entries++;
+  if (d) closedir(d);
+  CHECK(entries == 1, "%d files in %s after a failed write (expected 1)", entries, sub);
+}
+
 int main(void) {
   char *dir = ckpt_tmpdir("st");
   test_round_trip(dir);
   test_malformed(dir);
+  test_disk_full(dir);
   acc__rmtree(dir);
   free(dir);
   return acc_test_finish("ckpt_safetensors");
