@@ -26,5 +26,6 @@
 #include "accelerate/rng.h"
 #include "accelerate/data.h"
 #include "accelerate/accelerator.h"
+#include "accelerate/checkpoint.h"
 
 #endif

@@ -1,0 +1,646 @@
+/* Durable file writes, checkpoint directory transactions and the project configuration
+ * (automatic checkpoint naming, rotation, "latest complete checkpoint"). */
+#include "ckpt_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void (*acc__ckpt_progress_hook)(const char *phase);
+
+static void progress(const char *phase) {
+  if (acc__ckpt_progress_hook) acc__ckpt_progress_hook(phase);
+}
+
+/* ---- paths -------------------------------------------------------------------------------- */
+
+char *acc__path_join(const char *a, const char *b) {
+  size_t la = a ? strlen(a) : 0, lb = strlen(b);
+  char *s = acc__malloc(la + lb + 2);
+  if (!s) return NULL;
+  if (la == 0) {
+    memcpy(s, b, lb + 1);
+  } else {
+    memcpy(s, a, la);
+    size_t k = la;
+    if (a[la - 1] != '/') s[k++] = '/';
+    memcpy(s + k, b, lb + 1);
+  }
+  return s;
+}
+
+char *acc__path_dirname(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return acc__strdup(".");
+  if (slash == path) return acc__strdup("/");
+  size_t n = (size_t)(slash - path);
+  char *s = acc__malloc(n + 1);
+  if (!s) return NULL;
+  memcpy(s, path, n);
+  s[n] = 0;
+  return s;
+}
+
+int acc__is_dir(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+int acc__is_file(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* ---- durable writes ------------------------------------------------------------------------ */
+
+acc_result acc__write_all(int fd, const void *data, size_t len, const char *what) {
+  const char *p = data;
+  while (len > 0) {
+    size_t chunk = len > (1u << 30) ? (1u << 30) : len;
+    ssize_t w = write(fd, p, chunk);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return acc__error(ACC_ERR_IO, "could not write '%s': %s", what, strerror(errno));
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return ACC_OK;
+}
+
+acc_result acc__fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return acc__error(ACC_ERR_IO, "could not open directory '%s' to fsync it: %s", dir, strerror(errno));
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS)
+    return acc__error(ACC_ERR_IO, "could not fsync directory '%s': %s", dir, strerror(err));
+  return ACC_OK;
+}
+
+static unsigned long tmp_counter;
+
+acc_result acc__write_fd_atomic(const char *path, acc_result (*write_fn)(void *payload, int fd), void *payload) {
+  if (!path || !*path) return acc__error(ACC_ERR_INVALID_ARGUMENT, "cannot write a file with an empty path");
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, ".tmp-%ld-%lu", (long)getpid(), __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED));
+  size_t lp = strlen(path), ls = strlen(suffix);
+  char *tmp = acc__malloc(lp + ls + 1);
+  char *dir = acc__path_dirname(path);
+  acc_result rc = ACC_OK;
+  int fd = -1;
+  if (!tmp || !dir) {
+    rc = ACC_ERR_NOMEM;
+    goto done;
+  }
+  memcpy(tmp, path, lp);
+  memcpy(tmp + lp, suffix, ls + 1);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = acc__error(ACC_ERR_IO, "could not create '%s' (to write '%s'): %s", tmp, path, strerror(errno));
+    goto done;
+  }
+  rc = write_fn(payload, fd);
+  if (rc != ACC_OK) goto fail;
+  progress("file-written");
+  if (fsync(fd) != 0) {
+    rc = acc__error(ACC_ERR_IO, "could not fsync '%s': %s", tmp, strerror(errno));
+    goto fail;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    rc = acc__error(ACC_ERR_IO, "could not close '%s': %s", tmp, strerror(errno));
+    goto fail;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    rc = acc__error(ACC_ERR_IO, "could not rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    goto fail;
+  }
+  progress("file-renamed");
+  rc = acc__fsync_dir(dir);
+  goto done;
+fail:
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+done:
+  acc__free(tmp);
+  acc__free(dir);
+  return rc;
+}
+
+typedef struct buf_payload {
+  const void *data;
+  size_t len;
+  const char *path;
+} buf_payload;
+
+static acc_result write_buf(void *payload, int fd) {
+  buf_payload *b = payload;
+  return acc__write_all(fd, b->data, b->len, b->path);
+}
+
+acc_result acc__write_file_atomic(const char *path, const void *data, size_t len) {
+  buf_payload b = {data, len, path};
+  return acc__write_fd_atomic(path, write_buf, &b);
+}
+
+/* ---- directories ---------------------------------------------------------------------------- */
+
+acc_result acc__mkdirs(const char *dir) {
+  if (!dir || !*dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "cannot create a directory with an empty path");
+  char *p = acc__strdup(dir);
+  if (!p) return ACC_ERR_NOMEM;
+  acc_result rc = ACC_OK;
+  for (char *s = p + 1;; s++) {
+    if (*s == '/' || *s == 0) {
+      char c = *s;
+      *s = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        rc = acc__error(ACC_ERR_IO, "could not create directory '%s': %s", p, strerror(errno));
+        break;
+      }
+      if (!acc__is_dir(p)) {
+        rc = acc__error(ACC_ERR_IO, "'%s' exists but is not a directory", p);
+        break;
+      }
+      *s = c;
+      if (c == 0) break;
+    }
+  }
+  acc__free(p);
+  return rc;
+}
+
+acc_result acc__rmtree(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) {
+    if (errno == ENOENT) return ACC_OK;
+    return acc__error(ACC_ERR_IO, "could not inspect '%s' to remove it: %s", path, strerror(errno));
+  }
+  if (!S_ISDIR(sb.st_mode)) {
+    if (unlink(path) != 0 && errno != ENOENT)
+      return acc__error(ACC_ERR_IO, "could not remove '%s': %s", path, strerror(errno));
+    return ACC_OK;
+  }
+  DIR *d = opendir(path);
+  if (!d) return acc__error(ACC_ERR_IO, "could not open directory '%s' to remove it: %s", path, strerror(errno));
+  acc_result rc = ACC_OK;
+  struct dirent *e;
+  while (rc == ACC_OK && (e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *child = acc__path_join(path, e->d_name);
+    if (!child) {
+      rc = ACC_ERR_NOMEM;
+      break;
+    }
+    rc = acc__rmtree(child);
+    acc__free(child);
+  }
+  closedir(d);
+  if (rc == ACC_OK && rmdir(path) != 0 && errno != ENOENT)
+    rc = acc__error(ACC_ERR_IO, "could not remove directory '%s': %s", path, strerror(errno));
+  return rc;
+}
+
+acc_result acc__fsync_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return acc__error(ACC_ERR_IO, "could not open directory '%s': %s", dir, strerror(errno));
+  acc_result rc = ACC_OK;
+  struct dirent *e;
+  while (rc == ACC_OK && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+    char *child = acc__path_join(dir, e->d_name);
+    if (!child) {
+      rc = ACC_ERR_NOMEM;
+      break;
+    }
+    if (acc__is_file(child)) {
+      int fd = open(child, O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || fsync(fd) != 0)
+        rc = acc__error(ACC_ERR_IO, "could not fsync '%s': %s", child, strerror(errno));
+      if (fd >= 0) close(fd);
+    }
+    acc__free(child);
+  }
+  closedir(d);
+  if (rc == ACC_OK) rc = acc__fsync_dir(dir);
+  return rc;
+}
+
+/* ---- transactions --------------------------------------------------------------------------- */
+
+int acc_checkpoint_is_complete(const char *dir) {
+  if (!dir || !acc__is_dir(dir)) return 0;
+  char *marker = acc__path_join(dir, ACC_CHECKPOINT_MARKER);
+  if (!marker) return 0;
+  int ok = acc__is_file(marker);
+  acc__free(marker);
+  return ok;
+}
+
+static void txn_free(acc__ckpt_txn *txn) {
+  acc__free(txn->final_dir);
+  acc__free(txn->tmp_dir);
+  txn->final_dir = txn->tmp_dir = NULL;
+}
+
+acc_result acc__ckpt_begin(acc__ckpt_txn *txn, const char *final_dir) {
+  memset(txn, 0, sizeof *txn);
+  if (!final_dir || !*final_dir)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_begin: the checkpoint directory is empty");
+  size_t n = strlen(final_dir);
+  while (n > 1 && final_dir[n - 1] == '/') n--;
+  txn->final_dir = acc__malloc(n + 1);
+  txn->tmp_dir = acc__malloc(n + sizeof ACC__CKPT_TMP_SUFFIX);
+  if (!txn->final_dir || !txn->tmp_dir) {
+    txn_free(txn);
+    return ACC_ERR_NOMEM;
+  }
+  memcpy(txn->final_dir, final_dir, n);
+  txn->final_dir[n] = 0;
+  memcpy(txn->tmp_dir, final_dir, n);
+  memcpy(txn->tmp_dir + n, ACC__CKPT_TMP_SUFFIX, sizeof ACC__CKPT_TMP_SUFFIX);
+  acc_result rc = ACC_OK;
+  struct stat sb;
+  if (stat(txn->final_dir, &sb) == 0) {
+    if (!S_ISDIR(sb.st_mode)) {
+      rc = acc__error(ACC_ERR_INVALID_USAGE,
+                      "checkpoint directory '%s' already exists as a file: remove it or choose another directory",
+                      txn->final_dir);
+    } else if (acc_checkpoint_is_complete(txn->final_dir)) {
+      rc = acc__error(ACC_ERR_INVALID_USAGE,
+                      "checkpoint directory '%s' already exists: delete it, choose another output directory, "
+                      "or set the iteration (acc_project_config_set_iteration) to a number not used yet",
+                      txn->final_dir);
+    } else {
+      rc = acc__rmtree(txn->final_dir); /* leftover of a crash between rename and marker */
+    }
+  }
+  if (rc == ACC_OK) rc = acc__rmtree(txn->tmp_dir);
+  if (rc == ACC_OK) {
+    char *parent = acc__path_dirname(txn->final_dir);
+    rc = parent ? acc__mkdirs(parent) : ACC_ERR_NOMEM;
+    acc__free(parent);
+  }
+  if (rc == ACC_OK && mkdir(txn->tmp_dir, 0755) != 0)
+    rc = acc__error(ACC_ERR_IO, "could not create checkpoint directory '%s': %s", txn->tmp_dir, strerror(errno));
+  if (rc != ACC_OK) txn_free(txn);
+  return rc;
+}
+
+acc_result acc__ckpt_commit(acc__ckpt_txn *txn) {
+  if (!txn->tmp_dir) return acc__error(ACC_ERR_INVALID_USAGE, "acc_checkpoint_commit: no checkpoint in progress");
+  acc_result rc = acc__fsync_tree(txn->tmp_dir);
+  char *parent = NULL, *marker = NULL;
+  if (rc != ACC_OK) goto done;
+  progress("synced");
+  if (rename(txn->tmp_dir, txn->final_dir) != 0) {
+    rc = acc__error(ACC_ERR_IO, "could not rename checkpoint '%s' to '%s': %s", txn->tmp_dir, txn->final_dir,
+                    strerror(errno));
+    goto done;
+  }
+  progress("renamed");
+  parent = acc__path_dirname(txn->final_dir);
+  marker = acc__path_join(txn->final_dir, ACC_CHECKPOINT_MARKER);
+  if (!parent || !marker) {
+    rc = ACC_ERR_NOMEM;
+    goto done;
+  }
+  ACC_CHECK_GOTO(acc__fsync_dir(parent), rc, done);
+  static const char text[] = "accelerate-c checkpoint complete\n";
+  ACC_CHECK_GOTO(acc__write_file_atomic(marker, text, sizeof text - 1), rc, done);
+  progress("committed");
+done:
+  acc__free(parent);
+  acc__free(marker);
+  txn_free(txn);
+  return rc;
+}
+
+void acc__ckpt_abort(acc__ckpt_txn *txn) {
+  if (txn->tmp_dir) (void)acc__rmtree(txn->tmp_dir);
+  txn_free(txn);
+}
+
+/* ---- project configuration ------------------------------------------------------------------ */
+
+#define ACC_MAGIC_PROJECT 0x41435052u /* "ACPR" */
+#define ACC_MAGIC_CKPT 0x4143434bu    /* "ACCK" */
+#define ACC_MAGIC_DEAD 0xdeadbeefu
+
+struct acc_project_config {
+  uint32_t magic;
+  char *project_dir;
+  int automatic;
+  int total_limit;
+  long iteration;
+};
+
+struct acc_checkpoint {
+  uint32_t magic;
+  acc_project_config *project;
+  acc__ckpt_txn txn;
+  int automatic;
+};
+
+static int valid_project(const acc_project_config *p) { return p && p->magic == ACC_MAGIC_PROJECT; }
+
+acc_result acc_project_config_create(acc_project_config **out, const acc_project_options *opts) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: out is NULL");
+  *out = NULL;
+  acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
+  if (opts) {
+    if (opts->size == 0)
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "acc_project_config_create: options not initialized with ACC_PROJECT_OPTIONS_INIT");
+    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+  }
+  if (o.iteration < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %ld (must be >= 0)",
+                      o.iteration);
+  if (o.total_limit < ACC_UNSET)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_project_config_create: total_limit is %d (must be > 0, or 0 / ACC_UNSET for no limit)",
+                      o.total_limit);
+  acc_project_config *p = acc__calloc(1, sizeof *p);
+  if (!p) return ACC_ERR_NOMEM;
+  p->project_dir = acc__strdup(o.project_dir && *o.project_dir ? o.project_dir : ".");
+  if (!p->project_dir) {
+    acc__free(p);
+    return ACC_ERR_NOMEM;
+  }
+  p->magic = ACC_MAGIC_PROJECT;
+  p->automatic = o.automatic_checkpoint_naming != 0;
+  p->total_limit = o.total_limit > 0 ? o.total_limit : 0;
+  p->iteration = o.iteration;
+  *out = p;
+  return ACC_OK;
+}
+
+void acc_project_config_destroy(acc_project_config *p) {
+  if (!valid_project(p)) return;
+  p->magic = ACC_MAGIC_DEAD;
+  acc__free(p->project_dir);
+  acc__free(p);
+}
+
+long acc_project_config_iteration(const acc_project_config *p) { return valid_project(p) ? p->iteration : -1; }
+
+const char *acc_project_config_dir(const acc_project_config *p) { return valid_project(p) ? p->project_dir : NULL; }
+
+acc_result acc_project_config_set_iteration(acc_project_config *p, long iteration) {
+  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "invalid project configuration handle");
+  if (iteration < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "iteration is %ld (must be >= 0)", iteration);
+  p->iteration = iteration;
+  return ACC_OK;
+}
+
+/* Parses "checkpoint_<digits>" exactly; returns the number or -1. */
+static long checkpoint_number(const char *name) {
+  static const char prefix[] = "checkpoint_";
+  if (strncmp(name, prefix, sizeof prefix - 1) != 0) return -1;
+  const char *s = name + sizeof prefix - 1;
+  if (!*s) return -1;
+  long v = 0;
+  for (; *s; s++) {
+    if (*s < '0' || *s > '9') return -1;
+    if (v > (LONG_MAX - 9) / 10) return -1;
+    v = v * 10 + (*s - '0');
+  }
+  return v;
+}
+
+typedef struct entry {
+  long num;
+  char *path;
+} entry;
+
+static int entry_cmp(const void *a, const void *b) {
+  long x = ((const entry *)a)->num, y = ((const entry *)b)->num;
+  return (x > y) - (x < y);
+}
+
+static void entries_free(entry *e, size_t n) {
+  for (size_t i = 0; i < n; i++) acc__free(e[i].path);
+  acc__free(e);
+}
+
+/* Complete checkpoint_<n> directories under base, sorted by n ascending. A missing base is an
+ * empty list. */
+static acc_result list_checkpoints(const char *base, entry **out, size_t *count) {
+  *out = NULL;
+  *count = 0;
+  DIR *d = opendir(base);
+  if (!d) {
+    if (errno == ENOENT) return ACC_OK;
+    return acc__error(ACC_ERR_IO, "could not list checkpoint directory '%s': %s", base, strerror(errno));
+  }
+  entry *v = NULL;
+  size_t n = 0, cap = 0;
+  acc_result rc = ACC_OK;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    long num = checkpoint_number(e->d_name);
+    if (num < 0) continue;
+    char *path = acc__path_join(base, e->d_name);
+    if (!path) {
+      rc = ACC_ERR_NOMEM;
+      break;
+    }
+    if (!acc_checkpoint_is_complete(path)) {
+      acc__free(path);
+      continue;
+    }
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      entry *nv = acc__realloc(v, nc * sizeof *nv);
+      if (!nv) {
+        acc__free(path);
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+      v = nv;
+      cap = nc;
+    }
+    v[n].num = num;
+    v[n].path = path;
+    n++;
+  }
+  closedir(d);
+  if (rc != ACC_OK) {
+    entries_free(v, n);
+    return rc;
+  }
+  if (n > 1) qsort(v, n, sizeof *v, entry_cmp);
+  *out = v;
+  *count = n;
+  return ACC_OK;
+}
+
+/* Deletes a complete checkpoint so that a crash half-way never leaves a "complete" one with
+ * files missing: the marker goes first (durably), then the rest. */
+static acc_result remove_checkpoint(const char *dir) {
+  char *marker = acc__path_join(dir, ACC_CHECKPOINT_MARKER);
+  if (!marker) return ACC_ERR_NOMEM;
+  acc_result rc = ACC_OK;
+  if (unlink(marker) != 0 && errno != ENOENT)
+    rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
+  acc__free(marker);
+  if (rc == ACC_OK) rc = acc__fsync_dir(dir);
+  if (rc == ACC_OK) rc = acc__rmtree(dir);
+  return rc;
+}
+
+acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, acc_checkpoint **out) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_begin: out is NULL");
+  *out = NULL;
+  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_begin: invalid project handle");
+  char *target = NULL;
+  acc_result rc = ACC_OK;
+  if (p->automatic) {
+    if (output_dir)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "acc_checkpoint_begin: output_dir '%s' given but automatic checkpoint naming is on "
+                        "(pass NULL: the checkpoint goes to '%s/checkpoints/checkpoint_%ld')",
+                        output_dir, p->project_dir, p->iteration);
+    char *base = acc__path_join(p->project_dir, "checkpoints");
+    if (!base) return ACC_ERR_NOMEM;
+    char name[48];
+    snprintf(name, sizeof name, "checkpoint_%ld", p->iteration);
+    target = acc__path_join(base, name);
+    if (!target) rc = ACC_ERR_NOMEM;
+    if (rc == ACC_OK) rc = acc__mkdirs(base);
+    if (rc == ACC_OK && p->total_limit > 0 && !acc_checkpoint_is_complete(target)) {
+      entry *v;
+      size_t n;
+      rc = list_checkpoints(base, &v, &n);
+      if (rc == ACC_OK) {
+        /* Oldest first, by the number in the name (never string order). */
+        for (size_t i = 0; rc == ACC_OK && n + 1 > (size_t)p->total_limit && i < n + 1 - (size_t)p->total_limit; i++)
+          rc = remove_checkpoint(v[i].path);
+        entries_free(v, n);
+      }
+    }
+    acc__free(base);
+  } else {
+    if (!output_dir || !*output_dir)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "acc_checkpoint_begin: no output directory given and automatic checkpoint naming is off");
+    target = acc__strdup(output_dir);
+    if (!target) rc = ACC_ERR_NOMEM;
+  }
+  acc_checkpoint *c = NULL;
+  if (rc == ACC_OK) {
+    c = acc__calloc(1, sizeof *c);
+    if (!c) rc = ACC_ERR_NOMEM;
+  }
+  if (rc == ACC_OK) rc = acc__ckpt_begin(&c->txn, target);
+  acc__free(target);
+  if (rc != ACC_OK) {
+    acc__free(c);
+    return rc;
+  }
+  c->magic = ACC_MAGIC_CKPT;
+  c->project = p;
+  c->automatic = p->automatic;
+  *out = c;
+  return ACC_OK;
+}
+
+const char *acc_checkpoint_dir(const acc_checkpoint *c) {
+  return (c && c->magic == ACC_MAGIC_CKPT) ? c->txn.tmp_dir : NULL;
+}
+
+const char *acc_checkpoint_target(const acc_checkpoint *c) {
+  return (c && c->magic == ACC_MAGIC_CKPT) ? c->txn.final_dir : NULL;
+}
+
+acc_result acc_checkpoint_commit(acc_checkpoint *c) {
+  if (!c || c->magic != ACC_MAGIC_CKPT)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_commit: invalid checkpoint handle");
+  acc_result rc = acc__ckpt_commit(&c->txn);
+  if (rc == ACC_OK && valid_project(c->project)) c->project->iteration++; /* like save_state, always */
+  c->magic = ACC_MAGIC_DEAD;
+  acc__free(c);
+  return rc;
+}
+
+void acc_checkpoint_abort(acc_checkpoint *c) {
+  if (!c || c->magic != ACC_MAGIC_CKPT) return;
+  acc__ckpt_abort(&c->txn);
+  c->magic = ACC_MAGIC_DEAD;
+  acc__free(c);
+}
+
+acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_latest_checkpoint: out is NULL");
+  *out = NULL;
+  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_latest_checkpoint: invalid project handle");
+  char *base = acc__path_join(p->project_dir, "checkpoints");
+  if (!base) return ACC_ERR_NOMEM;
+  entry *v;
+  size_t n;
+  acc_result rc = list_checkpoints(base, &v, &n);
+  if (rc == ACC_OK) {
+    if (n == 0) {
+      rc = acc__error(ACC_ERR_INVALID_USAGE, "no complete checkpoint found in '%s' (looked for checkpoint_<N> "
+                      "directories holding a %s marker)", base, ACC_CHECKPOINT_MARKER);
+    } else {
+      *out = v[n - 1].path;
+      v[n - 1].path = NULL;
+    }
+    entries_free(v, n);
+  }
+  acc__free(base);
+  return rc;
+}
+
+acc_result acc_project_resolve_load(const acc_project_config *p, const char *input_dir, char **out) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_resolve_load: out is NULL");
+  *out = NULL;
+  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_resolve_load: invalid project handle");
+  if (!input_dir) {
+    if (!p->automatic)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "no input directory given and automatic checkpoint naming is off");
+    return acc_project_latest_checkpoint(p, out);
+  }
+  size_t n = strlen(input_dir), ls = strlen(ACC__CKPT_TMP_SUFFIX);
+  while (n > 1 && input_dir[n - 1] == '/') n--;
+  if (!acc__is_dir(input_dir))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "tried to find checkpoint '%s' but the folder does not exist", input_dir);
+  if (n >= ls && strncmp(input_dir + n - ls, ACC__CKPT_TMP_SUFFIX, ls) == 0)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "checkpoint '%s' is a temporary directory of a save that did not finish: load a complete "
+                      "checkpoint instead", input_dir);
+  if (!acc_checkpoint_is_complete(input_dir))
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "checkpoint '%s' is incomplete (no %s marker): the save that wrote it did not finish; load "
+                      "an earlier checkpoint", input_dir, ACC_CHECKPOINT_MARKER);
+  *out = acc__strdup(input_dir);
+  return *out ? ACC_OK : ACC_ERR_NOMEM;
+}
+
+acc_result acc_project_checkpoint_loaded(acc_project_config *p, const char *dir) {
+  if (!valid_project(p) || !dir)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_checkpoint_loaded: NULL or invalid argument");
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  size_t start = n;
+  while (start > 0 && dir[start - 1] != '/') start--;
+  char name[64];
+  if (n - start >= sizeof name) return ACC_OK;
+  memcpy(name, dir + start, n - start);
+  name[n - start] = 0;
+  long k = checkpoint_number(name);
+  if (k >= 0 && p->automatic && k < LONG_MAX) p->iteration = k + 1;
+  return ACC_OK;
+}
