@@ -3,7 +3,7 @@
  * ACC_ERR_BACKEND instead of aborting the process.
  *
  * Counts: MPI takes int counts, so large buffers are split into chunks of at most
- * ACC_MPI_CHUNK elements (reductions, broadcast) or gathered through a resized datatype whose
+ * ACC_MPI_CHUNK_MAX elements (reductions, broadcast) or gathered through a resized datatype whose
  * extent is the per-rank block (gathers), so nothing here overflows for buffers > 2 GiB.
  * f16 and bf16 reductions use user-defined MPI_Ops that reduce through float
  * (acc__reduce_inplace), on contiguous 16-bit datatypes of their own. */
@@ -13,12 +13,13 @@
 
 #include "../backend.h"
 
-#define ACC_MPI_CHUNK ((size_t)1 << 30) /* elements or bytes per MPI call */
+#define ACC_MPI_CHUNK_MAX ((size_t)1 << 30) /* elements or bytes per MPI call */
 
 typedef struct mpi_backend {
   acc__backend base;
   MPI_Comm comm;
   int we_initialized;
+  size_t chunk; /* ACC_MPI_CHUNK_MAX; tests lower it (ACC_MPI_TEST_CHUNK) to exercise splitting */
   MPI_Datatype f16_type, bf16_type;
   MPI_Op half_ops[2][3]; /* [f16|bf16][sum|min|max] */
 } mpi_backend;
@@ -77,8 +78,9 @@ static acc_result mpi_barrier(acc__backend *be) {
 }
 
 static acc_result mpi_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
-  for (size_t off = 0; off < nbytes; off += ACC_MPI_CHUNK) {
-    size_t n = nbytes - off < ACC_MPI_CHUNK ? nbytes - off : ACC_MPI_CHUNK;
+  const size_t chunk = as_mpi(be)->chunk;
+  for (size_t off = 0; off < nbytes; off += chunk) {
+    size_t n = nbytes - off < chunk ? nbytes - off : chunk;
     MPI_TRY(be, MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, as_mpi(be)->comm));
   }
   return ACC_OK;
@@ -92,8 +94,9 @@ static acc_result mpi_reduce_common(acc__backend *be, const void *send, void *re
   map_types(m, dtype, op, &t, &o);
   size_t es = acc_dtype_size(dtype);
   int in_place = send == recv;
-  for (size_t off = 0; off < count; off += ACC_MPI_CHUNK) {
-    size_t n = count - off < ACC_MPI_CHUNK ? count - off : ACC_MPI_CHUNK;
+  const size_t chunk = m->chunk;
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t n = count - off < chunk ? count - off : chunk;
     const void *s = in_place ? MPI_IN_PLACE : (const char *)send + off * es;
     void *r = recv ? (char *)recv + off * es : NULL;
     if (all) {
@@ -137,8 +140,9 @@ static acc_result gather_common(acc__backend *be, const void *send, void *recv, 
     }
   }
   acc_result rc = ACC_OK;
-  for (size_t off = 0; off < nbytes && rc == ACC_OK; off += ACC_MPI_CHUNK) {
-    size_t n = nbytes - off < ACC_MPI_CHUNK ? nbytes - off : ACC_MPI_CHUNK;
+  const size_t chunk = m->chunk;
+  for (size_t off = 0; off < nbytes && rc == ACC_OK; off += chunk) {
+    size_t n = nbytes - off < chunk ? nbytes - off : chunk;
     MPI_Datatype piece, block;
     int err = MPI_Type_contiguous((int)n, MPI_BYTE, &piece);
     if (err != MPI_SUCCESS) { rc = mpi_fail(be, err, "MPI_Type_contiguous"); break; }
@@ -179,7 +183,7 @@ static acc_result mpi_all_gather_v(acc__backend *be, const void *send, void *rec
     if (r == be->rank) mine_off = total;
     total += sizes[r];
   }
-  if (total <= INT_MAX) {
+  if (total <= m->chunk) {
     int *counts = acc__malloc(sizeof(int) * 2 * (size_t)be->size);
     if (!counts) return ACC_ERR_NOMEM;
     int *displs = counts + be->size;
@@ -207,7 +211,7 @@ static acc_result mpi_all_gather_v(acc__backend *be, const void *send, void *rec
     if (err != MPI_SUCCESS) return mpi_fail(be, err, "MPI_Allgatherv");
     return ACC_OK;
   }
-  /* More than INT_MAX bytes in all: each rank broadcasts its block in turn (chunked). */
+  /* More than the chunk limit (INT_MAX at most) in all: each rank broadcasts its block in turn (chunked). */
   if (sizes[be->rank] && (char *)recv + mine_off != send)
     memmove((char *)recv + mine_off, send, sizes[be->rank]);
   size_t off = 0;
@@ -255,6 +259,12 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
   m->base.rank = info->rank;
   m->base.size = info->size;
   m->comm = MPI_COMM_NULL;
+  m->chunk = ACC_MPI_CHUNK_MAX;
+  long test_chunk = 0;
+  int test_chunk_set = 0;
+  if (acc__env_int("ACC_MPI_TEST_CHUNK", &test_chunk, &test_chunk_set) == ACC_OK && test_chunk_set &&
+      test_chunk > 0 && (size_t)test_chunk < ACC_MPI_CHUNK_MAX)
+    m->chunk = (size_t)test_chunk;
   m->f16_type = m->bf16_type = MPI_DATATYPE_NULL;
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 3; j++) m->half_ops[i][j] = MPI_OP_NULL;
