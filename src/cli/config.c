@@ -1,10 +1,352 @@
-/* `accelerate config`: placeholder until implemented. */
+/* `accelerate config`: the questionnaire (Accelerate's cluster flow, reduced to what
+ * accelerate-c runs), and `accelerate config default`. Answers are read line by line from stdin,
+ * so they can come from a terminal or a pipe; menus are numbered instead of arrow-key driven. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "config_file.h"
+#include "internal.h"
+
+/* Matches --name, --name=value and the dash spelling of name. *value gets the value (next
+ * argument or after '='). Returns 1 on a match, -1 when the value is missing. */
+int acc_cli_match_opt(int argc, char **argv, int *i, const char *name, const char **value) {
+  const char *a = argv[*i];
+  if (strncmp(a, "--", 2) != 0) return 0;
+  a += 2;
+  size_t n = strlen(name);
+  for (size_t k = 0; k < n; k++) {
+    char c = a[k], want = name[k];
+    if (!(c == want || (want == '_' && c == '-'))) return 0;
+  }
+  if (a[n] == '=') {
+    *value = a + n + 1;
+    return 1;
+  }
+  if (a[n] != '\0') return 0;
+  if (!value) return 1;
+  if (*i + 1 >= argc) return -1;
+  *value = argv[++*i];
+  return 1;
+}
+
+/* ---- prompts ----------------------------------------------------------------------------- */
+typedef struct asker {
+  FILE *in, *out;
+  int eof;
+} asker;
+
+/* Reads one answer line (without the newline); returns 0 at end of input. */
+static int read_answer(asker *a, char *buf, size_t len) {
+  fflush(a->out);
+  if (!fgets(buf, (int)len, a->in)) {
+    a->eof = 1;
+    return 0;
+  }
+  size_t n = strlen(buf);
+  while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  char *p = buf;
+  while (*p == ' ' || *p == '\t') p++;
+  memmove(buf, p, strlen(p) + 1);
+  if (!a->in || a->in != stdin || !isatty(0)) fputc('\n', a->out); /* echo the line end of a pipe */
+  return 1;
+}
+
+static int ask_yes_no(asker *a, const char *q, int def) {
+  char buf[256];
+  for (;;) {
+    fprintf(a->out, "%s [%s]: ", q, def ? "YES/no" : "yes/NO");
+    if (!read_answer(a, buf, sizeof buf)) return -1;
+    if (!buf[0]) return def;
+    if (!strcasecmp(buf, "yes")) return 1;
+    if (!strcasecmp(buf, "no")) return 0;
+    fprintf(a->out, "Please enter yes or no.\n");
+  }
+}
+
+static int ask_int(asker *a, const char *q, long def, long min, long max, long *out) {
+  char buf[256];
+  for (;;) {
+    fprintf(a->out, "%s [%ld]: ", q, def);
+    if (!read_answer(a, buf, sizeof buf)) return -1;
+    if (!buf[0]) {
+      *out = def;
+      return 0;
+    }
+    char *end;
+    long v = strtol(buf, &end, 10);
+    if (*end == '\0' && v >= min && v <= max) {
+      *out = v;
+      return 0;
+    }
+    fprintf(a->out, "Please enter an integer between %ld and %ld.\n", min, max);
+  }
+}
+
+/* def NULL: an answer is required. */
+static int ask_str(asker *a, const char *q, const char *def, char *out, size_t len) {
+  for (;;) {
+    if (def) fprintf(a->out, "%s [%s]: ", q, def);
+    else fprintf(a->out, "%s: ", q);
+    if (!read_answer(a, out, len)) return -1;
+    if (out[0]) return 0;
+    if (def) {
+      snprintf(out, len, "%s", def);
+      return 0;
+    }
+    fprintf(a->out, "Please enter a value.\n");
+  }
+}
+
+static int ask_menu(asker *a, const char *q, const char *const *opts, int n, int def) {
+  char buf[256];
+  fprintf(a->out, "%s\n", q);
+  for (int i = 0; i < n; i++) fprintf(a->out, "  %d) %s\n", i, opts[i]);
+  for (;;) {
+    fprintf(a->out, "Please select a number [%d]: ", def);
+    if (!read_answer(a, buf, sizeof buf)) return -1;
+    if (!buf[0]) return def;
+    char *end;
+    long v = strtol(buf, &end, 10);
+    if (*end == '\0' && v >= 0 && v < n) return (int)v;
+    for (int i = 0; i < n; i++) /* the option's text is accepted too */
+      if (!strcasecmp(buf, opts[i])) return i;
+    fprintf(a->out, "Please enter a number between 0 and %d.\n", n - 1);
+  }
+}
+
+static void set_str(acc_cli_value *v, const char *s) {
+  v->set = 1;
+  snprintf(v->s, sizeof v->s, "%s", s);
+}
+static void set_int(acc_cli_value *v, long i) {
+  v->set = 1;
+  v->i = i;
+}
+
+#define ASK(call) \
+  do {            \
+    if ((call) < 0) goto eof; \
+  } while (0)
+
+/* The question flow of accelerate.md §9.2 for the types accelerate-c runs. */
+static int questionnaire(asker *a, acc_cli_cfg *c) {
+  static const char *const envs[] = {"This machine", "AWS (Amazon SageMaker)"};
+  static const char *const types[] = {"No distributed training", "multi-CPU", "multi-GPU"};
+  static const char *const types_val[] = {"NO", "MULTI_CPU", "MULTI_GPU"};
+  static const char *const precisions[] = {"no", "fp16", "bf16"};
+  int r;
+  long v;
+  char buf[1024];
+  acc_cli_config_init(c);
+  for (;;) {
+    ASK(r = ask_menu(a, "In which compute environment are you running?", envs, 2, 0));
+    if (r == 0) break;
+    fprintf(a->out, "accelerate-c does not support Amazon SageMaker; please choose 0.\n");
+  }
+  set_str(&c->compute_environment, "LOCAL_MACHINE");
+  ASK(r = ask_menu(a, "Which type of machine are you using?", types, 3, 0));
+  set_str(&c->distributed_type, types_val[r]);
+  int type = r;
+  set_int(&c->num_machines, 1);
+  set_int(&c->machine_rank, 0);
+  set_int(&c->debug, 0);
+  set_int(&c->same_network, 1);
+  set_str(&c->rdzv_backend, "static");
+  if (type != 0) {
+    ASK(ask_int(a, "How many different machines will you use (use more than 1 for multi-node training)?",
+                1, 1, 1 << 20, &v));
+    set_int(&c->num_machines, v);
+    if (v > 1) {
+      ASK(ask_int(a, "What is the rank of this machine?", 0, 0, v - 1, &v));
+      set_int(&c->machine_rank, v);
+      ASK(ask_str(a, "What is the IP address of the machine that will host the main process?", NULL,
+                  buf, sizeof buf));
+      set_str(&c->main_process_ip, buf);
+      ASK(ask_int(a, "What is the port you will use to communicate with the main process?", 29500, 0,
+                  65535, &v));
+      set_int(&c->main_process_port, v);
+      ASK(r = ask_yes_no(a, "Are all the machines on the same local network? Answer `no` if nodes are "
+                         "on the cloud and/or on different network hosts", 1));
+      set_int(&c->same_network, r);
+      if (!r) {
+        ASK(ask_str(a, "What rendezvous backend will you use? ('static', 'c10d', ...)", "static", buf,
+                    sizeof buf));
+        set_str(&c->rdzv_backend, buf);
+      }
+    }
+    ASK(r = ask_yes_no(a, "Should distributed operations be checked while running for errors? This can "
+                       "avoid timeout issues but will be slower.", 0));
+    set_int(&c->debug, r);
+  }
+  int use_cpu = 0;
+  if (type == 0) {
+    ASK(use_cpu = ask_yes_no(a, "Do you want to run your training on CPU only (even if a GPU / Apple "
+                             "Silicon / Ascend NPU device is available)?", 0));
+  } else if (type == 1) {
+    use_cpu = 1;
+    ASK(r = ask_yes_no(a, "Do you want accelerate to launch mpirun?", 0));
+    if (r) {
+      ASK(ask_str(a, "Please enter the path to the hostfile to use with mpirun", "~/hostfile", buf,
+                  sizeof buf));
+      set_str(&c->mpirun_hostfile, buf);
+    }
+  }
+  set_int(&c->use_cpu, use_cpu);
+  set_int(&c->num_processes, 1);
+  if (type != 0) {
+    const char *q = type == 2 ? "How many GPU(s) should be used for distributed training?"
+                              : "How many processes should be used for distributed training?";
+    for (;;) {
+      ASK(ask_int(a, q, 1, 1, 1 << 20, &v));
+      if (type == 2 && v == 1 && c->num_machines.i == 1) {
+        fprintf(a->out, "Specified distributed type MULTI_GPU but only using 1 GPU on a single "
+                        "machine. Please select `No distributed training` for the type of machine "
+                        "you are using, or use more GPUs.\n");
+        continue;
+      }
+      break;
+    }
+    set_int(&c->num_processes, v);
+  }
+  if ((type == 0 || type == 2) && !use_cpu) {
+    ASK(ask_str(a, "What GPU(s) (by id) should be used for training on this machine as a "
+                "comma-separated list?", "all", buf, sizeof buf));
+    set_str(&c->gpu_ids, buf);
+  }
+  ASK(r = ask_menu(a, "Do you wish to use mixed precision?", precisions, 3, 0));
+  set_str(&c->mixed_precision, precisions[r]);
+  set_str(&c->downcast_bf16, "no");
+  set_int(&c->enable_cpu_affinity, 0);
+  set_str(&c->main_training_function, "main");
+  c->tpu_env.set = 1; /* [] like Accelerate writes */
+  set_int(&c->tpu_use_cluster, 0);
+  set_int(&c->tpu_use_sudo, 0);
+  return 0;
+eof:
+  fprintf(stderr, "\naccelerate config: the input ended before every question was answered; "
+                  "nothing was written\n");
+  return -1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static int config_default(int argc, char **argv) {
+  const char *path = NULL, *mp = "no";
+  for (int i = 1; i < argc; i++) {
+    int m;
+    if ((m = acc_cli_match_opt(argc, argv, &i, "config_file", &path)) ||
+        (m = acc_cli_match_opt(argc, argv, &i, "save_location", &path)) ||
+        (m = acc_cli_match_opt(argc, argv, &i, "mixed_precision", &mp))) {
+      if (m < 0) {
+        fprintf(stderr, "accelerate config default: %s needs a value\n", argv[i]);
+        return 1;
+      }
+      continue;
+    }
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: accelerate config default [--config_file PATH] [--mixed_precision {no,fp16,bf16}]\n");
+      return 0;
+    }
+    fprintf(stderr, "accelerate config default: unknown argument '%s'\n", argv[i]);
+    return 1;
+  }
+  acc_mixed_precision p;
+  if (acc_mixed_precision_parse(mp, &p) != ACC_OK) {
+    fprintf(stderr, "accelerate config default: --mixed_precision must be one of no, fp16, bf16 (got '%s')\n", mp);
+    return 1;
+  }
+  char buf[4096];
+  if (!path) {
+    if (acc_cli_config_default_path(buf, sizeof buf) != ACC_OK) {
+      fprintf(stderr, "accelerate config default: %s\n", acc_last_error());
+      return 1;
+    }
+    path = buf;
+  }
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    printf("Configuration already exists at %s, will not override. Run `accelerate config` manually "
+           "or pass a different `save_location`.\n", path);
+    return 0;
+  }
+  /* accelerate-c runs on CPUs only, so the detected setup is Accelerate's no-device one. */
+  acc_cli_cfg c;
+  acc_cli_config_init(&c);
+  set_str(&c.compute_environment, "LOCAL_MACHINE");
+  set_int(&c.debug, 0);
+  set_str(&c.distributed_type, "NO");
+  c.downcast_bf16.set = 1, c.downcast_bf16.is_bool = 1, c.downcast_bf16.i = 0;
+  set_int(&c.enable_cpu_affinity, 0);
+  set_int(&c.machine_rank, 0);
+  set_str(&c.main_training_function, "main");
+  set_str(&c.mixed_precision, acc_mixed_precision_name(p));
+  set_int(&c.num_machines, 1);
+  set_int(&c.num_processes, 1);
+  set_str(&c.rdzv_backend, "static");
+  set_int(&c.same_network, 0);
+  set_int(&c.tpu_use_cluster, 0);
+  set_int(&c.tpu_use_sudo, 0);
+  set_int(&c.use_cpu, 1);
+  if (acc_cli_config_write(&c, path, 1) != ACC_OK) {
+    fprintf(stderr, "accelerate config default: %s\n", acc_last_error());
+    return 1;
+  }
+  printf("accelerate configuration saved at %s\n", path);
+  return 0;
+}
 
 int acc_cli_config(int argc, char **argv) {
-  (void)argc, (void)argv;
-  fprintf(stderr, "accelerate config: not implemented yet\n");
-  return 2;
+  if (argc > 1 && !strcmp(argv[1], "default")) return config_default(argc - 1, argv + 1);
+  const char *path = NULL;
+  for (int i = 1; i < argc; i++) {
+    int m = acc_cli_match_opt(argc, argv, &i, "config_file", &path);
+    if (m > 0) continue;
+    if (m < 0) {
+      fprintf(stderr, "accelerate config: --config_file needs a value\n");
+      return 1;
+    }
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: accelerate config [--config_file PATH]\n"
+             "       accelerate config default [--config_file PATH] [--mixed_precision {no,fp16,bf16}]\n\n"
+             "Asks how you run your programs and writes the config file that `accelerate launch`\n"
+             "reads (default: %s).\n", "$HF_HOME/accelerate/default_config.yaml");
+      return 0;
+    }
+    fprintf(stderr, "accelerate config: unknown argument '%s'\n", argv[i]);
+    return 1;
+  }
+  char buf[4096];
+  if (!path) {
+    if (acc_cli_config_default_path(buf, sizeof buf) != ACC_OK) {
+      fprintf(stderr, "accelerate config: %s\n", acc_last_error());
+      return 1;
+    }
+    path = buf;
+  }
+  asker a = {stdin, stdout, 0};
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    printf("A configuration file already exists at %s.\n", path);
+    int r = ask_yes_no(&a, "Do you want to overwrite it?", 0);
+    if (r <= 0) {
+      printf("The existing configuration was kept.\n");
+      return r < 0 ? 1 : 0;
+    }
+  }
+  acc_cli_cfg c;
+  if (questionnaire(&a, &c) != 0) return 1;
+  if (acc_cli_config_write(&c, path, ends_with(path, ".json")) != ACC_OK) {
+    fprintf(stderr, "accelerate config: %s\n", acc_last_error());
+    return 1;
+  }
+  printf("accelerate configuration saved at %s\n", path);
+  return 0;
 }

@@ -1,10 +1,104 @@
-/* `accelerate env`: placeholder until implemented. */
+/* `accelerate env`: what a bug report needs, paste-ready (accelerate.md §9.4). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "config_file.h"
+#include "internal.h"
+
+static void print_gpus(FILE *out) {
+  /* nvidia-smi only when it is on PATH; its absence is not an error. */
+  const char *path = getenv("PATH");
+  int found = 0;
+  char buf[4096];
+  while (path && *path && !found) {
+    const char *colon = strchr(path, ':');
+    size_t n = colon ? (size_t)(colon - path) : strlen(path);
+    snprintf(buf, sizeof buf, "%.*s/nvidia-smi", (int)n, path);
+    found = access(buf, X_OK) == 0;
+    path = colon ? colon + 1 : NULL;
+  }
+  if (found) {
+    FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
+    int lines = 0;
+    char line[512];
+    while (p && fgets(line, sizeof line, p)) {
+      line[strcspn(line, "\n")] = '\0';
+      fprintf(out, "%s%s", lines++ ? "; " : "- GPUs visible: ", line);
+    }
+    if (p) pclose(p);
+    if (lines) {
+      fprintf(out, " (not used: accelerate-c has no GPU backend yet)\n");
+      return;
+    }
+  }
+  fprintf(out, "- GPUs visible: none\n");
+}
 
 int acc_cli_env(int argc, char **argv) {
-  (void)argc, (void)argv;
-  fprintf(stderr, "accelerate env: not implemented yet\n");
-  return 2;
+  const char *explicit_path = NULL;
+  for (int i = 1; i < argc; i++) {
+    int m = acc_cli_match_opt(argc, argv, &i, "config_file", &explicit_path);
+    if (m > 0) continue;
+    if (m < 0) {
+      fprintf(stderr, "accelerate env: --config_file needs a value\n");
+      return 1;
+    }
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: accelerate env [--config_file PATH]\n\nPrints the version, build, system and "
+             "config file, to paste into a bug report.\n");
+      return 0;
+    }
+    fprintf(stderr, "accelerate env: unknown argument '%s'\n", argv[i]);
+    return 1;
+  }
+  FILE *out = stdout;
+  struct utsname u;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = '\0';
+  fprintf(out, "\nCopy-and-paste the text below in your GitHub issue\n\n");
+  fprintf(out, "- `Accelerate` version: accelerate-c %s\n", acc_version_string());
+  if (uname(&u) == 0)
+    fprintf(out, "- Platform: %s-%s-%s (%s)\n", u.sysname, u.release, u.machine, u.version);
+  fprintf(out, "- `accelerate` bash location: %s\n", n > 0 ? self : "unknown");
+#ifdef __VERSION__
+  fprintf(out, "- C compiler: %s\n", __VERSION__);
+#endif
+#ifdef ACC_HAVE_MPI
+  const char *mpi = "yes";
+#else
+  const char *mpi = "no";
+#endif
+  fprintf(out, "- Backends built in: single, shm, MPI: %s, NCCL: no\n", mpi);
+  fprintf(out, "- Accelerator support: CUDA: no (CPU only)\n");
+  fprintf(out, "- CPUs: %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psize > 0)
+    fprintf(out, "- System RAM: %.2f GB\n", (double)pages * (double)psize / (1024.0 * 1024.0 * 1024.0));
+  print_gpus(out);
+
+  char path[4096];
+  int found = 0;
+  acc_cli_cfg cfg;
+  acc_result rc = acc_cli_config_find(explicit_path, path, sizeof path, &found);
+  fprintf(out, "- `Accelerate` %s:", explicit_path ? "config passed" : "default config");
+  if (rc != ACC_OK) {
+    fprintf(out, "\n\t%s\n", acc_last_error());
+    return 1;
+  }
+  if (!found) {
+    fprintf(out, "\n\tNot found\n");
+    return 0;
+  }
+  fprintf(out, " %s\n", path);
+  if (acc_cli_config_load(&cfg, path) != ACC_OK) {
+    fprintf(out, "\tcannot be loaded: %s\n", acc_last_error());
+    return 1;
+  }
+  acc_cli_config_print_env(&cfg, out);
+  return 0;
 }

@@ -35,6 +35,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "config") == 0) return acc_cli_config(argc - 1, argv + 1);
   if (strcmp(cmd, "env") == 0) return acc_cli_env(argc - 1, argv + 1);
   if (strcmp(cmd, "test") == 0) return acc_cli_test(argc - 1, argv + 1);
+  if (strcmp(cmd, "__selftest") == 0) return acc_cli_selftest(argc - 1, argv + 1);
   fprintf(stderr, "accelerate: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 1;

@@ -1,10 +1,322 @@
-/* `accelerate test`: placeholder until implemented. */
+/* `accelerate test`: launches this executable's built-in self-test (`accelerate __selftest`) on
+ * the configured number of processes through `accelerate launch`, like Accelerate's
+ * test_script.py (accelerate.md §9.5), with the parts that apply to a C library: state,
+ * process control, splitting, every collective against a computed reference, triggers. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "config_file.h"
+#include "internal.h"
 
-int acc_cli_test(int argc, char **argv) {
+/* ---- the self-test program ------------------------------------------------------------- */
+static int g_failures, g_rank;
+
+#define ST_CHECK(cond, ...)                                                  \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      g_failures++;                                                          \
+      fprintf(stderr, "[rank %d] FAILED: ", g_rank);                         \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, "\n");                                                 \
+    }                                                                        \
+  } while (0)
+#define ST_OK(call) \
+  ST_CHECK((call) == ACC_OK, "%s: %s", #call, acc_last_error())
+
+static void header(acc_state *st, const char *title) {
+  acc_print(st, "\n**%s**\n", title);
+}
+
+static void count_call(void *p) { ++*(int *)p; }
+
+static void selftest_control(acc_state *st, int n, int rank) {
+  header(st, "Test process execution");
+  /* main_process_first: rank 0 writes the shared file first, the others append after it. */
+  char path[256] = "";
+  if (rank == 0) {
+    snprintf(path, sizeof path, "/tmp/accelerate-selftest-%ld-XXXXXX", (long)getpid());
+    int fd = mkstemp(path);
+    ST_CHECK(fd >= 0, "cannot create a temporary file in /tmp: %s", strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  ST_OK(acc_broadcast(st, path, sizeof path, ACC_U8, 0));
+  acc_result rc;
+  ACC_MAIN_PROCESS_FIRST(st, rc) {
+    FILE *f = fopen(path, "a");
+    if (f) {
+      fprintf(f, "%d\n", rank);
+      fclose(f);
+    }
+  }
+  ST_CHECK(rc == ACC_OK, "main_process_first: %s", acc_last_error());
+  ST_OK(acc_wait_for_everyone(st));
+  if (rank == 0) {
+    FILE *f = fopen(path, "r");
+    int first = -1, lines = 0, r;
+    while (f && fscanf(f, "%d", &r) == 1) {
+      if (lines++ == 0) first = r;
+    }
+    if (f) fclose(f);
+    ST_CHECK(first == 0 && lines == n, "main_process_first: file has %d lines starting with rank %d "
+             "(expected %d lines, rank 0 first)", lines, first, n);
+    unlink(path);
+    if (first == 0 && lines == n) printf("main_process_first ran the main process first\n");
+  }
+  /* on_* helpers: how many processes ran each, summed over the group. */
+  int32_t ran[5] = {0, 0, 0, 0, 0}, calls = 0;
+  ran[0] = acc_on_main_process(st, count_call, &calls);
+  ran[1] = acc_on_local_main_process(st, count_call, &calls);
+  ran[2] = acc_on_last_process(st, count_call, &calls);
+  ran[3] = acc_on_process(st, n - 1, count_call, &calls);
+  ran[4] = calls;
+  ST_OK(acc_all_reduce(st, ran, ran, 5, ACC_I32, ACC_SUM));
+  int machines = acc_state_num_machines(st);
+  ST_CHECK(ran[0] == 1 && ran[1] == machines && ran[2] == 1 && ran[3] == 1 &&
+               ran[4] == 3 + machines,
+           "on_main/on_local_main/on_last/on_process ran on %d/%d/%d/%d processes (expected 1/%d/1/1)",
+           ran[0], ran[1], ran[2], ran[3], machines);
+  acc_print(st, "on_main_process, on_local_main_process, on_last_process, on_process each ran where expected\n");
+  /* split_between_processes: 17 items, with and without padding. */
+  for (int pad = 0; pad < 2; pad++) {
+    acc_split sp;
+    ST_OK(acc_split_between_processes(st, 17, pad, &sp));
+    int64_t mine[3] = {(int64_t)sp.start, (int64_t)sp.count, (int64_t)sp.padded_count};
+    int64_t *all = calloc((size_t)n * 3, sizeof *all);
+    if (!all) return;
+    ST_OK(acc_all_gather(st, mine, all, 3, ACC_I64));
+    int64_t next = 0;
+    for (int r = 0; r < n; r++) {
+      ST_CHECK(all[r * 3] == next || all[r * 3 + 1] == 0,
+               "split(17%s): rank %d starts at %lld, expected %lld", pad ? ", padded" : "", r,
+               (long long)all[r * 3], (long long)next);
+      next += all[r * 3 + 1];
+      if (pad) ST_CHECK(all[r * 3 + 2] == all[2], "split(17, padded): rank %d has %lld items, rank 0 %lld",
+                        r, (long long)all[r * 3 + 2], (long long)all[2]);
+    }
+    ST_CHECK(next == 17, "split(17%s): the processes got %lld items in all", pad ? ", padded" : "",
+             (long long)next);
+    free(all);
+  }
+  acc_print(st, "split_between_processes covers 17 items exactly once (padded: equal counts)\n");
+}
+
+static void selftest_collectives(acc_state *st, int n, int rank) {
+  header(st, "Test collectives");
+  enum { C = 33 };
+  /* all_reduce and reduce of i32, f32, f64 and bf16 small integers: exact in every dtype. */
+  static const acc_op ops[] = {ACC_SUM, ACC_MEAN, ACC_MIN, ACC_MAX};
+  for (int oi = 0; oi < 4; oi++) {
+    int32_t iv[C], ir[C];
+    double dv[C], dr[C];
+    uint16_t bv[C], br[C];
+    for (int i = 0; i < C; i++) {
+      iv[i] = (i * 5 + rank * 3) % 17 - 8;
+      dv[i] = iv[i];
+      bv[i] = acc__f32_to_bf16((float)iv[i]);
+    }
+    ST_OK(acc_all_reduce(st, iv, ir, C, ACC_I32, ops[oi]));
+    ST_OK(acc_all_reduce(st, dv, dr, C, ACC_F64, ops[oi]));
+    ST_OK(acc_all_reduce(st, bv, br, C, ACC_BF16, ops[oi]));
+    for (int i = 0; i < C; i++) {
+      long s = 0, mn = 1 << 30, mx = -(1 << 30);
+      for (int r = 0; r < n; r++) {
+        long v = (i * 5 + r * 3) % 17 - 8;
+        s += v;
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+      }
+      long want_i = ops[oi] == ACC_SUM ? s : ops[oi] == ACC_MEAN ? s / n : ops[oi] == ACC_MIN ? mn : mx;
+      double want_d = ops[oi] == ACC_MEAN ? (double)s / n : (double)want_i;
+      float want_b = acc__bf16_to_f32(acc__f32_to_bf16((float)want_d));
+      if (ir[i] != want_i || dr[i] != want_d || acc__bf16_to_f32(br[i]) != want_b) {
+        ST_CHECK(0, "all_reduce %s element %d: i32 %d f64 %g bf16 %g, expected %ld %g %g",
+                 acc_op_name(ops[oi]), i, ir[i], dr[i], acc__bf16_to_f32(br[i]), want_i, want_d, want_b);
+        break;
+      }
+    }
+    int32_t red[C];
+    memset(red, 0, sizeof red);
+    ST_OK(acc_reduce(st, iv, rank == n - 1 ? red : NULL, C, ACC_I32, ops[oi], n - 1));
+    if (rank == n - 1) ST_CHECK(!memcmp(red, ir, sizeof red), "reduce %s to rank %d differs from all_reduce",
+                                acc_op_name(ops[oi]), n - 1);
+  }
+  acc_print(st, "all_reduce and reduce (sum, mean, min, max) of i32, f64, bf16 match the reference\n");
+  /* broadcast from the last rank, all_gather, gather, all_gather_bytes */
+  float b[C];
+  for (int i = 0; i < C; i++) b[i] = rank == n - 1 ? (float)(i * i) : -1.0f;
+  ST_OK(acc_broadcast(st, b, C, ACC_F32, n - 1));
+  for (int i = 0; i < C; i++)
+    if (b[i] != (float)(i * i)) {
+      ST_CHECK(0, "broadcast from rank %d: element %d is %g, expected %d", n - 1, i, b[i], i * i);
+      break;
+    }
+  int64_t mine[2] = {rank * 10, rank * 10 + 1};
+  int64_t *all = calloc((size_t)n * 2, sizeof *all);
+  if (!all) return;
+  ST_OK(acc_all_gather(st, mine, all, 2, ACC_I64));
+  for (int r = 0; r < n; r++)
+    ST_CHECK(all[2 * r] == r * 10 && all[2 * r + 1] == r * 10 + 1, "all_gather: slot of rank %d holds %lld %lld",
+             r, (long long)all[2 * r], (long long)all[2 * r + 1]);
+  memset(all, 0, (size_t)n * 2 * sizeof *all);
+  ST_OK(acc_gather(st, mine, rank == 0 ? all : NULL, 2, ACC_I64, 0));
+  if (rank == 0)
+    for (int r = 0; r < n; r++)
+      ST_CHECK(all[2 * r] == r * 10, "gather: slot of rank %d holds %lld", r, (long long)all[2 * r]);
+  free(all);
+  char text[64];
+  int len = snprintf(text, sizeof text, "rank %d says hello", rank);
+  void *out = NULL;
+  size_t *sizes = NULL;
+  ST_OK(acc_all_gather_bytes(st, text, (size_t)(rank % 2 ? 0 : len), &out, &sizes));
+  if (out && sizes) {
+    size_t off = 0;
+    for (int r = 0; r < n; r++) {
+      char want[64];
+      int wl = snprintf(want, sizeof want, "rank %d says hello", r);
+      size_t wsz = (size_t)(r % 2 ? 0 : wl);
+      ST_CHECK(sizes[r] == wsz && !memcmp((char *)out + off, want, wsz),
+               "all_gather_bytes: rank %d sent %zu bytes, expected %zu", r, sizes[r], wsz);
+      off += sizes[r];
+    }
+  }
+  acc_free(out);
+  acc_free(sizes);
+  acc_print(st, "broadcast, all_gather, gather and all_gather_bytes match the reference\n");
+}
+
+static void selftest_trigger(acc_state *st, int n, int rank) {
+  header(st, "Breakpoint trigger test");
+  int t = -1;
+  ST_OK(acc_check_trigger(st, &t));
+  ST_CHECK(t == 0, "check_trigger before any set_trigger returned %d, expected 0", t);
+  if (rank == n - 1) ST_OK(acc_set_trigger(st));
+  ST_OK(acc_check_trigger(st, &t));
+  ST_CHECK(t == 1, "check_trigger after rank %d set it returned %d, expected 1", n - 1, t);
+  ST_OK(acc_check_trigger(st, &t));
+  ST_CHECK(t == 0, "check_trigger after the reset returned %d, expected 0", t);
+  acc_print(st, "trigger sequence False/True/False\n");
+}
+
+int acc_cli_selftest(int argc, char **argv) {
   (void)argc, (void)argv;
-  fprintf(stderr, "accelerate test: not implemented yet\n");
-  return 2;
+  acc_state *st = NULL, *again = NULL;
+  if (acc_state_create(&st, NULL) != ACC_OK) {
+    fprintf(stderr, "FAILED: acc_state_create: %s\n", acc_last_error());
+    return 1;
+  }
+  int n = acc_state_num_processes(st), rank = acc_state_process_index(st);
+  g_rank = rank;
+  header(st, "Initialization");
+  ST_CHECK(acc_state_create(&again, NULL) == ACC_OK && again == st,
+           "a second acc_state_create did not return the same state: %s", acc_last_error());
+  acc_state_destroy(again);
+  if (acc_state_is_local_main_process(st)) printf("Testing, testing. 1, 2, 3.\n");
+  fflush(stdout);
+  ST_OK(acc_wait_for_everyone(st));
+  printf("%s\n", acc_state_describe(st));
+  fflush(stdout);
+  ST_OK(acc_wait_for_everyone(st));
+  if (acc_state_num_machines(st) == 1) selftest_control(st, n, rank);
+  selftest_collectives(st, n, rank);
+  selftest_trigger(st, n, rank);
+  /* Every process learns whether any failed, so the main process reports for all. */
+  int32_t failed = g_failures;
+  if (acc_all_reduce(st, &failed, &failed, 1, ACC_I32, ACC_SUM) != ACC_OK) failed = g_failures + 1;
+  if (rank == 0) {
+    if (failed) printf("\n%d check(s) failed (see the FAILED lines above)\n", failed);
+    else printf("\nAll checks passed on %d process(es)\n", n);
+  }
+  acc_state_destroy(st);
+  return failed ? 1 : 0;
+}
+
+/* ---- `accelerate test` --------------------------------------------------------------- */
+int acc_cli_test(int argc, char **argv) {
+  const char *explicit_path = NULL;
+  for (int i = 1; i < argc; i++) {
+    int m = acc_cli_match_opt(argc, argv, &i, "config_file", &explicit_path);
+    if (m > 0) continue;
+    if (m < 0) {
+      fprintf(stderr, "accelerate test: --config_file needs a value\n");
+      return 1;
+    }
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf("usage: accelerate test [--config_file PATH]\n\nRuns the built-in distributed self-test "
+             "on the processes of your config file.\n");
+      return 0;
+    }
+    fprintf(stderr, "accelerate test: unknown argument '%s'\n", argv[i]);
+    return 1;
+  }
+  char path[4096];
+  int found = 0;
+  long nproc = 1;
+  if (acc_cli_config_find(explicit_path, path, sizeof path, &found) != ACC_OK) {
+    fprintf(stderr, "accelerate test: %s\n", acc_last_error());
+    return 1;
+  }
+  if (found) {
+    acc_cli_cfg cfg;
+    if (acc_cli_config_load(&cfg, path) != ACC_OK) {
+      fprintf(stderr, "accelerate test: %s\n", acc_last_error());
+      return 1;
+    }
+    if (cfg.num_processes.set && cfg.num_processes.i > 0) nproc = cfg.num_processes.i;
+  }
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    fprintf(stderr, "accelerate test: cannot find this executable (/proc/self/exe): %s\n", strerror(errno));
+    return 1;
+  }
+  self[n] = '\0';
+  char np[32];
+  snprintf(np, sizeof np, "%ld", nproc);
+  char *args[10];
+  int k = 0;
+  args[k++] = self;
+  args[k++] = "launch";
+  args[k++] = "--num_processes";
+  args[k++] = np;
+  if (found) {
+    args[k++] = "--config_file";
+    args[k++] = path;
+  }
+  args[k++] = self;
+  args[k++] = "__selftest";
+  args[k] = NULL;
+  char cmd[8192] = "";
+  for (int i = 0; i < k; i++) {
+    strncat(cmd, args[i], sizeof cmd - strlen(cmd) - 2);
+    if (i + 1 < k) strcat(cmd, " ");
+  }
+  printf("Running: %s\n", cmd);
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "accelerate test: fork failed: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    execv(self, args);
+    fprintf(stderr, "accelerate test: cannot run %s: %s\n", self, strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    printf("Test is a success! You are ready for your distributed training!\n");
+    return 0;
+  }
+  if (WIFSIGNALED(status))
+    fprintf(stderr, "accelerate test: '%s' was killed by signal %d\n", cmd, WTERMSIG(status));
+  else
+    fprintf(stderr, "accelerate test: '%s' failed with returncode %d\n", cmd, WEXITSTATUS(status));
+  return 1;
 }

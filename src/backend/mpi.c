@@ -1,0 +1,321 @@
+/* The MPI backend: every collective maps onto the MPI call of the same name, on a private
+ * duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN so that MPI failures come back as
+ * ACC_ERR_BACKEND instead of aborting the process.
+ *
+ * Counts: MPI takes int counts, so large buffers are split into chunks of at most
+ * ACC_MPI_CHUNK_MAX elements (reductions, broadcast) or gathered through a resized datatype whose
+ * extent is the per-rank block (gathers), so nothing here overflows for buffers > 2 GiB.
+ * f16 and bf16 reductions use user-defined MPI_Ops that reduce through float
+ * (acc__reduce_inplace), on contiguous 16-bit datatypes of their own. */
+#include <limits.h>
+#include <mpi.h>
+#include <string.h>
+
+#include "../backend.h"
+
+#define ACC_MPI_CHUNK_MAX ((size_t)1 << 30) /* elements or bytes per MPI call */
+
+typedef struct mpi_backend {
+  acc__backend base;
+  MPI_Comm comm;
+  int we_initialized;
+  size_t chunk; /* ACC_MPI_CHUNK_MAX; tests lower it (ACC_MPI_TEST_CHUNK) to exercise splitting */
+  MPI_Datatype f16_type, bf16_type;
+  MPI_Op half_ops[2][3]; /* [f16|bf16][sum|min|max] */
+} mpi_backend;
+
+static mpi_backend *as_mpi(acc__backend *be) { return (mpi_backend *)be; }
+
+static acc_result mpi_fail(acc__backend *be, int err, const char *call) {
+  char msg[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) len = 0;
+  msg[len] = '\0';
+  return acc__error(ACC_ERR_BACKEND, "MPI backend: %s (%s #%llu) failed on rank %d of %d: %s",
+                    call, be->op_name ? be->op_name : "setup", (unsigned long long)be->op_seq,
+                    be->rank, be->size, len ? msg : "unknown MPI error");
+}
+
+#define MPI_TRY(be, call)                                   \
+  do {                                                      \
+    int acc__mpi_err_ = (call);                             \
+    if (acc__mpi_err_ != MPI_SUCCESS) return mpi_fail((be), acc__mpi_err_, #call); \
+  } while (0)
+
+/* ---- f16/bf16 user reductions ----------------------------------------------------------- */
+#define HALF_OP_FN(name, dtype, op)                                                  \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {              \
+    (void)dt;                                                                        \
+    acc__reduce_inplace(inout, in, (size_t)*len, dtype, op);                         \
+  }
+HALF_OP_FN(f16_sum, ACC_F16, ACC_SUM)
+HALF_OP_FN(f16_min, ACC_F16, ACC_MIN)
+HALF_OP_FN(f16_max, ACC_F16, ACC_MAX)
+HALF_OP_FN(bf16_sum, ACC_BF16, ACC_SUM)
+HALF_OP_FN(bf16_min, ACC_BF16, ACC_MIN)
+HALF_OP_FN(bf16_max, ACC_BF16, ACC_MAX)
+
+static int op_index(acc_op op) { return op == ACC_MIN ? 1 : op == ACC_MAX ? 2 : 0; }
+
+static void map_types(mpi_backend *m, acc_dtype dtype, acc_op op, MPI_Datatype *t, MPI_Op *o) {
+  switch (dtype) {
+    case ACC_F32: *t = MPI_FLOAT; break;
+    case ACC_F64: *t = MPI_DOUBLE; break;
+    case ACC_I32: *t = MPI_INT32_T; break;
+    case ACC_I64: *t = MPI_INT64_T; break;
+    case ACC_U8: *t = MPI_UINT8_T; break;
+    case ACC_F16: *t = m->f16_type; *o = m->half_ops[0][op_index(op)]; return;
+    case ACC_BF16: *t = m->bf16_type; *o = m->half_ops[1][op_index(op)]; return;
+    default: *t = MPI_BYTE; break;
+  }
+  *o = op == ACC_MIN ? MPI_MIN : op == ACC_MAX ? MPI_MAX : MPI_SUM;
+}
+
+/* ---- ops ----------------------------------------------------------------------------------- */
+static acc_result mpi_barrier(acc__backend *be) {
+  MPI_TRY(be, MPI_Barrier(as_mpi(be)->comm));
+  return ACC_OK;
+}
+
+static acc_result mpi_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
+  const size_t chunk = as_mpi(be)->chunk;
+  for (size_t off = 0; off < nbytes; off += chunk) {
+    size_t n = nbytes - off < chunk ? nbytes - off : chunk;
+    MPI_TRY(be, MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, as_mpi(be)->comm));
+  }
+  return ACC_OK;
+}
+
+static acc_result mpi_reduce_common(acc__backend *be, const void *send, void *recv, size_t count,
+                                    acc_dtype dtype, acc_op op, int root, int all) {
+  mpi_backend *m = as_mpi(be);
+  MPI_Datatype t;
+  MPI_Op o;
+  map_types(m, dtype, op, &t, &o);
+  size_t es = acc_dtype_size(dtype);
+  int in_place = send == recv;
+  const size_t chunk = m->chunk;
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t n = count - off < chunk ? count - off : chunk;
+    const void *s = in_place ? MPI_IN_PLACE : (const char *)send + off * es;
+    void *r = recv ? (char *)recv + off * es : NULL;
+    if (all) {
+      MPI_TRY(be, MPI_Allreduce(s, r, (int)n, t, o, m->comm));
+    } else {
+      /* MPI_IN_PLACE is only valid at the root; elsewhere send is the data. */
+      if (be->rank != root) s = (const char *)send + off * es;
+      MPI_TRY(be, MPI_Reduce(s, r, (int)n, t, o, root, m->comm));
+    }
+  }
+  return ACC_OK;
+}
+
+static acc_result mpi_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                                 acc_dtype dtype, acc_op op) {
+  return mpi_reduce_common(be, send, recv, count, dtype, op, 0, 1);
+}
+
+static acc_result mpi_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                             acc_dtype dtype, acc_op op, int root) {
+  return mpi_reduce_common(be, send, recv, count, dtype, op, root, 0);
+}
+
+/* All-gather or gather of nbytes per rank. Each chunk of a rank's block lands at
+ * recv + r * nbytes + off: a datatype of the chunk's length, resized to an extent of nbytes,
+ * places every rank's piece with one call and int-sized counts. */
+static acc_result gather_common(acc__backend *be, const void *send, void *recv, size_t nbytes,
+                                int root, int all) {
+  mpi_backend *m = as_mpi(be);
+  const int want_recv = all || be->rank == root;
+  const char *src = send;
+  void *tmp = NULL;
+  if (want_recv && recv) {
+    const char *r0 = recv, *r1 = (const char *)recv + nbytes * (size_t)be->size;
+    const char *s0 = send;
+    if (s0 < r1 && s0 + nbytes > r0) { /* send overlaps recv: take a copy */
+      tmp = acc__malloc(nbytes);
+      if (!tmp) return ACC_ERR_NOMEM;
+      memcpy(tmp, send, nbytes);
+      src = tmp;
+    }
+  }
+  acc_result rc = ACC_OK;
+  const size_t chunk = m->chunk;
+  for (size_t off = 0; off < nbytes && rc == ACC_OK; off += chunk) {
+    size_t n = nbytes - off < chunk ? nbytes - off : chunk;
+    MPI_Datatype piece, block;
+    int err = MPI_Type_contiguous((int)n, MPI_BYTE, &piece);
+    if (err != MPI_SUCCESS) { rc = mpi_fail(be, err, "MPI_Type_contiguous"); break; }
+    err = MPI_Type_create_resized(piece, 0, (MPI_Aint)nbytes, &block);
+    MPI_Type_free(&piece);
+    if (err != MPI_SUCCESS) { rc = mpi_fail(be, err, "MPI_Type_create_resized"); break; }
+    err = MPI_Type_commit(&block);
+    if (err == MPI_SUCCESS) {
+      char *r = recv ? (char *)recv + off : NULL;
+      if (all)
+        err = MPI_Allgather(src + off, (int)n, MPI_BYTE, r, 1, block, m->comm);
+      else
+        err = MPI_Gather(src + off, (int)n, MPI_BYTE, r, 1, block, root, m->comm);
+      if (err != MPI_SUCCESS) rc = mpi_fail(be, err, all ? "MPI_Allgather" : "MPI_Gather");
+    } else {
+      rc = mpi_fail(be, err, "MPI_Type_commit");
+    }
+    MPI_Type_free(&block);
+  }
+  acc__free(tmp);
+  return rc;
+}
+
+static acc_result mpi_all_gather(acc__backend *be, const void *send, void *recv, size_t nbytes) {
+  return gather_common(be, send, recv, nbytes, 0, 1);
+}
+
+static acc_result mpi_gather(acc__backend *be, const void *send, void *recv, size_t nbytes,
+                             int root) {
+  return gather_common(be, send, recv, nbytes, root, 0);
+}
+
+static acc_result mpi_all_gather_v(acc__backend *be, const void *send, void *recv,
+                                   const size_t *sizes) {
+  mpi_backend *m = as_mpi(be);
+  size_t total = 0, mine_off = 0;
+  for (int r = 0; r < be->size; r++) {
+    if (r == be->rank) mine_off = total;
+    total += sizes[r];
+  }
+  if (total <= m->chunk) {
+    int *counts = acc__malloc(sizeof(int) * 2 * (size_t)be->size);
+    if (!counts) return ACC_ERR_NOMEM;
+    int *displs = counts + be->size;
+    for (int r = 0, d = 0; r < be->size; r++) {
+      counts[r] = (int)sizes[r];
+      displs[r] = d;
+      d += counts[r];
+    }
+    /* In place when the caller's data already sits in its slot of recv. */
+    const void *s = send == (const char *)recv + mine_off ? MPI_IN_PLACE : send;
+    void *tmp = NULL;
+    if (s != MPI_IN_PLACE && sizes[be->rank] && (const char *)send < (const char *)recv + total &&
+        (const char *)send + sizes[be->rank] > (const char *)recv) {
+      tmp = acc__malloc(sizes[be->rank]);
+      if (!tmp) {
+        acc__free(counts);
+        return ACC_ERR_NOMEM;
+      }
+      memcpy(tmp, send, sizes[be->rank]);
+      s = tmp;
+    }
+    int err = MPI_Allgatherv(s, counts[be->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE, m->comm);
+    acc__free(tmp);
+    acc__free(counts);
+    if (err != MPI_SUCCESS) return mpi_fail(be, err, "MPI_Allgatherv");
+    return ACC_OK;
+  }
+  /* More than the chunk limit (INT_MAX at most) in all: each rank broadcasts its block in turn (chunked). */
+  if (sizes[be->rank] && (char *)recv + mine_off != send)
+    memmove((char *)recv + mine_off, send, sizes[be->rank]);
+  size_t off = 0;
+  for (int r = 0; r < be->size; r++) {
+    if (sizes[r]) ACC_CHECK(mpi_broadcast(be, (char *)recv + off, sizes[r], r));
+    off += sizes[r];
+  }
+  return ACC_OK;
+}
+
+static void mpi_destroy(acc__backend *be) {
+  if (!be) return;
+  mpi_backend *m = as_mpi(be);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 3; j++)
+        if (m->half_ops[i][j] != MPI_OP_NULL) MPI_Op_free(&m->half_ops[i][j]);
+    if (m->f16_type != MPI_DATATYPE_NULL) MPI_Type_free(&m->f16_type);
+    if (m->bf16_type != MPI_DATATYPE_NULL) MPI_Type_free(&m->bf16_type);
+    if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    if (m->we_initialized) MPI_Finalize();
+  }
+  acc__free(m);
+}
+
+static const acc__backend_ops mpi_ops = {
+    "mpi",          mpi_barrier, mpi_broadcast,    mpi_all_reduce, mpi_reduce,
+    mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,
+};
+
+acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "MPI backend: MPI was already finalized in this process (by an earlier "
+                      "acc_state_destroy or by the program); MPI cannot be initialized twice, so "
+                      "keep one acc_state for the whole run");
+  mpi_backend *m = acc__calloc(1, sizeof *m);
+  if (!m) return ACC_ERR_NOMEM;
+  m->base.ops = &mpi_ops;
+  m->base.rank = info->rank;
+  m->base.size = info->size;
+  m->comm = MPI_COMM_NULL;
+  m->chunk = ACC_MPI_CHUNK_MAX;
+  long test_chunk = 0;
+  int test_chunk_set = 0;
+  if (acc__env_int("ACC_MPI_TEST_CHUNK", &test_chunk, &test_chunk_set) == ACC_OK && test_chunk_set &&
+      test_chunk > 0 && (size_t)test_chunk < ACC_MPI_CHUNK_MAX)
+    m->chunk = (size_t)test_chunk;
+  m->f16_type = m->bf16_type = MPI_DATATYPE_NULL;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) m->half_ops[i][j] = MPI_OP_NULL;
+  acc__backend *be = &m->base;
+  acc_result rc = ACC_OK;
+  int err;
+  if (!initialized) {
+    int provided = 0;
+    err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (err != MPI_SUCCESS) {
+      acc__free(m);
+      return acc__error(ACC_ERR_BACKEND, "MPI backend: MPI_Init_thread failed (error %d); is "
+                        "this process running under mpirun?", err);
+    }
+    m->we_initialized = 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  err = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+  if (err != MPI_SUCCESS) {
+    rc = mpi_fail(be, err, "MPI_Comm_dup");
+    goto fail;
+  }
+  MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  int rank = -1, size = -1;
+  MPI_Comm_rank(m->comm, &rank);
+  MPI_Comm_size(m->comm, &size);
+  if (rank != info->rank || size != info->size) {
+    rc = acc__error(ACC_ERR_MISMATCH,
+                    "MPI backend: MPI says this is rank %d of %d but the launch environment "
+                    "says rank %d of %d; start the program with one launcher only (mpirun, or "
+                    "accelerate launch with mpirun_hostfile)",
+                    rank, size, info->rank, info->size);
+    goto fail;
+  }
+  if ((err = MPI_Type_contiguous(1, MPI_UINT16_T, &m->f16_type)) != MPI_SUCCESS ||
+      (err = MPI_Type_commit(&m->f16_type)) != MPI_SUCCESS ||
+      (err = MPI_Type_contiguous(1, MPI_UINT16_T, &m->bf16_type)) != MPI_SUCCESS ||
+      (err = MPI_Type_commit(&m->bf16_type)) != MPI_SUCCESS) {
+    rc = mpi_fail(be, err, "MPI_Type_contiguous");
+    goto fail;
+  }
+  MPI_User_function *fns[2][3] = {{f16_sum, f16_min, f16_max}, {bf16_sum, bf16_min, bf16_max}};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++)
+      if ((err = MPI_Op_create(fns[i][j], 1, &m->half_ops[i][j])) != MPI_SUCCESS) {
+        rc = mpi_fail(be, err, "MPI_Op_create");
+        goto fail;
+      }
+  *out = be;
+  return ACC_OK;
+fail:
+  mpi_destroy(be);
+  return rc;
+}
