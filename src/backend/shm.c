@@ -524,6 +524,8 @@ static int try_attach(shm_be *s) {
     /* rank 0 holds its lock while its job lives: otherwise this is a dead job's segment */
     int rc = pthread_mutex_trylock(&s->ctrl[0].lock);
     if (rc != EBUSY) {
+      /* we may now own it: release it (made consistent, or glibc would keep it ours) */
+      if (rc == EOWNERDEAD) pthread_mutex_consistent(&s->ctrl[0].lock);
       if (rc == 0 || rc == EOWNERDEAD) pthread_mutex_unlock(&s->ctrl[0].lock);
       ok = 0;
     }
