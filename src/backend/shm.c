@@ -66,7 +66,8 @@ typedef struct shm_be {
   size_t chunk;
   uint64_t counter;
   double timeout_s;
-  double spin_s;
+  double spin_s;  /* busy-wait this long before yielding */
+  double yield_s; /* then sched_yield until this long, then sleep on the futex */
   int registered; /* own mutex locked */
   int unlinked;
   int joining; /* during the rendezvous step: messages talk about attaching */
@@ -210,11 +211,17 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
   int miss = first_missing(s, target, 0);
   if (miss < 0) return ACC_OK;
   double t0 = acc__now();
-  /* spin */
+  /* 1. spin: the peer is usually running on another core and arrives within microseconds */
   for (unsigned i = 1;; i++) {
     cpu_relax();
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
     if ((i & 63) == 0 && acc__now() - t0 > s->spin_s) break;
+  }
+  /* 2. yield: lets a peer that shares this core run, without the futex wake-up that makes the
+   * scheduler pull both processes onto one core (measured: ~28 us per step instead of 0.2) */
+  while (acc__now() - t0 < s->yield_s) {
+    sched_yield();
+    if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
   }
   double last_check = t0;
   for (;;) {
@@ -588,7 +595,13 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->me = info->rank;
   s->timeout_s = info->timeout_s > 0 ? info->timeout_s : 1800.0;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  s->spin_s = (ncpu > 0 && ncpu >= info->local_size) ? 20e-6 : 1e-6;
+  int enough_cores = ncpu > 0 && ncpu >= info->local_size;
+  s->spin_s = enough_cores ? 20e-6 : 1e-6;
+  s->yield_s = enough_cores ? 2e-3 : 200e-6;
+  long us = 0;
+  int set = 0;
+  if (acc__env_int("ACCELERATE_SHM_SPIN_US", &us, &set) == ACC_OK && set) s->spin_s = (double)us * 1e-6;
+  if (acc__env_int("ACCELERATE_SHM_YIELD_US", &us, &set) == ACC_OK && set) s->yield_s = (double)us * 1e-6;
   snprintf(s->name, sizeof s->name, "/acc-%s", info->job_id);
   s->name[NAME_MAX] = '\0'; /* "/" + at most NAME_MAX - 1 characters */
   acc_result rc = s->me == 0 ? create_segment(s) : attach_segment(s);
