@@ -2,6 +2,8 @@
  * Run: accelerate launch --num_processes 2 acc_bench_comm [max_bytes]
  * Rank 0 prints: op, size, count (f32 elements), median time, algbw, busbw. Timings are per
  * call, measured on rank 0 after a barrier-free warm-up of the same calls. */
+#include <sched.h>
+
 #include "accelerate.h"
 #include "bench_common.h"
 
@@ -21,6 +23,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   int n = acc_state_num_processes(st), rank = acc_state_process_index(st);
+  const char *bind = getenv("ACC_BENCH_BIND");
+  if (bind && atoi(bind)) { /* pin rank r to cpu r (like mpirun's default --bind-to core) */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank % CPU_SETSIZE, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
   float *buf = calloc(maxb / 4 + 1, 4), *big = calloc((maxb / 4 + 1) * (size_t)n, 4);
   double *t = malloc(sizeof(double) * 2000);
   if (rank == 0) bench_header("accelerate-c shm", n);

@@ -50,7 +50,7 @@
 
 #include "../backend.h"
 
-#define SHM_DEFAULT_CHUNK (256u * 1024u)
+#define SHM_DEFAULT_CHUNK (512u * 1024u) /* measured best of 64 KiB..1 MiB: docs/PERFORMANCE.md */
 #define SHM_SMALL_BYTES (16u * 1024u) /* one-step all_reduce/reduce up to this size */
 #define SHM_CHECK_PERIOD_S 0.1        /* liveness check period while waiting */
 #define SHM_FUTEX_WAIT_NS 50000000L   /* one futex sleep: 50 ms at most */
@@ -68,6 +68,7 @@ typedef struct shm_be {
   double timeout_s;
   double spin_s;  /* busy-wait this long before yielding */
   double yield_s; /* then sched_yield until this long, then sleep on the futex */
+  int cpu;        /* CPU at the last publish */
   int registered; /* own mutex locked */
   int unlinked;
   int joining; /* during the rendezvous step: messages talk about attaching */
@@ -107,6 +108,8 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
 }
 
 static void publish(shm_be *s, uint64_t value) {
+  s->cpu = sched_getcpu();
+  atomic_store_explicit(&s->ctrl[s->me].cpu, s->cpu, memory_order_relaxed);
   atomic_store(&s->ctrl[s->me].seq, value); /* seq_cst: ordered before the sleepers load */
   if (atomic_load(&s->hdr->sleepers) > 0) {
     atomic_fetch_add(&s->hdr->futex_word, 1);
@@ -211,8 +214,9 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
   int miss = first_missing(s, target, 0);
   if (miss < 0) return ACC_OK;
   double t0 = acc__now();
-  /* 1. spin: the peer is usually running on another core and arrives within microseconds */
-  for (unsigned i = 1;; i++) {
+  /* 1. spin: the peer is usually running on another core and arrives within microseconds;
+   * but not when it last ran on this very CPU (it cannot run while we spin) */
+  for (unsigned i = 1; atomic_load_explicit(&s->ctrl[miss].cpu, memory_order_relaxed) != s->cpu; i++) {
     cpu_relax();
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
     if ((i & 63) == 0 && acc__now() - t0 > s->spin_s) break;

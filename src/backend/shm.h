@@ -27,6 +27,7 @@ typedef struct acc__shm_header {
 /* Per-rank control block: the arrival counter alone on a cache line, then the rest. */
 typedef struct acc__shm_ctrl {
   _Alignas(ACC_SHM_LINE) _Atomic uint64_t seq;
+  _Atomic int32_t cpu; /* CPU the rank last published from (same line: one miss per step) */
   _Alignas(ACC_SHM_LINE) _Atomic int32_t pid;
   _Atomic int32_t registered; /* locked its liveness mutex */
   _Atomic int32_t departed;   /* left cleanly (destroy) */

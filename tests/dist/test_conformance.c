@@ -11,7 +11,7 @@
 #include "state.h"
 
 static int N, R;
-static size_t CHUNK = 256 * 1024;
+static size_t CHUNK = 512 * 1024;
 
 static int64_t ival(int rank, size_t i, int salt) {
   return (int64_t)((rank * 7 + (int64_t)i * 3 + salt) % 11) - 5;

@@ -222,7 +222,7 @@ static void expect(const report *r, acc_result rc, const char *substr, const cha
 static void forge_stale(int n, int dead_owner) {
   char name[256];
   snprintf(name, sizeof name, "/acc-accelerate-%s-x-%ld", g_run_id, (long)getpid());
-  uint64_t chunk = 256 * 1024, total = acc__shm_total(n, chunk);
+  uint64_t chunk = 512 * 1024, total = acc__shm_total(n, chunk);
   int fd = shm_open(name, O_RDWR | O_CREAT | O_TRUNC, 0600);
   REQUIRE_OK(fd >= 0 ? ACC_OK : ACC_ERR_SYSTEM);
   REQUIRE_OK(ftruncate(fd, (off_t)total) == 0 ? ACC_OK : ACC_ERR_SYSTEM);
