@@ -1,0 +1,51 @@
+/* Shared table logic of the collective benchmarks (accelerate-c and MPI versions): sizes from
+ * 4 B to 64 MiB, warm-up, median of repeated timings, nccl-tests-style columns. */
+#ifndef ACC_BENCH_COMMON_H
+#define ACC_BENCH_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int bench_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Iterations for a message size: many for small, fewer for large (bounded run time). */
+static int bench_iters(size_t bytes) {
+  if (bytes <= 65536) return 2000;
+  if (bytes <= (1u << 20)) return 200;
+  if (bytes <= (16u << 20)) return 30;
+  return 12;
+}
+
+/* Bus bandwidth factor (nccl-tests): all_reduce 2(n-1)/n, all_gather (n-1)/n, broadcast 1. */
+static double bench_bus_factor(const char *op, int n) {
+  if (strcmp(op, "all_reduce") == 0) return 2.0 * (n - 1) / n;
+  if (strcmp(op, "all_gather") == 0) return (double)(n - 1) / n;
+  return 1.0;
+}
+
+static void bench_header(const char *impl, int n) {
+  printf("# %s, %d processes; time = median over iterations (us); algbw = size/time; busbw "
+         "as nccl-tests\n", impl, n);
+  printf("%-11s %12s %12s %12s %10s %10s\n", "op", "size(B)", "count", "time(us)", "algbw(GB/s)",
+         "busbw(GB/s)");
+}
+
+static void bench_row(const char *op, size_t bytes, size_t count, double med_s, int n) {
+  double alg = med_s > 0 ? (double)bytes / med_s / 1e9 : 0;
+  printf("%-11s %12zu %12zu %12.2f %10.3f %10.3f\n", op, bytes, count, med_s * 1e6, alg,
+         alg * bench_bus_factor(op, n));
+  fflush(stdout);
+}
+
+#endif

@@ -1,0 +1,50 @@
+/* Layout of the shared-memory segment of the shm backend. Internal: shared by shm.c and the
+ * tests that forge stale segments. Bump SHM_VERSION on any change. */
+#ifndef ACC_BACKEND_SHM_H
+#define ACC_BACKEND_SHM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
+#define ACC_SHM_VERSION 1u
+#define ACC_SHM_LINE 64
+
+/* Segment header (first bytes of the mapping). */
+typedef struct acc__shm_header {
+  uint64_t magic;
+  uint32_t version;
+  int32_t world;
+  uint64_t chunk;       /* bytes per data slot */
+  uint64_t total_bytes; /* size of the whole mapping */
+  _Atomic uint32_t ready; /* set by rank 0 when everything below is initialized */
+  /* Futex word + sleeper count, on their own cache line. */
+  _Alignas(ACC_SHM_LINE) _Atomic uint32_t futex_word;
+  _Atomic uint32_t sleepers;
+} acc__shm_header;
+
+/* Per-rank control block: the arrival counter alone on a cache line, then the rest. */
+typedef struct acc__shm_ctrl {
+  _Alignas(ACC_SHM_LINE) _Atomic uint64_t seq;
+  _Atomic int32_t cpu; /* CPU the rank last published from (same line: one miss per step) */
+  _Alignas(ACC_SHM_LINE) _Atomic int32_t pid;
+  _Atomic int32_t registered; /* locked its liveness mutex */
+  _Atomic int32_t departed;   /* left cleanly (destroy) */
+  _Atomic int32_t dead;       /* found dead by a peer (robust mutex EOWNERDEAD) */
+  pthread_mutex_t lock;       /* robust, process-shared; held by the rank while it lives */
+} acc__shm_ctrl;
+
+static inline uint64_t acc__shm_round(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* Offsets of the parts of a segment for world ranks and a chunk size. */
+static inline uint64_t acc__shm_ctrl_off(void) { return acc__shm_round(sizeof(acc__shm_header), ACC_SHM_LINE); }
+static inline uint64_t acc__shm_slots_off(int world) {
+  return acc__shm_round(acc__shm_ctrl_off() + (uint64_t)world * sizeof(acc__shm_ctrl), 4096);
+}
+static inline uint64_t acc__shm_total(int world, uint64_t chunk) {
+  /* world slots x 2 buffers, plus the result area x 2 */
+  return acc__shm_slots_off(world) + (2 * (uint64_t)world + 2) * chunk;
+}
+
+#endif

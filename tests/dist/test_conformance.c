@@ -1,0 +1,228 @@
+/* Conformance of every collective through the real launcher: every dtype x op x count
+ * (0, 1, 7, > 2 chunks and not a multiple of the process count), in place and out of place,
+ * every root, against references computed locally from deterministic per-rank data. Values are
+ * small integers, so every float sum is exact and the expected bits are known.
+ * Usage: test_conformance [chunk_bytes]   (sets ACCELERATE_SHM_CHUNK_BYTES before joining) */
+#include <dirent.h>
+#include <stdint.h>
+
+#include "acc_test.h"
+#include "internal.h"
+#include "state.h"
+
+static int N, R;
+static size_t CHUNK = 512 * 1024;
+
+static int64_t ival(int rank, size_t i, int salt) {
+  return (int64_t)((rank * 7 + (int64_t)i * 3 + salt) % 11) - 5;
+}
+
+static void store(acc_dtype dt, void *buf, size_t i, double v) {
+  switch (dt) {
+    case ACC_F32: ((float *)buf)[i] = (float)v; break;
+    case ACC_F64: ((double *)buf)[i] = v; break;
+    case ACC_F16: ((uint16_t *)buf)[i] = acc__f32_to_f16((float)v); break;
+    case ACC_BF16: ((uint16_t *)buf)[i] = acc__f32_to_bf16((float)v); break;
+    case ACC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ACC_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case ACC_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    default: break;
+  }
+}
+
+/* Value of element i on rank r (u8: shifted to be non-negative). */
+static int64_t val(acc_dtype dt, int r, size_t i, int salt) {
+  int64_t v = ival(r, i, salt);
+  return dt == ACC_U8 ? v + 5 : v;
+}
+
+static void fill(acc_dtype dt, void *buf, size_t count, int r, int salt) {
+  for (size_t i = 0; i < count; i++) store(dt, buf, i, (double)val(dt, r, i, salt));
+}
+
+/* Expected reduction result of element i. */
+static void ref_reduce(acc_dtype dt, acc_op op, void *buf, size_t count, int salt) {
+  for (size_t i = 0; i < count; i++) {
+    int64_t sum = 0, mn = INT64_MAX, mx = INT64_MIN;
+    for (int r = 0; r < N; r++) {
+      int64_t v = val(dt, r, i, salt);
+      sum += v;
+      if (v < mn) mn = v;
+      if (v > mx) mx = v;
+    }
+    if (op == ACC_SUM) store(dt, buf, i, (double)sum);
+    else if (op == ACC_MIN) store(dt, buf, i, (double)mn);
+    else if (op == ACC_MAX) store(dt, buf, i, (double)mx);
+    else {
+      switch (dt) {
+        case ACC_F32: case ACC_F16: case ACC_BF16: store(dt, buf, i, (double)((float)sum / (float)N)); break;
+        case ACC_F64: store(dt, buf, i, (double)sum / (double)N); break;
+        default: store(dt, buf, i, (double)(sum / N)); break; /* truncating, like C */
+      }
+    }
+  }
+}
+
+static size_t first_diff(const void *a, const void *b, size_t nbytes) {
+  const uint8_t *x = a, *y = b;
+  for (size_t i = 0; i < nbytes; i++)
+    if (x[i] != y[i]) return i;
+  return (size_t)-1;
+}
+
+#define CHECK_BYTES(got, want, nbytes, ...)                                                    \
+  do {                                                                                         \
+    size_t d_ = first_diff((got), (want), (nbytes));                                           \
+    CHECK(d_ == (size_t)-1, "byte %zu of %zu differs (got 0x%02x want 0x%02x): ", d_,         \
+          (size_t)(nbytes), d_ == (size_t)-1 ? 0 : ((const uint8_t *)(got))[d_],               \
+          d_ == (size_t)-1 ? 0 : ((const uint8_t *)(want))[d_]);                               \
+    if (d_ != (size_t)-1) fprintf(stderr, __VA_ARGS__), fprintf(stderr, "\n");               \
+  } while (0)
+
+static const acc_dtype dtypes[] = {ACC_F32, ACC_F64, ACC_F16, ACC_BF16, ACC_I32, ACC_I64, ACC_U8};
+static const acc_op ops[] = {ACC_SUM, ACC_MEAN, ACC_MIN, ACC_MAX};
+
+static void test_reductions(acc_state *st, acc_dtype dt, size_t count, int salt) {
+  size_t es = acc_dtype_size(dt), nb = count * es;
+  uint8_t *send = malloc(nb + 1), *recv = malloc(nb + 1), *want = malloc(nb + 1);
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    acc_op op = ops[k];
+    ref_reduce(dt, op, want, count, salt + (int)k);
+    /* out of place */
+    fill(dt, send, count, R, salt + (int)k);
+    memset(recv, 0xAB, nb + 1);
+    CHECK_OK(acc_all_reduce(st, send, recv, count, dt, op));
+    CHECK_BYTES(recv, want, nb, "all_reduce %s %s count %zu", acc_dtype_name(dt), acc_op_name(op), count);
+    CHECK(recv[nb] == 0xAB, "all_reduce wrote past the end");
+    /* in place */
+    fill(dt, recv, count, R, salt + (int)k);
+    CHECK_OK(acc_all_reduce(st, recv, recv, count, dt, op));
+    CHECK_BYTES(recv, want, nb, "in-place all_reduce %s %s count %zu", acc_dtype_name(dt),
+                acc_op_name(op), count);
+    /* reduce to every root; the root alternates between in place and out of place */
+    for (int root = 0; root < N; root++) {
+      fill(dt, send, count, R, salt + (int)k);
+      memset(recv, 0xCD, nb + 1);
+      int inplace = root & 1;
+      if (inplace && R == root) memcpy(recv, send, nb);
+      CHECK_OK(acc_reduce(st, inplace && R == root ? recv : send, R == root ? recv : NULL, count, dt, op, root));
+      if (R == root)
+        CHECK_BYTES(recv, want, nb, "reduce %s %s count %zu root %d", acc_dtype_name(dt),
+                    acc_op_name(op), count, root);
+      CHECK(recv[nb] == 0xCD, "reduce wrote past the end");
+    }
+  }
+  free(send), free(recv), free(want);
+}
+
+static void test_moves(acc_state *st, acc_dtype dt, size_t count, int salt) {
+  size_t es = acc_dtype_size(dt), nb = count * es;
+  uint8_t *buf = malloc(nb + 1), *want = malloc(nb * (size_t)N + 1), *all = malloc(nb * (size_t)N + 1);
+  for (int root = 0; root < N; root++) {
+    fill(dt, want, count, root, salt + root);
+    if (R == root) memcpy(buf, want, nb);
+    else memset(buf, 0x11, nb);
+    CHECK_OK(acc_broadcast(st, buf, count, dt, root));
+    CHECK_BYTES(buf, want, nb, "broadcast %s count %zu root %d", acc_dtype_name(dt), count, root);
+  }
+  for (int r = 0; r < N; r++) fill(dt, want + (size_t)r * nb, count, r, salt);
+  fill(dt, buf, count, R, salt);
+  memset(all, 0x22, nb * (size_t)N + 1);
+  CHECK_OK(acc_all_gather(st, buf, all, count, dt));
+  CHECK_BYTES(all, want, nb * (size_t)N, "all_gather %s count %zu", acc_dtype_name(dt), count);
+  CHECK(all[nb * (size_t)N] == 0x22, "all_gather wrote past the end");
+  /* in place: my part already sits at its place in recv */
+  memset(all, 0x33, nb * (size_t)N);
+  fill(dt, all + (size_t)R * nb, count, R, salt);
+  CHECK_OK(acc_all_gather(st, all + (size_t)R * nb, all, count, dt));
+  CHECK_BYTES(all, want, nb * (size_t)N, "in-place all_gather %s count %zu", acc_dtype_name(dt), count);
+  for (int root = 0; root < N; root++) {
+    memset(all, 0x44, nb * (size_t)N);
+    CHECK_OK(acc_gather(st, buf, R == root ? all : NULL, count, dt, root));
+    if (R == root)
+      CHECK_BYTES(all, want, nb * (size_t)N, "gather %s count %zu root %d", acc_dtype_name(dt), count, root);
+  }
+  free(buf), free(want), free(all);
+}
+
+static void test_gather_bytes(acc_state *st, size_t big) {
+  /* rank r sends size(r) bytes: rank 1 sends nothing, the last rank sends more than 2 chunks */
+  size_t sizes[64];
+  size_t total = 0;
+  for (int r = 0; r < N; r++) {
+    sizes[r] = r == 1 ? 0 : (r == N - 1 && N > 1) ? big : (size_t)(r * 37 + 3) % 50 + 1;
+    total += sizes[r];
+  }
+  uint8_t *mine = malloc(sizes[R] + 1);
+  for (size_t i = 0; i < sizes[R]; i++) mine[i] = (uint8_t)(R * 31 + i * 7);
+  void *out = NULL;
+  size_t *osz = NULL;
+  CHECK_OK(acc_all_gather_bytes(st, mine, sizes[R], &out, &osz));
+  if (out && osz) {
+    size_t at = 0;
+    for (int r = 0; r < N; r++) {
+      CHECK(osz[r] == sizes[r], "all_gather_bytes size of rank %d: %zu, want %zu", r, osz[r], sizes[r]);
+      for (size_t i = 0; i < sizes[r]; i++) {
+        uint8_t w = (uint8_t)(r * 31 + i * 7);
+        if (((uint8_t *)out)[at + i] != w) {
+          CHECK(0, "all_gather_bytes rank %d byte %zu: %u, want %u", r, i, ((uint8_t *)out)[at + i], w);
+          break;
+        }
+      }
+      at += sizes[r];
+    }
+    CHECK(at == total, "total %zu", at);
+  }
+  acc_free(out);
+  acc_free(osz);
+  free(mine);
+  /* everyone sends nothing */
+  CHECK_OK(acc_all_gather_bytes(st, NULL, 0, &out, &osz));
+  if (osz)
+    for (int r = 0; r < N; r++) CHECK(osz[r] == 0, "size %zu", osz[r]);
+  acc_free(out);
+  acc_free(osz);
+}
+
+/* The segment name is unlinked once every rank attached: nothing of this job in /dev/shm. */
+static void test_no_segment_left(acc_state *st) {
+  CHECK_OK(acc_barrier(st));
+  acc__env_info e;
+  REQUIRE_OK(acc__detect_env(&e));
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *ent;
+  while ((ent = readdir(d)))
+    CHECK(!(strncmp(ent->d_name, "acc-", 4) == 0 && strstr(ent->d_name, e.job_id)),
+          "/dev/shm/%s still exists after the rendezvous", ent->d_name);
+  closedir(d);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) setenv("ACCELERATE_SHM_CHUNK_BYTES", argv[1], 1);
+  acc_state *st = NULL;
+  REQUIRE_OK(acc_state_create(&st, NULL));
+  N = acc_state_num_processes(st);
+  R = acc_state_process_index(st);
+  acc_test_rank = R;
+  const char *cb = getenv("ACCELERATE_SHM_CHUNK_BYTES");
+  if (cb) CHUNK = (size_t)atol(cb);
+  if (N > 1) CHECK(strcmp(acc_state_backend_name(st), "shm") == 0, "backend %s", acc_state_backend_name(st));
+  test_no_segment_left(st);
+  for (int i = 0; i < 3; i++) CHECK_OK(acc_barrier(st));
+  for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
+    acc_dtype dt = dtypes[k];
+    size_t es = acc_dtype_size(dt);
+    size_t big = 2 * CHUNK / es + 5;
+    while (N > 1 && big % (size_t)N == 0) big += 2; /* odd and not a multiple of N */
+    size_t counts[] = {0, 1, 7, big};
+    for (size_t c = 0; c < 4; c++) {
+      test_reductions(st, dt, counts[c], (int)(k + c));
+      test_moves(st, dt, counts[c], (int)(k * 3 + c));
+    }
+  }
+  test_gather_bytes(st, 2 * CHUNK + 3);
+  CHECK_OK(acc_barrier(st));
+  acc_state_destroy(st);
+  return acc_test_finish("dist_conformance");
+}
