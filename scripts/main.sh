@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc)"
-exec build/accelerate launch --num_processes 2 build/examples/fashion_mnist "$@"
+exec build/accelerate launch --num_processes 2 build/examples/fashion_mnist/fashion_mnist "$@"
