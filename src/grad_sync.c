@@ -44,7 +44,7 @@ struct acc__grad_sync {
 
 static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   size_t n = b->numel;
-  if (n == 0) return ACC_OK;
+  if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
   if (b->inplace) {
     ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
     for (size_t i = 0; i < n; i++) b->inplace[i] *= gs->inv_world;
