@@ -38,7 +38,8 @@ printf '%-28s %12s %10s %10s\n' config "samples/s" accuracy "RSS(MiB)"
 run_cfg baseline_no_library "$build/bench/train_baseline" --epochs "$epochs" --lr 0.01 --normalize --quiet
 run_cfg accelerate_1_process "$build/accelerate" launch --num_processes 1 "$ex" --epochs "$epochs" --quiet
 run_cfg accelerate_2_processes "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet
-run_cfg accelerate_2_proc_overlap "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --overlap
+run_cfg accelerate_2_proc_bucket64k "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64
+run_cfg accelerate_2_proc_overlap64k "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64 --overlap
 run_cfg accelerate_2_proc_noprefetch "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --prefetch 0
 b=$(median < "$tmp/baseline_no_library.rate")
 one=$(median < "$tmp/accelerate_1_process.rate")

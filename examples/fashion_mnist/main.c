@@ -26,7 +26,7 @@
 #define STD 0.3530f
 
 typedef struct options {
-  int epochs, batch, hidden, layers, grad_accum, prefetch, quiet, overlap;
+  int epochs, batch, hidden, layers, grad_accum, prefetch, quiet, overlap, bucket_kb;
   long max_steps;
   double lr, momentum, weight_decay, clip;
   const char *optimizer, *data, *mixed_precision;
@@ -51,12 +51,13 @@ static void usage(FILE *f) {
           "  --data DIR            data directory (" IDX_FASHION_MNIST_DIR ")\n"
           "  --prefetch N          batches prepared ahead by a loader thread (2; 0: none)\n"
           "  --overlap             reduce gradient buckets during the backward pass\n"
+          "  --bucket-kb N         gradient bucket size in KiB (25 MB)\n"
           "  --max-steps N         stop after N optimizer steps (for quick runs)\n"
           "  --quiet               no progress bar\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 1, 2, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42};
+  *o = (options){1, 64, 256, 1, 1, 2, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,6 +80,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--data")) o->data = v;
     else if (ARG("--prefetch")) o->prefetch = atoi(v);
     else if (ARG("--max-steps")) o->max_steps = atol(v);
+    else if (ARG("--bucket-kb")) o->bucket_kb = atoi(v);
     else if (strcmp(a, "--overlap") == 0) o->overlap = 1;
     else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
     else {
@@ -123,6 +125,13 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* --overlap: tell the accelerator as each layer's gradients become final. */
+static void grad_ready(int first, int count, void *payload) {
+  for (int t = first; t < first + count; t++)
+    if (acc_accelerator_grad_ready(payload, (size_t)t) != ACC_OK)
+      fprintf(stderr, "fashion_mnist: grad_ready: %s\n", acc_last_error());
+}
+
 static void round_to(float *x, size_t n, acc_dtype dt) {
   if (dt == ACC_F16) {
     for (size_t i = 0; i < n; i++) {
@@ -148,6 +157,7 @@ int main(int argc, char **argv) {
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.gradient_accumulation_steps = o.grad_accum;
   ao.overlap_grad_sync = o.overlap;
+  ao.bucket_cap_bytes = (size_t)o.bucket_kb * 1024;
   if (o.mixed_precision) {
     acc_mixed_precision mp;
     TRY(acc_mixed_precision_parse(o.mixed_precision, &mp));
@@ -210,6 +220,7 @@ int main(int argc, char **argv) {
     TRY(acc_optimizer_create_sgd(&opt, model, &s));
   }
   TRY(acc_accelerator_prepare_optimizer(acc, opt));
+  if (o.overlap) mlp_set_grad_hook(net, grad_ready, acc);
   const acc_dtype compute = acc_accelerator_autocast_dtype(acc);
 
   acc_print(st, "%s", acc_state_describe(st));

@@ -27,7 +27,15 @@ struct mlp {
   float *wt;                      /* fallback forward: a transposed weight */
   int last_batch;                 /* batch of the last forward, 0 when none */
   int have_probs;                 /* mlp_loss ran after the last forward */
+  mlp_grad_hook hook;             /* called as each layer's gradients become final */
+  void *hook_payload;
 };
+
+void mlp_set_grad_hook(mlp *m, mlp_grad_hook hook, void *payload) {
+  if (!m) return;
+  m->hook = hook;
+  m->hook_payload = payload;
+}
 
 static _Thread_local char mlp_err[512];
 
@@ -275,6 +283,7 @@ int mlp_backward(mlp *m, const float *x, const int32_t *labels, int batch, float
         }
     }
 #endif
+    if (m->hook) m->hook(2 * (l - 1), 2, m->hook_payload); /* weight and bias of layer l are final */
     if (l > 1) {
       size_t n = (size_t)batch * din;
       for (size_t i = 0; i < n; i++)

@@ -40,6 +40,11 @@ typedef struct mlp_tensor {
 
 typedef struct mlp mlp;
 
+/* Called during mlp_backward each time a layer's gradients are final (last layer first):
+ * tensors [first, first+count) of mlp_tensor_at. Lets a caller start reducing them early. */
+typedef void (*mlp_grad_hook)(int first, int count, void *payload);
+void mlp_set_grad_hook(mlp *m, mlp_grad_hook hook, void *payload);
+
 /** Allocates the model (parameters zero until mlp_init). Ownership: free with mlp_destroy. */
 int mlp_create(mlp **out, const mlp_config *cfg);
 void mlp_destroy(mlp *m);
