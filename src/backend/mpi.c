@@ -105,16 +105,16 @@ static acc_result mpi_wait(acc__backend *be, MPI_Request *req, const char *call)
 }
 
 /* Starts a non-blocking call and waits for it (with the timeout). */
-#define MPI_RUN(be, call)                                                            \
+#define MPI_RUN(be, name, call)                                                          \
   do {                                                                               \
     MPI_Request acc__req_ = MPI_REQUEST_NULL;                                        \
     int acc__mpi_err_ = (call);                                                      \
     if (acc__mpi_err_ != MPI_SUCCESS) {                                              \
-      acc_result acc__rc_ = mpi_fail((be), acc__mpi_err_, #call);                    \
+      acc_result acc__rc_ = mpi_fail((be), acc__mpi_err_, name);                     \
       mark_broken(as_mpi(be));                                                       \
       return acc__rc_;                                                               \
     }                                                                                \
-    ACC_CHECK(mpi_wait((be), &acc__req_, #call));                                    \
+    ACC_CHECK(mpi_wait((be), &acc__req_, name));                                     \
   } while (0)
 
 /* ---- f16/bf16 user reductions ----------------------------------------------------------- */
@@ -149,7 +149,7 @@ static void map_types(mpi_backend *m, acc_dtype dtype, acc_op op, MPI_Datatype *
 /* ---- ops ----------------------------------------------------------------------------------- */
 static acc_result mpi_barrier(acc__backend *be) {
   ACC_CHECK(check_usable(be));
-  MPI_RUN(be, MPI_Ibarrier(as_mpi(be)->comm, &acc__req_));
+  MPI_RUN(be, "MPI_Ibarrier", MPI_Ibarrier(as_mpi(be)->comm, &acc__req_));
   return ACC_OK;
 }
 
@@ -158,7 +158,7 @@ static acc_result mpi_broadcast(acc__backend *be, void *buf, size_t nbytes, int 
   const size_t chunk = as_mpi(be)->chunk;
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t n = nbytes - off < chunk ? nbytes - off : chunk;
-    MPI_RUN(be, MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, as_mpi(be)->comm, &acc__req_));
+    MPI_RUN(be, "MPI_Ibcast", MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, as_mpi(be)->comm, &acc__req_));
   }
   return ACC_OK;
 }
@@ -178,11 +178,11 @@ static acc_result mpi_reduce_common(acc__backend *be, const void *send, void *re
     const void *s = in_place ? MPI_IN_PLACE : (const char *)send + off * es;
     void *r = recv ? (char *)recv + off * es : NULL;
     if (all) {
-      MPI_RUN(be, MPI_Iallreduce(s, r, (int)n, t, o, m->comm, &acc__req_));
+      MPI_RUN(be, "MPI_Iallreduce", MPI_Iallreduce(s, r, (int)n, t, o, m->comm, &acc__req_));
     } else {
       /* MPI_IN_PLACE is only valid at the root; elsewhere send is the data. */
       if (be->rank != root) s = (const char *)send + off * es;
-      MPI_RUN(be, MPI_Ireduce(s, r, (int)n, t, o, root, m->comm, &acc__req_));
+      MPI_RUN(be, "MPI_Ireduce", MPI_Ireduce(s, r, (int)n, t, o, root, m->comm, &acc__req_));
     }
   }
   return ACC_OK;
