@@ -25,7 +25,7 @@ command -v mpirun >/dev/null 2>&1 || skip "mpirun (openmpi-bin) is not installed
 
 # Unique per run: parallel runs (ctest -j, several worktrees) must not collide. Interface names
 # are at most 15 characters.
-ID=$(( $$ % 100000 ))$(( $(date +%N) % 100 ))
+ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
 NSA=acc-mn-$ID-a
 NSB=acc-mn-$ID-b
 VA=accva$ID
