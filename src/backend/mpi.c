@@ -6,10 +6,21 @@
  * ACC_MPI_CHUNK_MAX elements (reductions, broadcast) or gathered through a resized datatype whose
  * extent is the per-rank block (gathers), so nothing here overflows for buffers > 2 GiB.
  * f16 and bf16 reductions use user-defined MPI_Ops that reduce through float
- * (acc__reduce_inplace), on contiguous 16-bit datatypes of their own. */
+ * (acc__reduce_inplace), on contiguous 16-bit datatypes of their own.
+ *
+ * Robustness: every collective is started non-blocking (MPI_Iallreduce, MPI_Ibcast, ...) and
+ * completed by a polling wait (MPI_Test) with the state's collective timeout (timeout_s,
+ * ACCELERATE_TIMEOUT), so a peer that is late or gone gives ACC_ERR_TIMEOUT naming the
+ * operation instead of a hang, and an MPI error (MPI_ERRORS_RETURN) gives ACC_ERR_BACKEND.
+ * MPI cannot cancel a started collective: after either failure the group is marked broken,
+ * later calls fail at once, and destroy skips MPI_Finalize (which would wait for the peers);
+ * the process should exit, and mpirun then stops the job. */
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "../backend.h"
 
@@ -20,6 +31,9 @@ typedef struct mpi_backend {
   MPI_Comm comm;
   int we_initialized;
   size_t chunk; /* ACC_MPI_CHUNK_MAX; tests lower it (ACC_MPI_TEST_CHUNK) to exercise splitting */
+  double timeout_s; /* collective timeout; <= 0: none */
+  int broken;       /* a collective failed or timed out: the group cannot be used */
+  char broken_why[256];
   MPI_Datatype f16_type, bf16_type;
   MPI_Op half_ops[2][3]; /* [f16|bf16][sum|min|max] */
 } mpi_backend;
@@ -36,10 +50,71 @@ static acc_result mpi_fail(acc__backend *be, int err, const char *call) {
                     be->rank, be->size, len ? msg : "unknown MPI error");
 }
 
-#define MPI_TRY(be, call)                                   \
-  do {                                                      \
-    int acc__mpi_err_ = (call);                             \
-    if (acc__mpi_err_ != MPI_SUCCESS) return mpi_fail((be), acc__mpi_err_, #call); \
+static void mark_broken(mpi_backend *m) {
+  m->broken = 1;
+  snprintf(m->broken_why, sizeof m->broken_why, "%s", acc_last_error());
+}
+
+static acc_result check_usable(acc__backend *be) {
+  mpi_backend *m = (mpi_backend *)be;
+  if (!m->broken) return ACC_OK;
+  return acc__error(ACC_ERR_BACKEND,
+                    "MPI backend: %s (#%llu) on rank %d cannot run: an earlier collective failed "
+                    "and MPI cannot recover the group (%s); end the program",
+                    be->op_name ? be->op_name : "collective", (unsigned long long)be->op_seq,
+                    be->rank, m->broken_why);
+}
+
+/* Completes *req, polling MPI_Test until it is done or the collective timeout passes. The
+ * first polls are back to back (latency), then the wait yields (50 ms) and then sleeps up to 1 ms
+ * between polls, so a rank waiting for a late peer does not take a core from it. */
+static acc_result mpi_wait(acc__backend *be, MPI_Request *req, const char *call) {
+  mpi_backend *m = (mpi_backend *)be;
+  const double t0 = acc__now();
+  long sleep_ns = 50000;
+  for (unsigned long polls = 0;; polls++) {
+    int done = 0;
+    int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (err != MPI_SUCCESS) {
+      acc_result rc = mpi_fail(be, err, call);
+      mark_broken(m);
+      return rc;
+    }
+    if (done) return ACC_OK;
+    if (polls < 256) continue;
+    double waited = acc__now() - t0;
+    if (m->timeout_s > 0 && waited >= m->timeout_s) {
+      acc_result rc = acc__error(
+          ACC_ERR_TIMEOUT,
+          "MPI backend: %s (collective #%llu, %s) on rank %d of %d: timed out after %g s "
+          "(ACCELERATE_TIMEOUT): at least one other rank did not take part in time (late, "
+          "stuck, or gone); the group cannot be used any more",
+          be->op_name ? be->op_name : "collective", (unsigned long long)be->op_seq, call, be->rank,
+          be->size, m->timeout_s);
+      mark_broken(m);
+      return rc;
+    }
+    if (waited < 0.05) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+  }
+}
+
+/* Starts a non-blocking call and waits for it (with the timeout). */
+#define MPI_RUN(be, name, call)                                                          \
+  do {                                                                               \
+    MPI_Request acc__req_ = MPI_REQUEST_NULL;                                        \
+    int acc__mpi_err_ = (call);                                                      \
+    if (acc__mpi_err_ != MPI_SUCCESS) {                                              \
+      acc_result acc__rc_ = mpi_fail((be), acc__mpi_err_, name);                     \
+      mark_broken(as_mpi(be));                                                       \
+      return acc__rc_;                                                               \
+    }                                                                                \
+    ACC_CHECK(mpi_wait((be), &acc__req_, name));                                     \
   } while (0)
 
 /* ---- f16/bf16 user reductions ----------------------------------------------------------- */
@@ -73,21 +148,24 @@ static void map_types(mpi_backend *m, acc_dtype dtype, acc_op op, MPI_Datatype *
 
 /* ---- ops ----------------------------------------------------------------------------------- */
 static acc_result mpi_barrier(acc__backend *be) {
-  MPI_TRY(be, MPI_Barrier(as_mpi(be)->comm));
+  ACC_CHECK(check_usable(be));
+  MPI_RUN(be, "MPI_Ibarrier", MPI_Ibarrier(as_mpi(be)->comm, &acc__req_));
   return ACC_OK;
 }
 
 static acc_result mpi_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
+  ACC_CHECK(check_usable(be));
   const size_t chunk = as_mpi(be)->chunk;
   for (size_t off = 0; off < nbytes; off += chunk) {
     size_t n = nbytes - off < chunk ? nbytes - off : chunk;
-    MPI_TRY(be, MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, as_mpi(be)->comm));
+    MPI_RUN(be, "MPI_Ibcast", MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, as_mpi(be)->comm, &acc__req_));
   }
   return ACC_OK;
 }
 
 static acc_result mpi_reduce_common(acc__backend *be, const void *send, void *recv, size_t count,
                                     acc_dtype dtype, acc_op op, int root, int all) {
+  ACC_CHECK(check_usable(be));
   mpi_backend *m = as_mpi(be);
   MPI_Datatype t;
   MPI_Op o;
@@ -100,11 +178,11 @@ static acc_result mpi_reduce_common(acc__backend *be, const void *send, void *re
     const void *s = in_place ? MPI_IN_PLACE : (const char *)send + off * es;
     void *r = recv ? (char *)recv + off * es : NULL;
     if (all) {
-      MPI_TRY(be, MPI_Allreduce(s, r, (int)n, t, o, m->comm));
+      MPI_RUN(be, "MPI_Iallreduce", MPI_Iallreduce(s, r, (int)n, t, o, m->comm, &acc__req_));
     } else {
       /* MPI_IN_PLACE is only valid at the root; elsewhere send is the data. */
       if (be->rank != root) s = (const char *)send + off * es;
-      MPI_TRY(be, MPI_Reduce(s, r, (int)n, t, o, root, m->comm));
+      MPI_RUN(be, "MPI_Ireduce", MPI_Ireduce(s, r, (int)n, t, o, root, m->comm, &acc__req_));
     }
   }
   return ACC_OK;
@@ -125,6 +203,7 @@ static acc_result mpi_reduce(acc__backend *be, const void *send, void *recv, siz
  * places every rank's piece with one call and int-sized counts. */
 static acc_result gather_common(acc__backend *be, const void *send, void *recv, size_t nbytes,
                                 int root, int all) {
+  ACC_CHECK(check_usable(be));
   mpi_backend *m = as_mpi(be);
   const int want_recv = all || be->rank == root;
   const char *src = send;
@@ -152,17 +231,24 @@ static acc_result gather_common(acc__backend *be, const void *send, void *recv, 
     err = MPI_Type_commit(&block);
     if (err == MPI_SUCCESS) {
       char *r = recv ? (char *)recv + off : NULL;
+      MPI_Request req = MPI_REQUEST_NULL;
       if (all)
-        err = MPI_Allgather(src + off, (int)n, MPI_BYTE, r, 1, block, m->comm);
+        err = MPI_Iallgather(src + off, (int)n, MPI_BYTE, r, 1, block, m->comm, &req);
       else
-        err = MPI_Gather(src + off, (int)n, MPI_BYTE, r, 1, block, root, m->comm);
-      if (err != MPI_SUCCESS) rc = mpi_fail(be, err, all ? "MPI_Allgather" : "MPI_Gather");
+        err = MPI_Igather(src + off, (int)n, MPI_BYTE, r, 1, block, root, m->comm, &req);
+      if (err != MPI_SUCCESS) {
+        rc = mpi_fail(be, err, all ? "MPI_Iallgather" : "MPI_Igather");
+        mark_broken(m);
+      } else {
+        rc = mpi_wait(be, &req, all ? "MPI_Iallgather" : "MPI_Igather");
+      }
     } else {
       rc = mpi_fail(be, err, "MPI_Type_commit");
     }
-    MPI_Type_free(&block);
+    MPI_Type_free(&block); /* MPI keeps it alive while a started call still uses it */
   }
-  acc__free(tmp);
+  /* after a failure MPI may still write from tmp's request: leave it (the group is unusable) */
+  if (!m->broken) acc__free(tmp);
   return rc;
 }
 
@@ -177,6 +263,7 @@ static acc_result mpi_gather(acc__backend *be, const void *send, void *recv, siz
 
 static acc_result mpi_all_gather_v(acc__backend *be, const void *send, void *recv,
                                    const size_t *sizes) {
+  ACC_CHECK(check_usable(be));
   mpi_backend *m = as_mpi(be);
   size_t total = 0, mine_off = 0;
   for (int r = 0; r < be->size; r++) {
@@ -205,11 +292,20 @@ static acc_result mpi_all_gather_v(acc__backend *be, const void *send, void *rec
       memcpy(tmp, send, sizes[be->rank]);
       s = tmp;
     }
-    int err = MPI_Allgatherv(s, counts[be->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE, m->comm);
-    acc__free(tmp);
-    acc__free(counts);
-    if (err != MPI_SUCCESS) return mpi_fail(be, err, "MPI_Allgatherv");
-    return ACC_OK;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int err = MPI_Iallgatherv(s, counts[be->rank], MPI_BYTE, recv, counts, displs, MPI_BYTE, m->comm, &req);
+    acc_result rc;
+    if (err != MPI_SUCCESS) {
+      rc = mpi_fail(be, err, "MPI_Iallgatherv");
+      mark_broken(m);
+    } else {
+      rc = mpi_wait(be, &req, "MPI_Iallgatherv");
+    }
+    if (rc == ACC_OK) { /* after a failure MPI may still use them: leave them */
+      acc__free(tmp);
+      acc__free(counts);
+    }
+    return rc;
   }
   /* More than the chunk limit (INT_MAX at most) in all: each rank broadcasts its block in turn (chunked). */
   if (sizes[be->rank] && (char *)recv + mine_off != send)
@@ -227,7 +323,9 @@ static void mpi_destroy(acc__backend *be) {
   mpi_backend *m = as_mpi(be);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) {
+  /* A broken group has a collective MPI cannot cancel: freeing the communicator or finalizing
+   * would wait for the peers, which may never come. Leave MPI as it is. */
+  if (!finalized && !m->broken) {
     for (int i = 0; i < 2; i++)
       for (int j = 0; j < 3; j++)
         if (m->half_ops[i][j] != MPI_OP_NULL) MPI_Op_free(&m->half_ops[i][j]);
@@ -260,6 +358,7 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
   m->base.size = info->size;
   m->comm = MPI_COMM_NULL;
   m->chunk = ACC_MPI_CHUNK_MAX;
+  m->timeout_s = info->timeout_s;
   long test_chunk = 0;
   int test_chunk_set = 0;
   if (acc__env_int("ACC_MPI_TEST_CHUNK", &test_chunk, &test_chunk_set) == ACC_OK && test_chunk_set &&

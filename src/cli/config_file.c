@@ -39,6 +39,7 @@ static const key_def k_keys[] = {
     K(main_process_port, NULL, ACC_CLI_INT),
     K(main_training_function, NULL, ACC_CLI_STR),
     K(mixed_precision, NULL, ACC_CLI_STR),
+    K(mpirun_ccl, "mpirun_config", ACC_CLI_INT),
     K(mpirun_hostfile, "mpirun_config", ACC_CLI_STR),
     K(num_machines, NULL, ACC_CLI_INT),
     K(num_processes, NULL, ACC_CLI_INT),

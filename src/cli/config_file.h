@@ -52,6 +52,7 @@ typedef struct acc_cli_config {
   acc_cli_value main_process_port;
   acc_cli_value main_training_function;
   acc_cli_value mixed_precision; /* no, fp16, bf16 (fp8 is rejected) */
+  acc_cli_value mpirun_ccl;      /* inside mpirun_config: oneCCL workers (CCL_WORKER_COUNT) */
   acc_cli_value mpirun_hostfile; /* inside mpirun_config */
   acc_cli_value num_machines;
   acc_cli_value num_processes; /* -1 or unset: pass --num_processes */

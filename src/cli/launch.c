@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "config_file.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -36,6 +37,8 @@ typedef struct launch_args {
   double monitor_interval;
   int use_mpi;
   const char *mpirun_hostfile;
+  long mpirun_ccl;
+  const acc_cli_cfg *cfg; /* the config file used, or NULL */
   char **prog; /* program and its arguments, NULL-terminated */
 } launch_args;
 
@@ -53,8 +56,9 @@ typedef struct option_def {
 #define OFF(f) offsetof(launch_args, f)
 
 static const option_def options[] = {
-    {"--config_file", NULL, STR, OFF(config_file), "none",
-     "config file to read defaults from (accepted; reading is wired through the config loader)"},
+    {"--config_file", NULL, STR, OFF(config_file), "the default config file if it exists",
+     "config file whose keys fill the options not given here (flags override the file; "
+     "without --config_file, --cpu skips the default file)"},
     {"--quiet", "-q", FLAG, OFF(quiet), "off", "do not print the launcher's failure and restart reports"},
     {"--module", "-m", FLAG, OFF(module), "off", "accepted for compatibility; programs always run directly"},
     {"--no_python", NULL, FLAG, OFF(no_python), "off", "accepted for compatibility (always the case)"},
@@ -85,7 +89,9 @@ static const option_def options[] = {
     {"--monitor_interval", NULL, FLOAT, OFF(monitor_interval), "0.1", "seconds between checks of the ranks"},
     {"--use_mpi", NULL, FLAG, OFF(use_mpi), "off", "run the program under mpirun -n N instead of spawning"},
     {"--mpirun_hostfile", NULL, STR, OFF(mpirun_hostfile), "none",
-     "run under mpirun --hostfile F --npernode K -n N (implies --use_mpi)"},
+     "run under mpirun --hostfile F --npernode K -n N (implies --use_mpi; cfg mpirun_config.mpirun_hostfile)"},
+    {"--mpirun_ccl", NULL, INT, OFF(mpirun_ccl), "none",
+     "oneCCL worker threads under mpirun, exported as CCL_WORKER_COUNT (cfg mpirun_config.mpirun_ccl)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -198,14 +204,57 @@ static int parse_args(int argc, char **argv, launch_args *a) {
 
 /* ---- config file -------------------------------------------------------------------------- */
 
-/* apply_config_file: TO BE WIRED by the lead through the config loader (src/cli/config_file.h).
- * It must fill every field of *a that is still unset (num_processes, num_machines, machine_rank,
- * main_process_ip/port, gpu_ids, mixed_precision, use_cpu, debug, mpirun_hostfile, ...) from the
- * file named by a->config_file, or from the default config file when --cpu was not passed.
- * Unset means: UNSET for integers, NAN for monitor_interval, NULL for strings, 0 for flags. Returns 0, or 2 after printing an
- * error. For now it does nothing. */
+/* Accelerate's merge (spec section 9.6, cli.md section 3): a config file is used when
+ * --config_file names one, or when the default file exists and --cpu was not passed. Scalar keys
+ * fill only the options still unset (UNSET, NULL, or 0 for flags); mpirun_config's keys fill the
+ * options not given on the command line (the same thing here, since a given option is never
+ * unset); distributed_type sets the mode only when no mode flag (--cpu, --multi_gpu) was given.
+ * The loaded file stays in this static for the lifetime of the launch (a holds pointers into
+ * it). Returns 0, or 2 after printing an error that names the file (and line and key). */
+static acc_cli_cfg loaded_cfg;
+
+static int config_error(const char *msg) {
+  fprintf(stderr, WHO ": error: %s\n", msg);
+  return 2;
+}
+
 static int apply_config_file(launch_args *a) {
-  (void)a;
+  char path[4096];
+  int found = 0;
+  if (!a->config_file && a->cpu) return 0; /* --cpu ignores the default file, not an explicit one */
+  if (acc_cli_config_find(a->config_file, path, sizeof path, &found) != ACC_OK)
+    return config_error(acc_last_error());
+  if (!found) return 0;
+  acc_cli_cfg *c = &loaded_cfg;
+  if (acc_cli_config_load(c, path) != ACC_OK) return config_error(acc_last_error());
+  a->cfg = c;
+  /* Mode: only when no mode flag was given. use_cpu: true makes it a CPU run (Accelerate keeps
+   * args.use_cpu apart from --cpu, so a file cannot trigger the "only one of" error). */
+  const int mode_flag = a->cpu || a->multi_gpu;
+  if (!a->cpu && c->use_cpu.set && c->use_cpu.i && !a->multi_gpu) a->cpu = 1;
+  if (!mode_flag && !a->cpu && c->distributed_type.set && strcmp(c->distributed_type.s, "MULTI_GPU") == 0)
+    a->multi_gpu = 1;
+  if (a->num_processes == UNSET && c->num_processes.set) {
+    if (c->num_processes.i == -1) {
+      char msg[4300];
+      snprintf(msg, sizeof msg, "%s: You need to manually pass in `--num_processes` using this config "
+               "yaml (its num_processes is -1).", path);
+      return config_error(msg);
+    }
+    a->num_processes = c->num_processes.i;
+  }
+  if (a->num_machines == UNSET && c->num_machines.set) a->num_machines = c->num_machines.i;
+  if (a->machine_rank == UNSET && c->machine_rank.set) a->machine_rank = c->machine_rank.i;
+  if (a->main_process_port == UNSET && c->main_process_port.set) a->main_process_port = c->main_process_port.i;
+  if (!a->main_process_ip && c->main_process_ip.set && c->main_process_ip.s[0]) a->main_process_ip = c->main_process_ip.s;
+  if (!a->gpu_ids && c->gpu_ids.set && c->gpu_ids.s[0]) a->gpu_ids = c->gpu_ids.s;
+  if (!a->mixed_precision && c->mixed_precision.set && c->mixed_precision.s[0]) a->mixed_precision = c->mixed_precision.s;
+  if (!a->rdzv_backend && c->rdzv_backend.set && c->rdzv_backend.s[0]) a->rdzv_backend = c->rdzv_backend.s;
+  if (!a->debug && c->debug.set) a->debug = c->debug.i != 0;
+  if (!a->enable_cpu_affinity && c->enable_cpu_affinity.set) a->enable_cpu_affinity = c->enable_cpu_affinity.i != 0;
+  if (!a->same_network && c->same_network.set) a->same_network = c->same_network.i != 0;
+  if (!a->mpirun_hostfile && c->mpirun_hostfile.set && c->mpirun_hostfile.s[0]) a->mpirun_hostfile = c->mpirun_hostfile.s;
+  if (a->mpirun_ccl == UNSET && c->mpirun_ccl.set) a->mpirun_ccl = c->mpirun_ccl.i;
   return 0;
 }
 
@@ -232,6 +281,8 @@ static int validate(launch_args *a) {
   if (a->main_process_port < 0) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
   if (a->num_cpu_threads_per_process != UNSET && a->num_cpu_threads_per_process < 1)
     return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
+  if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
+    return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
   if (!a->mixed_precision) a->mixed_precision = "no";
   if (a->num_processes < 1) {
     snprintf(buf, sizeof buf, "%ld", a->num_processes);
@@ -374,6 +425,28 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
   rc |= env_set(e, "ACCELERATE_MIXED_PRECISION", a->mixed_precision);
   if (a->debug) rc |= env_set(e, "ACCELERATE_DEBUG_MODE", "true");
   if (a->enable_cpu_affinity) rc |= env_set(e, "ACCELERATE_CPU_AFFINITY", "1");
+  /* dynamo_config: exported as Accelerate does (accelerate-c compiles nothing; a program may
+   * read them). Upper-case backend, "True"/"False" booleans. */
+  {
+    const acc_cli_cfg *c = a->cfg;
+    char up[64] = "NO";
+    if (c && c->dynamo_backend.set && c->dynamo_backend.s[0]) {
+      size_t k = 0;
+      for (; c->dynamo_backend.s[k] && k + 1 < sizeof up; k++)
+        up[k] = (char)((c->dynamo_backend.s[k] >= 'a' && c->dynamo_backend.s[k] <= 'z') ? c->dynamo_backend.s[k] - 32 : c->dynamo_backend.s[k]);
+      up[k] = '\0';
+    }
+    rc |= env_set(e, "ACCELERATE_DYNAMO_BACKEND", up);
+    rc |= env_set(e, "ACCELERATE_DYNAMO_MODE", c && c->dynamo_mode.set && c->dynamo_mode.s[0] ? c->dynamo_mode.s : "default");
+    rc |= env_set(e, "ACCELERATE_DYNAMO_USE_FULLGRAPH", c && c->dynamo_use_fullgraph.set && c->dynamo_use_fullgraph.i ? "True" : "False");
+    rc |= env_set(e, "ACCELERATE_DYNAMO_USE_DYNAMIC", c && c->dynamo_use_dynamic.set && c->dynamo_use_dynamic.i ? "True" : "False");
+    rc |= env_set(e, "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",
+                  c && c->dynamo_use_regional_compilation.set && c->dynamo_use_regional_compilation.i ? "True" : "False");
+  }
+  if (a->use_mpi && a->mpirun_ccl != UNSET) {
+    snprintf(b, sizeof b, "%ld", a->mpirun_ccl);
+    rc |= env_set(e, "CCL_WORKER_COUNT", b);
+  }
   if (a->gpu_ids && strcmp(a->gpu_ids, "all") != 0) rc |= env_set(e, "CUDA_VISIBLE_DEVICES", a->gpu_ids);
   rc |= env_set(e, "MASTER_ADDR", a->main_process_ip ? a->main_process_ip : "127.0.0.1");
   snprintf(b, sizeof b, "%ld", port);
@@ -406,7 +479,10 @@ static const char *const mpi_vars[] = {"ACCELERATE_USE_CPU", "ACCELERATE_MIXED_P
                                        "ACCELERATE_DEBUG_MODE", "ACCELERATE_CPU_AFFINITY",
                                        "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
                                        "ACCELERATE_NUM_MACHINES", "ACCELERATE_MACHINE_RANK",
-                                       "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+                                       "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                       "ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_DYNAMO_MODE",
+                                       "ACCELERATE_DYNAMO_USE_FULLGRAPH", "ACCELERATE_DYNAMO_USE_DYNAMIC",
+                                       "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "CCL_WORKER_COUNT"};
 
 static int run_mpi(const launch_args *a, long local, long port) {
   envlist e = {0};
@@ -482,6 +558,7 @@ int acc_cli_launch(int argc, char **argv) {
   a.num_processes = a.num_machines = a.machine_rank = a.main_process_port = UNSET;
   a.num_cpu_threads_per_process = UNSET;
   a.max_restarts = UNSET;
+  a.mpirun_ccl = UNSET;
   a.monitor_interval = NAN;
   int rc = parse_args(argc, argv, &a);
   if (rc < 0) return 0;
