@@ -2,6 +2,7 @@
  * schedulers, GradScaler, per-process RNG + accumulation step + data loader positions, and
  * objects registered for checkpointing, in a crash-safe checkpoint directory (ckpt_dir.c). */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,7 +28,8 @@ typedef struct custom_obj {
 
 struct acc__accel_ckpt {
   acc_project_config *project;
-  int automatic; /* the project uses automatic checkpoint naming */
+  int automatic;   /* the project uses automatic checkpoint naming */
+  int total_limit; /* > 0: keep this many checkpoints; pruned after a commit, not before */
   custom_obj *custom;
   int ncustom, cap;
 };
@@ -63,10 +65,27 @@ acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_pr
   acc__accel_ckpt *c;
   ACC_CHECK(get_ckpt(&p, &c));
   acc_project_config *np;
-  ACC_CHECK(acc_project_config_create(&np, opts));
+  /* The project handle gets no total_limit: acc_checkpoint_begin would prune before the new
+   * checkpoint is durable (with total_limit 1 a crash would leave none). We prune after. */
+  acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
+  if (opts) {
+    if (opts->size == 0)
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "set_project_config: options not initialized with ACC_PROJECT_OPTIONS_INIT");
+    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+  }
+  int limit = o.total_limit;
+  o.total_limit = 0;
+  ACC_CHECK(acc_project_config_create(&np, &o));
+  if (limit < ACC_UNSET) {
+    acc_project_config_destroy(np);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "set_project_config: total_limit is %d (must be > 0, or 0 / ACC_UNSET for no limit)", limit);
+  }
   acc_project_config_destroy(c->project);
   c->project = np;
-  c->automatic = opts && opts->automatic_checkpoint_naming;
+  c->automatic = o.automatic_checkpoint_naming != 0;
+  c->total_limit = limit > 0 ? limit : 0;
   return ACC_OK;
 }
 
@@ -99,17 +118,32 @@ acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void
 
 /* ---- collective helpers ------------------------------------------------------------------------ */
 
-/* Every process learns whether any process failed. A local failure keeps its message; a peer's
- * failure becomes an error here too, so no process is left waiting in a later collective. */
+/* Every process learns whether any process failed: the failing process (the highest-numbered
+ * one when several fail) sends its error code and message, so every process returns the same
+ * error and none is left waiting in a later collective. */
 static acc_result agree(acc_state *st, acc_result local, const char *what) {
-  int32_t bad = local != ACC_OK ? 1 : 0;
-  acc_result rc = acc_all_reduce(st, &bad, &bad, 1, ACC_I32, ACC_MAX);
+  int rank = acc_state_process_index(st);
+  int32_t who = local != ACC_OK ? rank + 1 : 0;
+  acc_result rc = acc_all_reduce(st, &who, &who, 1, ACC_I32, ACC_MAX);
+  if (rc != ACC_OK) {
+    if (local != ACC_OK) return local;
+    return acc__error_context(rc, "%s: exchanging the status with the other processes", what);
+  }
+  if (who == 0) return ACC_OK;
+  struct {
+    int32_t rc;
+    char msg[1020];
+  } e;
+  memset(&e, 0, sizeof e);
+  if (who - 1 == rank) {
+    e.rc = (int32_t)local;
+    snprintf(e.msg, sizeof e.msg, "%s", acc_last_error());
+  }
+  rc = acc_broadcast(st, &e, sizeof e, ACC_U8, who - 1);
   if (local != ACC_OK) return local;
-  if (rc != ACC_OK) return acc__error_context(rc, "%s: exchanging the status with the other processes", what);
-  if (bad)
-    return acc__error(ACC_ERR_REMOTE, "%s failed on another process (its error message says why); nothing "
-                      "was committed", what);
-  return ACC_OK;
+  if (rc != ACC_OK) return acc__error_context(rc, "%s failed on process %d", what, who - 1);
+  e.msg[sizeof e.msg - 1] = 0;
+  return acc__error(e.rc > 0 ? (acc_result)e.rc : ACC_ERR_REMOTE, "%s (on process %d)", e.msg, who - 1);
 }
 
 /* Process 0's string (a path) to every process. */
@@ -341,6 +375,83 @@ static acc_result save_process(acc__accel_parts *p, const char *dir) {
   return rc;
 }
 
+typedef struct numbered {
+  long num;
+  char *path;
+} numbered;
+
+static int numbered_cmp(const void *a, const void *b) {
+  long x = ((const numbered *)a)->num, y = ((const numbered *)b)->num;
+  return (x > y) - (x < y);
+}
+
+/* Keeps the `limit` newest complete checkpoints/checkpoint_<n> (by n, never by string order):
+ * the older ones lose their COMPLETE marker first (durably), then their files. */
+static acc_result prune(const char *project_dir, int limit) {
+  char *base = acc__path_join(project_dir, "checkpoints");
+  if (!base) return ACC_ERR_NOMEM;
+  DIR *d = opendir(base);
+  if (!d) {
+    acc_result rc = acc__error(ACC_ERR_IO, "could not list '%s' to prune old checkpoints: %s", base, strerror(errno));
+    acc__free(base);
+    return rc;
+  }
+  numbered *v = NULL;
+  size_t n = 0, cap = 0;
+  acc_result rc = ACC_OK;
+  struct dirent *e;
+  while (rc == ACC_OK && (e = readdir(d)) != NULL) {
+    const char *s = e->d_name;
+    if (strncmp(s, "checkpoint_", 11) != 0 || !s[11]) continue;
+    long num = 0;
+    const char *q = s + 11;
+    for (; *q >= '0' && *q <= '9' && num < 100000000000L; q++) num = num * 10 + (*q - '0');
+    if (*q) continue;
+    char *path = acc__path_join(base, s);
+    if (!path) {
+      rc = ACC_ERR_NOMEM;
+      break;
+    }
+    if (!acc_checkpoint_is_complete(path)) {
+      acc__free(path);
+      continue;
+    }
+    if (n == cap) {
+      size_t nc = cap ? 2 * cap : 16;
+      numbered *nv = acc__realloc(v, nc * sizeof *nv);
+      if (!nv) {
+        acc__free(path);
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+      v = nv;
+      cap = nc;
+    }
+    v[n].num = num;
+    v[n++].path = path;
+  }
+  closedir(d);
+  if (rc == ACC_OK && n > (size_t)limit) {
+    qsort(v, n, sizeof *v, numbered_cmp);
+    for (size_t i = 0; rc == ACC_OK && i < n - (size_t)limit; i++) {
+      char *marker = acc__path_join(v[i].path, ACC_CHECKPOINT_MARKER);
+      if (!marker) {
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+      if (unlink(marker) != 0 && errno != ENOENT)
+        rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
+      acc__free(marker);
+      if (rc == ACC_OK) rc = acc__fsync_dir(v[i].path);
+      if (rc == ACC_OK) rc = acc__rmtree(v[i].path);
+    }
+  }
+  for (size_t i = 0; i < n; i++) acc__free(v[i].path);
+  acc__free(v);
+  acc__free(base);
+  return rc;
+}
+
 acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
   if (saved_dir) *saved_dir = NULL;
   acc__accel_parts p;
@@ -385,6 +496,11 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
   rc = agree(p.st, local, "save_state (committing the checkpoint)");
   if (rc != ACC_OK) return rc;
   if (!main_proc) ACC_CHECK(acc_project_config_set_iteration(proj, it + 1));
+  /* Rotation only once the new checkpoint is durable: a crash never leaves fewer than before. */
+  acc__accel_ckpt *ck = *p.ckpt;
+  local = ACC_OK;
+  if (main_proc && ck->automatic && ck->total_limit > 0) local = prune(acc_project_config_dir(proj), ck->total_limit);
+  ACC_CHECK(agree(p.st, local, "save_state (removing checkpoints beyond total_limit)"));
   if (saved_dir) {
     *saved_dir = acc__strdup(target);
     if (!*saved_dir) return ACC_ERR_NOMEM;
