@@ -386,8 +386,9 @@ static int numbered_cmp(const void *a, const void *b) {
 }
 
 /* Keeps the `limit` newest complete checkpoints/checkpoint_<n> (by n, never by string order):
- * the older ones lose their COMPLETE marker first (durably), then their files. */
-static acc_result prune(const char *project_dir, int limit) {
+ * the older ones lose their COMPLETE marker first (durably), then their files. Incomplete
+ * checkpoint_<n> left by killed saves or rotations, with n < newest, are removed too. */
+static acc_result prune(const char *project_dir, int limit, long newest) {
   char *base = acc__path_join(project_dir, "checkpoints");
   if (!base) return ACC_ERR_NOMEM;
   DIR *d = opendir(base);
@@ -413,6 +414,8 @@ static acc_result prune(const char *project_dir, int limit) {
       break;
     }
     if (!acc_checkpoint_is_complete(path)) {
+      /* an older save or rotation that was killed half-way: nothing loads it, remove it */
+      if (num < newest) rc = acc__rmtree(path);
       acc__free(path);
       continue;
     }
@@ -443,6 +446,7 @@ static acc_result prune(const char *project_dir, int limit) {
         rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
       acc__free(marker);
       if (rc == ACC_OK) rc = acc__fsync_dir(v[i].path);
+      if (rc == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("pruning");
       if (rc == ACC_OK) rc = acc__rmtree(v[i].path);
     }
   }
@@ -486,6 +490,7 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
   }
   acc_result local = main_proc ? save_shared(&p, tmp) : ACC_OK;
   if (local == ACC_OK) local = save_process(&p, tmp);
+  if (local == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("state-written");
   rc = agree(p.st, local, "save_state (writing the checkpoint files)");
   if (rc != ACC_OK) {
     acc_checkpoint_abort(c); /* the temporary directory goes; earlier checkpoints are untouched */
@@ -499,7 +504,7 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
   /* Rotation only once the new checkpoint is durable: a crash never leaves fewer than before. */
   acc__accel_ckpt *ck = *p.ckpt;
   local = ACC_OK;
-  if (main_proc && ck->automatic && ck->total_limit > 0) local = prune(acc_project_config_dir(proj), ck->total_limit);
+  if (main_proc && ck->automatic && ck->total_limit > 0) local = prune(acc_project_config_dir(proj), ck->total_limit, it);
   ACC_CHECK(agree(p.st, local, "save_state (removing checkpoints beyond total_limit)"));
   if (saved_dir) {
     *saved_dir = acc__strdup(target);
