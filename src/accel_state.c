@@ -625,6 +625,11 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
       break;
     }
     size_t numel = tv.nbytes / sizeof(float);
+    if (((uintptr_t)tv.data % _Alignof(float)) == 0) { /* the usual case: no extra copy */
+      rc = acc_optimizer_state_set(o, tv.name, tv.data, numel, tv.ndim, tv.shape);
+      if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
+      continue;
+    }
     if (numel > tmp_cap) { /* the mapped data may be unaligned: copy */
       acc__free(tmp);
       tmp = acc__malloc(numel * sizeof(float));
