@@ -31,8 +31,8 @@ struct acc_accelerator {
   int nscheds;
   acc_dataloader *active;     /* loader whose batch is being processed */
   int end_of_dataloader;      /* the active loader's current batch is its last */
-  acc_dataloader *loaders[MAX_PREPARED]; /* prepared loaders, for save_state / load_state */
-  int nloaders;
+  acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
+  int nloaders, cap_loaders;
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
 };
 
@@ -104,6 +104,7 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   if (!acc || acc->magic != ACC_MAGIC_ACCEL) return;
   acc__grad_sync_destroy(acc->gs);
   acc__accel_ckpt_free(acc->ckpt);
+  acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc_state_destroy(acc->st);
   acc->magic = ACC_MAGIC_DEAD;
@@ -196,8 +197,13 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   uint64_t seed = o.seed;
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */
   o.seed = seed;
-  if (acc->nloaders == MAX_PREPARED)
-    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_dataloader: at most %d data loaders", MAX_PREPARED);
+  if (acc->nloaders == acc->cap_loaders) {
+    int nc = acc->cap_loaders ? 2 * acc->cap_loaders : 4;
+    acc_dataloader **v = acc__realloc(acc->loaders, (size_t)nc * sizeof *v);
+    if (!v) return ACC_ERR_NOMEM;
+    acc->loaders = v;
+    acc->cap_loaders = nc;
+  }
   ACC_CHECK(acc_dataloader_create(out, ds, &o));
   acc->loaders[acc->nloaders++] = *out;
   return ACC_OK;

@@ -219,9 +219,11 @@ ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing(acc_accelerator
  * finished; then the project iteration advances by one.
  * @param output_dir  the directory; ignored with automatic checkpoint naming (may be NULL then)
  * @param saved_dir   NULL, or receives the final directory. Ownership: acc_free.
- * Collective: yes (every process; a failure on any process makes every process return an error
- * and leaves the previous checkpoints untouched). Save right after an optimizer step: gradients
- * accumulated for a step not yet taken are not saved.
+ * Collective: yes (every process; a failure on any process makes every process return the
+ * same error and leaves the previous checkpoints untouched). Save right after an optimizer step:
+ * gradients accumulated for a step not yet taken are not saved. Every loader prepared with this
+ * accelerator is saved, so do not destroy a prepared loader before the last save_state /
+ * load_state call.
  */
 ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir);
 
