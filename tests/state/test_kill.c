@@ -6,7 +6,9 @@
  * that number (weights, optimizer lr, RNG), the counter must continue after it, and every
  * incomplete directory must be rejected by name with a clear error. No sleeps: a child dies at
  * a chosen step, the parent waits for it.
- * Usage: test_state_kill <dir> [trials] [seed] */
+ * With a launcher, the same at 2 processes: either process is killed (the launcher then stops
+ * the other), and every next run checks the surviving checkpoint on both processes.
+ * Usage: test_state_kill <dir> [trials] [seed] [accelerate-cli] */
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -19,11 +21,14 @@
 #define SAVES_PER_CHILD 3
 
 static long kill_at, events;
+static int kill_rank, my_rank;
 
 static void hook(const char *phase) {
   (void)phase;
-  if (++events == kill_at) raise(SIGKILL);
+  if (my_rank == kill_rank && ++events == kill_at) raise(SIGKILL);
 }
+
+static const char *fail_file; /* multi-process children report verification failures here */
 
 static float w[N], g[N];
 
@@ -34,11 +39,16 @@ static void fill(long k, acc_optimizer *opt) {
   acc_set_seed((uint64_t)k);
 }
 
-#define FAILX(code, ...)          \
-  do {                            \
-    fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n");        \
-    _exit(code);                  \
+#define FAILX(code, ...)                          \
+  do {                                            \
+    fprintf(stderr, __VA_ARGS__);                 \
+    fprintf(stderr, "\n");                        \
+    FILE *ff_ = fail_file ? fopen(fail_file, "a") : NULL; \
+    if (ff_) {                                    \
+      fprintf(ff_, __VA_ARGS__);                  \
+      fclose(ff_);                                \
+    }                                             \
+    _exit(code);                                  \
   } while (0)
 
 /* Returns 0 after verifying the latest checkpoint and saving SAVES_PER_CHILD more (unless killed). */
@@ -47,6 +57,7 @@ static int child(const char *dir, int verify_only) {
   acc_model *m;
   acc_optimizer *opt;
   if (acc_accelerator_create(&acc, NULL) || acc_model_create(&m)) FAILX(5, "setup: %s", acc_last_error());
+  my_rank = acc_state_process_index(acc_accelerator_state(acc));
   int64_t shape[1] = {N};
   if (acc_model_add_parameter(m, "w", w, g, 1, shape) || acc_accelerator_prepare_model(acc, m) ||
       acc_optimizer_create_adamw(&opt, m, NULL) || acc_accelerator_prepare_optimizer(acc, opt))
@@ -78,7 +89,9 @@ static int child(const char *dir, int verify_only) {
     acc_free(loaded);
     acc_free(latest);
   }
-  /* Every directory that is not a complete checkpoint is rejected by name. */
+  /* Every directory that is not a complete checkpoint is rejected by name. The barriers make
+   * every process list the same directory contents (no save is running meanwhile). */
+  if (acc_barrier(acc_accelerator_state(acc))) FAILX(5, "barrier: %s", acc_last_error());
   char base[1100];
   snprintf(base, sizeof base, "%s/checkpoints", dir);
   DIR *d = opendir(base);
@@ -93,6 +106,7 @@ static int child(const char *dir, int verify_only) {
       FAILX(4, "incomplete %s: %s (%s)", path, acc_result_string(rc), acc_last_error());
   }
   if (d) closedir(d);
+  if (acc_barrier(acc_accelerator_state(acc))) FAILX(5, "barrier: %s", acc_last_error());
   if (verify_only) return 0;
 
   acc__ckpt_progress_hook = hook;
@@ -121,7 +135,25 @@ static int run_child(const char *dir, long at, int verify_only) {
   return WEXITSTATUS(status);
 }
 
+/* Multi-process trials: `accelerate launch --num_processes 2 <this> --child DIR AT RANK VERIFY`
+ * kills process RANK at its AT-th durable step; the launcher then stops the other one. */
+static int run_launched(const char *launcher, const char *self, const char *dir, long at, int rank, int verify) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' launch --num_processes 2 '%s' --child '%s' %ld %d %d >/dev/null 2>&1", launcher,
+           self, dir, at, rank, verify);
+  fflush(stderr);
+  return system(cmd);
+}
+
 int main(int argc, char **argv) {
+  if (argc == 6 && strcmp(argv[1], "--child") == 0) {
+    char ff[1200];
+    snprintf(ff, sizeof ff, "%s.failed", argv[2]);
+    fail_file = ff;
+    kill_at = atol(argv[3]);
+    kill_rank = atoi(argv[4]);
+    return child(argv[2], atoi(argv[5]));
+  }
   if (argc < 2) return 2;
   const char *dir = argv[1];
   int trials = argc > 2 ? atoi(argv[2]) : 60;
@@ -141,5 +173,24 @@ int main(int argc, char **argv) {
   CHECK(st == 0, "final verification: status %d", st);
   CHECK(killed > trials / 2, "%d of %d children were killed during save_state", killed, trials);
   fprintf(stderr, "%d children killed mid-save, %d finished\n", killed, finished);
+
+  /* 2 processes: either process killed at a random step of save_state. */
+  if (argc > 4) {
+    char dir2[1100], ff[1200];
+    snprintf(dir2, sizeof dir2, "%s_np2", dir);
+    snprintf(ff, sizeof ff, "%s.failed", dir2);
+    REQUIRE_OK(acc__rmtree(dir2));
+    remove(ff);
+    int trials2 = trials / 3, nonzero = 0;
+    for (int t = 0; t < trials2; t++) {
+      int kr = (int)acc_rng_bounded(&r, 2);
+      long at = 1 + (long)acc_rng_bounded(&r, kr == 0 ? 25 * SAVES_PER_CHILD : 3 * SAVES_PER_CHILD);
+      if (run_launched(argv[4], argv[0], dir2, at, kr, 0) != 0) nonzero++;
+      CHECK(!acc__is_file(ff), "2 processes, trial %d (process %d killed at step %ld): verification failed", t, kr, at);
+    }
+    CHECK(run_launched(argv[4], argv[0], dir2, 0, 0, 1) == 0 && !acc__is_file(ff), "2 processes: final verification");
+    CHECK(nonzero > trials2 / 2, "%d of %d launches were killed", nonzero, trials2);
+    fprintf(stderr, "2 processes: %d of %d launches killed mid-save\n", nonzero, trials2);
+  }
   return acc_test_finish("state_kill");
 }
