@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accel_state.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -30,6 +31,9 @@ struct acc_accelerator {
   int nscheds;
   acc_dataloader *active;     /* loader whose batch is being processed */
   int end_of_dataloader;      /* the active loader's current batch is its last */
+  acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
+  int nloaders, cap_loaders;
+  acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
 };
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
@@ -99,6 +103,8 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
 void acc_accelerator_destroy(acc_accelerator *acc) {
   if (!acc || acc->magic != ACC_MAGIC_ACCEL) return;
   acc__grad_sync_destroy(acc->gs);
+  acc__accel_ckpt_free(acc->ckpt);
+  acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc_state_destroy(acc->st);
   acc->magic = ACC_MAGIC_DEAD;
@@ -191,7 +197,32 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   uint64_t seed = o.seed;
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */
   o.seed = seed;
-  return acc_dataloader_create(out, ds, &o);
+  if (acc->nloaders == acc->cap_loaders) {
+    int nc = acc->cap_loaders ? 2 * acc->cap_loaders : 4;
+    acc_dataloader **v = acc__realloc(acc->loaders, (size_t)nc * sizeof *v);
+    if (!v) return ACC_ERR_NOMEM;
+    acc->loaders = v;
+    acc->cap_loaders = nc;
+  }
+  ACC_CHECK(acc_dataloader_create(out, ds, &o));
+  acc->loaders[acc->nloaders++] = *out;
+  return ACC_OK;
+}
+
+acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out) {
+  ACC_CHECK(check(acc, "checkpointing"));
+  out->st = acc->st;
+  out->model = acc->model;
+  out->opts = acc->opts;
+  out->nopts = acc->nopts;
+  out->scheds = acc->scheds;
+  out->nscheds = acc->nscheds;
+  out->loaders = acc->loaders;
+  out->nloaders = acc->nloaders;
+  out->scaler = acc->scaler;
+  out->step = &acc->step;
+  out->ckpt = &acc->ckpt;
+  return ACC_OK;
 }
 
 acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, const acc_batch **out) {

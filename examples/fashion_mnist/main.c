@@ -31,6 +31,9 @@ typedef struct options {
   double lr, momentum, weight_decay, clip;
   const char *optimizer, *data, *mixed_precision;
   uint64_t seed;
+  long save_every;        /* checkpoint every N optimizer steps (0: never) */
+  int resume;             /* load the latest checkpoint of output_dir first */
+  const char *output_dir; /* project directory: checkpoints/checkpoint_<i> */
 } options;
 
 static void usage(FILE *f) {
@@ -53,11 +56,14 @@ static void usage(FILE *f) {
           "  --overlap             reduce gradient buckets during the backward pass\n"
           "  --bucket-kb N         gradient bucket size in KiB (25 MB)\n"
           "  --max-steps N         stop after N optimizer steps (for quick runs)\n"
+          "  --output-dir DIR      where checkpoints go: DIR/checkpoints/checkpoint_<i> (3 kept)\n"
+          "  --save-every N        save the whole training state every N optimizer steps\n"
+          "  --resume              continue from the latest checkpoint in --output-dir\n"
           "  --quiet               no progress bar\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 1, 2, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42};
+  *o = (options){1, 64, 256, 1, 1, 2, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42, 0, 0, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -81,6 +87,9 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--prefetch")) o->prefetch = atoi(v);
     else if (ARG("--max-steps")) o->max_steps = atol(v);
     else if (ARG("--bucket-kb")) o->bucket_kb = atoi(v);
+    else if (ARG("--save-every")) o->save_every = atol(v);
+    else if (ARG("--output-dir")) o->output_dir = v;
+    else if (strcmp(a, "--resume") == 0) o->resume = 1;
     else if (strcmp(a, "--overlap") == 0) o->overlap = 1;
     else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
     else {
@@ -91,7 +100,8 @@ static int parse(int argc, char **argv, options *o) {
 #undef ARG
   }
   if (o->epochs < 1 || o->batch < 1 || o->hidden < 1 || o->layers < 0 || o->grad_accum < 1 || !(o->lr > 0) ||
-      (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0)) {
+      (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0) || o->save_every < 0 ||
+      ((o->save_every > 0 || o->resume) && !o->output_dir)) {
     fprintf(stderr, "fashion_mnist: invalid option value (see --help)\n");
     return -1;
   }
@@ -109,6 +119,23 @@ static int fetch(int64_t i, void *const *fields, void *payload) {
   for (int k = 0; k < 784; k++) x[k] = byte_to_input[px[k]];
   *(int32_t *)fields[1] = d->labels[i];
   return 0;
+}
+
+/* The training loop's own counters, saved with the checkpoint (register_for_checkpointing). */
+typedef struct run_counters {
+  int64_t steps, reserved;
+} run_counters;
+
+static acc_result counters_save(void *obj, void *buf, size_t cap, size_t *len) {
+  *len = sizeof(run_counters);
+  if (buf && cap >= sizeof(run_counters)) memcpy(buf, obj, sizeof(run_counters));
+  return ACC_OK;
+}
+
+static acc_result counters_load(void *obj, const void *data, size_t len) {
+  if (len != sizeof(run_counters)) return ACC_ERR_FORMAT;
+  memcpy(obj, data, sizeof(run_counters));
+  return ACC_OK;
 }
 
 #define TRY(call)                                                                   \
@@ -221,6 +248,25 @@ int main(int argc, char **argv) {
   }
   TRY(acc_accelerator_prepare_optimizer(acc, opt));
   if (o.overlap) mlp_set_grad_hook(net, grad_ready, acc);
+
+  /* Checkpoints: the whole training state (model, optimizer, loader position, RNG, and the
+   * loop's own counters, registered below) under <output-dir>/checkpoints/checkpoint_<i>. */
+  run_counters counters = {0, 0};
+  TRY(acc_accelerator_register_for_checkpointing(acc, &counters, counters_save, counters_load));
+  if (o.output_dir) {
+    acc_project_options po = ACC_PROJECT_OPTIONS_INIT;
+    po.project_dir = o.output_dir;
+    po.automatic_checkpoint_naming = 1;
+    po.total_limit = 3;
+    TRY(acc_accelerator_set_project_config(acc, &po));
+  }
+  if (o.resume) {
+    char *from = NULL;
+    TRY(acc_accelerator_load_state(acc, NULL, &from));
+    acc_print(st, "resumed from %s (step %lld, epoch %lld)\n", from, (long long)counters.steps,
+              (long long)acc_dataloader_epoch(train_dl) + 1);
+    acc_free(from);
+  }
   const acc_dtype compute = acc_accelerator_autocast_dtype(acc);
 
   acc_print(st, "%s", acc_state_describe(st));
@@ -229,9 +275,9 @@ int main(int argc, char **argv) {
 
   /* 4. The training loop. */
   double train_time = 0;
-  int64_t samples = 0, steps = 0;
-  int stop = 0;
-  for (int epoch = 0; epoch < o.epochs && !stop; epoch++) {
+  int64_t samples = 0, steps = counters.steps;
+  int stop = o.max_steps > 0 && steps >= o.max_steps;
+  for (int epoch = (int)acc_dataloader_epoch(train_dl); epoch < o.epochs && !stop; epoch++) {
     progress bar;
     char label[32];
     snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
@@ -258,7 +304,13 @@ int main(int argc, char **argv) {
       if (o.clip > 0 && acc_accelerator_sync_gradients(acc)) TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, NULL));
       TRY(acc_accelerator_optimizer_step(acc, opt));
       TRY(acc_accelerator_optimizer_zero_grad(acc, opt));
-      if (acc_accelerator_sync_gradients(acc)) steps++;
+      if (acc_accelerator_sync_gradients(acc)) {
+        steps++;
+        if (o.save_every > 0 && steps % o.save_every == 0) {
+          counters.steps = steps;
+          TRY(acc_accelerator_save_state(acc, NULL, NULL));
+        }
+      }
       loss_sum += loss;
       nb++;
       samples += bs;

@@ -3,6 +3,7 @@
 #ifndef ACCELERATE_ACCELERATOR_H
 #define ACCELERATE_ACCELERATOR_H
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "data.h"
 #include "model.h"
@@ -177,6 +178,65 @@ ACC_EXTERN acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc,
                                                            acc_dtype dtype, double pad_value,
                                                            int pad_first, int64_t capacity,
                                                            int64_t *n_out);
+
+/* ---- checkpointing: save_state / load_state (see docs/checkpointing.md) ------------------------ */
+
+/**
+ * Sets the accelerator's project configuration (Accelerate's ProjectConfiguration): project_dir,
+ * automatic_checkpoint_naming (checkpoints/checkpoint_<i>), total_limit, iteration. Without it,
+ * save_state / load_state need an explicit directory. The options are copied; calling it again
+ * replaces the configuration. Not collective, but give every process the same options.
+ */
+ACC_EXTERN acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_project_options *opts);
+/** The project configuration (borrowed; NULL until set_project_config or the first save_state). */
+ACC_EXTERN acc_project_config *acc_accelerator_project_config(const acc_accelerator *acc);
+
+/**
+ * Serializes a registered object. Called twice per save: with buf NULL to ask for the size in
+ * *len, then with a buffer of cap >= that size to fill (set *len to the bytes written).
+ */
+typedef acc_result (*acc_state_save_fn)(void *obj, void *buf, size_t cap, size_t *len);
+/** Restores a registered object from the bytes its save callback wrote. */
+typedef acc_result (*acc_state_load_fn)(void *obj, const void *data, size_t len);
+
+/**
+ * Registers an object to be saved by save_state and restored by load_state (Accelerate's
+ * register_for_checkpointing): its bytes go to custom_checkpoint_<i>.bin, i = registration
+ * order. Both callbacks are required. Saved by the main process; loaded by every process.
+ * Ownership: obj is borrowed and must outlive the accelerator. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj,
+                                                                 acc_state_save_fn save,
+                                                                 acc_state_load_fn load);
+
+/**
+ * Saves the whole training state into a crash-safe checkpoint directory: the model
+ * (model.safetensors), every prepared optimizer (optimizer[_i].safetensors + optimizer[_i].json),
+ * scheduler (scheduler[_i].json), the GradScaler (scaler.json), every process's global RNG,
+ * accumulation step and data loader positions (random_states_<process>.json), registered objects
+ * (custom_checkpoint_<i>.bin) and checkpoint.json. Files are written into "<dir>.tmp-writing",
+ * fsync'd, renamed to dir, which is marked complete (COMPLETE) only after every process
+ * finished; then the project iteration advances by one.
+ * @param output_dir  the directory; ignored with automatic checkpoint naming (may be NULL then)
+ * @param saved_dir   NULL, or receives the final directory. Ownership: acc_free.
+ * Collective: yes (every process; a failure on any process makes every process return the
+ * same error and leaves the previous checkpoints untouched). Save right after an optimizer step:
+ * gradients accumulated for a step not yet taken are not saved. Every loader prepared with this
+ * accelerator is saved, so do not destroy a prepared loader before the last save_state /
+ * load_state call.
+ */
+ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir);
+
+/**
+ * Restores everything save_state saved, bit for bit, into the prepared objects (prepare them
+ * first, in the same order). input_dir NULL: the latest complete checkpoint (automatic naming).
+ * An incomplete checkpoint, a different number of processes, or a different set of prepared
+ * objects is an error naming saved vs current. Afterwards the next automatic checkpoint number
+ * is the loaded one's plus one.
+ * @param loaded_dir NULL, or receives the directory loaded. Ownership: acc_free.
+ * Collective: yes.
+ */
+ACC_EXTERN acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,799 @@
+/* save_state / load_state of the whole training state (spec §7.3-7.6): model, optimizers,
+ * schedulers, GradScaler, per-process RNG + accumulation step + data loader positions, and
+ * objects registered for checkpointing, in a crash-safe checkpoint directory (ckpt_dir.c). */
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "accel_state.h"
+#include "ckpt_dir.h"
+
+#define STATE_FORMAT "accelerate-c-state"
+#define STATE_VERSION 1
+#define PATH_BUF 4096
+
+typedef struct custom_obj {
+  void *obj;
+  acc_state_save_fn save;
+  acc_state_load_fn load;
+} custom_obj;
+
+struct acc__accel_ckpt {
+  acc_project_config *project;
+  int automatic;   /* the project uses automatic checkpoint naming */
+  int total_limit; /* > 0: keep this many checkpoints; pruned after a commit, not before */
+  custom_obj *custom;
+  int ncustom, cap;
+};
+
+void acc__accel_ckpt_free(acc__accel_ckpt *c) {
+  if (!c) return;
+  acc_project_config_destroy(c->project);
+  acc__free(c->custom);
+  acc__free(c);
+}
+
+static acc_result get_ckpt(acc__accel_parts *p, acc__accel_ckpt **out) {
+  if (!*p->ckpt) {
+    *p->ckpt = acc__calloc(1, sizeof **p->ckpt);
+    if (!*p->ckpt) return ACC_ERR_NOMEM;
+  }
+  *out = *p->ckpt;
+  return ACC_OK;
+}
+
+/* The project configuration; a default one (project_dir ".", explicit directories) when unset. */
+static acc_result get_project(acc__accel_parts *p, acc_project_config **out) {
+  acc__accel_ckpt *c;
+  ACC_CHECK(get_ckpt(p, &c));
+  if (!c->project) ACC_CHECK(acc_project_config_create(&c->project, NULL));
+  *out = c->project;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_project_options *opts) {
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  acc__accel_ckpt *c;
+  ACC_CHECK(get_ckpt(&p, &c));
+  acc_project_config *np;
+  /* The project handle gets no total_limit: acc_checkpoint_begin would prune before the new
+   * checkpoint is durable (with total_limit 1 a crash would leave none). We prune after. */
+  acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
+  if (opts) {
+    if (opts->size == 0)
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "set_project_config: options not initialized with ACC_PROJECT_OPTIONS_INIT");
+    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+  }
+  int limit = o.total_limit;
+  o.total_limit = 0;
+  ACC_CHECK(acc_project_config_create(&np, &o));
+  if (limit < ACC_UNSET) {
+    acc_project_config_destroy(np);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "set_project_config: total_limit is %d (must be > 0, or 0 / ACC_UNSET for no limit)", limit);
+  }
+  acc_project_config_destroy(c->project);
+  c->project = np;
+  c->automatic = o.automatic_checkpoint_naming != 0;
+  c->total_limit = limit > 0 ? limit : 0;
+  return ACC_OK;
+}
+
+acc_project_config *acc_accelerator_project_config(const acc_accelerator *acc) {
+  acc__accel_parts p;
+  if (acc__accelerator_parts((acc_accelerator *)acc, &p) != ACC_OK || !*p.ckpt) return NULL;
+  return (*p.ckpt)->project;
+}
+
+acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj, acc_state_save_fn save,
+                                                      acc_state_load_fn load) {
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  if (!save || !load)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "register_for_checkpointing: an object needs both a save and a load callback to be "
+                      "stored (got save %s, load %s)", save ? "set" : "NULL", load ? "set" : "NULL");
+  acc__accel_ckpt *c;
+  ACC_CHECK(get_ckpt(&p, &c));
+  if (c->ncustom == c->cap) {
+    int nc = c->cap ? c->cap * 2 : 4;
+    custom_obj *v = acc__realloc(c->custom, (size_t)nc * sizeof *v);
+    if (!v) return ACC_ERR_NOMEM;
+    c->custom = v;
+    c->cap = nc;
+  }
+  c->custom[c->ncustom++] = (custom_obj){obj, save, load};
+  return ACC_OK;
+}
+
+/* ---- collective helpers ------------------------------------------------------------------------ */
+
+/* Every process learns whether any process failed: the failing process (the highest-numbered
+ * one when several fail) sends its error code and message, so every process returns the same
+ * error and none is left waiting in a later collective. */
+static acc_result agree(acc_state *st, acc_result local, const char *what) {
+  int rank = acc_state_process_index(st);
+  int32_t who = local != ACC_OK ? rank + 1 : 0;
+  acc_result rc = acc_all_reduce(st, &who, &who, 1, ACC_I32, ACC_MAX);
+  if (rc != ACC_OK) {
+    if (local != ACC_OK) return local;
+    return acc__error_context(rc, "%s: exchanging the status with the other processes", what);
+  }
+  if (who == 0) return ACC_OK;
+  struct {
+    int32_t rc;
+    char msg[1020];
+  } e;
+  memset(&e, 0, sizeof e);
+  if (who - 1 == rank) {
+    e.rc = (int32_t)local;
+    snprintf(e.msg, sizeof e.msg, "%s", acc_last_error());
+  }
+  rc = acc_broadcast(st, &e, sizeof e, ACC_U8, who - 1);
+  if (local != ACC_OK) return local;
+  if (rc != ACC_OK) return acc__error_context(rc, "%s failed on process %d", what, who - 1);
+  e.msg[sizeof e.msg - 1] = 0;
+  return acc__error(e.rc > 0 ? (acc_result)e.rc : ACC_ERR_REMOTE, "%s (on process %d)", e.msg, who - 1);
+}
+
+/* Process 0's string (a path) to every process. */
+static acc_result bcast_path(acc_state *st, char buf[PATH_BUF]) {
+  return acc_broadcast(st, buf, PATH_BUF, ACC_U8, 0);
+}
+
+/* ---- small file helpers ---------------------------------------------------------------------- */
+
+static char *file_name(const char *dir, const char *stem, int i, const char *ext) {
+  char name[96];
+  if (i == 0)
+    snprintf(name, sizeof name, "%s%s", stem, ext);
+  else
+    snprintf(name, sizeof name, "%s_%d%s", stem, i, ext);
+  return acc__path_join(dir, name);
+}
+
+/* Writes a JSON object durably (temporary file, fsync, rename), then frees it. */
+static acc_result write_json(const char *path, json_t *j) {
+  if (!j) return ACC_ERR_NOMEM;
+  char *text = json_dumps(j, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  if (!text) return acc__error(ACC_ERR_NOMEM, "could not serialize '%s'", path);
+  size_t n = strlen(text);
+  acc_result rc = acc__write_file_atomic(path, text, n);
+  free(text);
+  return rc;
+}
+
+static acc_result read_json(const char *path, json_t **out) {
+  json_error_t err;
+  *out = json_load_file(path, 0, &err);
+  if (!*out) {
+    if (!acc__is_file(path))
+      return acc__error(ACC_ERR_FORMAT, "checkpoint file '%s' is missing", path);
+    return acc__error(ACC_ERR_FORMAT, "checkpoint file '%s' is not valid JSON (line %d: %s)", path, err.line,
+                      err.text);
+  }
+  if (!json_is_object(*out)) {
+    json_decref(*out);
+    *out = NULL;
+    return acc__error(ACC_ERR_FORMAT, "checkpoint file '%s' must hold a JSON object", path);
+  }
+  return ACC_OK;
+}
+
+static acc_result get_num(const json_t *o, const char *path, const char *key, double *v) {
+  json_t *x = json_object_get(o, key);
+  if (!json_is_number(x))
+    return acc__error(ACC_ERR_FORMAT, "checkpoint file '%s': key \"%s\" is missing or not a number", path, key);
+  *v = json_number_value(x);
+  return ACC_OK;
+}
+
+static acc_result get_int(const json_t *o, const char *path, const char *key, int64_t *v) {
+  json_t *x = json_object_get(o, key);
+  if (!json_is_integer(x))
+    return acc__error(ACC_ERR_FORMAT, "checkpoint file '%s': key \"%s\" is missing or not an integer", path, key);
+  *v = (int64_t)json_integer_value(x);
+  return ACC_OK;
+}
+
+static void hex_encode(const uint8_t *b, size_t n, char *out) {
+  static const char d[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = d[b[i] >> 4];
+    out[2 * i + 1] = d[b[i] & 15];
+  }
+  out[2 * n] = 0;
+}
+
+static int hex_val(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+static int hex_decode(const char *s, uint8_t *out, size_t n) {
+  if (strlen(s) != 2 * n) return -1;
+  for (size_t i = 0; i < n; i++) {
+    int hi = hex_val(s[2 * i]), lo = hex_val(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return -1;
+    out[i] = (uint8_t)(hi * 16 + lo);
+  }
+  return 0;
+}
+
+/* ---- saving ----------------------------------------------------------------------------------- */
+
+static acc_result save_optimizer(acc_optimizer *o, const char *dir, int i) {
+  size_t n = acc_optimizer_state_count(o);
+  acc_tensor_view *tv = n ? acc__calloc(n, sizeof *tv) : NULL;
+  if (n && !tv) return ACC_ERR_NOMEM;
+  acc_result rc = ACC_OK;
+  for (size_t k = 0; k < n && rc == ACC_OK; k++) {
+    const char *name;
+    const float *data;
+    size_t numel;
+    int ndim;
+    const int64_t *shape;
+    rc = acc_optimizer_state_get(o, k, &name, &data, &numel, &ndim, &shape);
+    if (rc != ACC_OK) break;
+    tv[k].name = name;
+    tv[k].dtype = ACC_F32;
+    tv[k].ndim = ndim;
+    for (int d = 0; d < ndim; d++) tv[k].shape[d] = shape[d];
+    tv[k].data = data;
+  }
+  char *path = file_name(dir, "optimizer", i, ".safetensors");
+  if (!path) rc = ACC_ERR_NOMEM;
+  if (rc == ACC_OK) rc = acc_safetensors_write(path, tv, n, NULL, NULL, 0);
+  acc__free(path);
+  acc__free(tv);
+  if (rc != ACC_OK) return rc;
+  json_t *j = json_object();
+  size_t ns = acc_optimizer_scalar_count(o);
+  for (size_t k = 0; k < ns && rc == ACC_OK; k++) {
+    const char *name;
+    double v;
+    rc = acc_optimizer_scalar_get(o, k, &name, &v);
+    if (rc == ACC_OK && json_object_set_new(j, name, json_real(v)) != 0) rc = ACC_ERR_NOMEM;
+  }
+  path = file_name(dir, "optimizer", i, ".json");
+  if (!path) rc = ACC_ERR_NOMEM;
+  if (rc == ACC_OK)
+    rc = write_json(path, j);
+  else
+    json_decref(j);
+  acc__free(path);
+  return rc;
+}
+
+static acc_result save_custom(const custom_obj *c, const char *dir, int i) {
+  size_t len = 0;
+  acc_result rc = c->save(c->obj, NULL, 0, &len);
+  if (rc != ACC_OK) return acc__error_context(rc, "save_state: the save callback of registered object %d", i);
+  void *buf = acc__malloc(len ? len : 1);
+  if (!buf) return ACC_ERR_NOMEM;
+  size_t used = len;
+  rc = c->save(c->obj, buf, len, &used);
+  if (rc != ACC_OK) {
+    acc__free(buf);
+    return acc__error_context(rc, "save_state: the save callback of registered object %d", i);
+  }
+  if (used > len) {
+    acc__free(buf);
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "save_state: registered object %d wrote %zu bytes but asked for %zu", i, used, len);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "custom_checkpoint_%d.bin", i);
+  char *path = acc__path_join(dir, name);
+  rc = path ? acc__write_file_atomic(path, buf, used) : ACC_ERR_NOMEM;
+  acc__free(path);
+  acc__free(buf);
+  return rc;
+}
+
+/* The files only the main process writes. */
+static acc_result save_shared(acc__accel_parts *p, const char *dir) {
+  acc__accel_ckpt *c = *p->ckpt;
+  int ncustom = c ? c->ncustom : 0;
+  json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b}", "format", STATE_FORMAT, "version",
+                           STATE_VERSION, "num_processes", acc_state_num_processes(p->st), "models",
+                           p->model ? 1 : 0, "optimizers", p->nopts, "schedulers", p->nscheds, "dataloaders",
+                           p->nloaders, "custom_objects", ncustom, "grad_scaler", p->scaler != NULL);
+  char *path = acc__path_join(dir, "checkpoint.json");
+  acc_result rc = path ? write_json(path, meta) : ACC_ERR_NOMEM;
+  if (!path) json_decref(meta);
+  acc__free(path);
+  if (rc == ACC_OK && p->model) rc = acc_save_model(NULL, p->model, dir, 0, ACC_F32);
+  for (int i = 0; i < p->nopts && rc == ACC_OK; i++) rc = save_optimizer(p->opts[i], dir, i);
+  for (int i = 0; i < p->nscheds && rc == ACC_OK; i++) {
+    int64_t step;
+    double base;
+    rc = acc_scheduler_get_state(p->scheds[i], &step, &base);
+    if (rc != ACC_OK) break;
+    path = file_name(dir, "scheduler", i, ".json");
+    if (!path) return ACC_ERR_NOMEM;
+    rc = write_json(path, json_pack("{s:I, s:f}", "step", (json_int_t)step, "base_lr", base));
+    acc__free(path);
+  }
+  if (rc == ACC_OK && p->scaler) {
+    float scale;
+    int64_t tracker;
+    rc = acc_grad_scaler_get_state(p->scaler, &scale, &tracker);
+    path = rc == ACC_OK ? acc__path_join(dir, "scaler.json") : NULL;
+    if (rc == ACC_OK && !path) rc = ACC_ERR_NOMEM;
+    if (rc == ACC_OK)
+      rc = write_json(path, json_pack("{s:f, s:I}", "scale", (double)scale, "growth_tracker", (json_int_t)tracker));
+    acc__free(path);
+  }
+  for (int i = 0; i < ncustom && rc == ACC_OK; i++) rc = save_custom(&c->custom[i], dir, i);
+  return rc;
+}
+
+/* The file every process writes: its RNG, accumulation step and loader positions. */
+static acc_result save_process(acc__accel_parts *p, const char *dir) {
+  int rank = acc_state_process_index(p->st);
+  uint8_t rng[ACC_RNG_STATE_SIZE];
+  acc_rng_state_get(acc_rng_global(), rng);
+  char hex[2 * ACC_RNG_STATE_SIZE + 1];
+  hex_encode(rng, sizeof rng, hex);
+  json_t *loaders = json_array();
+  acc_result rc = ACC_OK;
+  for (int i = 0; i < p->nloaders && rc == ACC_OK; i++) {
+    acc_dataloader_state ds;
+    rc = acc_dataloader_state_get(p->loaders[i], &ds);
+    if (rc != ACC_OK) break;
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, ds.seed);
+    if (json_array_append_new(loaders, json_pack("{s:s, s:I, s:I}", "seed", seed, "epoch", (json_int_t)ds.epoch,
+                                                 "batches", (json_int_t)ds.batches)) != 0)
+      rc = ACC_ERR_NOMEM;
+  }
+  json_t *j = json_pack("{s:i, s:I, s:s, s:o}", "process_index", rank, "step", (json_int_t)*p->step, "rng", hex,
+                        "dataloaders", loaders);
+  if (rc != ACC_OK) {
+    json_decref(j);
+    return rc;
+  }
+  char name[64];
+  snprintf(name, sizeof name, "random_states_%d.json", rank);
+  char *path = acc__path_join(dir, name);
+  rc = path ? write_json(path, j) : ACC_ERR_NOMEM;
+  if (!path) json_decref(j);
+  acc__free(path);
+  return rc;
+}
+
+typedef struct numbered {
+  long num;
+  char *path;
+} numbered;
+
+static int numbered_cmp(const void *a, const void *b) {
+  long x = ((const numbered *)a)->num, y = ((const numbered *)b)->num;
+  return (x > y) - (x < y);
+}
+
+/* Keeps the `limit` newest complete checkpoints/checkpoint_<n> (by n, never by string order):
+ * the older ones lose their COMPLETE marker first (durably), then their files. Incomplete
+ * checkpoint_<n> left by killed saves or rotations, with n < newest, are removed too. */
+static acc_result prune(const char *project_dir, int limit, long newest) {
+  char *base = acc__path_join(project_dir, "checkpoints");
+  if (!base) return ACC_ERR_NOMEM;
+  DIR *d = opendir(base);
+  if (!d) {
+    acc_result rc = acc__error(ACC_ERR_IO, "could not list '%s' to prune old checkpoints: %s", base, strerror(errno));
+    acc__free(base);
+    return rc;
+  }
+  numbered *v = NULL;
+  size_t n = 0, cap = 0;
+  acc_result rc = ACC_OK;
+  struct dirent *e;
+  while (rc == ACC_OK && (e = readdir(d)) != NULL) {
+    const char *s = e->d_name;
+    if (strncmp(s, "checkpoint_", 11) != 0 || !s[11]) continue;
+    long num = 0;
+    const char *q = s + 11;
+    for (; *q >= '0' && *q <= '9' && num < 100000000000L; q++) num = num * 10 + (*q - '0');
+    if (*q) continue;
+    char *path = acc__path_join(base, s);
+    if (!path) {
+      rc = ACC_ERR_NOMEM;
+      break;
+    }
+    if (!acc_checkpoint_is_complete(path)) {
+      /* an older save or rotation that was killed half-way: nothing loads it, remove it */
+      if (num < newest) rc = acc__rmtree(path);
+      acc__free(path);
+      continue;
+    }
+    if (n == cap) {
+      size_t nc = cap ? 2 * cap : 16;
+      numbered *nv = acc__realloc(v, nc * sizeof *nv);
+      if (!nv) {
+        acc__free(path);
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+      v = nv;
+      cap = nc;
+    }
+    v[n].num = num;
+    v[n++].path = path;
+  }
+  closedir(d);
+  if (rc == ACC_OK && n > (size_t)limit) {
+    qsort(v, n, sizeof *v, numbered_cmp);
+    for (size_t i = 0; rc == ACC_OK && i < n - (size_t)limit; i++) {
+      char *marker = acc__path_join(v[i].path, ACC_CHECKPOINT_MARKER);
+      if (!marker) {
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+      if (unlink(marker) != 0 && errno != ENOENT)
+        rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
+      acc__free(marker);
+      if (rc == ACC_OK) rc = acc__fsync_dir(v[i].path);
+      if (rc == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("pruning");
+      if (rc == ACC_OK) rc = acc__rmtree(v[i].path);
+    }
+  }
+  for (size_t i = 0; i < n; i++) acc__free(v[i].path);
+  acc__free(v);
+  acc__free(base);
+  return rc;
+}
+
+acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
+  if (saved_dir) *saved_dir = NULL;
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  acc_project_config *proj = NULL;
+  acc_result rc = get_project(&p, &proj);
+  const int main_proc = acc_state_process_index(p.st) == 0;
+  acc_checkpoint *c = NULL;
+  char tmp[PATH_BUF], target[PATH_BUF];
+  memset(tmp, 0, sizeof tmp);
+  memset(target, 0, sizeof target);
+  if (rc == ACC_OK && main_proc) {
+    /* With automatic naming the argument is ignored, as in Accelerate. */
+    int automatic = (*p.ckpt)->automatic;
+    rc = acc_checkpoint_begin(proj, automatic ? NULL : output_dir, &c);
+    if (rc == ACC_OK) {
+      if (strlen(acc_checkpoint_dir(c)) >= PATH_BUF || strlen(acc_checkpoint_target(c)) >= PATH_BUF) {
+        rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: checkpoint path '%s' is too long",
+                        acc_checkpoint_target(c));
+      } else {
+        strcpy(tmp, acc_checkpoint_dir(c));
+        strcpy(target, acc_checkpoint_target(c));
+      }
+    }
+  }
+  rc = agree(p.st, rc, "save_state (creating the checkpoint directory)");
+  if (rc == ACC_OK) rc = bcast_path(p.st, tmp);
+  if (rc == ACC_OK) rc = bcast_path(p.st, target);
+  if (rc != ACC_OK) {
+    acc_checkpoint_abort(c);
+    return rc;
+  }
+  acc_result local = main_proc ? save_shared(&p, tmp) : ACC_OK;
+  if (local == ACC_OK) local = save_process(&p, tmp);
+  if (local == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("state-written");
+  rc = agree(p.st, local, "save_state (writing the checkpoint files)");
+  if (rc != ACC_OK) {
+    acc_checkpoint_abort(c); /* the temporary directory goes; earlier checkpoints are untouched */
+    return rc;
+  }
+  long it = acc_project_config_iteration(proj);
+  local = main_proc ? acc_checkpoint_commit(c) : ACC_OK; /* commit advances process 0's iteration */
+  rc = agree(p.st, local, "save_state (committing the checkpoint)");
+  if (rc != ACC_OK) return rc;
+  if (!main_proc) ACC_CHECK(acc_project_config_set_iteration(proj, it + 1));
+  /* Rotation only once the new checkpoint is durable: a crash never leaves fewer than before. */
+  acc__accel_ckpt *ck = *p.ckpt;
+  local = ACC_OK;
+  if (main_proc && ck->automatic && ck->total_limit > 0) local = prune(acc_project_config_dir(proj), ck->total_limit, it);
+  ACC_CHECK(agree(p.st, local, "save_state (removing checkpoints beyond total_limit)"));
+  if (saved_dir) {
+    *saved_dir = acc__strdup(target);
+    if (!*saved_dir) return ACC_ERR_NOMEM;
+  }
+  return ACC_OK;
+}
+
+/* ---- loading ---------------------------------------------------------------------------------- */
+
+static acc_result expect_count(const json_t *meta, const char *path, const char *key, int current,
+                               const char *what) {
+  int64_t saved = 0;
+  ACC_CHECK(get_int(meta, path, key, &saved));
+  if (saved != current)
+    return acc__error(ACC_ERR_MISMATCH,
+                      "checkpoint '%s' holds %lld %s but %d %s prepared now: prepare the same objects, in the "
+                      "same order, before load_state", path, (long long)saved, what, current,
+                      current == 1 ? "is" : "are");
+  return ACC_OK;
+}
+
+static acc_result check_meta(acc__accel_parts *p, const char *dir) {
+  char *path = acc__path_join(dir, "checkpoint.json");
+  if (!path) return ACC_ERR_NOMEM;
+  json_t *m = NULL;
+  acc_result rc = read_json(path, &m);
+  if (rc == ACC_OK) {
+    const char *fmt = json_string_value(json_object_get(m, "format"));
+    int64_t version = 0, nprocs = 0;
+    if (!fmt || strcmp(fmt, STATE_FORMAT) != 0)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s' is not an accelerate-c training state (format \"%s\")", path,
+                      fmt ? fmt : "missing");
+    if (rc == ACC_OK) rc = get_int(m, path, "version", &version);
+    if (rc == ACC_OK && version != STATE_VERSION)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s' has state version %lld; this library reads version %d", path,
+                      (long long)version, STATE_VERSION);
+    if (rc == ACC_OK) rc = get_int(m, path, "num_processes", &nprocs);
+    int now = acc_state_num_processes(p->st);
+    if (rc == ACC_OK && nprocs != now)
+      rc = acc__error(ACC_ERR_MISMATCH,
+                      "checkpoint '%s' was saved by %lld processes but %d %s running now: every process's "
+                      "random state and data position is saved, so resume with --num_processes %lld",
+                      dir, (long long)nprocs, now, now == 1 ? "is" : "are", (long long)nprocs);
+    acc__accel_ckpt *c = *p->ckpt;
+    if (rc == ACC_OK) rc = expect_count(m, path, "models", p->model ? 1 : 0, "model(s)");
+    if (rc == ACC_OK) rc = expect_count(m, path, "optimizers", p->nopts, "optimizer(s)");
+    if (rc == ACC_OK) rc = expect_count(m, path, "schedulers", p->nscheds, "scheduler(s)");
+    if (rc == ACC_OK) rc = expect_count(m, path, "dataloaders", p->nloaders, "data loader(s)");
+    if (rc == ACC_OK) {
+      int64_t saved = 0;
+      rc = get_int(m, path, "custom_objects", &saved);
+      int now_c = c ? c->ncustom : 0;
+      if (rc == ACC_OK && saved != now_c)
+        rc = acc__error(ACC_ERR_MISMATCH,
+                        "number of custom checkpoints in folder '%s' does not match the number of registered "
+                        "objects: found checkpoints: %lld, registered objects: %d", dir, (long long)saved, now_c);
+    }
+    if (rc == ACC_OK) {
+      int saved_scaler = json_is_true(json_object_get(m, "grad_scaler"));
+      if (saved_scaler != (p->scaler != NULL))
+        rc = acc__error(ACC_ERR_MISMATCH,
+                        "checkpoint '%s' was saved %s a GradScaler (fp16) but the accelerator %s one now: use "
+                        "the same mixed precision", dir, saved_scaler ? "with" : "without",
+                        p->scaler ? "has" : "has no");
+    }
+  }
+  json_decref(m);
+  acc__free(path);
+  return rc;
+}
+
+static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
+  char *path = file_name(dir, "optimizer", i, ".json");
+  if (!path) return ACC_ERR_NOMEM;
+  json_t *j = NULL;
+  acc_result rc = read_json(path, &j);
+  /* "kind" first: it checks the optimizer type before anything else changes. */
+  if (rc == ACC_OK) {
+    double kind = 0;
+    rc = get_num(j, path, "kind", &kind);
+    if (rc == ACC_OK) rc = acc_optimizer_scalar_set(o, "kind", kind);
+    if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
+  }
+  if (rc == ACC_OK) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) {
+      if (!strcmp(key, "kind")) continue;
+      if (!json_is_number(v)) {
+        rc = acc__error(ACC_ERR_FORMAT, "checkpoint file '%s': \"%s\" is not a number", path, key);
+        break;
+      }
+      rc = acc_optimizer_scalar_set(o, key, json_number_value(v));
+      if (rc != ACC_OK) {
+        rc = acc__error_context(rc, "load_state: optimizer %d scalar \"%s\" from '%s'", i, key, path);
+        break;
+      }
+    }
+  }
+  json_decref(j);
+  acc__free(path);
+  if (rc != ACC_OK) return rc;
+  path = file_name(dir, "optimizer", i, ".safetensors");
+  if (!path) return ACC_ERR_NOMEM;
+  acc_safetensors *f = NULL;
+  rc = acc_safetensors_open(&f, path);
+  size_t n = rc == ACC_OK ? acc_safetensors_count(f) : 0;
+  float *tmp = NULL;
+  size_t tmp_cap = 0;
+  for (size_t k = 0; k < n && rc == ACC_OK; k++) {
+    acc_tensor_view tv;
+    rc = acc_safetensors_tensor(f, k, &tv);
+    if (rc != ACC_OK) break;
+    if (tv.dtype != ACC_F32) {
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': optimizer state '%s' is %s, expected F32", path, tv.name,
+                      acc_safetensors_dtype_name(tv.dtype) ? acc_safetensors_dtype_name(tv.dtype) : "?");
+      break;
+    }
+    size_t numel = tv.nbytes / sizeof(float);
+    if (((uintptr_t)tv.data % _Alignof(float)) == 0) { /* the usual case: no extra copy */
+      rc = acc_optimizer_state_set(o, tv.name, tv.data, numel, tv.ndim, tv.shape);
+      if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
+      continue;
+    }
+    if (numel > tmp_cap) { /* the mapped data may be unaligned: copy */
+      acc__free(tmp);
+      tmp = acc__malloc(numel * sizeof(float));
+      tmp_cap = tmp ? numel : 0;
+      if (!tmp) {
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+    }
+    if (numel) memcpy(tmp, tv.data, numel * sizeof(float));
+    rc = acc_optimizer_state_set(o, tv.name, tmp, numel, tv.ndim, tv.shape);
+    if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
+  }
+  acc__free(tmp);
+  acc_safetensors_close(f);
+  acc__free(path);
+  return rc;
+}
+
+static acc_result load_custom(const custom_obj *c, const char *dir, int i) {
+  char name[64];
+  snprintf(name, sizeof name, "custom_checkpoint_%d.bin", i);
+  char *path = acc__path_join(dir, name);
+  if (!path) return ACC_ERR_NOMEM;
+  acc_result rc = ACC_OK;
+  FILE *f = fopen(path, "rb");
+  void *buf = NULL;
+  long len = 0;
+  if (!f) rc = acc__error(ACC_ERR_IO, "load_state: could not open '%s': %s", path, strerror(errno));
+  if (rc == ACC_OK && (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0))
+    rc = acc__error(ACC_ERR_IO, "load_state: could not read '%s': %s", path, strerror(errno));
+  if (rc == ACC_OK) {
+    buf = acc__malloc(len ? (size_t)len : 1);
+    if (!buf) rc = ACC_ERR_NOMEM;
+  }
+  if (rc == ACC_OK && len && fread(buf, 1, (size_t)len, f) != (size_t)len)
+    rc = acc__error(ACC_ERR_IO, "load_state: could not read %ld bytes from '%s'", len, path);
+  if (f) fclose(f);
+  if (rc == ACC_OK) {
+    rc = c->load(c->obj, buf, (size_t)len);
+    if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: the load callback of registered object %d ('%s')", i, path);
+  }
+  acc__free(buf);
+  acc__free(path);
+  return rc;
+}
+
+static acc_result load_process(acc__accel_parts *p, const char *dir) {
+  int rank = acc_state_process_index(p->st);
+  char name[64];
+  snprintf(name, sizeof name, "random_states_%d.json", rank);
+  char *path = acc__path_join(dir, name);
+  if (!path) return ACC_ERR_NOMEM;
+  json_t *j = NULL;
+  acc_result rc = read_json(path, &j);
+  int64_t step = 0, idx = -1;
+  uint8_t rng[ACC_RNG_STATE_SIZE];
+  if (rc == ACC_OK) rc = get_int(j, path, "process_index", &idx);
+  if (rc == ACC_OK && idx != rank)
+    rc = acc__error(ACC_ERR_FORMAT, "'%s' holds the state of process %lld, not %d", path, (long long)idx, rank);
+  if (rc == ACC_OK) rc = get_int(j, path, "step", &step);
+  if (rc == ACC_OK) {
+    const char *hex = json_string_value(json_object_get(j, "rng"));
+    if (!hex || hex_decode(hex, rng, sizeof rng) != 0)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': \"rng\" must be %d hexadecimal digits", path, 2 * ACC_RNG_STATE_SIZE);
+  }
+  json_t *loaders = rc == ACC_OK ? json_object_get(j, "dataloaders") : NULL;
+  if (rc == ACC_OK && (!json_is_array(loaders) || json_array_size(loaders) != (size_t)p->nloaders))
+    rc = acc__error(ACC_ERR_MISMATCH, "'%s' holds %zu data loader positions but %d loader(s) are prepared", path,
+                    json_is_array(loaders) ? json_array_size(loaders) : 0, p->nloaders);
+  acc_dataloader_state *ds = NULL;
+  if (rc == ACC_OK && p->nloaders) {
+    ds = acc__calloc((size_t)p->nloaders, sizeof *ds);
+    if (!ds) rc = ACC_ERR_NOMEM;
+  }
+  for (int i = 0; i < p->nloaders && rc == ACC_OK; i++) {
+    json_t *l = json_array_get(loaders, (size_t)i);
+    const char *seed = json_string_value(json_object_get(l, "seed"));
+    char *end = NULL;
+    errno = 0;
+    ds[i].seed = seed ? strtoull(seed, &end, 10) : 0;
+    if (!seed || !*seed || *end || errno)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d has no valid \"seed\"", path, i);
+    if (rc == ACC_OK) rc = get_int(l, path, "epoch", &ds[i].epoch);
+    if (rc == ACC_OK) rc = get_int(l, path, "batches", &ds[i].batches);
+  }
+  /* Everything parsed: now change the state. */
+  if (rc == ACC_OK) rc = acc_rng_state_set(acc_rng_global(), rng, sizeof rng);
+  for (int i = 0; i < p->nloaders && rc == ACC_OK; i++) rc = acc_dataloader_state_set(p->loaders[i], &ds[i]);
+  if (rc == ACC_OK) *p->step = step;
+  acc__free(ds);
+  json_decref(j);
+  acc__free(path);
+  return rc;
+}
+
+static acc_result load_all(acc__accel_parts *p, const char *dir) {
+  ACC_CHECK(check_meta(p, dir));
+  if (p->model) {
+    char *path = acc__path_join(dir, "model.safetensors");
+    if (!path) return ACC_ERR_NOMEM;
+    acc_result rc = acc_load_checkpoint_in_model(p->model, path, NULL, NULL);
+    acc__free(path);
+    if (rc != ACC_OK) return acc__error_context(rc, "load_state: the model");
+  }
+  for (int i = 0; i < p->nopts; i++) ACC_CHECK(load_optimizer(p->opts[i], dir, i));
+  for (int i = 0; i < p->nscheds; i++) {
+    char *path = file_name(dir, "scheduler", i, ".json");
+    if (!path) return ACC_ERR_NOMEM;
+    json_t *j = NULL;
+    int64_t step = 0;
+    double base = 0;
+    acc_result rc = read_json(path, &j);
+    if (rc == ACC_OK) rc = get_int(j, path, "step", &step);
+    if (rc == ACC_OK) rc = get_num(j, path, "base_lr", &base);
+    if (rc == ACC_OK) rc = acc_scheduler_set_state(p->scheds[i], step, base);
+    json_decref(j);
+    acc__free(path);
+    ACC_CHECK(rc);
+  }
+  if (p->scaler) {
+    char *path = acc__path_join(dir, "scaler.json");
+    if (!path) return ACC_ERR_NOMEM;
+    json_t *j = NULL;
+    double scale = 0;
+    int64_t tracker = 0;
+    acc_result rc = read_json(path, &j);
+    if (rc == ACC_OK) rc = get_num(j, path, "scale", &scale);
+    if (rc == ACC_OK) rc = get_int(j, path, "growth_tracker", &tracker);
+    if (rc == ACC_OK) rc = acc_grad_scaler_set_state(p->scaler, (float)scale, tracker);
+    json_decref(j);
+    acc__free(path);
+    ACC_CHECK(rc);
+  }
+  acc__accel_ckpt *c = *p->ckpt;
+  for (int i = 0; c && i < c->ncustom; i++) ACC_CHECK(load_custom(&c->custom[i], dir, i));
+  return load_process(p, dir);
+}
+
+acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir) {
+  if (loaded_dir) *loaded_dir = NULL;
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  acc_project_config *proj = NULL;
+  acc_result rc = get_project(&p, &proj);
+  char dir[PATH_BUF];
+  memset(dir, 0, sizeof dir);
+  if (rc == ACC_OK && acc_state_process_index(p.st) == 0) {
+    char *d = NULL;
+    rc = acc_project_resolve_load(proj, input_dir, &d);
+    if (rc == ACC_OK && strlen(d) >= PATH_BUF)
+      rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "load_state: checkpoint path '%s' is too long", d);
+    if (rc == ACC_OK) strcpy(dir, d);
+    acc_free(d);
+  }
+  rc = agree(p.st, rc, "load_state (finding the checkpoint)");
+  if (rc == ACC_OK) rc = bcast_path(p.st, dir);
+  if (rc != ACC_OK) return rc;
+  rc = agree(p.st, load_all(&p, dir), "load_state");
+  if (rc != ACC_OK) return rc;
+  ACC_CHECK(acc_project_checkpoint_loaded(proj, dir)); /* the next save continues after it */
+  if (loaded_dir) {
+    *loaded_dir = acc__strdup(dir);
+    if (!*loaded_dir) return ACC_ERR_NOMEM;
+  }
+  return ACC_OK;
+}

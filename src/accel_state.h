@@ -1,0 +1,28 @@
+/* Internal bridge between the Accelerator (src/accelerator.c) and save_state / load_state
+ * (src/accel_state.c). Not API. */
+#ifndef ACC_ACCEL_STATE_H
+#define ACC_ACCEL_STATE_H
+
+#include "internal.h"
+
+typedef struct acc__accel_ckpt acc__accel_ckpt;
+
+/* Borrowed views of the accelerator's prepared objects. */
+typedef struct acc__accel_parts {
+  acc_state *st;
+  acc_model *model;
+  acc_optimizer **opts;
+  int nopts;
+  acc_scheduler **scheds;
+  int nscheds;
+  acc_dataloader **loaders;
+  int nloaders;
+  acc_grad_scaler *scaler;
+  int64_t *step;          /* the accumulation counter */
+  acc__accel_ckpt **ckpt; /* lazily created by accel_state.c, freed by acc__accel_ckpt_free */
+} acc__accel_parts;
+
+acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out);
+void acc__accel_ckpt_free(acc__accel_ckpt *c);
+
+#endif
