@@ -1,8 +1,16 @@
-/* Conformance of every collective through the real launcher: every dtype x op x count
- * (0, 1, 7, > 2 chunks and not a multiple of the process count), in place and out of place,
- * every root, against references computed locally from deterministic per-rank data. Values are
- * small integers, so every float sum is exact and the expected bits are known.
- * Usage: test_conformance [chunk_bytes]   (sets ACCELERATE_SHM_CHUNK_BYTES before joining) */
+/* Backend conformance, one program for every backend: every collective x dtype x op x count
+ * (0, 1, 7, 1001, > 2 shm chunks and not a multiple of the process count), in place and out of
+ * place, every root, against references computed locally from deterministic per-rank data.
+ * Values are small integers, so every float sum is exact and the expected bits are known.
+ * It uses the acc_* API only (plus acc__detect_env for the shm checks), so the same program runs
+ *   - under `accelerate launch` (shm backend, or single with one process),
+ *   - under mpirun with ACCELERATE_BACKEND=mpi,
+ *   - started directly (single backend).
+ * The shm-only check (no segment left in /dev/shm after the rendezvous) runs only when the
+ * backend is shm. ACCELERATE_BACKEND, when set, must be the backend the state picked (with more
+ * than one process); ACC_TEST_NPROCS, when set, must be the number of processes.
+ * Usage: test_dist_conformance [chunk_bytes]   (sets ACCELERATE_SHM_CHUNK_BYTES before joining;
+ * the largest count is derived from it, so a small chunk also keeps the run fast) */
 #include <dirent.h>
 #include <stdint.h>
 
@@ -84,7 +92,7 @@ static const acc_op ops[] = {ACC_SUM, ACC_MEAN, ACC_MIN, ACC_MAX};
 
 static void test_reductions(acc_state *st, acc_dtype dt, size_t count, int salt) {
   size_t es = acc_dtype_size(dt), nb = count * es;
-  uint8_t *send = malloc(nb + 1), *recv = malloc(nb + 1), *want = malloc(nb + 1);
+  uint8_t *send = malloc(nb + 1), *recv = malloc(nb + 1), *want = malloc(nb + 1), *want_own = malloc(nb + 1);
   for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
     acc_op op = ops[k];
     ref_reduce(dt, op, want, count, salt + (int)k);
@@ -110,9 +118,15 @@ static void test_reductions(acc_state *st, acc_dtype dt, size_t count, int salt)
         CHECK_BYTES(recv, want, nb, "reduce %s %s count %zu root %d", acc_dtype_name(dt),
                     acc_op_name(op), count, root);
       CHECK(recv[nb] == 0xCD, "reduce wrote past the end");
+      /* the send buffer of every rank but an in-place root is left as it was */
+      if (!(inplace && R == root)) {
+        fill(dt, want_own, count, R, salt + (int)k);
+        CHECK_BYTES(send, want_own, nb, "reduce %s %s count %zu root %d changed rank %d's send buffer",
+                    acc_dtype_name(dt), acc_op_name(op), count, root, R);
+      }
     }
   }
-  free(send), free(recv), free(want);
+  free(send), free(recv), free(want), free(want_own);
 }
 
 static void test_moves(acc_state *st, acc_dtype dt, size_t count, int salt) {
@@ -145,38 +159,53 @@ static void test_moves(acc_state *st, acc_dtype dt, size_t count, int salt) {
   free(buf), free(want), free(all);
 }
 
-static void test_gather_bytes(acc_state *st, size_t big) {
-  /* rank r sends size(r) bytes: rank 1 sends nothing, the last rank sends more than 2 chunks */
-  size_t sizes[64];
+/* Checks acc_all_gather_bytes where rank r sends size_of(r) bytes (value r * 31 + i * 7). */
+static void check_gather_bytes(acc_state *st, const size_t *sizes, const char *what) {
   size_t total = 0;
-  for (int r = 0; r < N; r++) {
-    sizes[r] = r == 1 ? 0 : (r == N - 1 && N > 1) ? big : (size_t)(r * 37 + 3) % 50 + 1;
-    total += sizes[r];
-  }
+  for (int r = 0; r < N; r++) total += sizes[r];
   uint8_t *mine = malloc(sizes[R] + 1);
   for (size_t i = 0; i < sizes[R]; i++) mine[i] = (uint8_t)(R * 31 + i * 7);
   void *out = NULL;
   size_t *osz = NULL;
-  CHECK_OK(acc_all_gather_bytes(st, mine, sizes[R], &out, &osz));
+  CHECK_OK(acc_all_gather_bytes(st, sizes[R] ? mine : NULL, sizes[R], &out, &osz));
   if (out && osz) {
     size_t at = 0;
     for (int r = 0; r < N; r++) {
-      CHECK(osz[r] == sizes[r], "all_gather_bytes size of rank %d: %zu, want %zu", r, osz[r], sizes[r]);
-      for (size_t i = 0; i < sizes[r]; i++) {
+      CHECK(osz[r] == sizes[r], "all_gather_bytes (%s) size of rank %d: %zu, want %zu", what, r, osz[r],
+            sizes[r]);
+      for (size_t i = 0; i < sizes[r] && i < osz[r]; i++) {
         uint8_t w = (uint8_t)(r * 31 + i * 7);
         if (((uint8_t *)out)[at + i] != w) {
-          CHECK(0, "all_gather_bytes rank %d byte %zu: %u, want %u", r, i, ((uint8_t *)out)[at + i], w);
+          CHECK(0, "all_gather_bytes (%s) rank %d byte %zu: %u, want %u", what, r, i, ((uint8_t *)out)[at + i], w);
           break;
         }
       }
-      at += sizes[r];
+      at += osz[r];
     }
-    CHECK(at == total, "total %zu", at);
+    CHECK(at == total, "all_gather_bytes (%s) total %zu, want %zu", what, at, total);
+  } else if (total) {
+    CHECK(out && osz, "all_gather_bytes (%s) returned no buffer for %zu bytes", what, total);
   }
   acc_free(out);
   acc_free(osz);
   free(mine);
+}
+
+static void test_gather_bytes(acc_state *st, size_t big) {
+  size_t sizes[64];
+  /* rank 1 sends nothing, the last rank sends more than 2 chunks, the others a few bytes */
+  for (int r = 0; r < N; r++) sizes[r] = r == 1 ? 0 : (r == N - 1 && N > 1) ? big : (size_t)(r * 37 + 3) % 50 + 1;
+  check_gather_bytes(st, sizes, "uneven");
+  /* rank 0 sends nothing, rank r sends (r * 3) % 5 bytes */
+  for (int r = 0; r < N; r++) sizes[r] = (size_t)(r * 3) % 5;
+  check_gather_bytes(st, sizes, "tiny");
+  /* everyone sends more than 2 chunks, each a different size */
+  for (int r = 0; r < N; r++) sizes[r] = big + (size_t)r;
+  check_gather_bytes(st, sizes, "all large");
   /* everyone sends nothing */
+  for (int r = 0; r < N; r++) sizes[r] = 0;
+  void *out = NULL;
+  size_t *osz = NULL;
   CHECK_OK(acc_all_gather_bytes(st, NULL, 0, &out, &osz));
   if (osz)
     for (int r = 0; r < N; r++) CHECK(osz[r] == 0, "size %zu", osz[r]);
@@ -205,18 +234,27 @@ int main(int argc, char **argv) {
   N = acc_state_num_processes(st);
   R = acc_state_process_index(st);
   acc_test_rank = R;
+  const char *backend = acc_state_backend_name(st);
+  if (R == 0) fprintf(stderr, "conformance: %d processes, backend %s\n", N, backend);
+  const char *env_n = getenv("ACC_TEST_NPROCS");
+  if (env_n) CHECK(atoi(env_n) == N, "expected %s processes, the state has %d", env_n, N);
+  /* ACCELERATE_BACKEND names the backend to check; unset (or auto) under `accelerate launch`
+   * means shm */
+  const char *want_backend = getenv("ACCELERATE_BACKEND");
+  if (!want_backend || !*want_backend || strcmp(want_backend, "auto") == 0)
+    want_backend = getenv("OMPI_COMM_WORLD_SIZE") ? backend : "shm";
+  if (N > 1) CHECK(strcmp(backend, want_backend) == 0, "backend %s, expected %s", backend, want_backend);
   const char *cb = getenv("ACCELERATE_SHM_CHUNK_BYTES");
   if (cb) CHUNK = (size_t)atol(cb);
-  if (N > 1) CHECK(strcmp(acc_state_backend_name(st), "shm") == 0, "backend %s", acc_state_backend_name(st));
-  test_no_segment_left(st);
+  if (strcmp(backend, "shm") == 0) test_no_segment_left(st);
   for (int i = 0; i < 3; i++) CHECK_OK(acc_barrier(st));
   for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
     acc_dtype dt = dtypes[k];
     size_t es = acc_dtype_size(dt);
     size_t big = 2 * CHUNK / es + 5;
     while (N > 1 && big % (size_t)N == 0) big += 2; /* odd and not a multiple of N */
-    size_t counts[] = {0, 1, 7, big};
-    for (size_t c = 0; c < 4; c++) {
+    size_t counts[] = {0, 1, 7, 1001, big};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
       test_reductions(st, dt, counts[c], (int)(k + c));
       test_moves(st, dt, counts[c], (int)(k * 3 + c));
     }
@@ -224,5 +262,5 @@ int main(int argc, char **argv) {
   test_gather_bytes(st, 2 * CHUNK + 3);
   CHECK_OK(acc_barrier(st));
   acc_state_destroy(st);
-  return acc_test_finish("dist_conformance");
+  return acc_test_finish("conformance");
 }

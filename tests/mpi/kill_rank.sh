@@ -2,7 +2,9 @@
 # usage: kill_rank.sh MPIEXEC PROGRAM
 # Kills rank 1 mid all-reduce; the job must end by itself (no hang: the outer `timeout` is only a
 # guard), with a non-zero status and a message naming what happened to the rank.
-out=$(timeout 60 "$1" -np 3 --oversubscribe "$2" 2>&1)
+# The guard scales with ACC_TEST_TIMEOUT_MULTIPLIER (set by the test registration).
+guard=$((60 * ${ACC_TEST_TIMEOUT_MULTIPLIER:-1}))
+out=$(timeout "$guard" "$1" -np 3 --oversubscribe "$2" 2>&1)
 rc=$?
 printf '%s\n' "$out"
 if [ $rc -eq 124 ]; then echo "FAIL: the job hung after a rank was killed"; exit 1; fi
