@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
       block();
     }
     /* fail only once every other rank ignores SIGTERM */
-    for (int i = 0; i < 5000; i++) {
+    for (;;) { /* polled; the test's own time guard catches a hang */
       int ready = 0;
       for (int k = 0; k < world; k++) {
         char path[512];
@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
     /* wait until rank 0 has recorded its grandchild */
     char path[512];
     snprintf(path, sizeof path, "%s/grandchild", dir);
-    for (int i = 0; i < 2000 && access(path, F_OK) != 0; i++) usleep(1000);
+    while (access(path, F_OK) != 0) usleep(1000); /* polled; the test's time guard bounds it */
     return 9;
   }
   fprintf(stderr, "launch_helper: unknown mode %s\n", mode);
