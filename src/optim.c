@@ -209,19 +209,36 @@ static float *ensure_buf(acc_optimizer *o, size_t i, int b) {
   return o->slots[i].buf[b];
 }
 
-static void sgd_param(acc_optimizer *o, const acc_param *p, slot *sl, float *buf) {
+/* The loops below are specialized on the hyperparameters (no branch inside a loop, restrict
+ * pointers) so the compiler vectorizes them; the arithmetic, and so every rounding, is the same
+ * in every variant. */
+static void sgd_param(acc_optimizer *o, const acc_param *p, slot *sl, float *buf_) {
   const float wd = (float)o->weight_decay, mom = (float)o->momentum;
   const float damp1 = (float)(1.0 - o->dampening), neg_lr = (float)(-o->lr);
   const int first = !sl->has[0];
-  float *w = p->data;
-  const float *grad = p->grad;
-  for (size_t k = 0; k < p->numel; k++) {
-    float g = grad[k];
-    if (o->weight_decay != 0.0) g = g + wd * w[k];
-    if (o->momentum != 0.0) {
-      buf[k] = first ? g : buf[k] * mom + damp1 * g;
-      g = o->nesterov != 0.0 ? g + mom * buf[k] : buf[k];
+  float *restrict w = p->data;
+  const float *restrict grad = p->grad;
+  float *restrict buf = buf_;
+  const size_t n = p->numel;
+  const int decay = o->weight_decay != 0.0, nesterov = o->nesterov != 0.0;
+  if (o->momentum == 0.0) {
+    if (decay)
+      for (size_t k = 0; k < n; k++) w[k] = w[k] + neg_lr * (grad[k] + wd * w[k]);
+    else
+      for (size_t k = 0; k < n; k++) w[k] = w[k] + neg_lr * grad[k];
+    return;
+  }
+  if (!decay && !nesterov && !first) {
+    for (size_t k = 0; k < n; k++) {
+      buf[k] = buf[k] * mom + damp1 * grad[k];
+      w[k] = w[k] + neg_lr * buf[k];
     }
+    return;
+  }
+  for (size_t k = 0; k < n; k++) {
+    float g = decay ? grad[k] + wd * w[k] : grad[k];
+    buf[k] = first ? g : buf[k] * mom + damp1 * g;
+    g = nesterov ? g + mom * buf[k] : buf[k];
     w[k] = w[k] + neg_lr * g;
   }
 }

@@ -17,30 +17,34 @@ trap 'rm -rf "$tmp"' EXIT
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# name | command ; each command prints "throughput: X samples/s", "test accuracy: A" and
-# "MiB peak resident" (the baseline prints its own format, mapped below)
-run_cfg() {
+# Configurations run round-robin (one run of each, RUNS times) so that drifting load on a shared
+# machine hits them alike; each prints "throughput: X samples/s", "test accuracy: A" and
+# "MiB peak resident" (the baseline's own format is mapped below).
+one_run() {
   name=$1; shift
-  : > "$tmp/$name.rate"; : > "$tmp/$name.acc"; : > "$tmp/$name.rss"
-  i=0
-  while [ $i -lt "$runs" ]; do
-    "$@" > "$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; exit 1; }
-    sed -n 's/^throughput: \([0-9.]*\) samples.*/\1/p; s/^train samples\/s: \([0-9.]*\) .*/\1/p' "$tmp/out.txt" >> "$tmp/$name.rate"
-    sed -n 's/^test accuracy: \([0-9.]*\).*/\1/p' "$tmp/out.txt" >> "$tmp/$name.acc"
-    sed -n 's/.*, \([0-9.]*\) MiB peak resident.*/\1/p; s/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/out.txt" >> "$tmp/$name.rss"
-    i=$((i + 1))
-  done
-  printf '%-28s %12s %10s %10s\n' "$name" "$(median < "$tmp/$name.rate")" "$(median < "$tmp/$name.acc")" "$(median < "$tmp/$name.rss")"
+  "$@" > "$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; exit 1; }
+  sed -n 's/^throughput: \([0-9.]*\) samples.*/\1/p; s/^train samples\/s: \([0-9.]*\) .*/\1/p' "$tmp/out.txt" >> "$tmp/$name.rate"
+  sed -n 's/^test accuracy: \([0-9.]*\).*/\1/p' "$tmp/out.txt" >> "$tmp/$name.acc"
+  sed -n 's/.*, \([0-9.]*\) MiB peak resident.*/\1/p; s/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/out.txt" >> "$tmp/$name.rss"
 }
+L="$build/accelerate launch"
+configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k"
+i=0
+while [ $i -lt "$runs" ]; do
+  one_run baseline_no_library "$build/bench/train_baseline" --epochs "$epochs" --lr 0.01 --normalize --quiet
+  one_run accelerate_1_process $L --num_processes 1 "$ex" --epochs "$epochs" --quiet
+  one_run accelerate_2_processes $L --num_processes 2 "$ex" --epochs "$epochs" --quiet
+  one_run accelerate_2_proc_prefetch2 $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --prefetch 2
+  one_run accelerate_2_proc_bucket64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64
+  one_run accelerate_2_proc_overlap64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64 --overlap
+  i=$((i + 1))
+done
 
-printf '# %d run(s) each, %d epoch(s), batch 64 per process, SGD momentum 0.9 lr 0.01, medians\n' "$runs" "$epochs"
+printf '# %d run(s) each, round-robin, %d epoch(s), batch 64 per process, SGD momentum 0.9 lr 0.01, medians\n' "$runs" "$epochs"
 printf '%-28s %12s %10s %10s\n' config "samples/s" accuracy "RSS(MiB)"
-run_cfg baseline_no_library "$build/bench/train_baseline" --epochs "$epochs" --lr 0.01 --normalize --quiet
-run_cfg accelerate_1_process "$build/accelerate" launch --num_processes 1 "$ex" --epochs "$epochs" --quiet
-run_cfg accelerate_2_processes "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet
-run_cfg accelerate_2_proc_bucket64k "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64
-run_cfg accelerate_2_proc_overlap64k "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64 --overlap
-run_cfg accelerate_2_proc_noprefetch "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet --prefetch 0
+for name in $configs; do
+  printf '%-28s %12s %10s %10s\n' "$name" "$(median < "$tmp/$name.rate")" "$(median < "$tmp/$name.acc")" "$(median < "$tmp/$name.rss")"
+done
 b=$(median < "$tmp/baseline_no_library.rate")
 one=$(median < "$tmp/accelerate_1_process.rate")
 two=$(median < "$tmp/accelerate_2_processes.rate")

@@ -52,7 +52,8 @@ static void usage(FILE *f) {
           "  --layers N            hidden layers (1)\n"
           "  --seed N              initialization and shuffling seed (42)\n"
           "  --data DIR            data directory (" IDX_FASHION_MNIST_DIR ")\n"
-          "  --prefetch N          batches prepared ahead by a loader thread (2; 0: none)\n"
+          "  --prefetch N          batches prepared ahead by a loader thread (0: none; default 2\n"
+          "                        when a spare core exists for the thread, else 0)\n"
           "  --overlap             reduce gradient buckets during the backward pass\n"
           "  --bucket-kb N         gradient bucket size in KiB (25 MB)\n"
           "  --max-steps N         stop after N optimizer steps (for quick runs)\n"
@@ -63,7 +64,7 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 1, 2, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42, 0, 0, NULL};
+  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42, 0, 0, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -210,7 +211,9 @@ int main(int argc, char **argv) {
   lo.batch_size = o.batch;
   lo.shuffle = 1;
   lo.seed = o.seed;
-  lo.prefetch = o.prefetch;
+  /* A loader thread pays off only when it has a core of its own (measured: docs/PERFORMANCE.md). */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  lo.prefetch = o.prefetch >= 0 ? o.prefetch : (acc_state_local_num_processes(st) < cores ? 2 : 0);
   acc_dataloader *train_dl, *test_dl;
   TRY(acc_accelerator_prepare_dataloader(acc, train_ds, &lo, &train_dl));
   lo.shuffle = 0;
