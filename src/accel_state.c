@@ -375,83 +375,25 @@ static acc_result save_process(acc__accel_parts *p, const char *dir) {
   return rc;
 }
 
-typedef struct numbered {
-  long num;
-  char *path;
-} numbered;
-
-static int numbered_cmp(const void *a, const void *b) {
-  long x = ((const numbered *)a)->num, y = ((const numbered *)b)->num;
-  return (x > y) - (x < y);
-}
-
-/* Keeps the `limit` newest complete checkpoints/checkpoint_<n> (by n, never by string order):
- * the older ones lose their COMPLETE marker first (durably), then their files. Incomplete
- * checkpoint_<n> left by killed saves or rotations, with n < newest, are removed too. */
+/* Keeps the `limit` newest complete checkpoints/checkpoint_<n> (by n, never by string order);
+ * incomplete checkpoint_<n> left by killed saves or rotations, with n < newest, are removed too. */
 static acc_result prune(const char *project_dir, int limit, long newest) {
   char *base = acc__path_join(project_dir, "checkpoints");
   if (!base) return ACC_ERR_NOMEM;
-  DIR *d = opendir(base);
-  if (!d) {
-    acc_result rc = acc__error(ACC_ERR_IO, "could not list '%s' to prune old checkpoints: %s", base, strerror(errno));
-    acc__free(base);
-    return rc;
-  }
-  numbered *v = NULL;
-  size_t n = 0, cap = 0;
-  acc_result rc = ACC_OK;
-  struct dirent *e;
-  while (rc == ACC_OK && (e = readdir(d)) != NULL) {
-    const char *s = e->d_name;
-    if (strncmp(s, "checkpoint_", 11) != 0 || !s[11]) continue;
-    long num = 0;
-    const char *q = s + 11;
-    for (; *q >= '0' && *q <= '9' && num < 100000000000L; q++) num = num * 10 + (*q - '0');
-    if (*q) continue;
-    char *path = acc__path_join(base, s);
-    if (!path) {
-      rc = ACC_ERR_NOMEM;
-      break;
-    }
-    if (!acc_checkpoint_is_complete(path)) {
-      /* an older save or rotation that was killed half-way: nothing loads it, remove it */
-      if (num < newest) rc = acc__rmtree(path);
-      acc__free(path);
-      continue;
-    }
-    if (n == cap) {
-      size_t nc = cap ? 2 * cap : 16;
-      numbered *nv = acc__realloc(v, nc * sizeof *nv);
-      if (!nv) {
-        acc__free(path);
-        rc = ACC_ERR_NOMEM;
-        break;
-      }
-      v = nv;
-      cap = nc;
-    }
-    v[n].num = num;
-    v[n++].path = path;
-  }
-  closedir(d);
-  if (rc == ACC_OK && n > (size_t)limit) {
-    qsort(v, n, sizeof *v, numbered_cmp);
-    for (size_t i = 0; rc == ACC_OK && i < n - (size_t)limit; i++) {
-      char *marker = acc__path_join(v[i].path, ACC_CHECKPOINT_MARKER);
-      if (!marker) {
-        rc = ACC_ERR_NOMEM;
-        break;
-      }
-      if (unlink(marker) != 0 && errno != ENOENT)
-        rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
-      acc__free(marker);
-      if (rc == ACC_OK) rc = acc__fsync_dir(v[i].path);
-      if (rc == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("pruning");
-      if (rc == ACC_OK) rc = acc__rmtree(v[i].path);
+  acc__ckpt_entry *v = NULL;
+  size_t n = 0, complete = 0;
+  acc_result rc = acc__ckpt_list(base, 1, &v, &n);
+  for (size_t i = 0; i < n; i++) complete += v[i].complete != 0;
+  size_t drop = complete > (size_t)limit ? complete - (size_t)limit : 0;
+  for (size_t i = 0; rc == ACC_OK && i < n; i++) {
+    if (!v[i].complete) {
+      if (v[i].num < newest) rc = acc__rmtree(v[i].path); /* nothing loads it */
+    } else if (drop > 0) {
+      rc = acc__ckpt_remove(v[i].path); /* oldest first: the list is sorted by number */
+      drop--;
     }
   }
-  for (size_t i = 0; i < n; i++) acc__free(v[i].path);
-  acc__free(v);
+  acc__ckpt_entries_free(v, n);
   acc__free(base);
   return rc;
 }

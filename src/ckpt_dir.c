@@ -419,24 +419,19 @@ static long checkpoint_number(const char *name) {
   return v;
 }
 
-typedef struct entry {
-  long num;
-  char *path;
-} entry;
+typedef acc__ckpt_entry entry;
 
 static int entry_cmp(const void *a, const void *b) {
   long x = ((const entry *)a)->num, y = ((const entry *)b)->num;
   return (x > y) - (x < y);
 }
 
-static void entries_free(entry *e, size_t n) {
+void acc__ckpt_entries_free(acc__ckpt_entry *e, size_t n) {
   for (size_t i = 0; i < n; i++) acc__free(e[i].path);
   acc__free(e);
 }
 
-/* Complete checkpoint_<n> directories under base, sorted by n ascending. A missing base is an
- * empty list. */
-static acc_result list_checkpoints(const char *base, entry **out, size_t *count) {
+acc_result acc__ckpt_list(const char *base, int include_incomplete, acc__ckpt_entry **out, size_t *count) {
   *out = NULL;
   *count = 0;
   DIR *d = opendir(base);
@@ -456,7 +451,8 @@ static acc_result list_checkpoints(const char *base, entry **out, size_t *count)
       rc = ACC_ERR_NOMEM;
       break;
     }
-    if (!acc_checkpoint_is_complete(path)) {
+    int complete = acc_checkpoint_is_complete(path);
+    if (!complete && !include_incomplete) {
       acc__free(path);
       continue;
     }
@@ -473,11 +469,12 @@ static acc_result list_checkpoints(const char *base, entry **out, size_t *count)
     }
     v[n].num = num;
     v[n].path = path;
+    v[n].complete = complete;
     n++;
   }
   closedir(d);
   if (rc != ACC_OK) {
-    entries_free(v, n);
+    acc__ckpt_entries_free(v, n);
     return rc;
   }
   if (n > 1) qsort(v, n, sizeof *v, entry_cmp);
@@ -486,9 +483,7 @@ static acc_result list_checkpoints(const char *base, entry **out, size_t *count)
   return ACC_OK;
 }
 
-/* Deletes a complete checkpoint so that a crash half-way never leaves a "complete" one with
- * files missing: the marker goes first (durably), then the rest. */
-static acc_result remove_checkpoint(const char *dir) {
+acc_result acc__ckpt_remove(const char *dir) {
   char *marker = acc__path_join(dir, ACC_CHECKPOINT_MARKER);
   if (!marker) return ACC_ERR_NOMEM;
   acc_result rc = ACC_OK;
@@ -496,6 +491,7 @@ static acc_result remove_checkpoint(const char *dir) {
     rc = acc__error(ACC_ERR_IO, "could not remove '%s': %s", marker, strerror(errno));
   acc__free(marker);
   if (rc == ACC_OK) rc = acc__fsync_dir(dir);
+  if (rc == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("pruning");
   if (rc == ACC_OK) rc = acc__rmtree(dir);
   return rc;
 }
@@ -522,12 +518,12 @@ acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, a
     if (rc == ACC_OK && p->total_limit > 0 && !acc_checkpoint_is_complete(target)) {
       entry *v;
       size_t n;
-      rc = list_checkpoints(base, &v, &n);
+      rc = acc__ckpt_list(base, 0, &v, &n);
       if (rc == ACC_OK) {
         /* Oldest first, by the number in the name (never string order). */
         for (size_t i = 0; rc == ACC_OK && n + 1 > (size_t)p->total_limit && i < n + 1 - (size_t)p->total_limit; i++)
-          rc = remove_checkpoint(v[i].path);
-        entries_free(v, n);
+          rc = acc__ckpt_remove(v[i].path);
+        acc__ckpt_entries_free(v, n);
       }
     }
     acc__free(base);
@@ -589,7 +585,7 @@ acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out
   if (!base) return ACC_ERR_NOMEM;
   entry *v;
   size_t n;
-  acc_result rc = list_checkpoints(base, &v, &n);
+  acc_result rc = acc__ckpt_list(base, 0, &v, &n);
   if (rc == ACC_OK) {
     if (n == 0) {
       rc = acc__error(ACC_ERR_INVALID_USAGE, "no complete checkpoint found in '%s' (looked for checkpoint_<N> "
@@ -598,7 +594,7 @@ acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out
       *out = v[n - 1].path;
       v[n - 1].path = NULL;
     }
-    entries_free(v, n);
+    acc__ckpt_entries_free(v, n);
   }
   acc__free(base);
   return rc;

@@ -53,6 +53,20 @@ acc_result acc__ckpt_commit(acc__ckpt_txn *txn);
 /* rm -rf tmp_dir and free the strings. */
 void acc__ckpt_abort(acc__ckpt_txn *txn);
 
+/* checkpoint_<n> directories directly under base (exactly "checkpoint_" + digits), sorted by n
+ * ascending; only complete ones unless include_incomplete. A missing base is an empty list.
+ * Free with acc__ckpt_entries_free. */
+typedef struct acc__ckpt_entry {
+  long num;
+  char *path;
+  int complete;
+} acc__ckpt_entry;
+acc_result acc__ckpt_list(const char *base, int include_incomplete, acc__ckpt_entry **out, size_t *count);
+void acc__ckpt_entries_free(acc__ckpt_entry *e, size_t n);
+/* Deletes a checkpoint so that a crash half-way never leaves a "complete" one with files
+ * missing: the COMPLETE marker goes first (durably), then the rest. */
+acc_result acc__ckpt_remove(const char *dir);
+
 /* Test hook: when non-NULL, called with a short phase name at each durable step of a commit
  * and of acc__write_fd_atomic ("tmp-written", "renamed", ...). Not thread-safe; tests only. */
 extern void (*acc__ckpt_progress_hook)(const char *phase);
