@@ -25,6 +25,8 @@ struct acc_accelerator {
   acc_model *model;
   acc__grad_sync *gs;
   acc_grad_scaler *scaler;
+  int want_low_precision;
+  uint16_t *low_precision; /* the parameters in the autocast dtype (low_precision_params) */
   acc_optimizer *opts[MAX_PREPARED];
   int nopts;
   acc_scheduler *scheds[MAX_PREPARED];
@@ -89,6 +91,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   acc->bucket_cap = o.bucket_cap_bytes ? o.bucket_cap_bytes : (size_t)25 * 1024 * 1024;
   acc->overlap = o.overlap_grad_sync;
   acc->sync_gradients = 1;
+  acc->want_low_precision = o.low_precision_params && acc->mp != ACC_PRECISION_NO;
   if (acc->mp == ACC_PRECISION_FP16) {
     acc_result rc = acc_grad_scaler_create(&acc->scaler, o.scaler);
     if (rc != ACC_OK) {
@@ -106,6 +109,7 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   acc__accel_ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
+  acc__free(acc->low_precision);
   acc_state_destroy(acc->st);
   acc->magic = ACC_MAGIC_DEAD;
   acc__free(acc);
@@ -135,6 +139,16 @@ acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int dev
 
 /* ---- prepare ---------------------------------------------------------------------------------- */
 
+static acc_result refresh_low_precision(acc_accelerator *acc) {
+  if (!acc->low_precision) return ACC_OK;
+  return acc_precision_copy_params(acc->model, acc_autocast_dtype(acc->mp), acc->low_precision,
+                                   acc_model_numel(acc->model));
+}
+
+const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc) {
+  return acc ? acc->low_precision : NULL;
+}
+
 acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model) {
   ACC_CHECK(check(acc, "prepare_model"));
   if (!model) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_model: model is NULL");
@@ -150,6 +164,11 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
   }
   ACC_CHECK(acc__grad_sync_create(&acc->gs, acc->st, model, acc->bucket_cap, acc->overlap));
   acc->model = model;
+  if (acc->want_low_precision) {
+    acc->low_precision = acc__calloc(acc_model_numel(model), sizeof(uint16_t));
+    if (!acc->low_precision) return ACC_ERR_NOMEM;
+    ACC_CHECK(refresh_low_precision(acc));
+  }
   return ACC_OK;
 }
 
@@ -317,7 +336,8 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   if (!acc->sync_gradients) return ACC_OK;
   if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) {
     acc->step_was_skipped = 0;
-    return acc_optimizer_step(opt);
+    ACC_CHECK(acc_optimizer_step(opt));
+    return refresh_low_precision(acc);
   }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
@@ -325,7 +345,10 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
    * decision identical on every process in every case (e.g. a program that skipped backward()). */
   ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
   acc->step_was_skipped = inf != 0;
-  if (!inf) ACC_CHECK(acc_optimizer_step(opt));
+  if (!inf) {
+    ACC_CHECK(acc_optimizer_step(opt));
+    ACC_CHECK(refresh_low_precision(acc));
+  }
   return acc_grad_scaler_update(acc->scaler, inf);
 }
 

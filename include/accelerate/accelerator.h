@@ -37,11 +37,14 @@ typedef struct acc_accelerator_options {
   int overlap_grad_sync;            /* 1: reduce buckets on a background thread as
                                        acc_accelerator_grad_ready marks them (see docs) */
   const acc_grad_scaler_options *scaler; /* fp16 loss scaling; NULL: torch's defaults */
+  int low_precision_params;         /* 1 (fp16/bf16 only): keep a copy of the parameters in the
+                                       autocast dtype, refreshed after every optimizer step and at
+                                       prepare_model (acc_accelerator_low_precision_params) */
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
   { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_UNSET, ACC_UNSET, 0, 1, \
-    1, 1, ACC_UNSET, 0, 0, NULL }
+    1, 1, ACC_UNSET, 0, 0, NULL, 0 }
 
 /**
  * Creates the accelerator and, through it, the process state (acc_state_create).
@@ -144,6 +147,13 @@ ACC_EXTERN int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator 
  * when the optimizer step was skipped, num_processes times per call unless split_batches.
  */
 ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *sched);
+/**
+ * With options.low_precision_params under fp16/bf16: the parameters converted to the autocast
+ * dtype (uint16_t values, concatenated in registration order as acc_precision_copy_params lays
+ * them out), refreshed after every optimizer step that ran; the fp32 master weights stay in the
+ * model. NULL otherwise. Borrowed: lives as long as the accelerator.
+ */
+ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc);
 /** The grad scaler (NULL unless fp16). Borrowed. */
 ACC_EXTERN acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc);
 /** The accumulation counter (Accelerate's accelerator.step). */

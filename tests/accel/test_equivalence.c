@@ -181,6 +181,7 @@ static void run_fp16(void) {
   acc_grad_scaler_options so = ACC_GRAD_SCALER_OPTIONS_INIT;
   so.init_scale = 1024.0f; /* small enough that only the injected inf overflows */
   ao.scaler = &so;
+  ao.low_precision_params = 1;
   acc_accelerator *acc;
   REQUIRE_OK(acc_accelerator_create(&acc, &ao));
   linmodel dm;
@@ -212,6 +213,15 @@ static void run_fp16(void) {
     REQUIRE_OK(acc_accelerator_optimizer_zero_grad(acc, opt));
   }
   CHECK(skipped == 1, "skipped %d steps, expected exactly 1", skipped);
+  /* the f16 copy of the parameters follows the fp32 master weights */
+  const uint16_t *lp = acc_accelerator_low_precision_params(acc);
+  CHECK(lp != NULL, "low_precision_params requested under fp16");
+  if (lp) {
+    uint16_t expect[DIM + 1];
+    acc_f32_to_f16(expect, dm.w, DIM);
+    acc_f32_to_f16(expect + DIM, dm.b, 1);
+    CHECK(memcmp(lp, expect, sizeof expect) == 0, "the f16 copy is stale");
+  }
   CHECK(acc_grad_scaler_scale(sc) == 512.0f, "scale after one overflow: %g", acc_grad_scaler_scale(sc));
   float all[64 * DIM];
   REQUIRE_OK(acc_accelerator_gather(acc, dm.w, all, DIM, ACC_F32));
