@@ -1,8 +1,10 @@
 /* `accelerate test`: launches this executable's built-in self-test (`accelerate __selftest`) on
  * the configured number of processes through `accelerate launch`, like Accelerate's
  * test_script.py (accelerate.md §9.5), with the parts that apply to a C library: state,
- * process control, splitting, every collective against a computed reference, triggers. */
+ * process control, splitting, every collective against a computed reference, RNG seeding,
+ * sharded data loading (every sample exactly once), a tiny training equivalence check, triggers. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,8 @@ static void header(acc_state *st, const char *title) {
 }
 
 static void count_call(void *p) { ++*(int *)p; }
+
+static acc_state *st_of(acc_accelerator *acc) { return acc_accelerator_state(acc); }
 
 static void selftest_control(acc_state *st, int n, int rank) {
   header(st, "Test process execution");
@@ -202,6 +206,141 @@ static void selftest_trigger(acc_state *st, int n, int rank) {
   acc_print(st, "trigger sequence False/True/False\n");
 }
 
+
+/* ---- RNG, data loading and training (need the accelerator) ---------------------------- */
+
+static void selftest_rng(acc_state *st, int n) {
+  header(st, "Test random number generator synchronization");
+  acc_set_seed(1234);
+  uint8_t mine[ACC_RNG_STATE_SIZE];
+  acc_rng_state_get(acc_rng_global(), mine);
+  uint8_t *all = calloc((size_t)n, sizeof mine);
+  if (!all) return;
+  ST_OK(acc_all_gather(st, mine, all, sizeof mine, ACC_U8));
+  for (int r = 1; r < n; r++)
+    ST_CHECK(memcmp(all, all + (size_t)r * sizeof mine, sizeof mine) == 0,
+             "the generator state of process %d differs from process 0's after acc_set_seed", r);
+  free(all);
+  acc_print(st, "All rng are properly synched.\n");
+}
+
+static int fetch_id(int64_t i, void *const *fields, void *payload) {
+  (void)payload;
+  *(int64_t *)fields[0] = i;
+  *(float *)fields[1] = (float)(i % 17) / 8.0f - 1.0f; /* x in [-1, 1] */
+  return 0;
+}
+
+/* Every sample id seen over one epoch of a prepared loader, gathered without duplicates. */
+static void check_loader(acc_accelerator *acc, acc_dataset *ds, int64_t len, int shuffle, int n, const char *what) {
+  acc_dataloader_options lo = ACC_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = 8;
+  lo.shuffle = shuffle;
+  lo.seed = 1000 + (uint64_t)g_rank; /* differs per process: process 0's must win */
+  acc_dataloader *dl = NULL;
+  ST_OK(acc_accelerator_prepare_dataloader(acc, ds, &lo, &dl));
+  if (!dl) return;
+  int64_t *seen = calloc((size_t)len * 2, sizeof *seen), got = 0, kept = 0;
+  int64_t *buf = calloc((size_t)(8 * n), sizeof *buf);
+  const acc_batch *b;
+  while (seen && buf && acc_accelerator_next_batch(acc, dl, &b) == ACC_OK && b) {
+    ST_OK(acc_accelerator_gather_for_metrics(acc, b->fields[0], b->size, 1, ACC_I64, buf, 8 * n, &kept));
+    for (int64_t i = 0; i < kept && got < 2 * len; i++) seen[got++] = buf[i];
+  }
+  ST_CHECK(got == len, "%s: gathered %lld samples over an epoch, expected %lld", what, (long long)got, (long long)len);
+  int ok = got == len;
+  for (int64_t i = 0; ok && i < len; i++) {
+    if (!shuffle) ok = seen[i] == i;
+    else {
+      int found = 0;
+      for (int64_t k = 0; k < len && !found; k++) found = seen[k] == i;
+      ok = found;
+    }
+  }
+  ST_CHECK(ok, "%s: the gathered ids are not %s of 0..%lld", what, shuffle ? "a permutation" : "the sequence",
+           (long long)len - 1);
+  acc_print(st_of(acc), "%s: %lld samples, each exactly once\n", what, (long long)got);
+  free(seen);
+  free(buf);
+  acc_dataloader_destroy(dl);
+}
+
+static void selftest_data_and_training(acc_state *st, int n, int rank) {
+  acc_accelerator *acc = NULL;
+  if (acc_accelerator_create(&acc, NULL) != ACC_OK) {
+    ST_CHECK(0, "acc_accelerator_create: %s", acc_last_error());
+    return;
+  }
+  header(st, "DataLoader integration test");
+  const int64_t len = 32 * n + 3; /* not a multiple of the global batch: exercises the padding */
+  acc_field_desc fields[2] = {{ACC_I64, 1}, {ACC_F32, 1}};
+  acc_dataset *ds = NULL;
+  ST_OK(acc_dataset_create_map(&ds, len, fields, 2, fetch_id, NULL));
+  if (ds) {
+    check_loader(acc, ds, len, 0, n, "sequential");
+    check_loader(acc, ds, len, 1, n, "shuffled");
+  }
+
+  header(st, "Training integration test");
+  /* y = 2x + 3 by SGD: batch 8 per process here must equal batch 8*n on one process. */
+  float w[2] = {0.5f + (float)rank, -0.25f}, g[2] = {0, 0}; /* prepare makes them process 0's */
+  acc_model *m = NULL;
+  acc_optimizer *opt = NULL;
+  acc_dataloader *dl = NULL;
+  int64_t one[1] = {1};
+  ST_OK(acc_model_create(&m));
+  if (m) ST_OK(acc_model_add_parameter(m, "weight", &w[0], &g[0], 1, one));
+  if (m) ST_OK(acc_model_add_parameter(m, "bias", &w[1], &g[1], 1, one));
+  acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
+  so.lr = 0.1;
+  if (m) ST_OK(acc_accelerator_prepare_model(acc, m));
+  if (m) ST_OK(acc_optimizer_create_sgd(&opt, m, &so));
+  if (opt) ST_OK(acc_accelerator_prepare_optimizer(acc, opt));
+  acc_dataloader_options lo = ACC_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = 8;
+  const int64_t tlen = 32 * n; /* divisible: no padding, so the reference sees the same samples */
+  acc_dataset *tds = NULL;
+  ST_OK(acc_dataset_create_map(&tds, tlen, fields, 2, fetch_id, NULL));
+  if (tds) ST_OK(acc_accelerator_prepare_dataloader(acc, tds, &lo, &dl));
+  float rw = 0.5f, rb = -0.25f; /* process 0's start, trained locally with the global batch */
+  for (int epoch = 0; dl && opt && epoch < 3; epoch++) {
+    const acc_batch *b;
+    while (acc_accelerator_next_batch(acc, dl, &b) == ACC_OK && b) {
+      const float *x = b->fields[1];
+      for (int64_t i = 0; i < b->size; i++) {
+        float r = (w[0] * x[i] + w[1] - (2.0f * x[i] + 3.0f)) / (float)b->size;
+        g[0] += r * x[i];
+        g[1] += r;
+      }
+      ST_OK(acc_accelerator_backward(acc));
+      ST_OK(acc_accelerator_optimizer_step(acc, opt));
+      ST_OK(acc_accelerator_optimizer_zero_grad(acc, opt));
+    }
+    for (int64_t s0 = 0; s0 < tlen; s0 += 8 * n) {
+      double gw = 0, gb = 0;
+      for (int64_t i = s0; i < s0 + 8 * n; i++) {
+        float x = (float)(i % 17) / 8.0f - 1.0f;
+        float r = rw * x + rb - (2.0f * x + 3.0f);
+        gw += r * x;
+        gb += r;
+      }
+      rw -= 0.1f * (float)(gw / (double)(8 * n));
+      rb -= 0.1f * (float)(gb / (double)(8 * n));
+    }
+  }
+  ST_CHECK(fabsf(w[0] - rw) <= 1e-5f * fmaxf(1.0f, fabsf(rw)) && fabsf(w[1] - rb) <= 1e-5f * fmaxf(1.0f, fabsf(rb)),
+           "distributed training gave w=%.7g b=%.7g, one process with the global batch w=%.7g b=%.7g", w[0],
+           w[1], rw, rb);
+  acc_print(st, "training on %d process(es) matches one process with the global batch (w=%.5f b=%.5f)\n", n,
+            w[0], w[1]);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(tds);
+  acc_dataset_destroy(ds);
+  acc_optimizer_destroy(opt);
+  acc_model_destroy(m);
+  acc_accelerator_destroy(acc);
+}
+
 int acc_cli_selftest(int argc, char **argv) {
   (void)argc, (void)argv;
   acc_state *st = NULL, *again = NULL;
@@ -223,6 +362,8 @@ int acc_cli_selftest(int argc, char **argv) {
   ST_OK(acc_wait_for_everyone(st));
   if (acc_state_num_machines(st) == 1) selftest_control(st, n, rank);
   selftest_collectives(st, n, rank);
+  selftest_rng(st, n);
+  selftest_data_and_training(st, n, rank);
   selftest_trigger(st, n, rank);
   /* Every process learns whether any failed, so the main process reports for all. */
   int32_t failed = g_failures;
