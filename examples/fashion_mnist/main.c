@@ -160,20 +160,14 @@ static void grad_ready(int first, int count, void *payload) {
       fprintf(stderr, "fashion_mnist: grad_ready: %s\n", acc_last_error());
 }
 
-static void round_to(float *x, size_t n, acc_dtype dt) {
-  if (dt == ACC_F16) {
-    for (size_t i = 0; i < n; i++) {
-      uint16_t h;
-      acc_f32_to_f16(&h, &x[i], 1);
-      acc_f16_to_f32(&x[i], &h, 1);
-    }
-  } else if (dt == ACC_BF16) {
-    for (size_t i = 0; i < n; i++) {
-      uint16_t h;
-      acc_f32_to_bf16(&h, &x[i], 1);
-      acc_bf16_to_f32(&x[i], &h, 1);
-    }
-  }
+/* Rounds a batch to the autocast dtype in place (what a half-precision input would hold),
+ * through a scratch buffer allocated once. */
+static int round_to(float *x, size_t n, acc_dtype dt, uint16_t *scratch) {
+  if (dt == ACC_F16)
+    return acc_f32_to_f16(scratch, x, n) != ACC_OK || acc_f16_to_f32(x, scratch, n) != ACC_OK;
+  if (dt == ACC_BF16)
+    return acc_f32_to_bf16(scratch, x, n) != ACC_OK || acc_bf16_to_f32(x, scratch, n) != ACC_OK;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -277,6 +271,11 @@ int main(int argc, char **argv) {
             nprocs, o.batch, o.grad_accum, o.optimizer, o.lr, acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
 
   /* 4. The training loop. */
+  uint16_t *scratch = compute != ACC_F32 ? malloc((size_t)o.batch * 784 * sizeof *scratch) : NULL;
+  if (compute != ACC_F32 && !scratch) {
+    fprintf(stderr, "fashion_mnist: out of memory\n");
+    return 1;
+  }
   double train_time = 0;
   int64_t samples = 0, steps = counters.steps;
   int stop = o.max_steps > 0 && steps >= o.max_steps;
@@ -291,11 +290,14 @@ int main(int argc, char **argv) {
     for (;;) {
       TRY(acc_accelerator_next_batch(acc, train_dl, &b));
       if (!b) break;
-      if (stop) continue; /* drain the epoch so the loader ends cleanly */
+      if (stop) break; /* the loader may be left mid-epoch: destroying it stops its thread */
       const float *x = b->fields[0];
       const int32_t *y = b->fields[1];
       const int bs = (int)b->size;
-      if (compute != ACC_F32) round_to((float *)b->fields[0], (size_t)bs * 784, compute);
+      if (round_to((float *)b->fields[0], (size_t)bs * 784, compute, scratch)) {
+        fprintf(stderr, "fashion_mnist: %s\n", acc_last_error());
+        return 1;
+      }
       TRY(acc_accelerator_accumulate(acc));
       float loss = 0;
       if (mlp_forward(net, x, bs) || mlp_loss(net, y, bs, &loss) ||
@@ -357,6 +359,7 @@ int main(int argc, char **argv) {
   acc_print(st, "throughput: %.0f samples/s in total (%d processes), %.1f MiB peak resident per process\n",
             total_rate, nprocs, max_rss);
 
+  free(scratch);
   acc_dataloader_destroy(train_dl);
   acc_dataloader_destroy(test_dl);
   acc_dataset_destroy(train_ds);
