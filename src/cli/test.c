@@ -245,17 +245,15 @@ static void check_loader(acc_accelerator *acc, acc_dataset *ds, int64_t len, int
   const acc_batch *b;
   while (seen && buf && acc_accelerator_next_batch(acc, dl, &b) == ACC_OK && b) {
     ST_OK(acc_accelerator_gather_for_metrics(acc, b->fields[0], b->size, 1, ACC_I64, buf, 8 * n, &kept));
-    for (int64_t i = 0; i < kept && got < 2 * len; i++) seen[got++] = buf[i];
+    for (int64_t i = 0; i < kept && got < len + 1; i++) seen[got++] = buf[i];
   }
   ST_CHECK(got == len, "%s: gathered %lld samples over an epoch, expected %lld", what, (long long)got, (long long)len);
   int ok = got == len;
+  /* sequential: seen[i] == i; shuffled: every id in range and none twice (marks in seen[len..]) */
   for (int64_t i = 0; ok && i < len; i++) {
-    if (!shuffle) ok = seen[i] == i;
-    else {
-      int found = 0;
-      for (int64_t k = 0; k < len && !found; k++) found = seen[k] == i;
-      ok = found;
-    }
+    int64_t id = seen[i];
+    ok = shuffle ? (id >= 0 && id < len && !seen[len + id]) : id == i;
+    if (ok && shuffle) seen[len + id] = 1;
   }
   ST_CHECK(ok, "%s: the gathered ids are not %s of 0..%lld", what, shuffle ? "a permutation" : "the sequence",
            (long long)len - 1);
