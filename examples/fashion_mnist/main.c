@@ -360,6 +360,9 @@ int main(int argc, char **argv) {
             total_rate, nprocs, max_rss);
 
   free(scratch);
+  /* Teardown: the accelerator first (it refers to what was prepared), then the prepared
+   * objects in the reverse order of their creation. */
+  acc_accelerator_destroy(acc);
   acc_dataloader_destroy(train_dl);
   acc_dataloader_destroy(test_dl);
   acc_dataset_destroy(train_ds);
@@ -369,6 +372,5 @@ int main(int argc, char **argv) {
   mlp_destroy(net);
   idx_dataset_free(&train);
   idx_dataset_free(&test);
-  acc_accelerator_destroy(acc);
   return 0;
 }
