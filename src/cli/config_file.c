@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "env.h"
 #include "internal.h"
 
 typedef struct key_def {
@@ -71,7 +72,7 @@ void acc_cli_config_init(acc_cli_cfg *cfg) { memset(cfg, 0, sizeof *cfg); }
 
 /* ---- location ---------------------------------------------------------------------------- */
 acc_result acc_cli_config_dir(char *buf, size_t len) {
-  const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  const char *hf = acc__env_str("HF_HOME"), *xdg = acc__env_str("XDG_CACHE_HOME"), *home = acc__env_str("HOME");
   int n;
   if (hf && *hf) n = snprintf(buf, len, "%s/accelerate", hf);
   else if (xdg && *xdg) n = snprintf(buf, len, "%s/huggingface/accelerate", xdg);

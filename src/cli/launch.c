@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "env.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -316,7 +317,7 @@ static int validate(launch_args *a) {
 /* Finds the program like execvp would; 0 if it can be run. */
 static int find_program(const char *prog) {
   if (strchr(prog, '/')) return access(prog, X_OK);
-  const char *path = getenv("PATH");
+  const char *path = acc__env_str("PATH");
   if (!path) path = "/bin:/usr/bin";
   while (*path) {
     const char *colon = strchr(path, ':');
@@ -461,8 +462,8 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     rc |= env_set(e, "OPENBLAS_NUM_THREADS", b);
   } else if (local > 1) {
     /* N processes on one machine: one thread each unless the user chose otherwise. */
-    if (!getenv("OMP_NUM_THREADS")) rc |= env_set(e, "OMP_NUM_THREADS", "1");
-    if (!getenv("OPENBLAS_NUM_THREADS")) rc |= env_set(e, "OPENBLAS_NUM_THREADS", "1");
+    if (!acc__env_str("OMP_NUM_THREADS")) rc |= env_set(e, "OMP_NUM_THREADS", "1");
+    if (!acc__env_str("OPENBLAS_NUM_THREADS")) rc |= env_set(e, "OPENBLAS_NUM_THREADS", "1");
   }
   if (!for_mpi) {
     snprintf(b, sizeof b, "%ld", a->num_processes);
@@ -542,14 +543,14 @@ static int run_mpi(const launch_args *a, long local, long port) {
 /* ---- the launch --------------------------------------------------------------------------- */
 
 static double grace_period(void) {
-  const char *v = getenv("ACCELERATE_LAUNCH_GRACE_PERIOD");
-  if (v && *v) {
-    char *end;
-    double d = strtod(v, &end);
-    if (!*end && d >= 0) return d;
-    fprintf(stderr, WHO ": ignoring ACCELERATE_LAUNCH_GRACE_PERIOD=\"%s\" (not a number of seconds)\n", v);
+  double d = 5.0;
+  int set = 0;
+  if (acc__env_double("ACCELERATE_LAUNCH_GRACE_PERIOD", &d, &set) != ACC_OK) {
+    /* read before any process is started */
+    fprintf(stderr, WHO ": error: %s\n", acc_last_error());
+    exit(2);
   }
-  return 5.0;
+  return d;
 }
 
 int acc_cli_launch(int argc, char **argv) {
