@@ -174,11 +174,16 @@ static int parse_args(int argc, char **argv, launch_args *a) {
       continue;
     }
     if (o->kind == TEE) {
-      if (!val && i + 1 < argc && strlen(argv[i + 1]) == 1 && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '3')
+      /* The value is optional (bare --tee = 3). A next argument made of digits, ':' and ',' is
+       * taken as the value (and must be 0..3), so "--tee 7" is an error, not a program named 7;
+       * "--tee -- 7" runs such a program. */
+      if (!val && i + 1 < argc && argv[i + 1][0] &&
+          strspn(argv[i + 1], "0123456789:,") == strlen(argv[i + 1]))
         val = argv[++i];
       if (!val) val = "3";
       if (strlen(val) != 1 || val[0] < '0' || val[0] > '3')
-        return usage_error("argument --tee: invalid value '%s' (expected 0, 1, 2 or 3)%s", val, "");
+        return usage_error("argument --tee: invalid value '%s' (expected 0, 1, 2 or 3; per-rank "
+                           "mappings like 0:1,1:2 are not supported)%s", val, "");
       *(int *)field = val[0] - '0';
       continue;
     }
@@ -194,7 +199,9 @@ static int parse_args(int argc, char **argv, launch_args *a) {
     } else {
       char *end;
       double d = strtod(val, &end);
-      if (!*val || *end) return usage_error("argument %s: invalid float value: '%s'", o->name, val);
+      if (!*val || *end || !isfinite(d))
+        return usage_error("argument %s: invalid float value: '%s' (expected a finite number)",
+                           o->name, val);
       *(double *)field = d;
     }
   }
@@ -305,7 +312,10 @@ static int validate(launch_args *a) {
     return usage_error("When using multiple machines, you need to specify the main process IP "
                        "(--main_process_ip).%s%s", "", "");
   if (a->main_process_port > 65535) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
-  if (!(a->monitor_interval > 0)) return usage_error("--monitor_interval must be > 0%s%s", "", "");
+  if (!(a->monitor_interval >= 0.001 && a->monitor_interval <= 3600)) {
+    snprintf(buf, sizeof buf, "%g", a->monitor_interval);
+    return usage_error("--monitor_interval must be 0.001..3600 seconds, got %s%s", buf, "");
+  }
   if (strcmp(a->mixed_precision, "no") != 0 && strcmp(a->mixed_precision, "fp16") != 0 &&
       strcmp(a->mixed_precision, "bf16") != 0)
     return usage_error("argument --mixed_precision: invalid choice: '%s' (choose from 'no', 'fp16', "
