@@ -3,6 +3,7 @@
  * the variable, the value and the range, at once: no SIGFPE, no truncation, no wait for peers.
  *   test_env_launch <accelerate> <env_probe> */
 #include "acc_test.h"
+#include "env.h"
 #include "launch/launch_util.h"
 
 static const char *cli, *probe;
@@ -73,6 +74,39 @@ static void test_world_size(void) {
   }
 }
 
+/* Every variable accelerate launch exports (with the options that add some) has a row in the
+ * table of src/env.c. */
+static void test_exports_in_table(void) {
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "/tmp/acc-env-launch-%ld.yaml", (long)getpid());
+  FILE *f = fopen(cfg, "w");
+  REQUIRE_OK(f ? ACC_OK : ACC_ERR_IO);
+  fprintf(f, "distributed_type: MULTI_CPU\ndynamo_config:\n  dynamo_backend: INDUCTOR\n");
+  fclose(f);
+  char *argv[] = {(char *)cli, "launch", "--config_file", cfg, "--num_processes", "2", "--debug",
+                  "--enable_cpu_affinity", "--num_cpu_threads_per_process", "2", "--gpu_ids", "0",
+                  "--mixed_precision", "bf16", (char *)probe, "dump", NULL};
+  const char *env[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "ACCELERATE_RUN_ID",
+                       "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                       "CUDA_VISIBLE_DEVICES", NULL};
+  run_out r;
+  double t0 = lu_now();
+  pid_t p = lu_start(argv, env);
+  lu_finish(p, t0, guard, &r);
+  unlink(cfg);
+  CHECK(r.status == 0, "dump: status %d: %s", r.status, r.err);
+  int exported = 0;
+  for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
+    char *eq = strchr(line, '=');
+    if (!eq) continue;
+    *eq = '\0';
+    if (getenv(line)) continue; /* inherited from this process */
+    exported++;
+    CHECK(acc__env_find(line) != NULL, "accelerate launch exports %s, which has no row in src/env.c", line);
+  }
+  CHECK(exported >= 2 * 20, "only %d exported variables seen", exported);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_env_launch <accelerate> <env_probe>\n");
@@ -85,6 +119,7 @@ int main(int argc, char **argv) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   test_gas();
   test_world_size();
+  test_exports_in_table();
   CHECK(lu_no_leftovers(), "processes left behind");
   return acc_test_finish("unit_env_launch");
 }
