@@ -111,7 +111,8 @@ static acc_result row_of(const char *name, const acc__env_var **out) {
   *out = acc__env_find(name);
   if (!*out)
     return acc__error(ACC_ERR_INTERNAL,
-                      "environment variable %s is read but missing from the table of src/env.c", name);
+                      "environment variable %s is read but missing from the table of src/env.c",
+                      name);
   return ACC_OK;
 }
 
@@ -184,7 +185,8 @@ acc_result acc__env_int(const char *name, long *out, int *was_set) {
   *was_set = 0;
   ACC_CHECK(row_of(name, &row));
   if (row->type != ACC__ENV_INT && row->type != ACC__ENV_DOUBLE)
-    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table", name);
+    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table",
+                      name);
   const char *v = getenv(name);
   if (!v || !*v) return ACC_OK;
   ACC_CHECK(acc__env_parse_int(row, v, out));
@@ -197,7 +199,8 @@ acc_result acc__env_double(const char *name, double *out, int *was_set) {
   *was_set = 0;
   ACC_CHECK(row_of(name, &row));
   if (row->type != ACC__ENV_INT && row->type != ACC__ENV_DOUBLE)
-    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table", name);
+    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table",
+                      name);
   const char *v = getenv(name);
   if (!v || !*v) return ACC_OK;
   ACC_CHECK(acc__env_parse_double(row, v, out));
@@ -210,7 +213,8 @@ acc_result acc__env_enum(const char *name, int *index, int *was_set) {
   *was_set = 0;
   ACC_CHECK(row_of(name, &row));
   if (row->type != ACC__ENV_ENUM)
-    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not an enum in the table", name);
+    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not an enum in the table",
+                      name);
   const char *v = getenv(name);
   if (!v || !*v) return ACC_OK;
   const char *c = row->choices;

@@ -30,7 +30,7 @@ typedef struct mpi_backend {
   acc__backend base;
   MPI_Comm comm;
   int we_initialized;
-  size_t chunk; /* ACC_MPI_CHUNK_MAX; ACCELERATE_MPI_CHUNK lowers it (the tests do, to exercise splitting) */
+  size_t chunk; /* ACC_MPI_CHUNK_MAX; ACCELERATE_MPI_CHUNK lowers it (tests: to split calls) */
   double timeout_s; /* collective timeout; <= 0: none */
   int broken;       /* a collective failed or timed out: the group cannot be used */
   char broken_why[256];

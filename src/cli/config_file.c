@@ -73,7 +73,8 @@ void acc_cli_config_init(acc_cli_cfg *cfg) { memset(cfg, 0, sizeof *cfg); }
 
 /* ---- location ---------------------------------------------------------------------------- */
 acc_result acc_cli_config_dir(char *buf, size_t len) {
-  const char *hf = acc__env_str("HF_HOME"), *xdg = acc__env_str("XDG_CACHE_HOME"), *home = acc__env_str("HOME");
+  const char *hf = acc__env_str("HF_HOME"), *xdg = acc__env_str("XDG_CACHE_HOME");
+  const char *home = acc__env_str("HOME");
   int n;
   if (hf && *hf) n = snprintf(buf, len, "%s/accelerate", hf);
   else if (xdg && *xdg) n = snprintf(buf, len, "%s/huggingface/accelerate", xdg);
@@ -304,9 +305,11 @@ static const char *node_line_key(loader *L, const char *parent, const char *key,
   for (int level = parent ? 0 : 1; level < 2 && map && map->type == YAML_MAPPING_NODE; level++) {
     const char *want = level == 0 ? parent : key;
     yaml_node_t *next = NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    yaml_node_pair_t *end = map->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < end; p++) {
       yaml_node_t *kn = yaml_document_get_node(L->doc, p->key);
-      if (kn && kn->type == YAML_SCALAR_NODE && !strcmp((const char *)kn->data.scalar.value, want)) {
+      if (kn && kn->type == YAML_SCALAR_NODE &&
+          !strcmp((const char *)kn->data.scalar.value, want)) {
         *line = kn->start_mark.line + 1;
         next = yaml_document_get_node(L->doc, p->value);
       }
@@ -395,7 +398,8 @@ static acc_result finish(loader *L) {
 static acc_result check_depth(const char *text, size_t len, const char *name) {
   yaml_parser_t parser;
   yaml_event_t ev;
-  if (!yaml_parser_initialize(&parser)) return acc__error(ACC_ERR_NOMEM, "cannot initialize libyaml");
+  if (!yaml_parser_initialize(&parser))
+    return acc__error(ACC_ERR_NOMEM, "cannot initialize libyaml");
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   acc_result rc = ACC_OK;
   int depth = 0;
@@ -404,8 +408,9 @@ static acc_result check_depth(const char *text, size_t len, const char *name) {
     yaml_event_type_t t = ev.type;
     if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
       if (++depth > CONFIG_MAX_DEPTH) {
-        rc = acc__error(ACC_ERR_FORMAT, "%s:%zu:%zu: nested more than %d levels deep; a config file "
-                        "needs 2", name, ev.start_mark.line + 1, ev.start_mark.column + 1,
+        rc = acc__error(ACC_ERR_FORMAT,
+                        "%s:%zu:%zu: nested more than %d levels deep; a config file needs 2", name,
+                        ev.start_mark.line + 1, ev.start_mark.column + 1,
                         CONFIG_MAX_DEPTH);
       }
     } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
