@@ -1,4 +1,5 @@
 /* Process state: environment detection, the singleton, accessors. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,19 +61,23 @@ static acc_result env_int_required(const char *launcher, const char *name, long 
 /* Slurm's per-node task count: SLURM_NTASKS_PER_NODE, else the first entry of
  * SLURM_STEP_TASKS_PER_NODE/SLURM_TASKS_PER_NODE ("4(x2),3"), else ntasks / nnodes. */
 static acc_result slurm_local_size(long size, long *out) {
-  const char *v = acc__env_str("SLURM_NTASKS_PER_NODE");
-  if (!v || !*v) v = acc__env_str("SLURM_STEP_TASKS_PER_NODE");
-  if (!v || !*v) v = acc__env_str("SLURM_TASKS_PER_NODE");
+  int set = 0;
+  ACC_CHECK(acc__env_int("SLURM_NTASKS_PER_NODE", out, &set));
+  if (set) return ACC_OK;
+  const char *name = "SLURM_STEP_TASKS_PER_NODE";
+  const char *v = acc__env_str(name);
+  if (!v || !*v) v = acc__env_str(name = "SLURM_TASKS_PER_NODE");
   if (v && *v) {
     char *end;
+    errno = 0;
     long n = strtol(v, &end, 10);
-    if (end == v || n <= 0)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "cannot read the tasks per node from \"%s\"", v);
+    if (end == v || n <= 0 || errno)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "environment variable %s=\"%s\": cannot read the tasks per node", name, v);
     *out = n;
     return ACC_OK;
   }
   long nodes = 1;
-  int set = 0;
   ACC_CHECK(acc__env_int("SLURM_NNODES", &nodes, &set));
   *out = (set && nodes > 0) ? size / nodes : size;
   return ACC_OK;
