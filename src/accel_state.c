@@ -176,7 +176,7 @@ static acc_result write_json(const char *path, json_t *j) {
 
 static acc_result read_json(const char *path, json_t **out) {
   json_error_t err;
-  *out = json_load_file(path, 0, &err);
+  ACC_CHECK(acc__json_load_regular(path, "checkpoint file", 0, out, &err));
   if (!*out) {
     if (!acc__is_file(path))
       return acc__error(ACC_ERR_FORMAT, "checkpoint file '%s' is missing", path);
@@ -597,10 +597,10 @@ static acc_result load_custom(const custom_obj *c, const char *dir, int i) {
   char *path = acc__path_join(dir, name);
   if (!path) return ACC_ERR_NOMEM;
   acc_result rc = ACC_OK;
-  FILE *f = fopen(path, "rb");
+  FILE *f = NULL;
   void *buf = NULL;
   long len = 0;
-  if (!f) rc = acc__error(ACC_ERR_IO, "load_state: could not open '%s': %s", path, strerror(errno));
+  rc = acc__fopen_regular(path, "load_state: custom object file", &f);
   if (rc == ACC_OK && (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0))
     rc = acc__error(ACC_ERR_IO, "load_state: could not read '%s': %s", path, strerror(errno));
   if (rc == ACC_OK) {

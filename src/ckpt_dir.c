@@ -2,6 +2,8 @@
  * (automatic checkpoint naming, rotation, "latest complete checkpoint"). */
 #include "ckpt_dir.h"
 
+#include <jansson.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +57,80 @@ int acc__is_dir(const char *path) {
 int acc__is_file(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static const char *file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a plain file";
+}
+
+acc_result acc__open_regular(const char *path, const char *what, int *fd_out, struct stat *st_out) {
+  *fd_out = -1;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    acc__error(ACC_ERR_IO, "could not open %s '%s': %s", what, path, strerror(err));
+    errno = err;
+    return ACC_ERR_IO;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    int err = errno;
+    close(fd);
+    acc__error(ACC_ERR_IO, "could not stat %s '%s': %s", what, path, strerror(err));
+    errno = err;
+    return ACC_ERR_IO;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    errno = EINVAL;
+    return acc__error(ACC_ERR_IO, "%s '%s' is %s, not a regular file", what, path,
+                      file_kind(sb.st_mode));
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    int err = errno;
+    close(fd);
+    acc__error(ACC_ERR_IO, "could not open %s '%s': %s", what, path, strerror(err));
+    errno = err;
+    return ACC_ERR_IO;
+  }
+  if (st_out) *st_out = sb;
+  *fd_out = fd;
+  return ACC_OK;
+}
+
+acc_result acc__fopen_regular(const char *path, const char *what, FILE **out) {
+  int fd;
+  *out = NULL;
+  ACC_CHECK(acc__open_regular(path, what, &fd, NULL));
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return acc__error(ACC_ERR_NOMEM, "could not open %s '%s': %s", what, path, strerror(errno));
+  }
+  *out = f;
+  return ACC_OK;
+}
+
+acc_result acc__json_load_regular(const char *path, const char *what, size_t flags, json_t **out,
+                                  json_error_t *err) {
+  int fd;
+  *out = NULL;
+  memset(err, 0, sizeof *err);
+  if (acc__open_regular(path, what, &fd, NULL) != ACC_OK) {
+    if (errno == EINVAL) return ACC_ERR_IO; /* exists, not a regular file */
+    err->line = -1;
+    snprintf(err->text, sizeof err->text, "%s", strerror(errno));
+    return ACC_OK;
+  }
+  *out = json_loadfd(fd, flags, err);
+  close(fd);
+  return ACC_OK;
 }
 
 /* ---- durable writes ------------------------------------------------------------------------ */
@@ -223,8 +299,9 @@ acc_result acc__fsync_tree(const char *dir) {
       break;
     }
     if (acc__is_file(child)) {
-      int fd = open(child, O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || fsync(fd) != 0)
+      int fd = -1;
+      rc = acc__open_regular(child, "checkpoint file", &fd, NULL);
+      if (rc == ACC_OK && fsync(fd) != 0)
         rc = acc__error(ACC_ERR_IO, "could not fsync '%s': %s", child, strerror(errno));
       if (fd >= 0) close(fd);
     }

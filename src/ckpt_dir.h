@@ -4,6 +4,7 @@
 #define ACC_CKPT_DIR_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "internal.h"
 
@@ -29,6 +30,22 @@ acc_result acc__rmtree(const char *path);
 /* 1 if path exists as a directory / regular file. */
 int acc__is_dir(const char *path);
 int acc__is_file(const char *path);
+/* Opens path for reading when it is a regular file. The open itself uses O_NONBLOCK (cleared
+ * afterwards), so a FIFO, a terminal or a device where a file is expected cannot block; anything
+ * but a regular file is refused with ACC_ERR_IO naming what ("<what> '<path>' is a FIFO, not a
+ * regular file"). Open errors are ACC_ERR_IO with strerror; errno is kept for the caller. st
+ * (may be NULL) receives the fstat. */
+struct stat;
+acc_result acc__open_regular(const char *path, const char *what, int *fd, struct stat *st);
+/* The same as a FILE* ("rb"). */
+acc_result acc__fopen_regular(const char *path, const char *what, FILE **out);
+/* jansson's json_load_file through acc__open_regular. A file that is not regular is an error
+ * (ACC_ERR_IO); a missing file, an open failure or invalid JSON return ACC_OK with *out NULL
+ * and err filled, for the caller's own message. */
+struct json_t;
+struct json_error_t;
+acc_result acc__json_load_regular(const char *path, const char *what, size_t flags,
+                                  struct json_t **out, struct json_error_t *err);
 /* malloc'd "a/b" (or "b" when a is empty). NULL + ACC_ERR_NOMEM on failure. */
 char *acc__path_join(const char *a, const char *b);
 /* The directory part of path ("." when none). malloc'd. */

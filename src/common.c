@@ -174,60 +174,6 @@ void acc__divide(void *buf, size_t count, acc_dtype dtype, int divisor) {
   }
 }
 
-/* ---- environment ------------------------------------------------------------------------- */
-
-acc_result acc__parse_bool(const char *name, const char *value, int *out) {
-  static const char *yes[] = {"y", "yes", "t", "true", "on", "1"};
-  static const char *no[] = {"n", "no", "f", "false", "off", "0"};
-  for (size_t i = 0; i < 6; i++) {
-    if (strcasecmp(value, yes[i]) == 0) { *out = 1; return ACC_OK; }
-    if (strcasecmp(value, no[i]) == 0) { *out = 0; return ACC_OK; }
-  }
-  return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                    "%s=\"%s\" is not a boolean: use one of 1/0, true/false, yes/no, on/off", name,
-                    value);
-}
-
-acc_result acc__env_bool(const char *name, int *out, int *was_set) {
-  const char *v = getenv(name);
-  if (was_set) *was_set = v && *v;
-  if (!v || !*v) return ACC_OK;
-  return acc__parse_bool(name, v, out);
-}
-
-acc_result acc__env_int(const char *name, long *out, int *was_set) {
-  const char *v = getenv(name);
-  *was_set = 0;
-  if (!v || !*v) return ACC_OK;
-  char *end = NULL;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end != '\0')
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "environment variable %s=\"%s\" is not an integer",
-                      name, v);
-  if (x < 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "environment variable %s=%ld is negative; expected a value >= 0", name, x);
-  *out = x;
-  *was_set = 1;
-  return ACC_OK;
-}
-
-acc_result acc__env_double(const char *name, double *out, int *was_set) {
-  const char *v = getenv(name);
-  *was_set = 0;
-  if (!v || !*v) return ACC_OK;
-  char *end = NULL;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end != '\0' || !(x > 0) || isinf(x))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "environment variable %s=\"%s\" is not a positive number of seconds", name, v);
-  *out = x;
-  *was_set = 1;
-  return ACC_OK;
-}
-
 double acc__now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

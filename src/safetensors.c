@@ -412,15 +412,9 @@ acc_result acc_safetensors_open(acc_safetensors **out, const char *path) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_open: out is NULL");
   *out = NULL;
   if (!path) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_open: path is NULL");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return acc__error(ACC_ERR_IO, "could not open safetensors file '%s': %s", path, strerror(errno));
+  int fd = -1;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    int err = errno;
-    close(fd);
-    return acc__error(ACC_ERR_IO, "safetensors file '%s' is not a regular file%s%s", path, err ? ": " : "",
-                      err ? strerror(err) : "");
-  }
+  ACC_CHECK(acc__open_regular(path, "safetensors file", &fd, &sb));
   acc_safetensors *f;
   acc_result rc = st_new(&f, path);
   if (rc != ACC_OK) {

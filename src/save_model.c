@@ -243,10 +243,15 @@ void acc_load_report_clear(acc_load_report *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* Appends a copy of s. The capacity is the next power of two of *n: the array grows when *n is
+ * 0 or a power of two, so n pushes cost O(n) copies in all. */
 static acc_result list_push(char ***list, size_t *n, const char *s) {
-  char **nl = acc__realloc(*list, (*n + 1) * sizeof *nl);
-  if (!nl) return ACC_ERR_NOMEM;
-  *list = nl;
+  char **nl = *list;
+  if ((*n & (*n - 1)) == 0) {
+    nl = acc__realloc(*list, (*n ? 2 * *n : 1) * sizeof *nl);
+    if (!nl) return ACC_ERR_NOMEM;
+    *list = nl;
+  }
   nl[*n] = acc__strdup(s);
   if (!nl[*n]) return ACC_ERR_NOMEM;
   (*n)++;
@@ -286,7 +291,8 @@ static int str_cmp(const void *a, const void *b) { return strcmp(*(char *const *
 
 static acc_result open_index(opened *o, const char *index_path) {
   json_error_t err;
-  json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
+  json_t *root = NULL;
+  ACC_CHECK(acc__json_load_regular(index_path, "index file", JSON_REJECT_DUPLICATES, &root, &err));
   if (!root)
     return acc__error(ACC_ERR_FORMAT, "index file '%s' is not valid JSON: %s (line %d)", index_path, err.text, err.line);
   acc_result rc = ACC_OK;

@@ -1,10 +1,12 @@
 /* Process state: environment detection, the singleton, accessors. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "state.h"
 
 static acc_state *g_state;
@@ -59,19 +61,23 @@ static acc_result env_int_required(const char *launcher, const char *name, long 
 /* Slurm's per-node task count: SLURM_NTASKS_PER_NODE, else the first entry of
  * SLURM_STEP_TASKS_PER_NODE/SLURM_TASKS_PER_NODE ("4(x2),3"), else ntasks / nnodes. */
 static acc_result slurm_local_size(long size, long *out) {
-  const char *v = getenv("SLURM_NTASKS_PER_NODE");
-  if (!v || !*v) v = getenv("SLURM_STEP_TASKS_PER_NODE");
-  if (!v || !*v) v = getenv("SLURM_TASKS_PER_NODE");
+  int set = 0;
+  ACC_CHECK(acc__env_int("SLURM_NTASKS_PER_NODE", out, &set));
+  if (set) return ACC_OK;
+  const char *name = "SLURM_STEP_TASKS_PER_NODE";
+  const char *v = acc__env_str(name);
+  if (!v || !*v) v = acc__env_str(name = "SLURM_TASKS_PER_NODE");
   if (v && *v) {
     char *end;
+    errno = 0;
     long n = strtol(v, &end, 10);
-    if (end == v || n <= 0)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "cannot read the tasks per node from \"%s\"", v);
+    if (end == v || n <= 0 || errno)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "environment variable %s=\"%s\": cannot read the tasks per node", name, v);
     *out = n;
     return ACC_OK;
   }
   long nodes = 1;
-  int set = 0;
   ACC_CHECK(acc__env_int("SLURM_NNODES", &nodes, &set));
   *out = (set && nodes > 0) ? size / nodes : size;
   return ACC_OK;
@@ -90,18 +96,18 @@ static void sanitize_id(char *dst, size_t cap, const char *src) {
 static void make_job_id(acc__env_info *e) {
   const char *parts[3] = {NULL, NULL, NULL};
   if (strcmp(e->launcher, "accelerate") == 0) {
-    parts[0] = getenv("ACCELERATE_RUN_ID");
+    parts[0] = acc__env_str("ACCELERATE_RUN_ID");
   } else if (strcmp(e->launcher, "torchrun") == 0) {
-    parts[0] = getenv("TORCHELASTIC_RUN_ID");
-    parts[1] = getenv("MASTER_PORT");
+    parts[0] = acc__env_str("TORCHELASTIC_RUN_ID");
+    parts[1] = acc__env_str("MASTER_PORT");
   } else if (strcmp(e->launcher, "openmpi") == 0) {
-    parts[0] = getenv("OMPI_MCA_ess_base_jobid");
-    parts[1] = getenv("PMIX_NAMESPACE");
+    parts[0] = acc__env_str("OMPI_MCA_ess_base_jobid");
+    parts[1] = acc__env_str("PMIX_NAMESPACE");
   } else if (strcmp(e->launcher, "slurm") == 0) {
-    parts[0] = getenv("SLURM_JOB_ID");
-    parts[1] = getenv("SLURM_STEP_ID");
+    parts[0] = acc__env_str("SLURM_JOB_ID");
+    parts[1] = acc__env_str("SLURM_STEP_ID");
   } else if (strcmp(e->launcher, "mpich") == 0) {
-    parts[0] = getenv("PMI_KVSNAME");
+    parts[0] = acc__env_str("PMI_KVSNAME");
   }
   char raw[256];
   /* Processes started together on one machine share their parent (launcher, mpirun's daemon,
@@ -119,7 +125,7 @@ acc_result acc__detect_env(acc__env_info *e) {
   snprintf(e->launcher, sizeof e->launcher, "none");
   const source *src = NULL;
   for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
-    const char *v = getenv(sources[i].probe);
+    const char *v = acc__env_str(sources[i].probe);
     if (v && *v) {
       src = &sources[i];
       break;
@@ -202,7 +208,7 @@ static acc_result resolve_options(const acc_state_options *in, resolved *r) {
   }
   r->mixed_precision = o.mixed_precision;
   if (r->mixed_precision == ACC_UNSET) {
-    const char *v = getenv("ACCELERATE_MIXED_PRECISION");
+    const char *v = acc__env_str("ACCELERATE_MIXED_PRECISION");
     acc_mixed_precision mp = ACC_PRECISION_NO;
     if (v && *v && acc_mixed_precision_parse(v, &mp) != ACC_OK)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -220,7 +226,7 @@ static acc_result resolve_options(const acc_state_options *in, resolved *r) {
   r->backend = o.backend;
   if (r->backend == ACC_UNSET) {
     r->backend = ACC_BACKEND_AUTO;
-    const char *v = getenv("ACCELERATE_BACKEND");
+    const char *v = acc__env_str("ACCELERATE_BACKEND");
     if (v && *v) {
       if (strcasecmp(v, "auto") == 0) r->backend = ACC_BACKEND_AUTO;
       else if (strcasecmp(v, "single") == 0) r->backend = ACC_BACKEND_SINGLE;

@@ -30,7 +30,7 @@ typedef struct mpi_backend {
   acc__backend base;
   MPI_Comm comm;
   int we_initialized;
-  size_t chunk; /* ACC_MPI_CHUNK_MAX; tests lower it (ACC_MPI_TEST_CHUNK) to exercise splitting */
+  size_t chunk; /* ACC_MPI_CHUNK_MAX; ACCELERATE_MPI_CHUNK lowers it (tests: to split calls) */
   double timeout_s; /* collective timeout; <= 0: none */
   int broken;       /* a collective failed or timed out: the group cannot be used */
   char broken_why[256];
@@ -359,11 +359,13 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
   m->comm = MPI_COMM_NULL;
   m->chunk = ACC_MPI_CHUNK_MAX;
   m->timeout_s = info->timeout_s;
-  long test_chunk = 0;
-  int test_chunk_set = 0;
-  if (acc__env_int("ACC_MPI_TEST_CHUNK", &test_chunk, &test_chunk_set) == ACC_OK && test_chunk_set &&
-      test_chunk > 0 && (size_t)test_chunk < ACC_MPI_CHUNK_MAX)
-    m->chunk = (size_t)test_chunk;
+  long chunk = 0;
+  int chunk_set = 0;
+  if (acc__env_int("ACCELERATE_MPI_CHUNK", &chunk, &chunk_set) != ACC_OK) {
+    acc__free(m);
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  if (chunk_set && (size_t)chunk < ACC_MPI_CHUNK_MAX) m->chunk = (size_t)chunk;
   m->f16_type = m->bf16_type = MPI_DATATYPE_NULL;
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 3; j++) m->half_ops[i][j] = MPI_OP_NULL;

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "ckpt_dir.h"
+#include "env.h"
 #include "internal.h"
 
 typedef struct key_def {
@@ -71,7 +73,8 @@ void acc_cli_config_init(acc_cli_cfg *cfg) { memset(cfg, 0, sizeof *cfg); }
 
 /* ---- location ---------------------------------------------------------------------------- */
 acc_result acc_cli_config_dir(char *buf, size_t len) {
-  const char *hf = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  const char *hf = acc__env_str("HF_HOME"), *xdg = acc__env_str("XDG_CACHE_HOME");
+  const char *home = acc__env_str("HOME");
   int n;
   if (hf && *hf) n = snprintf(buf, len, "%s/accelerate", hf);
   else if (xdg && *xdg) n = snprintf(buf, len, "%s/huggingface/accelerate", xdg);
@@ -295,15 +298,23 @@ static acc_result load_mapping(loader *L, yaml_node_t *map, const char *parent) 
   return ACC_OK;
 }
 
-static const char *node_line_key(loader *L, const char *key, size_t *line) {
-  yaml_node_t *root = yaml_document_get_root_node(L->doc);
+/* The line of key (inside the mapping parent when not NULL) in the document; 1 when not found. */
+static const char *node_line_key(loader *L, const char *parent, const char *key, size_t *line) {
+  yaml_node_t *map = yaml_document_get_root_node(L->doc);
   *line = 1;
-  for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
-    yaml_node_t *kn = yaml_document_get_node(L->doc, p->key);
-    if (kn && kn->type == YAML_SCALAR_NODE && !strcmp((const char *)kn->data.scalar.value, key)) {
-      *line = kn->start_mark.line + 1;
-      break;
+  for (int level = parent ? 0 : 1; level < 2 && map && map->type == YAML_MAPPING_NODE; level++) {
+    const char *want = level == 0 ? parent : key;
+    yaml_node_t *next = NULL;
+    yaml_node_pair_t *end = map->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < end; p++) {
+      yaml_node_t *kn = yaml_document_get_node(L->doc, p->key);
+      if (kn && kn->type == YAML_SCALAR_NODE &&
+          !strcmp((const char *)kn->data.scalar.value, want)) {
+        *line = kn->start_mark.line + 1;
+        next = yaml_document_get_node(L->doc, p->value);
+      }
     }
+    map = next;
   }
   return key;
 }
@@ -316,7 +327,7 @@ static acc_result finish(loader *L) {
     c->compute_environment.set = 1;
     strcpy(c->compute_environment.s, "LOCAL_MACHINE");
   } else if (strcmp(c->compute_environment.s, "LOCAL_MACHINE") != 0) {
-    node_line_key(L, "compute_environment", &line);
+    node_line_key(L, NULL, "compute_environment", &line);
     return acc__error(ACC_ERR_FORMAT, "%s:%zu: key 'compute_environment' is '%s'; accelerate-c only "
                       "runs on LOCAL_MACHINE (Amazon SageMaker is not supported)",
                       L->name, line, c->compute_environment.s);
@@ -326,7 +337,7 @@ static acc_result finish(loader *L) {
                       "(NO, MULTI_CPU or MULTI_GPU)", L->name);
   const char *dt = c->distributed_type.s;
   if (strcmp(dt, "NO") && strcmp(dt, "MULTI_CPU") && strcmp(dt, "MULTI_GPU")) {
-    node_line_key(L, "distributed_type", &line);
+    node_line_key(L, NULL, "distributed_type", &line);
     return acc__error(ACC_ERR_FORMAT, "%s:%zu: key 'distributed_type' is '%s'; accelerate-c supports "
                       "NO, MULTI_CPU and MULTI_GPU", L->name, line, dt);
   }
@@ -337,7 +348,7 @@ static acc_result finish(loader *L) {
   if (c->mixed_precision.set) {
     acc_mixed_precision mp;
     if (acc_mixed_precision_parse(c->mixed_precision.s, &mp) != ACC_OK) {
-      node_line_key(L, "mixed_precision", &line);
+      node_line_key(L, NULL, "mixed_precision", &line);
       return acc__error(ACC_ERR_FORMAT, "%s:%zu: key 'mixed_precision' is '%s'; accelerate-c supports "
                         "no, fp16 and bf16", L->name, line, c->mixed_precision.s);
     }
@@ -346,25 +357,79 @@ static acc_result finish(loader *L) {
   acc_cli_value *defaults_false[] = {&c->use_cpu, &c->debug, &c->enable_cpu_affinity};
   for (int i = 0; i < 3; i++)
     if (!defaults_false[i]->set) defaults_false[i]->set = 1, defaults_false[i]->i = 0;
-  const acc_cli_value *nonneg[] = {&c->machine_rank, &c->num_machines, &c->main_process_port};
-  const char *nonneg_names[] = {"machine_rank", "num_machines", "main_process_port"};
-  for (int i = 0; i < 3; i++)
-    if (nonneg[i]->set && nonneg[i]->i < 0) {
-      node_line_key(L, nonneg_names[i], &line);
-      return acc__error(ACC_ERR_FORMAT, "%s:%zu: key '%s' must be >= 0, got %ld", L->name, line,
-                        nonneg_names[i], nonneg[i]->i);
-    }
-  if (c->num_processes.set && c->num_processes.i < -1) {
-    node_line_key(L, "num_processes", &line);
-    return acc__error(ACC_ERR_FORMAT, "%s:%zu: key 'num_processes' must be >= 1 (or -1: pass "
-                      "--num_processes), got %ld", L->name, line, c->num_processes.i);
+  /* Ranges of the integer keys, reported here where the file, line and key are known (the
+   * launcher's own checks would name a command-line flag the user did not pass). */
+  static const struct {
+    size_t off;
+    const char *parent, *key;
+    long lo, hi;
+  } ranges[] = {
+      {offsetof(acc_cli_cfg, num_processes), NULL, "num_processes", 1, 65536},
+      {offsetof(acc_cli_cfg, num_machines), NULL, "num_machines", 1, 65536},
+      {offsetof(acc_cli_cfg, machine_rank), NULL, "machine_rank", 0, 65535},
+      {offsetof(acc_cli_cfg, main_process_port), NULL, "main_process_port", 0, 65535},
+      {offsetof(acc_cli_cfg, mpirun_ccl), "mpirun_config", "mpirun_ccl", 1, 65536},
+  };
+  for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+    const acc_cli_value *v = (const acc_cli_value *)((const char *)c + ranges[i].off);
+    if (!v->set || (v->i >= ranges[i].lo && v->i <= ranges[i].hi)) continue;
+    if (v == &c->num_processes && v->i == -1) continue; /* -1: pass --num_processes */
+    node_line_key(L, ranges[i].parent, ranges[i].key, &line);
+    return acc__error(ACC_ERR_FORMAT, "%s:%zu: key '%s%s%s' must be %ld..%ld%s, got %ld", L->name,
+                      line, ranges[i].parent ? ranges[i].parent : "", ranges[i].parent ? "." : "",
+                      ranges[i].key, ranges[i].lo, ranges[i].hi,
+                      v == &c->num_processes ? " (or -1: pass --num_processes)" : "", v->i);
+  }
+  if (c->machine_rank.set && c->num_machines.set && c->machine_rank.i >= c->num_machines.i) {
+    node_line_key(L, NULL, "machine_rank", &line);
+    return acc__error(ACC_ERR_FORMAT, "%s:%zu: key 'machine_rank' is %ld; with num_machines %ld it "
+                      "must be 0..%ld", L->name, line, c->machine_rank.i, c->num_machines.i,
+                      c->num_machines.i - 1);
   }
   return ACC_OK;
+}
+
+/* libyaml's document loader takes time quadratic in the nesting depth. A config file nests two
+ * levels (dynamo_config, mpirun_config): walk the events first and stop at the first collection
+ * deeper than this, which bounds the work before the document is built. */
+#define CONFIG_MAX_DEPTH 64
+#define CONFIG_MAX_BYTES ((size_t)1 << 20)
+
+static acc_result check_depth(const char *text, size_t len, const char *name) {
+  yaml_parser_t parser;
+  yaml_event_t ev;
+  if (!yaml_parser_initialize(&parser))
+    return acc__error(ACC_ERR_NOMEM, "cannot initialize libyaml");
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  acc_result rc = ACC_OK;
+  int depth = 0;
+  for (;;) {
+    if (!yaml_parser_parse(&parser, &ev)) break; /* the loader reports syntax errors */
+    yaml_event_type_t t = ev.type;
+    if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+      if (++depth > CONFIG_MAX_DEPTH) {
+        rc = acc__error(ACC_ERR_FORMAT,
+                        "%s:%zu:%zu: nested more than %d levels deep; a config file needs 2", name,
+                        ev.start_mark.line + 1, ev.start_mark.column + 1,
+                        CONFIG_MAX_DEPTH);
+      }
+    } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+      depth--;
+    }
+    yaml_event_delete(&ev);
+    if (rc != ACC_OK || t == YAML_STREAM_END_EVENT) break;
+  }
+  yaml_parser_delete(&parser);
+  return rc;
 }
 
 acc_result acc_cli_config_parse(acc_cli_cfg *cfg, const char *text, size_t len, const char *name,
                                 FILE *warn) {
   acc_cli_config_init(cfg);
+  if (len > CONFIG_MAX_BYTES)
+    return acc__error(ACC_ERR_FORMAT, "%s is larger than %zu bytes: not a config file", name,
+                      CONFIG_MAX_BYTES);
+  ACC_CHECK(check_depth(text, len, name));
   yaml_parser_t parser;
   yaml_document_t doc;
   if (!yaml_parser_initialize(&parser)) return acc__error(ACC_ERR_NOMEM, "cannot initialize libyaml");
@@ -403,18 +468,19 @@ acc_result acc_cli_config_parse(acc_cli_cfg *cfg, const char *text, size_t len, 
 }
 
 acc_result acc_cli_config_load(acc_cli_cfg *cfg, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return acc__error(ACC_ERR_IO, "cannot open the config file %s: %s", path, strerror(errno));
+  FILE *f = NULL;
+  ACC_CHECK(acc__fopen_regular(path, "the config file", &f));
   size_t cap = 4096, len = 0;
   char *buf = acc__malloc(cap);
   size_t got;
   while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
     len += got;
     if (len == cap) {
-      if (cap >= ((size_t)16 << 20)) {
+      if (cap > CONFIG_MAX_BYTES) {
         fclose(f);
         acc__free(buf);
-        return acc__error(ACC_ERR_FORMAT, "the config file %s is larger than 16 MiB", path);
+        return acc__error(ACC_ERR_FORMAT, "the config file %s is larger than %zu bytes", path,
+                          CONFIG_MAX_BYTES);
       }
       char *nb = acc__realloc(buf, cap * 2);
       if (!nb) acc__free(buf);

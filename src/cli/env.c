@@ -7,11 +7,12 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "env.h"
 #include "internal.h"
 
 static void print_gpus(FILE *out) {
   /* nvidia-smi only when it is on PATH; its absence is not an error. */
-  const char *path = getenv("PATH");
+  const char *path = acc__env_str("PATH");
   int found = 0;
   char buf[4096];
   while (path && *path && !found) {
@@ -80,6 +81,8 @@ int acc_cli_env(int argc, char **argv) {
   if (pages > 0 && psize > 0)
     fprintf(out, "- System RAM: %.2f GB\n", (double)pages * (double)psize / (1024.0 * 1024.0 * 1024.0));
   print_gpus(out);
+  fprintf(out, "- Environment variables read by accelerate-c that are set:\n");
+  if (acc__env_print_set(out, "\t") == 0) fprintf(out, "\tnone\n");
 
   char path[4096];
   int found = 0;

@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "env.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -173,11 +174,16 @@ static int parse_args(int argc, char **argv, launch_args *a) {
       continue;
     }
     if (o->kind == TEE) {
-      if (!val && i + 1 < argc && strlen(argv[i + 1]) == 1 && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '3')
+      /* The value is optional (bare --tee = 3). A next argument made of digits, ':' and ',' is
+       * taken as the value (and must be 0..3), so "--tee 7" is an error, not a program named 7;
+       * "--tee -- 7" runs such a program. */
+      if (!val && i + 1 < argc && argv[i + 1][0] &&
+          strspn(argv[i + 1], "0123456789:,") == strlen(argv[i + 1]))
         val = argv[++i];
       if (!val) val = "3";
       if (strlen(val) != 1 || val[0] < '0' || val[0] > '3')
-        return usage_error("argument --tee: invalid value '%s' (expected 0, 1, 2 or 3)%s", val, "");
+        return usage_error("argument --tee: invalid value '%s' (expected 0, 1, 2 or 3; per-rank "
+                           "mappings like 0:1,1:2 are not supported)%s", val, "");
       *(int *)field = val[0] - '0';
       continue;
     }
@@ -193,7 +199,9 @@ static int parse_args(int argc, char **argv, launch_args *a) {
     } else {
       char *end;
       double d = strtod(val, &end);
-      if (!*val || *end) return usage_error("argument %s: invalid float value: '%s'", o->name, val);
+      if (!*val || *end || !isfinite(d))
+        return usage_error("argument %s: invalid float value: '%s' (expected a finite number)",
+                           o->name, val);
       *(double *)field = d;
     }
   }
@@ -304,7 +312,10 @@ static int validate(launch_args *a) {
     return usage_error("When using multiple machines, you need to specify the main process IP "
                        "(--main_process_ip).%s%s", "", "");
   if (a->main_process_port > 65535) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
-  if (!(a->monitor_interval > 0)) return usage_error("--monitor_interval must be > 0%s%s", "", "");
+  if (!(a->monitor_interval >= 0.001 && a->monitor_interval <= 3600)) {
+    snprintf(buf, sizeof buf, "%g", a->monitor_interval);
+    return usage_error("--monitor_interval must be 0.001..3600 seconds, got %s%s", buf, "");
+  }
   if (strcmp(a->mixed_precision, "no") != 0 && strcmp(a->mixed_precision, "fp16") != 0 &&
       strcmp(a->mixed_precision, "bf16") != 0)
     return usage_error("argument --mixed_precision: invalid choice: '%s' (choose from 'no', 'fp16', "
@@ -316,7 +327,7 @@ static int validate(launch_args *a) {
 /* Finds the program like execvp would; 0 if it can be run. */
 static int find_program(const char *prog) {
   if (strchr(prog, '/')) return access(prog, X_OK);
-  const char *path = getenv("PATH");
+  const char *path = acc__env_str("PATH");
   if (!path) path = "/bin:/usr/bin";
   while (*path) {
     const char *colon = strchr(path, ':');
@@ -461,8 +472,8 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     rc |= env_set(e, "OPENBLAS_NUM_THREADS", b);
   } else if (local > 1) {
     /* N processes on one machine: one thread each unless the user chose otherwise. */
-    if (!getenv("OMP_NUM_THREADS")) rc |= env_set(e, "OMP_NUM_THREADS", "1");
-    if (!getenv("OPENBLAS_NUM_THREADS")) rc |= env_set(e, "OPENBLAS_NUM_THREADS", "1");
+    if (!acc__env_str("OMP_NUM_THREADS")) rc |= env_set(e, "OMP_NUM_THREADS", "1");
+    if (!acc__env_str("OPENBLAS_NUM_THREADS")) rc |= env_set(e, "OPENBLAS_NUM_THREADS", "1");
   }
   if (!for_mpi) {
     snprintf(b, sizeof b, "%ld", a->num_processes);
@@ -542,14 +553,14 @@ static int run_mpi(const launch_args *a, long local, long port) {
 /* ---- the launch --------------------------------------------------------------------------- */
 
 static double grace_period(void) {
-  const char *v = getenv("ACCELERATE_LAUNCH_GRACE_PERIOD");
-  if (v && *v) {
-    char *end;
-    double d = strtod(v, &end);
-    if (!*end && d >= 0) return d;
-    fprintf(stderr, WHO ": ignoring ACCELERATE_LAUNCH_GRACE_PERIOD=\"%s\" (not a number of seconds)\n", v);
+  double d = 5.0;
+  int set = 0;
+  if (acc__env_double("ACCELERATE_LAUNCH_GRACE_PERIOD", &d, &set) != ACC_OK) {
+    /* read before any process is started */
+    fprintf(stderr, WHO ": error: %s\n", acc_last_error());
+    exit(2);
   }
-  return 5.0;
+  return d;
 }
 
 int acc_cli_launch(int argc, char **argv) {

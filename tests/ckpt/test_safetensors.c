@@ -179,7 +179,7 @@ static void test_malformed(const char *dir) {
   char path[1024];
   snprintf(path, sizeof path, "%s/missing.safetensors", dir);
   CHECK_ERR(acc_safetensors_open(&f, path), ACC_ERR_IO, "missing.safetensors");
-  CHECK_ERR(acc_safetensors_open(&f, dir), ACC_ERR_IO, "is not a regular file");
+  CHECK_ERR(acc_safetensors_open(&f, dir), ACC_ERR_IO, "is a directory, not a regular file");
   float x[4] = {1, 2, 3, 4};
   acc_tensor_view t = {"x", ACC_F32, 1, {4}, x, 0};
   snprintf(path, sizeof path, "%s/trunc.safetensors", dir);

@@ -6,6 +6,7 @@
 
 #include "acc_test.h"
 #include "cli/config_file.h"
+#include "internal.h"
 
 static acc_result parse(acc_cli_cfg *c, const char *text, char *warn, size_t wlen) {
   FILE *w = tmpfile();
@@ -222,7 +223,28 @@ static void test_errors(void) {
             ACC_ERR_FORMAT, "SageMaker");
   CHECK_ERR(parse(&c, "", NULL, 0), ACC_ERR_FORMAT, "empty");
   CHECK_ERR(parse(&c, "- a\n- b\n", NULL, 0), ACC_ERR_FORMAT, "mapping");
-  CHECK_ERR(parse(&c, "distributed_type: NO\nmachine_rank: -2\n", NULL, 0), ACC_ERR_FORMAT, "'machine_rank' must be >= 0");
+  CHECK_ERR(parse(&c, "distributed_type: NO\nmachine_rank: -2\n", NULL, 0), ACC_ERR_FORMAT,
+            "cfg.yaml:2: key 'machine_rank' must be 0..65535, got -2");
+  /* regression for red-team D6: ranges name file:line:key */
+  CHECK_ERR(parse(&c, "distributed_type: MULTI_CPU\nnum_machines: 2\n\nmachine_rank: 2\n", NULL, 0),
+            ACC_ERR_FORMAT, "cfg.yaml:4: key 'machine_rank' is 2; with num_machines 2 it must be 0..1");
+  CHECK_ERR(parse(&c, "distributed_type: MULTI_CPU\nmain_process_port: 65536\n", NULL, 0), ACC_ERR_FORMAT,
+            "cfg.yaml:2: key 'main_process_port' must be 0..65535, got 65536");
+  CHECK_OK(parse(&c, "distributed_type: MULTI_CPU\nnum_processes: -1\n", NULL, 0));
+  /* regression for red-team D7: deep nesting is refused at depth 65, at once */
+  {
+    size_t depth = 100000, n = 0;
+    char *deep = malloc(2 * depth + 64);
+    n += (size_t)sprintf(deep, "distributed_type: NO\nx: ");
+    memset(deep + n, '[', depth);
+    memset(deep + n + depth, ']', depth);
+    deep[n + 2 * depth] = '\0';
+    double t0 = acc__now();
+    CHECK_ERR(acc_cli_config_parse(&c, deep, strlen(deep), "deep.yaml", NULL), ACC_ERR_FORMAT,
+              "deep.yaml:2:67: nested more than 64 levels deep");
+    CHECK(acc__now() - t0 < 1.0, "deep nesting took %.2f s", acc__now() - t0);
+    free(deep);
+  }
   /* unknown keys: one warning line naming all of them, values ignored */
   CHECK_OK(parse(&c, "distributed_type: NO\nfoo: 1\nbar: [x]\nmpirun_config:\n  extra: 2\n", warn, sizeof warn));
   CHECK(strstr(warn, "unknown keys (foo, bar, mpirun_config.extra)") != NULL, "warning: '%s'", warn);

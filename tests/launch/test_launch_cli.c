@@ -264,7 +264,8 @@ static void test_usage(void) {
   char *a12[] = {acc, "launch", "--max_restarts=-2", helper, NULL};
   expect_usage(a12, 2, "--max_restarts must be >= 0", NULL);
   char *a13[] = {acc, "launch", "--tee", "7", helper, NULL};
-  expect_usage(a13, 127, "cannot run '7'", NULL); /* 7 is not a tee level: it is the program */
+  /* a number after --tee is its value: 7 is an invalid level, not the program (red-team D13) */
+  expect_usage(a13, 2, "argument --tee: invalid value '7' (expected 0, 1, 2 or 3", NULL);
   /* -h lists every option with its default */
   char *h[] = {acc, "launch", "-h", NULL};
   lu_run(&r, h, NULL);

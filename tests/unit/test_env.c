@@ -113,6 +113,25 @@ static void test_bad_env(void) {
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "-4", 1);
   expect_error("WORLD_SIZE");
+
+  /* regression for red-team D3: values past INT_MAX are range errors, never truncated */
+  setenv("ACCELERATE_RUN_ID", "x", 1);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "4294967298", 1);
+  expect_error("WORLD_SIZE=4294967298 is out of range: expected 1..1048576");
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_NTASKS_PER_NODE", "2147483650", 1);
+  expect_error("SLURM_NTASKS_PER_NODE=2147483650 is out of range");
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_TASKS_PER_NODE", "x(2)", 1);
+  expect_error("SLURM_TASKS_PER_NODE=\"x(2)\": cannot read the tasks per node");
+  setenv("ACCELERATE_RUN_ID", "x", 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("ACCELERATE_NUM_MACHINES", "0", 1);
+  expect_error("ACCELERATE_NUM_MACHINES=0 is out of range");
 }
 
 static int ran;

@@ -1,0 +1,289 @@
+/* The environment variable table and its typed, range-checked readers (see env.h).
+ *
+ * To add a variable: add one ROW below, read it with acc__env_int / acc__env_double /
+ * acc__env_bool / acc__env_enum / acc__env_str, and regenerate the table of
+ * docs/environment.md (`build/tests/unit/env_table_doc`, see docs/testing.md). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "env.h"
+
+#define LIB ACC__ENV_LIB
+#define CLI ACC__ENV_CLI
+#define SETS ACC__ENV_LAUNCHER
+#define EXT ACC__ENV_EXTERNAL
+#define RANKS 1048575.0 /* largest rank accepted from any launcher (world sizes up to 2^20) */
+#define SIZES 1048576.0
+
+#define ROW(name, type, min, max, choices, def, who, meaning) \
+  {name, ACC__ENV_##type, min, max, choices, def, who, meaning},
+
+/* clang-format off */
+static const acc__env_var table[] = {
+/* ---- process identity: accelerate launch ---- */
+ROW("ACCELERATE_RUN_ID", STRING, 0, 0, NULL, "", LIB | SETS, "Identifies the run; its presence selects the accelerate launch environment (RANK, WORLD_SIZE, ...). Part of the shared-memory segment name.")
+ROW("RANK", INT, 0, RANKS, NULL, "", LIB | SETS | EXT, "Global rank of this process (accelerate launch, torchrun).")
+ROW("WORLD_SIZE", INT, 1, SIZES, NULL, "", LIB | SETS | EXT, "Number of processes of the job.")
+ROW("LOCAL_RANK", INT, 0, RANKS, NULL, "RANK on one machine", LIB | SETS | EXT, "Rank of this process on its machine.")
+ROW("LOCAL_WORLD_SIZE", INT, 1, SIZES, NULL, "WORLD_SIZE", LIB | SETS | EXT, "Number of processes on this machine.")
+ROW("ACCELERATE_NUM_MACHINES", INT, 1, SIZES, NULL, "WORLD_SIZE / LOCAL_WORLD_SIZE", LIB | SETS, "Number of machines of the job.")
+ROW("ACCELERATE_MACHINE_RANK", INT, 0, RANKS, NULL, "0", SETS, "Rank of this machine.")
+ROW("ACCELERATE_RESTART_COUNT", INT, 0, 2147483647.0, NULL, "0", SETS, "How many times accelerate launch restarted the job (--max_restarts).")
+ROW("MASTER_ADDR", STRING, 0, 0, NULL, "127.0.0.1", SETS | EXT, "Address of the main machine (--main_process_ip).")
+ROW("MASTER_PORT", INT, 1, 65535, NULL, "29500", SETS | EXT | LIB, "Port of the main machine (--main_process_port); under torchrun, part of the job id.")
+/* ---- process identity: other launchers ---- */
+ROW("TORCHELASTIC_RUN_ID", STRING, 0, 0, NULL, "", LIB | EXT, "torchrun's run id, part of the job id.")
+ROW("OMPI_COMM_WORLD_RANK", INT, 0, RANKS, NULL, "", LIB | EXT, "Open MPI (mpirun): global rank.")
+ROW("OMPI_COMM_WORLD_SIZE", INT, 1, SIZES, NULL, "", LIB | EXT, "Open MPI: number of processes.")
+ROW("OMPI_COMM_WORLD_LOCAL_RANK", INT, 0, RANKS, NULL, "global rank", LIB | EXT, "Open MPI: rank on this machine.")
+ROW("OMPI_COMM_WORLD_LOCAL_SIZE", INT, 1, SIZES, NULL, "world size", LIB | EXT, "Open MPI: processes on this machine.")
+ROW("OMPI_MCA_ess_base_jobid", STRING, 0, 0, NULL, "", LIB | EXT, "Open MPI: job id, part of the job id.")
+ROW("PMIX_NAMESPACE", STRING, 0, 0, NULL, "", LIB | EXT, "Open MPI (PMIx): namespace, part of the job id.")
+ROW("PMI_RANK", INT, 0, RANKS, NULL, "", LIB | EXT, "MPICH (Hydra): global rank.")
+ROW("PMI_SIZE", INT, 1, SIZES, NULL, "", LIB | EXT, "MPICH: number of processes.")
+ROW("MPI_LOCALRANKID", INT, 0, RANKS, NULL, "global rank", LIB | EXT, "MPICH: rank on this machine.")
+ROW("MPI_LOCALNRANKS", INT, 1, SIZES, NULL, "world size", LIB | EXT, "MPICH: processes on this machine.")
+ROW("PMI_KVSNAME", STRING, 0, 0, NULL, "", LIB | EXT, "MPICH: key-value space name, part of the job id.")
+ROW("MV2_COMM_WORLD_RANK", INT, 0, RANKS, NULL, "", LIB | EXT, "MVAPICH: global rank.")
+ROW("MV2_COMM_WORLD_SIZE", INT, 1, SIZES, NULL, "", LIB | EXT, "MVAPICH: number of processes.")
+ROW("MV2_COMM_WORLD_LOCAL_RANK", INT, 0, RANKS, NULL, "global rank", LIB | EXT, "MVAPICH: rank on this machine.")
+ROW("MV2_COMM_WORLD_LOCAL_SIZE", INT, 1, SIZES, NULL, "world size", LIB | EXT, "MVAPICH: processes on this machine.")
+ROW("SLURM_PROCID", INT, 0, RANKS, NULL, "", LIB | EXT, "Slurm (srun): global rank.")
+ROW("SLURM_NTASKS", INT, 1, SIZES, NULL, "", LIB | EXT, "Slurm: number of processes.")
+ROW("SLURM_LOCALID", INT, 0, RANKS, NULL, "global rank", LIB | EXT, "Slurm: rank on this machine.")
+ROW("SLURM_NTASKS_PER_NODE", INT, 1, SIZES, NULL, "", LIB | EXT, "Slurm: processes per machine (first choice).")
+ROW("SLURM_STEP_TASKS_PER_NODE", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: processes per machine of the step, as \"4(x2),3\" (the first count is used).")
+ROW("SLURM_TASKS_PER_NODE", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: processes per machine of the job, same format.")
+ROW("SLURM_NNODES", INT, 1, SIZES, NULL, "1", LIB | EXT, "Slurm: number of machines, when no per-machine count is set.")
+ROW("SLURM_JOB_ID", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: job id, part of the job id.")
+ROW("SLURM_STEP_ID", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: step id, part of the job id.")
+/* ---- behaviour ---- */
+ROW("ACCELERATE_USE_CPU", BOOL, 0, 0, NULL, "true", LIB | SETS, "Run on the CPU (the only device of this version).")
+ROW("ACCELERATE_MIXED_PRECISION", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, "Mixed precision mode when the program does not choose one.")
+ROW("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", INT, 1, SIZES, NULL, "1", LIB, "Gradient accumulation steps; wins over the accelerator option.")
+ROW("ACCELERATE_DEBUG_MODE", BOOL, 0, 0, NULL, "false", LIB | SETS, "Check that every process makes the same collective calls (--debug).")
+ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi", "auto", LIB, "Communication backend when the program does not choose one.")
+ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a collective waits for the other processes before it fails; the only bound on a stopped or hung peer.")
+ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")
+ROW("ACCELERATE_HANG_REPORT_S", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds a collective waits before it reports which processes have not arrived.")
+ROW("ACCELERATE_SHM_CHUNK_BYTES", INT, 4096, 67108864, NULL, "524288", LIB, "Bytes per step of the shared-memory backend (a multiple of 64).")
+ROW("ACCELERATE_SHM_SPIN_US", INT, 0, 1000000, NULL, "20 (1 when processes outnumber CPUs)", LIB, "Microseconds a waiting process of the shared-memory backend spins before it yields.")
+ROW("ACCELERATE_SHM_YIELD_US", INT, 0, 1000000, NULL, "2000 (200 when processes outnumber CPUs)", LIB, "Microseconds a waiting process yields the CPU before it sleeps.")
+ROW("ACCELERATE_MPI_CHUNK", INT, 1, 1073741824, NULL, "1073741824", LIB, "Largest count (elements, or bytes for byte collectives) passed to one MPI call; larger collectives are split.")
+/* ---- logging and profiling ---- */
+ROW("ACCELERATE_LOG_LEVEL", STRING, 0, 0, NULL, "info", LIB, "Least severe level of the messages logged (a level name).")
+ROW("ACCELERATE_LOG_FILE", STRING, 0, 0, NULL, "standard error", LIB, "File the log goes to; %h is replaced by the host name, %p by the process id, %r by the rank.")
+ROW("ACCELERATE_PROFILE", STRING, 0, 0, NULL, "", LIB, "Directory the profiler writes its output to; unset: no profiling.")
+/* ---- accelerate launch ---- */
+ROW("ACCELERATE_LAUNCH_GRACE_PERIOD", DOUBLE, 0, 3600, NULL, "5", CLI, "Seconds accelerate launch waits after SIGTERM before it sends SIGKILL to the processes.")
+ROW("ACCELERATE_CPU_AFFINITY", BOOL, 0, 0, NULL, "", SETS, "Set to 1 by --enable_cpu_affinity.")
+ROW("ACCELERATE_DYNAMO_BACKEND", STRING, 0, 0, NULL, "", SETS, "Set from dynamo_config for Python programs; the library does not read it.")
+ROW("ACCELERATE_DYNAMO_MODE", STRING, 0, 0, NULL, "", SETS, "Set from dynamo_config; not read.")
+ROW("ACCELERATE_DYNAMO_USE_FULLGRAPH", BOOL, 0, 0, NULL, "", SETS, "Set from dynamo_config; not read.")
+ROW("ACCELERATE_DYNAMO_USE_DYNAMIC", BOOL, 0, 0, NULL, "", SETS, "Set from dynamo_config; not read.")
+ROW("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", BOOL, 0, 0, NULL, "", SETS, "Set from dynamo_config; not read.")
+ROW("CCL_WORKER_COUNT", INT, 0, 65536, NULL, "", SETS, "Set from --ipex/--mpirun_ccl settings for oneCCL programs; not read.")
+ROW("CUDA_VISIBLE_DEVICES", STRING, 0, 0, NULL, "", SETS, "Set from --gpu_ids; not read (no GPU backend yet).")
+ROW("OMP_NUM_THREADS", INT, 1, 65536, NULL, "1 when several processes share a machine", CLI | SETS, "Threads of OpenMP code; accelerate launch keeps a value that is already set.")
+ROW("OPENBLAS_NUM_THREADS", INT, 1, 65536, NULL, "same as OMP_NUM_THREADS", CLI | SETS, "Threads of OpenBLAS; same rule.")
+ROW("PATH", STRING, 0, 0, NULL, "", CLI, "Where accelerate launch looks for the program, and accelerate env for nvidia-smi.")
+ROW("HF_HOME", STRING, 0, 0, NULL, "", CLI, "The config directory is $HF_HOME/accelerate when set.")
+ROW("XDG_CACHE_HOME", STRING, 0, 0, NULL, "", CLI, "Else $XDG_CACHE_HOME/huggingface/accelerate.")
+ROW("HOME", STRING, 0, 0, NULL, "", CLI, "Else $HOME/.cache/huggingface/accelerate.")
+};
+/* clang-format on */
+
+const acc__env_var *acc__env_table(size_t *count) {
+  *count = sizeof table / sizeof table[0];
+  return table;
+}
+
+const acc__env_var *acc__env_find(const char *name) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(table[i].name, name) == 0) return &table[i];
+  return NULL;
+}
+
+static acc_result row_of(const char *name, const acc__env_var **out) {
+  *out = acc__env_find(name);
+  if (!*out)
+    return acc__error(ACC_ERR_INTERNAL,
+                      "environment variable %s is read but missing from the table of src/env.c",
+                      name);
+  return ACC_OK;
+}
+
+const char *acc__env_str(const char *name) { return getenv(name); }
+
+acc_result acc__env_parse_int(const acc__env_var *v, const char *text, long *out) {
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(text, &end, 10);
+  long long lo = (long long)v->min, hi = (long long)v->max;
+  if (end == text || *end != '\0' || (errno && errno != ERANGE))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "environment variable %s=\"%s\" is not an integer (expected %lld..%lld)",
+                      v->name, text, lo, hi);
+  if (errno == ERANGE || x < lo || x > hi)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "environment variable %s=%s is out of range: expected %lld..%lld", v->name,
+                      text, lo, hi);
+  *out = (long)x;
+  return ACC_OK;
+}
+
+acc_result acc__env_parse_double(const acc__env_var *v, const char *text, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(text, &end);
+  if (end == text || *end != '\0' || isnan(x))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "environment variable %s=\"%s\" is not a number (expected %.10g..%.10g)",
+                      v->name, text, v->min, v->max);
+  if (errno == ERANGE || !(x >= v->min && x <= v->max))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "environment variable %s=%s is out of range: expected %.10g..%.10g", v->name,
+                      text, v->min, v->max);
+  *out = x;
+  return ACC_OK;
+}
+
+acc_result acc__parse_bool(const char *name, const char *value, int *out) {
+  static const char *yes[] = {"y", "yes", "t", "true", "on", "1"};
+  static const char *no[] = {"n", "no", "f", "false", "off", "0"};
+  for (size_t i = 0; i < 6; i++) {
+    if (strcasecmp(value, yes[i]) == 0) {
+      *out = 1;
+      return ACC_OK;
+    }
+    if (strcasecmp(value, no[i]) == 0) {
+      *out = 0;
+      return ACC_OK;
+    }
+  }
+  return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "%s=\"%s\" is not a boolean: use one of 1/0, true/false, yes/no, on/off", name,
+                    value);
+}
+
+acc_result acc__env_bool(const char *name, int *out, int *was_set) {
+  const acc__env_var *row;
+  if (was_set) *was_set = 0;
+  ACC_CHECK(row_of(name, &row));
+  const char *v = getenv(name);
+  if (!v || !*v) return ACC_OK;
+  ACC_CHECK(acc__parse_bool(name, v, out));
+  if (was_set) *was_set = 1;
+  return ACC_OK;
+}
+
+acc_result acc__env_int(const char *name, long *out, int *was_set) {
+  const acc__env_var *row;
+  *was_set = 0;
+  ACC_CHECK(row_of(name, &row));
+  if (row->type != ACC__ENV_INT && row->type != ACC__ENV_DOUBLE)
+    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table",
+                      name);
+  const char *v = getenv(name);
+  if (!v || !*v) return ACC_OK;
+  ACC_CHECK(acc__env_parse_int(row, v, out));
+  *was_set = 1;
+  return ACC_OK;
+}
+
+acc_result acc__env_double(const char *name, double *out, int *was_set) {
+  const acc__env_var *row;
+  *was_set = 0;
+  ACC_CHECK(row_of(name, &row));
+  if (row->type != ACC__ENV_INT && row->type != ACC__ENV_DOUBLE)
+    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table",
+                      name);
+  const char *v = getenv(name);
+  if (!v || !*v) return ACC_OK;
+  ACC_CHECK(acc__env_parse_double(row, v, out));
+  *was_set = 1;
+  return ACC_OK;
+}
+
+acc_result acc__env_enum(const char *name, int *index, int *was_set) {
+  const acc__env_var *row;
+  *was_set = 0;
+  ACC_CHECK(row_of(name, &row));
+  if (row->type != ACC__ENV_ENUM)
+    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not an enum in the table",
+                      name);
+  const char *v = getenv(name);
+  if (!v || !*v) return ACC_OK;
+  const char *c = row->choices;
+  size_t len = strlen(v);
+  for (int i = 0; *c; i++) {
+    size_t n = strcspn(c, "|");
+    if (n == len && strncasecmp(c, v, n) == 0) {
+      *index = i;
+      *was_set = 1;
+      return ACC_OK;
+    }
+    c += n;
+    if (*c == '|') c++;
+  }
+  char list[256];
+  snprintf(list, sizeof list, "%s", row->choices);
+  for (char *p = list; *p; p++)
+    if (*p == '|') *p = ',';
+  return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "environment variable %s=\"%s\" is not one of %s", name, v, list);
+}
+
+static void print_who(FILE *out, int who) {
+  const char *sep = "";
+  if (who & ACC__ENV_LIB) fprintf(out, "%slibrary", sep), sep = ", ";
+  if (who & ACC__ENV_CLI) fprintf(out, "%sCLI", sep), sep = ", ";
+  if (who & ACC__ENV_LAUNCHER) fprintf(out, "%sset by accelerate launch", sep), sep = ", ";
+  if (who & ACC__ENV_EXTERNAL) fprintf(out, "%sset by other launchers", sep);
+}
+
+void acc__env_print_markdown(FILE *out) {
+  fprintf(out, "| Variable | Type | Range | Default | Read / set by | Meaning |\n");
+  fprintf(out, "|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    const acc__env_var *v = &table[i];
+    fprintf(out, "| `%s` | ", v->name);
+    switch (v->type) {
+      case ACC__ENV_INT:
+        fprintf(out, "integer | %.0f..%.0f", v->min, v->max);
+        break;
+      case ACC__ENV_DOUBLE:
+        fprintf(out, "number | %.10g..%.10g", v->min, v->max);
+        break;
+      case ACC__ENV_BOOL: fprintf(out, "boolean | 1/0, true/false, yes/no, on/off"); break;
+      case ACC__ENV_STRING: fprintf(out, "text | "); break;
+      case ACC__ENV_ENUM: {
+        fprintf(out, "choice | ");
+        for (const char *c = v->choices; *c; c++) {
+          if (*c == '|') fprintf(out, ", ");
+          else fputc(*c, out);
+        }
+        break;
+      }
+    }
+    fprintf(out, " | %s | ", v->def[0] ? v->def : "-");
+    print_who(out, v->who);
+    fprintf(out, " | %s |\n", v->meaning);
+  }
+}
+
+int acc__env_print_set(FILE *out, const char *prefix) {
+  int n = 0;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    /* PATH and HOME are not settings of accelerate, and long or private */
+    if (!strcmp(table[i].name, "PATH") || !strcmp(table[i].name, "HOME")) continue;
+    const char *v = getenv(table[i].name);
+    if (!v) continue;
+    fprintf(out, "%s%s=%s\n", prefix, table[i].name, v);
+    n++;
+  }
+  return n;
+}
