@@ -234,7 +234,7 @@ static int read_token_file(const char *path, int rank, char *token, size_t cap, 
   long p = 0;
   unsigned long long s = 0;
   if (sscanf(buf, "%79s %ld %llu", tok, &p, &s) != 3 || strlen(tok) != ACC_RDZV_TOKEN_LEN ||
-      strlen(tok) >= cap) {
+      (token && strlen(tok) >= cap)) {
     if (rank >= 0)
       acc__error(ACC_ERR_SYSTEM, "rank %d: the rendezvous token file %s is malformed", rank, path);
     return -1;
