@@ -189,10 +189,18 @@ static void rk_create_only(int rank, int n) {
  * launcher's SIGTERM (as a program that checkpoints on SIGTERM would) and writes what its
  * acc_state_create returned into the file argv[2]. */
 static int launched_child(const char *out) {
-  const char *r = getenv("RANK");
-  if (r && strcmp(r, "1") == 0) return 3;
-  signal(SIGTERM, SIG_IGN);
+  char ready[300];
+  snprintf(ready, sizeof ready, "%s.ready", out);
   alarm((unsigned)(30 * slack()));
+  const char *r = getenv("RANK");
+  if (r && strcmp(r, "1") == 0) {
+    /* exit only once rank 0 ignores SIGTERM, or the launcher's SIGTERM could end it first */
+    while (access(ready, F_OK) != 0) usleep(1000);
+    return 3;
+  }
+  signal(SIGTERM, SIG_IGN);
+  FILE *rf = fopen(ready, "w");
+  if (rf) fclose(rf);
   acc_state *st = NULL;
   double t0 = acc__now();
   acc_result rc = acc_state_create(&st, NULL);
@@ -230,6 +238,9 @@ static void sc_launcher_sibling(const char *cli, const char *self, const char *s
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "%s: the launcher should exit 3 (rank 1's status)",
         sc);
   FILE *f = fopen(out, "r");
+  char ready[300];
+  snprintf(ready, sizeof ready, "%s.ready", out);
+  unlink(ready);
   CHECK(f != NULL, "%s: rank 0 wrote no report (%s)", sc, out);
   if (!f) return;
   char line[2048] = "";
@@ -278,7 +289,10 @@ int main(int argc, char **argv) {
     /* regression for red-team D4 under the launcher: the survivor learns of the dead sibling
      * from the launcher's board at once */
     CHECK(argc > 2, "usage: test_rdzv launcher_sibling <accelerate cli>");
-    if (argc > 2) sc_launcher_sibling(argv[2], argv[0], sc);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    if (argc > 2) sc_launcher_sibling(argv[2], self, sc);
   } else if (strcmp(sc, "stale_kill") == 0) {
     /* regression for red-team D5: rank 0 killed during the rendezvous leaves its segment and
      * token file; the next job of the user reclaims them */
@@ -344,6 +358,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (getenv("ACC_TEST_VERBOSE"))
-    for (int r = 0; r < 2; r++) fprintf(stderr, "rank %d: %s (%.3f s)\n", r, reps[r].msg, reps[r].elapsed);
+    for (int r = 0; r < 2; r++)
+      fprintf(stderr, "rank %d: %s (%.3f s)\n", r, reps[r].msg, reps[r].elapsed);
   return acc_test_finish(sc);
 }

@@ -125,7 +125,8 @@ static void run_victim(const char *run_id, const char *const *env, report *reps)
   close(fds[0]);
   for (int r = 0; r < 2; r++) waitpid(pids[r], NULL, 0);
   if (getenv("ACC_TEST_VERBOSE"))
-    for (int r = 0; r < 2; r++) fprintf(stderr, "%s rank %d: sum %g %s\n", run_id, r, reps[r].sum, reps[r].msg);
+    for (int r = 0; r < 2; r++)
+      fprintf(stderr, "%s rank %d: sum %g %s\n", run_id, r, reps[r].sum, reps[r].msg);
 }
 
 typedef struct attacker {
