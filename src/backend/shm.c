@@ -701,7 +701,10 @@ static acc_result attach_segment(shm_be *s, const char *job_id) {
       /* re-read every time: a file left by a dead job with the same id is replaced by rank 0 */
       int t = acc__rdzv_read_token(s->token_path, s->me, s->token, sizeof s->token);
       if (t < 0) return ACC_ERR_SYSTEM;
-      if (t > 0) make_name(s, job_id), have_name = 1;
+      if (t > 0) {
+        make_name(s, job_id);
+        have_name = 1;
+      }
     }
     if (have_name) {
       int r = try_attach(s);
