@@ -70,6 +70,9 @@ ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a
 ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")
 ROW("ACCELERATE_HANG_REPORT_S", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds a collective waits before it reports which processes have not arrived.")
 ROW("ACCELERATE_SHM_CHUNK_BYTES", INT, 4096, 67108864, NULL, "524288", LIB, "Bytes per step of the shared-memory backend (a multiple of 64).")
+ROW("ACCELERATE_RENDEZVOUS_TOKEN", STRING, 0, 0, NULL, "", LIB | SETS, "Secret part of the shared-memory segment name (16..64 characters of [0-9A-Za-z_-]), exported by accelerate launch for each attempt; unset: rank 0 writes one to a 0600 file in a private runtime directory.")
+ROW("ACCELERATE_LAUNCHER_STATUS_FD", INT, 0, 2147483647.0, NULL, "", LIB | SETS, "Descriptor of the launcher's board of ranks that died; set by accelerate launch only.")
+ROW("XDG_RUNTIME_DIR", STRING, 0, 0, NULL, "", LIB | EXT, "First choice of the private directory for the rendezvous token file (must be owned by the user, mode 0700).")
 ROW("ACCELERATE_SHM_SPIN_US", INT, 0, 1000000, NULL, "20 (1 when processes outnumber CPUs)", LIB, "Microseconds a waiting process of the shared-memory backend spins before it yields.")
 ROW("ACCELERATE_SHM_YIELD_US", INT, 0, 1000000, NULL, "2000 (200 when processes outnumber CPUs)", LIB, "Microseconds a waiting process yields the CPU before it sleeps.")
 ROW("ACCELERATE_MPI_CHUNK", INT, 1, 1073741824, NULL, "1073741824", LIB, "Largest count (elements, or bytes for byte collectives) passed to one MPI call; larger collectives are split.")
@@ -92,7 +95,7 @@ ROW("OPENBLAS_NUM_THREADS", INT, 1, 65536, NULL, "same as OMP_NUM_THREADS", CLI 
 ROW("PATH", STRING, 0, 0, NULL, "", CLI, "Where accelerate launch looks for the program, and accelerate env for nvidia-smi.")
 ROW("HF_HOME", STRING, 0, 0, NULL, "", CLI, "The config directory is $HF_HOME/accelerate when set.")
 ROW("XDG_CACHE_HOME", STRING, 0, 0, NULL, "", CLI, "Else $XDG_CACHE_HOME/huggingface/accelerate.")
-ROW("HOME", STRING, 0, 0, NULL, "", CLI, "Else $HOME/.cache/huggingface/accelerate.")
+ROW("HOME", STRING, 0, 0, NULL, "", CLI | LIB, "Else $HOME/.cache/huggingface/accelerate; the library's last choice for the rendezvous token directory ($HOME/.cache/accelerate-run).")
 };
 /* clang-format on */
 

@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
+#include "rdzv.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -30,7 +32,7 @@ static acc_result build_env(char ***out, const char *const *keys, char *const *v
   return ACC_OK;
 }
 
-#define NKEYS 10
+#define NKEYS 12
 
 acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payload) {
   if (!fn) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_launch_function: fn is NULL");
@@ -51,11 +53,13 @@ acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payloa
   static const char *const keys[NKEYS] = {
       "ACCELERATE_RUN_ID", "RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
       "MASTER_ADDR",       "MASTER_PORT", "ACCELERATE_NUM_MACHINES", "ACCELERATE_MACHINE_RANK",
-      "ACCELERATE_RESTART_COUNT"};
+      "ACCELERATE_RESTART_COUNT", ACC_RDZV_TOKEN_ENV, ACC_RDZV_BOARD_ENV};
   int n = num_processes;
-  char run_id[64];
+  char run_id[64], token[ACC_RDZV_TOKEN_LEN + 1];
   acc__spawn_run_id(run_id, sizeof run_id);
+  ACC_CHECK(acc__random_hex(token, ACC_RDZV_TOKEN_LEN / 2));
   acc_result rc = ACC_OK;
+  int board = -1;
   char ***envs = acc__calloc((size_t)n, sizeof *envs);
   char **strs = acc__calloc((size_t)n * NKEYS, sizeof *strs);
   int *ranks = acc__calloc((size_t)n, sizeof *ranks);
@@ -63,6 +67,8 @@ acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payloa
     rc = ACC_ERR_NOMEM;
     goto done;
   }
+  for (int i = 0; i < n; i++) ranks[i] = i;
+  board = acc__board_create(n, ranks, run_id); /* -1: the rendezvous timeout still bounds it */
   for (int i = 0; i < n && rc == ACC_OK; i++) {
     ranks[i] = i;
     char vals[NKEYS][64];
@@ -76,6 +82,9 @@ acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payloa
     snprintf(vals[7], 64, "1");
     snprintf(vals[8], 64, "0");
     snprintf(vals[9], 64, "0");
+    snprintf(vals[10], 64, "%s", token);
+    if (board >= 0) snprintf(vals[11], 64, "%d", board);
+    else vals[11][0] = '\0';
     for (int k = 0; k < NKEYS; k++) {
       size_t len = strlen(keys[k]) + strlen(vals[k]) + 2;
       char *kv = acc__malloc(len);
@@ -98,7 +107,9 @@ acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payloa
                        .grace_s = 5.0,
                        .monitor_interval_s = 0.5,
                        .quiet = 1,
-                       .who = "acc_launch_function"};
+                       .who = "acc_launch_function",
+                       .has_board = board >= 0,
+                       .board_fd = board};
   acc__spawn_result res;
   rc = acc__spawn_run(&o, &res);
   acc__spawn_remove_segments(run_id);
@@ -106,6 +117,7 @@ acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payloa
     rc = acc__error(ACC_ERR_REMOTE, "acc_launch_function: %s; the other ranks were stopped",
                     res.message);
 done:
+  if (board >= 0) close(board);
   if (envs)
     for (int i = 0; i < n; i++) acc__free(envs[i]);
   if (strs)

@@ -1,6 +1,8 @@
 /* Process-group spawning and monitoring (see spawn.h). Linux: signalfd, prctl. */
 #include "spawn.h"
 
+#include "rdzv.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -170,6 +172,8 @@ static int pump(stream *s, int rank) {
 static void record_exit(monitor *m, proc *p, int st) {
   p->alive = 0;
   m->alive--;
+  /* first, before any SIGTERM: siblings still rendezvousing learn it from the board */
+  if (m->o->has_board) acc__board_record(m->o->board_fd, (int)(p - m->p), p->pid, st);
   int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   acc__spawn_result *res = m->res;
   if (!failed || res->failed_rank >= 0 || res->interrupted || m->terminating) return;
@@ -278,6 +282,7 @@ static void child_main(monitor *m, int i, pid_t parent, int out_fd[2], int death
   for (int k = 0; k < 2; k++)
     if (out_fd[k] >= 0) close(out_fd[k]);
   close_all_fds(m); /* the parent's ends, and other ranks' pipes */
+  if (o->has_board) fcntl(o->board_fd, F_SETFD, 0); /* inherited across exec */
   sigprocmask(SIG_SETMASK, &m->old_mask, NULL);
   environ = (char **)o->envs[i];
   if (o->argv) {

@@ -1,24 +1,32 @@
 /* Shared-memory backend: the built-in default for several processes on one machine.
  *
- * Segment. One POSIX shared-memory object "/acc-<job id>" (layout in shm.h): a header, one
+ * Segment. One POSIX shared-memory object "/acc-<job id>-<token>" (layout in shm.h): a header, one
  * control block per rank (arrival counter `seq` alone on a cache line, pid, flags, a robust
  * process-shared liveness mutex), per-rank data slots [2][CHUNK], a result area [2][CHUNK].
  * The whole mapping is prefaulted once (MAP_POPULATE), never per call.
  *
- * Rendezvous. Rank 0 creates the object with O_EXCL (a leftover with the same name is unlinked
- * and recreated), reserves its memory (posix_fallocate: a full /dev/shm is an error, not a
- * SIGBUS later), initializes it, locks its liveness mutex and sets `ready`. The other ranks
- * reopen the name until it is ready and rank 0's mutex is held (otherwise it is a stale
- * segment of a dead job: drop it, retry). Each rank locks its own mutex and registers; after
- * one step that every rank reaches, rank 0 unlinks the name: the mappings stay valid and no
- * /dev/shm entry can outlive the job, even if everything crashes later.
+ * Rendezvous. The job id is predictable under some launchers, so the name also carries a random
+ * token that only the job's user can learn (exported by `accelerate launch`, or published by
+ * rank 0 in a 0600 file of the user's private runtime directory: src/rdzv.c). Rank 0 reclaims
+ * segments whose creator died, creates the object with O_EXCL (a leftover of ours with the same
+ * name is unlinked and recreated; another user's is refused), records itself as the creator,
+ * reserves the memory (posix_fallocate: a full /dev/shm is an error, not a SIGBUS later),
+ * initializes it, locks its liveness mutex and sets `ready`. The other ranks refuse an object
+ * not owned by their euid with mode 0600 (before mapping it), and reopen the name until it is
+ * ready and rank 0's mutex is held (otherwise it is a stale segment of a dead job: drop it,
+ * retry). Each rank locks its own mutex and registers; after one step that every rank reaches,
+ * rank 0 unlinks the name and the token file: the mappings stay valid and no /dev/shm entry can
+ * outlive the job, even if everything crashes later. The whole rendezvous is bounded by
+ * ACCELERATE_RENDEZVOUS_TIMEOUT, and under `accelerate launch` a sibling that exits before
+ * attaching is learnt from the launcher's board at once.
  *
  * Steps. Every rank keeps a local counter; all ranks make the same calls, so the counters agree.
  * A step publishes seq = ++counter and waits until every rank's seq >= counter. Waiting spins
  * briefly, then sleeps on the shared futex word (publishers bump it and wake all when someone
- * sleeps); every 100 ms the ranks not yet arrived are checked: a robust mutex that is free or
- * returns EOWNERDEAD means the rank is gone (died, or left via destroy), which fails the call
- * with ACC_ERR_REMOTE; the collective timeout gives ACC_ERR_TIMEOUT. Nothing waits forever.
+ * sleeps); every 100 ms, in every phase (spin, yield, futex: the first two are bounded to 1 s),
+ * the ranks not yet arrived are checked: a robust mutex that is free or returns EOWNERDEAD means
+ * the rank is gone (died, or left via destroy), which fails the call with ACC_ERR_REMOTE; the
+ * collective timeout gives ACC_ERR_TIMEOUT. Nothing waits forever.
  *
  * Buffer rule (why double buffering is safe). A step numbered s uses buffers of parity s & 1:
  *   - slots of parity p are written only before publishing a step s with s & 1 == p, and read
@@ -49,6 +57,7 @@
 #include <unistd.h>
 
 #include "../backend.h"
+#include "../rdzv.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -58,6 +67,8 @@
 #define SHM_SMALL_BYTES (16u * 1024u) /* one-step all_reduce/reduce up to this size */
 #define SHM_CHECK_PERIOD_S 0.1        /* liveness check period while waiting */
 #define SHM_FUTEX_WAIT_NS 50000000L   /* one futex sleep: 50 ms at most */
+#define SHM_MAX_PHASE_US 1000000L     /* upper bound of ACCELERATE_SHM_SPIN_US / _YIELD_US */
+#define SHM_RDZV_TIMEOUT_S 60.0       /* default ACCELERATE_RENDEZVOUS_TIMEOUT */
 
 typedef struct shm_be {
   acc__backend base;
@@ -76,6 +87,13 @@ typedef struct shm_be {
   int registered; /* own mutex locked */
   int unlinked;
   int joining; /* during the rendezvous step: messages talk about attaching */
+  double rdzv_t0;        /* start of the rendezvous */
+  double rdzv_timeout_s; /* bound of the whole rendezvous (attach + first step) */
+  const char *rdzv_var;  /* what set it, for messages */
+  int board_fd;          /* launcher's board of exited ranks, or -1 */
+  int token_published;   /* rank 0 wrote token_path */
+  char token[80];        /* unpredictable part of the name */
+  char token_path[PATH_MAX]; /* token file (empty when the launcher exported the token) */
   char name[NAME_MAX + 2];
 } shm_be;
 
@@ -232,45 +250,80 @@ static acc_result timeout_error(shm_be *s, uint64_t target) {
   if (s->joining)
     return acc__error(ACC_ERR_TIMEOUT,
                       "joining the shared-memory process group on rank %d: timed out after %g s "
-                      "(ACCELERATE_TIMEOUT): attached: %s, not attached: %s",
-                      s->me, s->timeout_s, arrived, missing);
+                      "(%s): attached: %s, not attached: %s (a rank that is not attached has not "
+                      "started, failed before acc_state_create, or is a different job)",
+                      s->me, s->rdzv_timeout_s, s->rdzv_var, arrived, missing);
   return acc__error(ACC_ERR_TIMEOUT,
                     "%s (collective #%llu) on rank %d: timed out after %g s (ACCELERATE_TIMEOUT): "
                     "arrived: %s, not arrived: %s",
                     what(s), (unsigned long long)s->base.op_seq, s->me, s->timeout_s, arrived, missing);
 }
 
+/* During the rendezvous: a rank that the launcher saw exit will never attach. */
+static acc_result board_check(shm_be *s) {
+  acc__board_entry e;
+  int r = acc__board_find_dead(s->board_fd, s->me, -1, &e);
+  if (r < 0) return ACC_OK;
+  char how[96], arrived[512], missing[512];
+  acc__board_describe(&e, how, sizeof how);
+  if (!s->map)
+    return acc__error(ACC_ERR_REMOTE,
+                      "joining the shared-memory process group on rank %d: rank %d (pid %d) %s "
+                      "before joining (reported by accelerate launch)",
+                      s->me, r, (int)e.pid, how);
+  rank_list(s, 0, 1, arrived, sizeof arrived);
+  rank_list(s, 0, 0, missing, sizeof missing);
+  return acc__error(ACC_ERR_REMOTE,
+                    "joining the shared-memory process group on rank %d: rank %d (pid %d) %s "
+                    "before every rank attached (reported by accelerate launch); attached: %s, "
+                    "not attached: %s",
+                    s->me, r, (int)e.pid, how, arrived, missing);
+}
+
+/* Low-frequency checks of every waiting phase: dead peers, the launcher's board during the
+ * rendezvous, the deadline. */
+static acc_result wait_check(shm_be *s, uint64_t target, double t0, double now, double *last) {
+  if (now - *last < SHM_CHECK_PERIOD_S) return ACC_OK;
+  *last = now;
+  ACC_CHECK(check_peers(s, target));
+  if (s->joining) {
+    ACC_CHECK(board_check(s));
+    if (now - s->rdzv_t0 >= s->rdzv_timeout_s) return timeout_error(s, target);
+  } else if (now - t0 >= s->timeout_s) {
+    return timeout_error(s, target);
+  }
+  return ACC_OK;
+}
+
 /* Waits until every rank's seq >= target. */
 static acc_result wait_all(shm_be *s, uint64_t target) {
   int miss = first_missing(s, target, 0);
   if (miss < 0) return ACC_OK;
-  double t0 = acc__now();
+  double t0 = acc__now(), last_check = t0, now;
   /* 1. spin: the peer is usually running on another core and arrives within microseconds;
    * but not when it last ran on this very CPU (it cannot run while we spin) */
   for (unsigned i = 1; atomic_load_explicit(&s->ctrl[miss].cpu, memory_order_relaxed) != s->cpu; i++) {
     cpu_relax();
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
-    if ((i & 63) == 0 && acc__now() - t0 > s->spin_s) break;
+    if ((i & 63) == 0) {
+      if ((now = acc__now()) - t0 > s->spin_s) break;
+      ACC_CHECK(wait_check(s, target, t0, now, &last_check));
+    }
   }
   /* 2. yield: lets a peer that shares this core run, without the futex wake-up that makes the
    * scheduler pull both processes onto one core (measured: ~28 us per step instead of 0.2) */
-  while (acc__now() - t0 < s->yield_s) {
+  while ((now = acc__now()) - t0 < s->yield_s) {
+    ACC_CHECK(wait_check(s, target, t0, now, &last_check));
     sched_yield();
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
   }
-  double last_check = t0;
   for (;;) {
     atomic_fetch_add(&s->hdr->sleepers, 1);
     uint32_t v = atomic_load(&s->hdr->futex_word);
     if ((miss = first_missing(s, target, miss)) >= 0) futex_wait(&s->hdr->futex_word, v);
     atomic_fetch_sub(&s->hdr->sleepers, 1);
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
-    double now = acc__now();
-    if (now - last_check >= SHM_CHECK_PERIOD_S) {
-      last_check = now;
-      ACC_CHECK(check_peers(s, target));
-      if (now - t0 >= s->timeout_s) return timeout_error(s, target);
-    }
+    ACC_CHECK(wait_check(s, target, t0, acc__now(), &last_check));
   }
 }
 
@@ -476,6 +529,28 @@ static acc_result read_chunk_env(int rank, size_t *chunk) {
   return ACC_OK;
 }
 
+/* Rank 0's segment name "/acc-<job id>-<token>". */
+static void make_name(shm_be *s, const char *job_id) {
+  snprintf(s->name, sizeof s->name, "/acc-%s-%s", job_id, s->token);
+  s->name[NAME_MAX] = '\0'; /* "/" + at most NAME_MAX - 1 characters */
+}
+
+/* The name exists already: a leftover of ours (an earlier job with the same id and token) is
+ * removed; one of another user is refused. */
+static acc_result remove_existing(shm_be *s) {
+  char path[NAME_MAX + 16];
+  struct stat st;
+  snprintf(path, sizeof path, "/dev/shm%s", s->name);
+  if (lstat(path, &st) == 0 && st.st_uid != geteuid())
+    return acc__error(ACC_ERR_SYSTEM,
+                      "rank 0: cannot create the shared-memory segment %s: it already exists and "
+                      "belongs to uid %u (another local user created this name; see the threat "
+                      "model in docs/backends.md)",
+                      s->name, (unsigned)st.st_uid);
+  shm_unlink(s->name); /* a leftover of an earlier job with the same id: never reuse it */
+  return ACC_OK;
+}
+
 static acc_result create_segment(shm_be *s) {
   size_t chunk = SHM_DEFAULT_CHUNK;
   ACC_CHECK(read_chunk_env(s->me, &chunk));
@@ -487,9 +562,20 @@ static acc_result create_segment(shm_be *s) {
     if (errno != EEXIST || tries >= 100)
       return acc__error(ACC_ERR_SYSTEM, "rank 0: cannot create the shared-memory segment %s: %s",
                         s->name, strerror(errno));
-    shm_unlink(s->name); /* a leftover of an earlier job with the same id: never reuse it */
+    ACC_CHECK(remove_existing(s));
   }
-  int err = ftruncate(fd, (off_t)total) != 0 ? errno : posix_fallocate(fd, 0, (off_t)total);
+  /* creator first, so that a kill from here on leaves a segment the next job can reclaim */
+  acc__shm_header early;
+  memset(&early, 0, sizeof early);
+  early.magic = ACC_SHM_MAGIC;
+  early.version = ACC_SHM_VERSION;
+  early.creator_pid = (int32_t)getpid();
+  early.creator_start = acc__proc_start_time(getpid());
+  int err = fchmod(fd, 0600) != 0 ? errno : 0; /* whatever the umask: the others check 0600 */
+  if (!err) err = ftruncate(fd, (off_t)total) != 0 ? errno : 0;
+  if (!err && pwrite(fd, &early, sizeof early, 0) != (ssize_t)sizeof early)
+    err = errno ? errno : EIO;
+  if (!err) err = posix_fallocate(fd, 0, (off_t)total);
   if (err) {
     close(fd);
     shm_unlink(s->name);
@@ -509,10 +595,8 @@ static acc_result create_segment(shm_be *s) {
   s->map = m;
   s->map_bytes = total;
   s->chunk = chunk;
-  memset(s->map, 0, total); /* touch every page once, now, not during collectives */
+  memset(s->map + sizeof early, 0, total - sizeof early); /* touch every page once, now */
   set_pointers(s);
-  s->hdr->magic = ACC_SHM_MAGIC;
-  s->hdr->version = ACC_SHM_VERSION;
   s->hdr->world = s->n;
   s->hdr->chunk = chunk;
   s->hdr->total_bytes = total;
@@ -545,7 +629,24 @@ static int try_attach(shm_be *s) {
     return -1;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < acc__shm_slots_off(s->n)) {
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return 0;
+  }
+  /* Trust nothing in a segment that another user could have written: rank 0 creates it as
+   * the same user, mode 0600. Checked before mapping it. */
+  if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
+    close(fd);
+    acc__error(ACC_ERR_SYSTEM,
+               "rank %d: refusing the shared-memory segment %s: it belongs to uid %u with mode "
+               "%04o, but this job's segment must belong to uid %u with mode 0600 (another local "
+               "user may be trying to intercept the rendezvous; see the threat model in "
+               "docs/backends.md)",
+               s->me, s->name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+               (unsigned)geteuid());
+    return -1;
+  }
+  if ((uint64_t)st.st_size < acc__shm_slots_off(s->n)) {
     close(fd);
     return 0;
   }
@@ -589,18 +690,46 @@ static int try_attach(shm_be *s) {
   return ok;
 }
 
-static acc_result attach_segment(shm_be *s) {
-  double t0 = acc__now();
+/* Ranks other than 0: learn the name (token file, unless the launcher exported the token) and
+ * attach once rank 0 of a living job has initialized the segment. */
+static acc_result attach_segment(shm_be *s, const char *job_id) {
+  double last_board = s->rdzv_t0, pause = 0.0005;
+  int have_name = s->token_path[0] == '\0';
+  if (have_name) make_name(s, job_id);
   for (;;) {
-    int r = try_attach(s);
-    if (r < 0) return ACC_ERR_SYSTEM;
-    if (r > 0) break;
-    if (acc__now() - t0 > s->timeout_s)
+    if (s->token_path[0]) {
+      /* re-read every time: a file left by a dead job with the same id is replaced by rank 0 */
+      int t = acc__rdzv_read_token(s->token_path, s->me, s->token, sizeof s->token);
+      if (t < 0) return ACC_ERR_SYSTEM;
+      if (t > 0) {
+        make_name(s, job_id);
+        have_name = 1;
+      }
+    }
+    if (have_name) {
+      int r = try_attach(s);
+      if (r < 0) return ACC_ERR_SYSTEM;
+      if (r > 0) break;
+    }
+    double now = acc__now();
+    if (now - last_board >= SHM_CHECK_PERIOD_S / 2) {
+      last_board = now;
+      ACC_CHECK(board_check(s));
+    }
+    if (now - s->rdzv_t0 > s->rdzv_timeout_s) {
+      if (!have_name)
+        return acc__error(ACC_ERR_TIMEOUT,
+                          "rank %d: timed out after %g s (%s) waiting for rank 0 to create the "
+                          "shared-memory segment: its rendezvous token file %s does not exist (is "
+                          "rank 0 running, with the same job?)",
+                          s->me, s->rdzv_timeout_s, s->rdzv_var, s->token_path);
       return acc__error(ACC_ERR_TIMEOUT,
-                        "rank %d: timed out after %g s (ACCELERATE_TIMEOUT) waiting for rank 0 to "
-                        "create the shared-memory segment %s (is rank 0 running, with the same job?)",
-                        s->me, s->timeout_s, s->name);
-    sleep_s(0.0005);
+                        "rank %d: timed out after %g s (%s) waiting for rank 0 to create the "
+                        "shared-memory segment %s (is rank 0 running, with the same job?)",
+                        s->me, s->rdzv_timeout_s, s->rdzv_var, s->name);
+    }
+    sleep_s(pause);
+    if (pause < 0.004) pause *= 1.2; /* 0.5 ms at first, 4 ms after ~25 ms */
   }
   acc__shm_ctrl *c = &s->ctrl[s->me];
   int err = pthread_mutex_trylock(&c->lock);
@@ -610,6 +739,55 @@ static acc_result attach_segment(shm_be *s) {
                       "%d (%s): are two jobs sharing one ACCELERATE_RUN_ID?",
                       s->me, s->name, s->me, strerror(err));
   s->registered = 1;
+  return ACC_OK;
+}
+
+/* Environment of the backend: wait phases (bounded: the checks of a phase run at most every
+ * SHM_CHECK_PERIOD_S, and a phase must end for the futex sleep's own checks to run) and the
+ * rendezvous timeout. */
+static acc_result read_env(shm_be *s) {
+  static const char *const names[2] = {"ACCELERATE_SHM_SPIN_US", "ACCELERATE_SHM_YIELD_US"};
+  double *dst[2] = {&s->spin_s, &s->yield_s};
+  for (int i = 0; i < 2; i++) {
+    long us = 0;
+    int set = 0;
+    ACC_CHECK(acc__env_int(names[i], &us, &set));
+    if (!set) continue;
+    if (us > SHM_MAX_PHASE_US)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "rank %d: %s=%ld is out of range: expected 0..%ld microseconds (longer "
+                        "waits sleep on a futex)",
+                        s->me, names[i], us, SHM_MAX_PHASE_US);
+    *dst[i] = (double)us * 1e-6;
+  }
+  double t = SHM_RDZV_TIMEOUT_S;
+  int set = 0;
+  ACC_CHECK(acc__env_double("ACCELERATE_RENDEZVOUS_TIMEOUT", &t, &set));
+  s->rdzv_var = "ACCELERATE_RENDEZVOUS_TIMEOUT";
+  if (!set && s->timeout_s < t) {
+    t = s->timeout_s; /* never wait longer than the collective timeout either */
+    s->rdzv_var = "ACCELERATE_TIMEOUT";
+  }
+  s->rdzv_timeout_s = t;
+  return ACC_OK;
+}
+
+/* The unpredictable part of the name: exported by the launcher, or published by rank 0 in the
+ * runtime directory. Rank 0 also reclaims what dead jobs left. */
+static acc_result setup_token(shm_be *s, const char *job_id) {
+  int set = 0;
+  ACC_CHECK(acc__rdzv_env_token(s->token, sizeof s->token, &set));
+  if (set) {
+    if (s->me == 0) acc__rdzv_reclaim(NULL);
+    return ACC_OK;
+  }
+  char dir[PATH_MAX];
+  ACC_CHECK(acc__rdzv_runtime_dir(dir, sizeof dir));
+  acc__rdzv_token_path(s->token_path, sizeof s->token_path, dir, job_id);
+  if (s->me != 0) return ACC_OK;
+  acc__rdzv_reclaim(dir);
+  ACC_CHECK(acc__rdzv_publish_token(s->token_path, s->token, sizeof s->token));
+  s->token_published = 1;
   return ACC_OK;
 }
 
@@ -629,17 +807,25 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->n = info->size;
   s->me = info->rank;
   s->timeout_s = info->timeout_s > 0 ? info->timeout_s : 1800.0;
+  s->board_fd = -1;
+  s->rdzv_t0 = acc__now();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int enough_cores = ncpu > 0 && ncpu >= info->local_size;
   s->spin_s = enough_cores ? 20e-6 : 1e-6;
   s->yield_s = enough_cores ? 2e-3 : 200e-6;
-  long us = 0;
-  int set = 0;
-  if (acc__env_int("ACCELERATE_SHM_SPIN_US", &us, &set) == ACC_OK && set) s->spin_s = (double)us * 1e-6;
-  if (acc__env_int("ACCELERATE_SHM_YIELD_US", &us, &set) == ACC_OK && set) s->yield_s = (double)us * 1e-6;
-  snprintf(s->name, sizeof s->name, "/acc-%s", info->job_id);
-  s->name[NAME_MAX] = '\0'; /* "/" + at most NAME_MAX - 1 characters */
-  acc_result rc = s->me == 0 ? create_segment(s) : attach_segment(s);
+  acc_result rc = read_env(s);
+  if (rc == ACC_OK) {
+    s->board_fd = acc__board_open();
+    rc = setup_token(s, info->job_id);
+  }
+  if (rc == ACC_OK) {
+    if (s->me == 0) {
+      make_name(s, info->job_id);
+      rc = create_segment(s);
+    } else {
+      rc = attach_segment(s, info->job_id);
+    }
+  }
   if (rc == ACC_OK) {
     acc__shm_ctrl *c = &s->ctrl[s->me];
     atomic_store(&c->pid, (int32_t)getpid());
@@ -651,6 +837,10 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   if (s->me == 0 && s->map) {
     shm_unlink(s->name); /* from now on no /dev/shm entry exists, whatever happens */
     s->unlinked = 1;
+  }
+  if (s->token_published) { /* the others have read it (or the rendezvous failed) */
+    acc__rdzv_remove_token(s->token_path, s->token);
+    s->token_published = 0;
   }
   if (rc != ACC_OK) {
     shm_destroy(&s->base);

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 1u
+#define ACC_SHM_VERSION 2u
 #define ACC_SHM_LINE 64
 
 /* Segment header (first bytes of the mapping). */
@@ -18,6 +18,9 @@ typedef struct acc__shm_header {
   int32_t world;
   uint64_t chunk;       /* bytes per data slot */
   uint64_t total_bytes; /* size of the whole mapping */
+  int32_t creator_pid;    /* rank 0, written first: a segment whose creator is dead is stale */
+  uint32_t reserved;
+  uint64_t creator_start; /* its start time (/proc/<pid>/stat), against pid reuse */
   _Atomic uint32_t ready; /* set by rank 0 when everything below is initialized */
   /* Futex word + sleeper count, on their own cache line. */
   _Alignas(ACC_SHM_LINE) _Atomic uint32_t futex_word;

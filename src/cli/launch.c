@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "config_file.h"
 #include "env.h"
+#include "rdzv.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -504,7 +505,8 @@ static int run_mpi(const launch_args *a, long local, long port) {
   /* mpirun gives the ranks (OMPI_COMM_WORLD_*): drop an outer launch's variables, which the
    * library would otherwise prefer. */
   static const char *const outer[] = {"ACCELERATE_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                      "LOCAL_WORLD_SIZE", "ACCELERATE_RESTART_COUNT"};
+                                      "LOCAL_WORLD_SIZE", "ACCELERATE_RESTART_COUNT",
+                                      ACC_RDZV_TOKEN_ENV, ACC_RDZV_BOARD_ENV};
   for (size_t i = 0; i < sizeof outer / sizeof outer[0]; i++) env_unset(&e, outer[i]);
   size_t nprog = 0;
   while (a->prog[nprog]) nprog++;
@@ -607,12 +609,25 @@ int acc_cli_launch(int argc, char **argv) {
   char run_id[64];
   for (long attempt = 0;; attempt++) {
     acc__spawn_run_id(run_id, sizeof run_id);
-    char b[32];
+    /* the segment name's secret part (the run id alone is visible in /dev/shm listings), and
+     * the board where the ranks learn at once of a sibling that exited (src/rdzv.h) */
+    char token[ACC_RDZV_TOKEN_LEN + 1];
+    if (acc__random_hex(token, ACC_RDZV_TOKEN_LEN / 2) != ACC_OK) {
+      fprintf(stderr, WHO ": %s\n", acc_last_error());
+      status = 1;
+      break;
+    }
+    int board = acc__board_create(n, ranks, run_id);
+    char b[32], board_s[16];
+    snprintf(board_s, sizeof board_s, "%d", board);
     int err = 0;
     for (int i = 0; i < n; i++) {
       env_free(&envs[i]);
       err |= env_copy(&envs[i], &base);
       err |= env_set(&envs[i], "ACCELERATE_RUN_ID", run_id);
+      err |= env_set(&envs[i], ACC_RDZV_TOKEN_ENV, token);
+      if (board >= 0) err |= env_set(&envs[i], ACC_RDZV_BOARD_ENV, board_s);
+      else env_unset(&envs[i], ACC_RDZV_BOARD_ENV);
       snprintf(b, sizeof b, "%ld", attempt);
       err |= env_set(&envs[i], "ACCELERATE_RESTART_COUNT", b);
       snprintf(b, sizeof b, "%d", ranks[i]);
@@ -622,6 +637,7 @@ int acc_cli_launch(int argc, char **argv) {
       envp[i] = envs[i].v;
     }
     if (err) {
+      if (board >= 0) close(board);
       fprintf(stderr, WHO ": out of memory\n");
       status = 1;
       break;
@@ -642,9 +658,12 @@ int acc_cli_launch(int argc, char **argv) {
                           * terminal would stop them (SIGTTIN) */
                          .null_stdin = isatty(0),
                          .quiet = a.quiet,
-                         .who = WHO};
+                         .who = WHO,
+                         .has_board = board >= 0,
+                         .board_fd = board};
     acc__spawn_result res;
     acc_result arc = acc__spawn_run(&o, &res);
+    if (board >= 0) close(board);
     acc__spawn_remove_segments(run_id);
     if (arc != ACC_OK) {
       fprintf(stderr, WHO ": %s\n", acc_last_error());

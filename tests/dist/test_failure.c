@@ -28,6 +28,8 @@ typedef struct report {
 
 static int g_wfd = -1;
 static char g_run_id[64];
+/* Rendezvous token of the stale-segment scenarios (exported, so the forged name is the job's). */
+static const char g_token[] = "0123456789abcdef0123456789abcdef";
 /* Number of reports sent so far, shared by every rank (anonymous shared memory made before the
  * forks): a late rank waits on it instead of sleeping, so "late" holds however slow the machine. */
 static _Atomic int *g_reported;
@@ -241,7 +243,7 @@ static void expect(const report *r, acc_result rc, const char *substr, const cha
  * dead_owner, rank 0's liveness lock is held by a process that has exited. */
 static void forge_stale(int n, int dead_owner) {
   char name[256];
-  snprintf(name, sizeof name, "/acc-accelerate-%s-x-%ld", g_run_id, (long)getpid());
+  snprintf(name, sizeof name, "/acc-accelerate-%s-x-%ld-%s", g_run_id, (long)getpid(), g_token);
   uint64_t chunk = 512 * 1024, total = acc__shm_total(n, chunk);
   int fd = shm_open(name, O_RDWR | O_CREAT | O_TRUNC, 0600);
   REQUIRE_OK(fd >= 0 ? ACC_OK : ACC_ERR_SYSTEM);
@@ -341,7 +343,8 @@ int main(int argc, char **argv) {
     }
   } else if (strcmp(sc, "stale_clean") == 0 || strcmp(sc, "stale_dead") == 0) {
     forge_stale(2, strcmp(sc, "stale_dead") == 0);
-    run_job(2, sc_stale, NULL, reps, pids);
+    const char *env[] = {"ACCELERATE_RENDEZVOUS_TOKEN", g_token, NULL};
+    run_job(2, sc_stale, env, reps, pids);
     for (int r = 0; r < 2; r++) expect(&reps[r], ACC_OK, NULL, sc);
   } else {
     fprintf(stderr, "usage: test_failure kill_barrier|kill_allreduce|left|timeout|late_join|"
