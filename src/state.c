@@ -5,6 +5,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "module.h"
 #include "state.h"
 
 static acc_state *g_state;
@@ -260,21 +261,37 @@ static acc_result check_same(const acc_state *st, const acc_state_options *in, c
   return ACC_OK;
 }
 
+#define ACC_MPI_MODULE_HINT                                                                     \
+  "install the MPI module libaccelerate-mpi.so in <libdir>/accelerate/ (it is built when "       \
+  "libopenmpi-dev is installed, or with -DACC_WITH_MPI=ON), or set ACCELERATE_MODULE_DIR to the " \
+  "directory that holds it"
+
+static acc_result create_mpi(acc_state *st, const acc__proc_info *info) {
+  const acc__module_ops *mod = NULL;
+  acc_result rc = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod);
+  if (rc != ACC_OK) return acc__error_context(rc, "the MPI backend is needed");
+  if (!mod->backend_create)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "the MPI module provides no backend");
+  return mod->backend_create(&st->be, info);
+}
+
 static acc_result create_backend(acc_state *st, const acc__env_info *e) {
   int kind = st->backend_kind;
   int mpi_launcher = strcmp(e->launcher, "openmpi") == 0 || strcmp(e->launcher, "mpich") == 0 ||
                      strcmp(e->launcher, "mvapich") == 0;
   if (e->size == 1) kind = ACC_BACKEND_SINGLE;
-  if (kind == ACC_BACKEND_AUTO) {
-#ifdef ACC_HAVE_MPI
-    if (mpi_launcher || e->local_size != e->size) kind = ACC_BACKEND_MPI;
-    else kind = ACC_BACKEND_SHM;
-#else
-    (void)mpi_launcher;
-    kind = ACC_BACKEND_SHM;
-#endif
-  }
   acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s};
+  if (kind == ACC_BACKEND_AUTO) {
+    /* Several machines need MPI. Under an MPI launcher on one machine, MPI is used when its
+     * module is installed and shared memory otherwise. */
+    if (e->local_size != e->size) kind = ACC_BACKEND_MPI;
+    else if (mpi_launcher) {
+      const acc__module_ops *mod = NULL;
+      kind = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod) == ACC_OK ? ACC_BACKEND_MPI
+                                                                          : ACC_BACKEND_SHM;
+      acc_clear_error();
+    } else kind = ACC_BACKEND_SHM;
+  }
   switch (kind) {
     case ACC_BACKEND_SINGLE:
       if (e->size != 1)
@@ -287,17 +304,11 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
         return acc__error(ACC_ERR_NOT_SUPPORTED,
                           "the shared-memory backend works on one machine, but this job has %d "
                           "processes with %d on this machine (%d machines): use the MPI backend "
-                          "(build with libopenmpi-dev and launch under mpirun)",
+                          "(install the MPI module and launch under mpirun)",
                           e->size, e->local_size, e->num_machines);
       return acc__backend_shm_create(&st->be, &info);
     case ACC_BACKEND_MPI:
-#ifdef ACC_HAVE_MPI
-      return acc__backend_mpi_create(&st->be, &info);
-#else
-      return acc__error(ACC_ERR_NOT_SUPPORTED,
-                        "the MPI backend was requested but this build has no MPI support "
-                        "(install openmpi-bin libopenmpi-dev and rebuild)");
-#endif
+      return create_mpi(st, &info);
   }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
 }
