@@ -8,7 +8,6 @@
 #include "grad_sync.h"
 #include "state.h"
 
-#define ACC_MAGIC_ACCEL 0x41434143u /* "ACAC" */
 #define MAX_PREPARED 16
 
 struct acc_accelerator {
@@ -39,9 +38,7 @@ struct acc_accelerator {
 };
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
-  if (!acc) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: accelerator is NULL", fn);
-  if (acc->magic != ACC_MAGIC_ACCEL)
-    return acc__error(ACC_ERR_INVALID_USAGE, "%s: invalid accelerator handle (destroyed?)", fn);
+  ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
   return ACC_OK;
 }
 
@@ -78,7 +75,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
     acc_state_destroy(st);
     return ACC_ERR_NOMEM;
   }
-  acc->magic = ACC_MAGIC_ACCEL;
+  acc->magic = ACC__MAGIC_ACCELERATOR;
   acc->st = st;
   /* The accelerator's own setting wins; unset, it follows the state (ACCELERATE_MIXED_PRECISION). */
   acc->mp = o.mixed_precision != ACC_UNSET ? (acc_mixed_precision)o.mixed_precision
@@ -104,14 +101,14 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
 }
 
 void acc_accelerator_destroy(acc_accelerator *acc) {
-  if (!acc || acc->magic != ACC_MAGIC_ACCEL) return;
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return;
   acc__grad_sync_destroy(acc->gs);
   acc__accel_ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->low_precision);
   acc_state_destroy(acc->st);
-  acc->magic = ACC_MAGIC_DEAD;
+  acc->magic = ACC__MAGIC_DEAD;
   acc__free(acc);
 }
 

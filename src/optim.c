@@ -6,9 +6,6 @@
 
 #include "internal.h"
 
-#define ACC_MAGIC_OPTIM 0x41434f50u /* "ACOP" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-
 enum { MAX_BUFS = 2 };
 
 typedef struct slot {
@@ -39,8 +36,7 @@ static const char *buf_name(const acc_optimizer *o, int b) {
 }
 
 static acc_result check_opt(const acc_optimizer *o, const char *fn) {
-  if (!o || o->magic != ACC_MAGIC_OPTIM)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed optimizer handle", fn);
+  ACC_CHECK(acc__check_handle(o, ACC__HANDLE_OPTIMIZER, fn));
   return ACC_OK;
 }
 
@@ -54,14 +50,14 @@ static acc_result check_model_unchanged(const acc_optimizer *o, const char *fn) 
 }
 
 void acc_optimizer_destroy(acc_optimizer *o) {
-  if (!o || o->magic != ACC_MAGIC_OPTIM) return;
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER)) return;
   for (size_t i = 0; i < o->nparams; i++)
     for (int b = 0; b < MAX_BUFS; b++) {
       acc__free(o->slots[i].names[b]);
       acc__free(o->slots[i].buf[b]);
     }
   acc__free(o->slots);
-  o->magic = ACC_MAGIC_DEAD;
+  o->magic = ACC__MAGIC_DEAD;
   acc__free(o);
 }
 
@@ -71,7 +67,7 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
   if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: model is NULL", fn);
   acc_optimizer *o = acc__calloc(1, sizeof *o);
   if (!o) return ACC_ERR_NOMEM;
-  o->magic = ACC_MAGIC_OPTIM;
+  o->magic = ACC__MAGIC_OPTIMIZER;
   o->kind = kind;
   o->model = m;
   o->nparams = acc_model_num_parameters(m);
@@ -184,14 +180,14 @@ acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const a
 }
 
 acc_optimizer_kind acc_optimizer_get_kind(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->kind : ACC_OPTIMIZER_SGD;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->kind : ACC_OPTIMIZER_SGD;
 }
 acc_model *acc_optimizer_model(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->model : NULL;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->model : NULL;
 }
-double acc_optimizer_get_lr(const acc_optimizer *o) { return (o && o->magic == ACC_MAGIC_OPTIM) ? o->lr : 0.0; }
+double acc_optimizer_get_lr(const acc_optimizer *o) { return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->lr : 0.0; }
 int64_t acc_optimizer_step_count(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->step : 0;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->step : 0;
 }
 
 acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr) {
@@ -298,7 +294,7 @@ acc_result acc_optimizer_zero_grad(acc_optimizer *o) {
 /* ---- checkpoint state -------------------------------------------------------------------- */
 
 size_t acc_optimizer_state_count(const acc_optimizer *o) {
-  if (!o || o->magic != ACC_MAGIC_OPTIM) return 0;
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER)) return 0;
   size_t n = 0;
   for (size_t i = 0; i < o->nparams; i++)
     for (int b = 0; b < nbufs(o); b++) n += o->slots[i].has[b] != 0;
@@ -373,7 +369,7 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
 }
 
 size_t acc_optimizer_scalar_count(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? 7 : 0;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? 7 : 0;
 }
 
 static double *scalar_slot(acc_optimizer *o, size_t i) {

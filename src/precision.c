@@ -5,10 +5,6 @@
 
 #include "internal.h"
 
-#define ACC_MAGIC_SCALER 0x41435343u /* "ACSC" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-
-/* ---- conversions ------------------------------------------------------------------------ */
 
 static acc_result check_buffers(const char *fn, const void *dst, const void *src, size_t n) {
   if (n && (!dst || !src))
@@ -89,8 +85,7 @@ struct acc_grad_scaler {
 };
 
 static acc_result check_scaler(const acc_grad_scaler *s, const char *fn) {
-  if (!s || s->magic != ACC_MAGIC_SCALER)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed grad scaler handle", fn);
+  ACC_CHECK(acc__check_handle(s, ACC__HANDLE_GRAD_SCALER, fn));
   return ACC_OK;
 }
 
@@ -119,7 +114,7 @@ acc_result acc_grad_scaler_create(acc_grad_scaler **out, const acc_grad_scaler_o
                       (long long)o.growth_interval);
   acc_grad_scaler *s = acc__calloc(1, sizeof *s);
   if (!s) return ACC_ERR_NOMEM;
-  s->magic = ACC_MAGIC_SCALER;
+  s->magic = ACC__MAGIC_GRAD_SCALER;
   s->opts = o;
   s->scale = o.init_scale;
   *out = s;
@@ -127,13 +122,13 @@ acc_result acc_grad_scaler_create(acc_grad_scaler **out, const acc_grad_scaler_o
 }
 
 void acc_grad_scaler_destroy(acc_grad_scaler *s) {
-  if (!s || s->magic != ACC_MAGIC_SCALER) return;
-  s->magic = ACC_MAGIC_DEAD;
+  if (!acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER)) return;
+  s->magic = ACC__MAGIC_DEAD;
   acc__free(s);
 }
 
 int acc_grad_scaler_enabled(const acc_grad_scaler *s) {
-  return s && s->magic == ACC_MAGIC_SCALER && s->opts.enabled;
+  return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->opts.enabled;
 }
 
 float acc_grad_scaler_scale(const acc_grad_scaler *s) {
@@ -170,11 +165,11 @@ acc_result acc_grad_scaler_unscale(acc_grad_scaler *s, acc_model *m, int *found_
 }
 
 int acc_grad_scaler_is_unscaled(const acc_grad_scaler *s) {
-  return s && s->magic == ACC_MAGIC_SCALER && s->unscaled;
+  return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->unscaled;
 }
 
 int acc_grad_scaler_found_inf(const acc_grad_scaler *s) {
-  return s && s->magic == ACC_MAGIC_SCALER && s->unscaled && s->found_inf;
+  return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->unscaled && s->found_inf;
 }
 
 acc_result acc_grad_scaler_update(acc_grad_scaler *s, int found_inf) {

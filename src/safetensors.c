@@ -11,9 +11,6 @@
 
 #include "ckpt_dir.h"
 
-#define ACC_MAGIC_ST 0x41435354u /* "ACST" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-/* Same cap as the reference implementation: a larger header is refused outright. */
 #define ST_MAX_HEADER 100000000ull
 
 static const char *const dtype_names[ACC_DTYPE_COUNT_] = {"F32", "F64", "F16", "BF16", "I32", "I64", "U8"};
@@ -219,7 +216,7 @@ static void st_free(acc_safetensors *f) {
   acc__free(f->mvals);
   if (f->mapped && f->base) munmap((void *)f->base, f->size);
   acc__free(f->label);
-  f->magic = ACC_MAGIC_DEAD;
+  f->magic = ACC__MAGIC_DEAD;
   acc__free(f);
 }
 
@@ -381,7 +378,7 @@ done:
 static acc_result st_new(acc_safetensors **out, const char *label) {
   acc_safetensors *f = acc__calloc(1, sizeof *f);
   if (!f) return ACC_ERR_NOMEM;
-  f->magic = ACC_MAGIC_ST;
+  f->magic = ACC__MAGIC_SAFETENSORS;
   f->label = acc__strdup(label);
   if (!f->label) {
     acc__free(f);
@@ -452,11 +449,11 @@ acc_result acc_safetensors_open(acc_safetensors **out, const char *path) {
 }
 
 void acc_safetensors_close(acc_safetensors *f) {
-  if (!f || f->magic != ACC_MAGIC_ST) return;
+  if (!acc__handle_ok(f, ACC__HANDLE_SAFETENSORS)) return;
   st_free(f);
 }
 
-static int valid(const acc_safetensors *f) { return f && f->magic == ACC_MAGIC_ST; }
+static int valid(const acc_safetensors *f) { return acc__handle_ok(f, ACC__HANDLE_SAFETENSORS); }
 
 size_t acc_safetensors_count(const acc_safetensors *f) { return valid(f) ? f->n : 0; }
 
@@ -473,7 +470,8 @@ static void fill_view(const acc_safetensors *f, const st_tensor *t, acc_tensor_v
 }
 
 acc_result acc_safetensors_tensor(const acc_safetensors *f, size_t i, acc_tensor_view *out) {
-  if (!valid(f) || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_tensor: invalid handle or NULL out");
+  ACC_CHECK(acc__check_handle(f, ACC__HANDLE_SAFETENSORS, "acc_safetensors_tensor"));
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_tensor: out is NULL");
   if (i >= f->n)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_tensor: index %zu out of range (file '%s' has %zu "
                       "tensors)", i, f->label, f->n);
@@ -482,8 +480,8 @@ acc_result acc_safetensors_tensor(const acc_safetensors *f, size_t i, acc_tensor
 }
 
 acc_result acc_safetensors_find(const acc_safetensors *f, const char *name, acc_tensor_view *out) {
-  if (!valid(f) || !out || !name)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_find: invalid handle or NULL argument");
+  ACC_CHECK(acc__check_handle(f, ACC__HANDLE_SAFETENSORS, "acc_safetensors_find"));
+  if (!out || !name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_find: NULL argument");
   for (size_t i = 0; i < f->n; i++)
     if (strcmp(f->t[i].name, name) == 0) {
       fill_view(f, &f->t[i], out);

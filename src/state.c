@@ -11,10 +11,7 @@
 static acc_state *g_state;
 
 acc_result acc__state_check(const acc_state *st, const char *fn) {
-  if (!st) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: state is NULL", fn);
-  if (st->magic != ACC_MAGIC_STATE)
-    return acc__error(ACC_ERR_INVALID_USAGE,
-                      "%s: the acc_state handle is invalid (already destroyed, or not a state)", fn);
+  ACC_CHECK(acc__check_handle(st, ACC__HANDLE_STATE, fn));
   return ACC_OK;
 }
 
@@ -338,7 +335,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   ACC_CHECK(acc__detect_env(&e));
   acc_state *st = acc__calloc(1, sizeof *st);
   if (!st) return ACC_ERR_NOMEM;
-  st->magic = ACC_MAGIC_STATE;
+  st->magic = ACC__MAGIC_STATE;
   st->refs = 1;
   st->rank = e.rank;
   st->size = e.size;
@@ -356,7 +353,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   snprintf(st->device, sizeof st->device, "cpu");
   acc_result rc = create_backend(st, &e);
   if (rc != ACC_OK) {
-    st->magic = ACC_MAGIC_DEAD;
+    st->magic = ACC__MAGIC_DEAD;
     acc__free(st);
     return acc__error_context(rc, "rank %d of %d could not join the process group", e.rank, e.size);
   }
@@ -369,16 +366,16 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
 acc_state *acc_state_get(void) { return g_state; }
 
 void acc_state_destroy(acc_state *st) {
-  if (!st || st->magic != ACC_MAGIC_STATE) return;
+  if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
   if (--st->refs > 0) return;
   if (st->be) st->be->ops->destroy(st->be);
-  st->magic = ACC_MAGIC_DEAD;
+  st->magic = ACC__MAGIC_DEAD;
   if (g_state == st) g_state = NULL;
   acc__free(st);
 }
 
 #define GETTER(type, name, expr, dflt) \
-  type acc_state_##name(const acc_state *st) { return (st && st->magic == ACC_MAGIC_STATE) ? (expr) : (dflt); }
+  type acc_state_##name(const acc_state *st) { return acc__handle_ok(st, ACC__HANDLE_STATE) ? (expr) : (dflt); }
 
 GETTER(int, num_processes, st->size, 1)
 GETTER(int, process_index, st->rank, 0)
