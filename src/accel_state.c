@@ -68,12 +68,7 @@ acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_pr
   /* The project handle gets no total_limit: acc_checkpoint_begin would prune before the new
    * checkpoint is durable (with total_limit 1 a crash would leave none). We prune after. */
   acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "set_project_config: options not initialized with ACC_PROJECT_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_project_options, ACC_PROJECT_OPTIONS_VERSION, "set_project_config");
   int limit = o.total_limit;
   o.total_limit = 0;
   ACC_CHECK(acc_project_config_create(&np, &o));

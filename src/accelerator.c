@@ -46,12 +46,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_create: out is NULL");
   *out = NULL;
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
-  if (in) {
-    if (in->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_accelerator_options was not initialized with ACC_ACCELERATOR_OPTIONS_INIT");
-    memcpy(&o, in, in->size < sizeof o ? in->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, in, acc_accelerator_options, ACC_ACCELERATOR_OPTIONS_VERSION, "acc_accelerator_create");
   long gas = o.gradient_accumulation_steps;
   int set = 0;
   long env_gas = 0;
@@ -200,12 +195,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   ACC_CHECK(check(acc, "prepare_dataloader"));
   if (!ds || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_dataloader: NULL argument");
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_dataloader_options was not initialized with ACC_DATALOADER_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION, "prepare_dataloader");
   o.shard.num_processes = acc_state_num_processes(acc->st);
   o.shard.process_index = acc_state_process_index(acc->st);
   o.shard.split_batches = acc->split_batches;

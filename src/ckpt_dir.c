@@ -353,12 +353,7 @@ acc_result acc_project_config_create(acc_project_config **out, const acc_project
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: out is NULL");
   *out = NULL;
   acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_project_config_create: options not initialized with ACC_PROJECT_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_project_options, ACC_PROJECT_OPTIONS_VERSION, "acc_project_config_create");
   if (o.iteration < 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %ld (must be >= 0)",
                       o.iteration);

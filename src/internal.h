@@ -66,6 +66,15 @@ acc_result acc__check_handle(const void *h, acc__handle_kind kind, const char *f
 /* The same test without a message, for accessors that cannot fail (they return a default). */
 int acc__handle_ok(const void *h, acc__handle_kind kind);
 
+/* Reads the caller's options struct `user` (may be NULL: defaults) into dst, which holds the
+ * defaults (the INIT macro) and is dst_size bytes of the library's current `version`: rejects
+ * an uninitialized struct, a newer version and unknown trailing fields that are set (see
+ * src/options.c). Used by every function that takes an options struct. */
+acc_result acc__options_read(void *dst, size_t dst_size, uint32_t version, const void *user,
+                             const char *fn, const char *type);
+#define ACC__READ_OPTIONS(dst, user, type, VERSION, fn) \
+  ACC_CHECK(acc__options_read(&(dst), sizeof(type), (VERSION), (user), (fn), #type))
+
 /* Allocation wrappers: NULL results set ACC_ERR_NOMEM with what was being allocated. */
 void *acc__malloc(size_t n);
 void *acc__calloc(size_t count, size_t size);

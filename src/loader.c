@@ -390,17 +390,6 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
 
 /* ---- create / destroy / accessors ---------------------------------------------------------- */
 
-acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version) {
-  if (!opts) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_dataloader_options_init: opts is NULL");
-  if (version != ACC_DATALOADER_OPTIONS_VERSION)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_dataloader_options_init: version %u, this library knows %u", version,
-                      ACC_DATALOADER_OPTIONS_VERSION);
-  acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
-  *opts = o;
-  return ACC_OK;
-}
-
 int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl) {
   return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->total_bs : 0;
 }
@@ -412,13 +401,7 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   *out = NULL;
   ACC_CHECK(acc__check_handle(ds, ACC__HANDLE_DATASET, fn));
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "%s: options not initialized with ACC_DATALOADER_OPTIONS_INIT", fn);
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    o.size = sizeof o;
-  }
+  ACC__READ_OPTIONS(o, opts, acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION, fn);
   if (o.batch_size < 1)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size is %lld, expected >= 1", fn,
                       (long long)o.batch_size);

@@ -95,15 +95,6 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
   return ACC_OK;
 }
 
-#define READ_OPTS(T, INIT, opts, o, fn)                                                         \
-  do {                                                                                          \
-    if (opts) {                                                                                 \
-      if ((opts)->size == 0)                                                                    \
-        return acc__error(ACC_ERR_INVALID_USAGE, "%s: options not initialized with " #INIT, fn); \
-      memcpy(&(o), (opts), (opts)->size < sizeof(T) ? (opts)->size : sizeof(T));                \
-    }                                                                                           \
-  } while (0)
-
 static acc_result check_hyper(const char *fn, const char *name, double v, double lo, double hi, int hi_open) {
   if (!(v >= lo) || (hi_open ? !(v < hi) : !(v <= hi)))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: %s = %g is out of range (expected %g <= %s %s %g)", fn,
@@ -137,7 +128,7 @@ static acc_result validate_adamw(const char *fn, double lr, double b1, double b2
 acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts) {
   const char *fn = "acc_optimizer_create_sgd";
   acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
-  READ_OPTS(acc_sgd_options, ACC_SGD_OPTIONS_INIT, opts, so, fn);
+  ACC__READ_OPTIONS(so, opts, acc_sgd_options, ACC_SGD_OPTIONS_VERSION, fn);
   ACC_CHECK(validate_sgd(fn, so.lr, so.momentum, so.dampening, so.nesterov ? 1.0 : 0.0, so.weight_decay));
   acc_optimizer *o;
   ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_SGD, fn));
@@ -153,7 +144,7 @@ acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc
 acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const acc_adamw_options *opts) {
   const char *fn = "acc_optimizer_create_adamw";
   acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
-  READ_OPTS(acc_adamw_options, ACC_ADAMW_OPTIONS_INIT, opts, ao, fn);
+  ACC__READ_OPTIONS(ao, opts, acc_adamw_options, ACC_ADAMW_OPTIONS_VERSION, fn);
   ACC_CHECK(validate_adamw(fn, ao.lr, ao.beta1, ao.beta2, ao.eps, ao.weight_decay));
   acc_optimizer *o;
   ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_ADAMW, fn));

@@ -93,13 +93,7 @@ acc_result acc_grad_scaler_create(acc_grad_scaler **out, const acc_grad_scaler_o
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_grad_scaler_create: out is NULL");
   *out = NULL;
   acc_grad_scaler_options o = ACC_GRAD_SCALER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_grad_scaler_create: options not initialized with ACC_GRAD_SCALER_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    o.size = sizeof o;
-  }
+  ACC__READ_OPTIONS(o, opts, acc_grad_scaler_options, ACC_GRAD_SCALER_OPTIONS_VERSION, "acc_grad_scaler_create");
   if (!(isfinite(o.init_scale) && o.init_scale > 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_grad_scaler_create: init_scale %g must be finite and > 0",
                       (double)o.init_scale);

@@ -441,12 +441,7 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
   if (!model || !path)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_load_checkpoint_in_model: model or path is NULL");
   acc_load_options o = ACC_LOAD_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_load_checkpoint_in_model: options not initialized with ACC_LOAD_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_load_options, ACC_LOAD_OPTIONS_VERSION, "acc_load_checkpoint_in_model");
   opened files = {NULL, 0};
   acc_load_report local = {0};
   acc_load_report *r = report ? report : &local;

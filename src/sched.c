@@ -62,11 +62,7 @@ acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc
   *out = NULL;
   if (!acc_optimizer_model(o)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid optimizer handle", fn);
   acc_scheduler_options so = ACC_SCHEDULER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE, "%s: options not initialized with ACC_SCHEDULER_OPTIONS_INIT", fn);
-    memcpy(&so, opts, opts->size < sizeof so ? opts->size : sizeof so);
-  }
+  ACC__READ_OPTIONS(so, opts, acc_scheduler_options, ACC_SCHEDULER_OPTIONS_VERSION, fn);
   if ((unsigned)so.kind > ACC_SCHEDULER_LAMBDA)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: unknown scheduler kind %d", fn, (int)so.kind);
   if (so.kind == ACC_SCHEDULER_LAMBDA && !so.fn)

@@ -15,17 +15,6 @@ acc_result acc__state_check(const acc_state *st, const char *fn) {
   return ACC_OK;
 }
 
-acc_result acc_state_options_init(acc_state_options *opts, uint32_t version) {
-  if (!opts) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_state_options_init: opts is NULL");
-  if (version != ACC_STATE_OPTIONS_VERSION)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_state_options_init: version %u is unknown (this library knows %u)",
-                      version, ACC_STATE_OPTIONS_VERSION);
-  acc_state_options def = ACC_STATE_OPTIONS_INIT;
-  *opts = def;
-  return ACC_OK;
-}
-
 /* ---- environment detection ---------------------------------------------------------------- */
 
 typedef struct source {
@@ -187,12 +176,7 @@ typedef struct resolved {
 
 static acc_result resolve_options(const acc_state_options *in, resolved *r) {
   acc_state_options o = ACC_STATE_OPTIONS_INIT;
-  if (in) {
-    if (in->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_state_options was not initialized with ACC_STATE_OPTIONS_INIT");
-    memcpy(&o, in, in->size < sizeof o ? in->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, in, acc_state_options, ACC_STATE_OPTIONS_VERSION, "acc_state_create");
   r->cpu = o.cpu;
   if (r->cpu == ACC_UNSET) {
     r->cpu = 1; /* no GPU backend yet: CPU is the only device */
