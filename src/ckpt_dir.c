@@ -298,8 +298,12 @@ acc_result acc__ckpt_begin(acc__ckpt_txn *txn, const char *final_dir) {
 
 acc_result acc__ckpt_commit(acc__ckpt_txn *txn) {
   if (!txn->tmp_dir) return acc__error(ACC_ERR_INVALID_USAGE, "acc_checkpoint_commit: no checkpoint in progress");
-  acc_result rc = acc__fsync_tree(txn->tmp_dir);
-  char *parent = NULL, *marker = NULL;
+  /* Everything that allocates happens before the rename, so that a failure leaves either the
+   * temporary directory (removed here) or nothing: never a final directory without its marker. */
+  char *parent = acc__path_dirname(txn->final_dir);
+  char *marker = acc__path_join(txn->final_dir, ACC_CHECKPOINT_MARKER);
+  int renamed = 0;
+  acc_result rc = (parent && marker) ? acc__fsync_tree(txn->tmp_dir) : ACC_ERR_NOMEM;
   if (rc != ACC_OK) goto done;
   progress("synced");
   if (rename(txn->tmp_dir, txn->final_dir) != 0) {
@@ -307,18 +311,14 @@ acc_result acc__ckpt_commit(acc__ckpt_txn *txn) {
                     strerror(errno));
     goto done;
   }
+  renamed = 1;
   progress("renamed");
-  parent = acc__path_dirname(txn->final_dir);
-  marker = acc__path_join(txn->final_dir, ACC_CHECKPOINT_MARKER);
-  if (!parent || !marker) {
-    rc = ACC_ERR_NOMEM;
-    goto done;
-  }
   ACC_CHECK_GOTO(acc__fsync_dir(parent), rc, done);
   static const char text[] = "accelerate-c checkpoint complete\n";
   ACC_CHECK_GOTO(acc__write_file_atomic(marker, text, sizeof text - 1), rc, done);
   progress("committed");
 done:
+  if (rc != ACC_OK) (void)acc__rmtree(renamed ? txn->final_dir : txn->tmp_dir); /* best effort */
   acc__free(parent);
   acc__free(marker);
   txn_free(txn);

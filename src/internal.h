@@ -81,6 +81,10 @@ void *acc__calloc(size_t count, size_t size);
 void *acc__realloc(void *p, size_t n);
 void acc__free(void *p);
 char *acc__strdup(const char *s);
+/* Tests only (src/alloc.c): from now on, allocation number n (0-based) through the wrappers
+ * fails; n < 0 disarms. acc__alloc_count() is the number of allocations since that call. */
+void acc__alloc_fail_nth(long n);
+long acc__alloc_count(void);
 
 /* Environment helpers. */
 /* Parses a boolean like Accelerate's str_to_bool (y/yes/t/true/on/1, n/no/f/false/off/0). */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt_dir.h"
+#include "json_util.h"
 
 #define ST_MAX_HEADER 100000000ull
 
@@ -142,12 +143,18 @@ acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensor
       json_decref(offs);
       goto nomem;
     }
-    for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-    json_array_append_new(offs, json_integer((json_int_t)offset));
-    json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes[i])));
-    json_object_set_new(obj, "dtype", json_string(dtype_names[t->dtype]));
-    json_object_set_new(obj, "shape", shape);
-    json_object_set_new(obj, "data_offsets", offs);
+    int lost = 0; /* the *_new calls take their value even when they fail */
+    for (int d = 0; d < t->ndim; d++)
+      lost |= json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) != 0;
+    lost |= json_array_append_new(offs, json_integer((json_int_t)offset)) != 0;
+    lost |= json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes[i]))) != 0;
+    lost |= json_object_set_new(obj, "dtype", json_string(dtype_names[t->dtype])) != 0;
+    lost |= json_object_set_new(obj, "shape", shape) != 0;
+    lost |= json_object_set_new(obj, "data_offsets", offs) != 0;
+    if (lost) {
+      json_decref(obj);
+      goto nomem;
+    }
     if (json_object_set_new(root, name, obj) != 0) {
       rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_write('%s'): tensor name %zu is not valid UTF-8",
                       path, i);
@@ -155,7 +162,7 @@ acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensor
     }
     offset += nbytes[i];
   }
-  char *text = json_dumps(root, JSON_COMPACT);
+  char *text = acc__json_dumps(root, JSON_COMPACT, "a safetensors header");
   if (!text) goto nomem;
   size_t tl = strlen(text), padded = (tl + 7) & ~(size_t)7;
   header = acc__malloc(padded ? padded : 8);
