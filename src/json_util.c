@@ -14,7 +14,7 @@ char *acc__json_dumps(const json_t *j, size_t flags, const char *what) {
   int same = back && json_equal(back, (json_t *)j);
   json_decref(back);
   if (!same) {
-    free(text);
+    acc__free(text);
     acc__error(ACC_ERR_NOMEM, "out of memory writing %s (the JSON text came out incomplete)", what);
     return NULL;
   }
