@@ -35,6 +35,7 @@ cmake --build "$work/b" -j2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; 
 b=$work/b
 run() { echo "== $*"; "$@" || { echo "FAIL: $*"; exit 1; }; }
 run "$b/test_options"
+run "$b/test_options_static"
 run "$b/test_optim"
 run "$b/test_sched"
 run "$b/test_shard"
@@ -45,6 +46,11 @@ if [ "$have_mpi" != 2 ]; then
   run $launch --num_processes 2 "$b/test_maps" shm
   run env ACCELERATE_BACKEND=mpi ACCELERATE_MODULE_DIR=/nonexistent-acc-module-dir \
     $launch --num_processes 2 "$b/test_maps" missing
+fi
+if [ "$have_mpi" = 1 ]; then
+  # the installed CLI (static library) finds the module from its own directory: <prefix>/lib/accelerate
+  "$prefix/bin/accelerate" env | grep -q "MPI: yes" || {
+    echo "FAIL: the installed accelerate does not find the MPI module"; "$prefix/bin/accelerate" env; exit 1; }
 fi
 if [ "$have_mpi" = 1 ] && [ -n "$mpiexec" ]; then
   run env ACCELERATE_BACKEND=mpi "$mpiexec" -np 2 --oversubscribe "$b/test_maps" mpi
