@@ -125,7 +125,8 @@ static acc_result find_and_open(const char *name, const char *hint, const acc__m
     int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", path);
     if (n > 0 && (size_t)n < sizeof tried - used) used += (size_t)n;
   }
-  return acc__error(ACC_ERR_NOT_SUPPORTED, "the %s module %s is not installed (looked for %s%s): %s",
+  return acc__error(ACC_ERR_NOT_SUPPORTED,
+                    "the %s module %s is not installed (looked for %s%s): %s",
                     name, file, tried, env && env[0] ? ", from ACCELERATE_MODULE_DIR" : "", hint);
 }
 

@@ -10,7 +10,9 @@
 
 static const acc__module_host *H;
 
-acc_result acc__verror(acc_result rc, const char *fmt, va_list ap) { return H->verror(rc, fmt, ap); }
+acc_result acc__verror(acc_result rc, const char *fmt, va_list ap) {
+  return H->verror(rc, fmt, ap);
+}
 
 acc_result acc__error(acc_result rc, const char *fmt, ...) {
   va_list ap;

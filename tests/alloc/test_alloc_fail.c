@@ -85,7 +85,8 @@ static void torture(const char *what, op_fn op, check_fn check) {
     }
     check(rc, n);
     if (seen <= n) {
-      CHECK(rc == ACC_OK, "%s: failed without an injected failure (n=%ld): %s", what, n, acc_last_error());
+      CHECK(rc == ACC_OK, "%s: failed without an injected failure (n=%ld): %s", what, n,
+            acc_last_error());
       break;
     }
   }
@@ -101,7 +102,8 @@ static acc_result op_save(void) { return acc_accelerator_save_state(acc, dirB, N
 static void check_save(acc_result rc, long n) {
   if (rc != ACC_OK) {
     CHECK(!exists(dirB), "save_state n=%ld failed but left %s", n, dirB);
-    CHECK(count_entries("B") == 0, "save_state n=%ld left a temporary directory (error: %s)", n, acc_last_error());
+    CHECK(count_entries("B") == 0, "save_state n=%ld left a temporary directory (error: %s)", n,
+          acc_last_error());
     set_params(-1);
     CHECK_OK(acc_accelerator_load_state(acc, dirA, NULL)); /* the previous checkpoint is intact */
     CHECK(params_are(1) && counter_value == 1, "checkpoint A changed after failed save n=%ld", n);
@@ -109,7 +111,8 @@ static void check_save(acc_result rc, long n) {
   } else {
     set_params(-1);
     CHECK_OK(acc_accelerator_load_state(acc, dirB, NULL));
-    CHECK(params_are(2) && counter_value == 2, "save_state n=%ld succeeded but reads back wrong", n);
+    CHECK(params_are(2) && counter_value == 2, "save_state n=%ld succeeded but reads back wrong",
+          n);
     rmtree(dirB);
     set_params(2);
   }
@@ -139,7 +142,9 @@ static void check_save_model(acc_result rc, long n) {
   set_params(5);
 }
 
-static acc_result op_load_model(void) { return acc_load_checkpoint_in_model(model, dirM1, NULL, NULL); }
+static acc_result op_load_model(void) {
+  return acc_load_checkpoint_in_model(model, dirM1, NULL, NULL);
+}
 static void check_load_model(acc_result rc, long n) {
   if (rc == ACC_OK) CHECK(params_are(4), "load_checkpoint_in_model n=%ld: wrong values", n);
   else CHECK(params_are(6), "load_checkpoint_in_model n=%ld failed but changed the model", n);
@@ -152,7 +157,8 @@ static acc_cli_cfg cfg;
 static acc_result op_config(void) { return acc_cli_config_load(&cfg, cfg_path); }
 static void check_config(acc_result rc, long n) {
   if (rc == ACC_OK)
-    CHECK(cfg.num_processes.set && cfg.num_processes.i == 3 && strcmp(cfg.mixed_precision.s, "bf16") == 0,
+    CHECK(cfg.num_processes.set && cfg.num_processes.i == 3 &&
+              strcmp(cfg.mixed_precision.s, "bf16") == 0,
           "config n=%ld: wrong values", n);
 }
 
@@ -178,7 +184,8 @@ int main(int argc, char **argv) {
   acc_scheduler *sched;
   REQUIRE_OK(acc_scheduler_create(&sched, opt, NULL));
   REQUIRE_OK(acc_accelerator_prepare_scheduler(acc, sched));
-  REQUIRE_OK(acc_accelerator_register_for_checkpointing(acc, &counter_value, counter_save, counter_load));
+  REQUIRE_OK(
+      acc_accelerator_register_for_checkpointing(acc, &counter_value, counter_save, counter_load));
 
   set_params(1);
   REQUIRE_OK(acc_accelerator_save_state(acc, dirA, NULL));

@@ -79,7 +79,8 @@ int main(void) {
     for (int got = 0; got < NK; got++) {
       if (got == want) continue;
       char expect[128];
-      snprintf(expect, sizeof expect, "expected an %s handle, got an %s", type_name[want], type_name[got]);
+      snprintf(expect, sizeof expect, "expected an %s handle, got an %s", type_name[want],
+               type_name[got]);
       CHECK_ERR(call(want, h[got]), ACC_ERR_INVALID_ARGUMENT, expect);
     }
     CHECK_ERR(call(want, NULL), ACC_ERR_INVALID_ARGUMENT, "is NULL");
@@ -93,13 +94,16 @@ int main(void) {
   /* the iterable shard has no fallible entry: its calls refuse other handles by returning 0 */
   acc_iterable_shard *is;
   REQUIRE_OK(acc_iterable_shard_create(&is, 2, 0, &cfg));
-  CHECK(acc_iterable_shard_push((acc_iterable_shard *)h[BSHARD], 1, NULL, NULL) == 0, "push took a batch shard");
-  CHECK(acc__check_handle(h[BSHARD], ACC__HANDLE_ITERABLE_SHARD, "f") == ACC_ERR_INVALID_ARGUMENT, "no error");
+  CHECK(acc_iterable_shard_push((acc_iterable_shard *)h[BSHARD], 1, NULL, NULL) == 0,
+        "push took a batch shard");
+  CHECK(acc__check_handle(h[BSHARD], ACC__HANDLE_ITERABLE_SHARD, "f") == ACC_ERR_INVALID_ARGUMENT,
+        "no error");
   acc_iterable_shard_destroy(is);
   /* accessors that cannot fail return their default for a handle of another kind */
   CHECK(acc_dataloader_len((acc_dataloader *)h[DATASET]) == 0 ||
             acc_dataloader_len((acc_dataloader *)h[DATASET]) == -1, "len of a dataset as a loader");
-  CHECK(acc_optimizer_get_lr((acc_optimizer *)h[SCHED]) == 0.0, "lr of a scheduler as an optimizer");
+  CHECK(acc_optimizer_get_lr((acc_optimizer *)h[SCHED]) == 0.0,
+        "lr of a scheduler as an optimizer");
 
   acc_batch_shard_destroy(h[BSHARD]);
   acc_checkpoint_abort(h[CKPT]);

@@ -17,15 +17,18 @@ int main(int argc, char **argv) {
   CHECK(strstr(acc_last_error(), "install the nosuch package") != NULL, "no hint: %s",
         acc_last_error());
 
-  CHECK_ERR(acc__module_load("broken", "", &m), ACC_ERR_NOT_SUPPORTED, "cannot load the broken module");
+  CHECK_ERR(acc__module_load("broken", "", &m), ACC_ERR_NOT_SUPPORTED,
+            "cannot load the broken module");
   CHECK(strstr(acc_last_error(), "libaccelerate-broken.so") != NULL, "%s", acc_last_error());
   CHECK(strstr(acc_last_error(), "header") || strstr(acc_last_error(), "ELF"),
         "dlerror text missing: %s", acc_last_error());
 
-  CHECK_ERR(acc__module_load("noentry", "", &m), ACC_ERR_NOT_SUPPORTED, "is not an accelerate module");
+  CHECK_ERR(acc__module_load("noentry", "", &m), ACC_ERR_NOT_SUPPORTED,
+            "is not an accelerate module");
   CHECK(strstr(acc_last_error(), "acc_module_entry_v1") != NULL, "%s", acc_last_error());
 
-  CHECK_ERR(acc__module_load("badabi", "", &m), ACC_ERR_NOT_SUPPORTED, "does not match this library");
+  CHECK_ERR(acc__module_load("badabi", "", &m), ACC_ERR_NOT_SUPPORTED,
+            "does not match this library");
   CHECK(strstr(acc_last_error(), "ABI 999") != NULL, "%s", acc_last_error());
 
   const acc__module_ops *g1 = NULL, *g2 = NULL;
