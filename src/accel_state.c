@@ -166,7 +166,7 @@ static acc_result write_json(const char *path, json_t *j) {
   if (!text) return ACC_ERR_NOMEM;
   size_t n = strlen(text);
   acc_result rc = acc__write_file_atomic(path, text, n);
-  free(text);
+  acc__free(text);
   return rc;
 }
 

@@ -167,13 +167,13 @@ acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensor
   size_t tl = strlen(text), padded = (tl + 7) & ~(size_t)7;
   header = acc__malloc(padded ? padded : 8);
   if (!header) {
-    free(text);
+    acc__free(text);
     rc = ACC_ERR_NOMEM;
     goto done;
   }
   memcpy(header, text, tl);
   memset(header + tl, ' ', padded - tl);
-  free(text);
+  acc__free(text);
   st_write_ctx w = {path, tensors, count, nbytes, header, padded};
   rc = acc__write_fd_atomic(path, st_write_body, &w);
   goto done;

@@ -114,7 +114,7 @@ done:
   json_decref(meta);
   json_decref(map);
   json_decref(root);
-  free(text);
+  acc__free(text);
   acc__free(path);
   return rc;
 }
