@@ -15,6 +15,7 @@
 
 #include "accel_state.h"
 #include "ckpt_dir.h"
+#include "json_util.h"
 
 #define STATE_FORMAT "accelerate-c-state"
 #define STATE_VERSION 1
@@ -68,12 +69,7 @@ acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_pr
   /* The project handle gets no total_limit: acc_checkpoint_begin would prune before the new
    * checkpoint is durable (with total_limit 1 a crash would leave none). We prune after. */
   acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "set_project_config: options not initialized with ACC_PROJECT_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_project_options, ACC_PROJECT_OPTIONS_VERSION, "set_project_config");
   int limit = o.total_limit;
   o.total_limit = 0;
   ACC_CHECK(acc_project_config_create(&np, &o));
@@ -164,13 +160,13 @@ static char *file_name(const char *dir, const char *stem, int i, const char *ext
 
 /* Writes a JSON object durably (temporary file, fsync, rename), then frees it. */
 static acc_result write_json(const char *path, json_t *j) {
-  if (!j) return ACC_ERR_NOMEM;
-  char *text = json_dumps(j, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+  if (!j) return acc__error(ACC_ERR_NOMEM, "out of memory building '%s'", path);
+  char *text = acc__json_dumps(j, JSON_INDENT(1) | JSON_REAL_PRECISION(17), path);
   json_decref(j);
-  if (!text) return acc__error(ACC_ERR_NOMEM, "could not serialize '%s'", path);
+  if (!text) return ACC_ERR_NOMEM;
   size_t n = strlen(text);
   acc_result rc = acc__write_file_atomic(path, text, n);
-  free(text);
+  acc__free(text);
   return rc;
 }
 
@@ -265,7 +261,8 @@ static acc_result save_optimizer(acc_optimizer *o, const char *dir, int i) {
     const char *name;
     double v;
     rc = acc_optimizer_scalar_get(o, k, &name, &v);
-    if (rc == ACC_OK && json_object_set_new(j, name, json_real(v)) != 0) rc = ACC_ERR_NOMEM;
+    if (rc == ACC_OK && json_object_set_new(j, name, json_real(v)) != 0)
+      rc = acc__error(ACC_ERR_NOMEM, "out of memory saving optimizer %d", (int)i);
   }
   path = file_name(dir, "optimizer", i, ".json");
   if (!path) rc = ACC_ERR_NOMEM;

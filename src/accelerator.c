@@ -8,7 +8,6 @@
 #include "grad_sync.h"
 #include "state.h"
 
-#define ACC_MAGIC_ACCEL 0x41434143u /* "ACAC" */
 #define MAX_PREPARED 16
 
 struct acc_accelerator {
@@ -39,9 +38,7 @@ struct acc_accelerator {
 };
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
-  if (!acc) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: accelerator is NULL", fn);
-  if (acc->magic != ACC_MAGIC_ACCEL)
-    return acc__error(ACC_ERR_INVALID_USAGE, "%s: invalid accelerator handle (destroyed?)", fn);
+  ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
   return ACC_OK;
 }
 
@@ -49,12 +46,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_create: out is NULL");
   *out = NULL;
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
-  if (in) {
-    if (in->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_accelerator_options was not initialized with ACC_ACCELERATOR_OPTIONS_INIT");
-    memcpy(&o, in, in->size < sizeof o ? in->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, in, acc_accelerator_options, ACC_ACCELERATOR_OPTIONS_VERSION, "acc_accelerator_create");
   long gas = o.gradient_accumulation_steps;
   int set = 0;
   long env_gas = 0;
@@ -78,7 +70,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
     acc_state_destroy(st);
     return ACC_ERR_NOMEM;
   }
-  acc->magic = ACC_MAGIC_ACCEL;
+  acc->magic = ACC__MAGIC_ACCELERATOR;
   acc->st = st;
   /* The accelerator's own setting wins; unset, it follows the state (ACCELERATE_MIXED_PRECISION). */
   acc->mp = o.mixed_precision != ACC_UNSET ? (acc_mixed_precision)o.mixed_precision
@@ -104,14 +96,14 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
 }
 
 void acc_accelerator_destroy(acc_accelerator *acc) {
-  if (!acc || acc->magic != ACC_MAGIC_ACCEL) return;
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return;
   acc__grad_sync_destroy(acc->gs);
   acc__accel_ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->low_precision);
   acc_state_destroy(acc->st);
-  acc->magic = ACC_MAGIC_DEAD;
+  acc->magic = ACC__MAGIC_DEAD;
   acc__free(acc);
 }
 
@@ -203,12 +195,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   ACC_CHECK(check(acc, "prepare_dataloader"));
   if (!ds || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_dataloader: NULL argument");
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_dataloader_options was not initialized with ACC_DATALOADER_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION, "prepare_dataloader");
   o.shard.num_processes = acc_state_num_processes(acc->st);
   o.shard.process_index = acc_state_process_index(acc->st);
   o.shard.split_batches = acc->split_batches;

@@ -48,8 +48,7 @@ typedef struct acc__proc_info {
 
 acc_result acc__backend_single_create(acc__backend **out);
 acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *info);
-#ifdef ACC_HAVE_MPI
+/* In src/backend/mpi.c, reached through the module loader (src/module.h). */
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info);
-#endif
 
 #endif

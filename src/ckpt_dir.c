@@ -375,8 +375,12 @@ acc_result acc__ckpt_begin(acc__ckpt_txn *txn, const char *final_dir) {
 
 acc_result acc__ckpt_commit(acc__ckpt_txn *txn) {
   if (!txn->tmp_dir) return acc__error(ACC_ERR_INVALID_USAGE, "acc_checkpoint_commit: no checkpoint in progress");
-  acc_result rc = acc__fsync_tree(txn->tmp_dir);
-  char *parent = NULL, *marker = NULL;
+  /* Everything that allocates happens before the rename, so that a failure leaves either the
+   * temporary directory (removed here) or nothing: never a final directory without its marker. */
+  char *parent = acc__path_dirname(txn->final_dir);
+  char *marker = acc__path_join(txn->final_dir, ACC_CHECKPOINT_MARKER);
+  int renamed = 0;
+  acc_result rc = (parent && marker) ? acc__fsync_tree(txn->tmp_dir) : ACC_ERR_NOMEM;
   if (rc != ACC_OK) goto done;
   progress("synced");
   if (rename(txn->tmp_dir, txn->final_dir) != 0) {
@@ -384,18 +388,14 @@ acc_result acc__ckpt_commit(acc__ckpt_txn *txn) {
                     strerror(errno));
     goto done;
   }
+  renamed = 1;
   progress("renamed");
-  parent = acc__path_dirname(txn->final_dir);
-  marker = acc__path_join(txn->final_dir, ACC_CHECKPOINT_MARKER);
-  if (!parent || !marker) {
-    rc = ACC_ERR_NOMEM;
-    goto done;
-  }
   ACC_CHECK_GOTO(acc__fsync_dir(parent), rc, done);
   static const char text[] = "accelerate-c checkpoint complete\n";
   ACC_CHECK_GOTO(acc__write_file_atomic(marker, text, sizeof text - 1), rc, done);
   progress("committed");
 done:
+  if (rc != ACC_OK) (void)acc__rmtree(renamed ? txn->final_dir : txn->tmp_dir); /* best effort */
   acc__free(parent);
   acc__free(marker);
   txn_free(txn);
@@ -408,10 +408,6 @@ void acc__ckpt_abort(acc__ckpt_txn *txn) {
 }
 
 /* ---- project configuration ------------------------------------------------------------------ */
-
-#define ACC_MAGIC_PROJECT 0x41435052u /* "ACPR" */
-#define ACC_MAGIC_CKPT 0x4143434bu    /* "ACCK" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
 
 struct acc_project_config {
   uint32_t magic;
@@ -428,18 +424,13 @@ struct acc_checkpoint {
   int automatic;
 };
 
-static int valid_project(const acc_project_config *p) { return p && p->magic == ACC_MAGIC_PROJECT; }
+static int valid_project(const acc_project_config *p) { return acc__handle_ok(p, ACC__HANDLE_PROJECT); }
 
 acc_result acc_project_config_create(acc_project_config **out, const acc_project_options *opts) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: out is NULL");
   *out = NULL;
   acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_project_config_create: options not initialized with ACC_PROJECT_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_project_options, ACC_PROJECT_OPTIONS_VERSION, "acc_project_config_create");
   if (o.iteration < 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %ld (must be >= 0)",
                       o.iteration);
@@ -454,7 +445,7 @@ acc_result acc_project_config_create(acc_project_config **out, const acc_project
     acc__free(p);
     return ACC_ERR_NOMEM;
   }
-  p->magic = ACC_MAGIC_PROJECT;
+  p->magic = ACC__MAGIC_PROJECT;
   p->automatic = o.automatic_checkpoint_naming != 0;
   p->total_limit = o.total_limit > 0 ? o.total_limit : 0;
   p->iteration = o.iteration;
@@ -464,7 +455,7 @@ acc_result acc_project_config_create(acc_project_config **out, const acc_project
 
 void acc_project_config_destroy(acc_project_config *p) {
   if (!valid_project(p)) return;
-  p->magic = ACC_MAGIC_DEAD;
+  p->magic = ACC__MAGIC_DEAD;
   acc__free(p->project_dir);
   acc__free(p);
 }
@@ -474,7 +465,7 @@ long acc_project_config_iteration(const acc_project_config *p) { return valid_pr
 const char *acc_project_config_dir(const acc_project_config *p) { return valid_project(p) ? p->project_dir : NULL; }
 
 acc_result acc_project_config_set_iteration(acc_project_config *p, long iteration) {
-  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "invalid project configuration handle");
+  ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_project_config_set_iteration"));
   if (iteration < 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "iteration is %ld (must be >= 0)", iteration);
   p->iteration = iteration;
@@ -576,7 +567,7 @@ acc_result acc__ckpt_remove(const char *dir) {
 acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, acc_checkpoint **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_begin: out is NULL");
   *out = NULL;
-  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_begin: invalid project handle");
+  ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_checkpoint_begin"));
   char *target = NULL;
   acc_result rc = ACC_OK;
   if (p->automatic) {
@@ -622,7 +613,7 @@ acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, a
     acc__free(c);
     return rc;
   }
-  c->magic = ACC_MAGIC_CKPT;
+  c->magic = ACC__MAGIC_CHECKPOINT;
   c->project = p;
   c->automatic = p->automatic;
   *out = c;
@@ -630,34 +621,33 @@ acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, a
 }
 
 const char *acc_checkpoint_dir(const acc_checkpoint *c) {
-  return (c && c->magic == ACC_MAGIC_CKPT) ? c->txn.tmp_dir : NULL;
+  return acc__handle_ok(c, ACC__HANDLE_CHECKPOINT) ? c->txn.tmp_dir : NULL;
 }
 
 const char *acc_checkpoint_target(const acc_checkpoint *c) {
-  return (c && c->magic == ACC_MAGIC_CKPT) ? c->txn.final_dir : NULL;
+  return acc__handle_ok(c, ACC__HANDLE_CHECKPOINT) ? c->txn.final_dir : NULL;
 }
 
 acc_result acc_checkpoint_commit(acc_checkpoint *c) {
-  if (!c || c->magic != ACC_MAGIC_CKPT)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_checkpoint_commit: invalid checkpoint handle");
+  ACC_CHECK(acc__check_handle(c, ACC__HANDLE_CHECKPOINT, "acc_checkpoint_commit"));
   acc_result rc = acc__ckpt_commit(&c->txn);
   if (rc == ACC_OK && valid_project(c->project)) c->project->iteration++; /* like save_state, always */
-  c->magic = ACC_MAGIC_DEAD;
+  c->magic = ACC__MAGIC_DEAD;
   acc__free(c);
   return rc;
 }
 
 void acc_checkpoint_abort(acc_checkpoint *c) {
-  if (!c || c->magic != ACC_MAGIC_CKPT) return;
+  if (!acc__handle_ok(c, ACC__HANDLE_CHECKPOINT)) return;
   acc__ckpt_abort(&c->txn);
-  c->magic = ACC_MAGIC_DEAD;
+  c->magic = ACC__MAGIC_DEAD;
   acc__free(c);
 }
 
 acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_latest_checkpoint: out is NULL");
   *out = NULL;
-  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_latest_checkpoint: invalid project handle");
+  ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_project_latest_checkpoint"));
   char *base = acc__path_join(p->project_dir, "checkpoints");
   if (!base) return ACC_ERR_NOMEM;
   entry *v;
@@ -680,7 +670,7 @@ acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out
 acc_result acc_project_resolve_load(const acc_project_config *p, const char *input_dir, char **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_resolve_load: out is NULL");
   *out = NULL;
-  if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_resolve_load: invalid project handle");
+  ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_project_resolve_load"));
   if (!input_dir) {
     if (!p->automatic)
       return acc__error(ACC_ERR_INVALID_ARGUMENT, "no input directory given and automatic checkpoint naming is off");
@@ -703,8 +693,8 @@ acc_result acc_project_resolve_load(const acc_project_config *p, const char *inp
 }
 
 acc_result acc_project_checkpoint_loaded(acc_project_config *p, const char *dir) {
-  if (!valid_project(p) || !dir)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_checkpoint_loaded: NULL or invalid argument");
+  ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_project_checkpoint_loaded"));
+  if (!dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_checkpoint_loaded: dir is NULL");
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--;
   size_t start = n;

@@ -33,7 +33,7 @@ acc_result acc_local_main_process_first_end(acc_state *st) {
 
 static int run_if(acc_state *st, int chosen, acc_fn fn, void *payload) {
   if (!fn) return 0;
-  if (st && st->magic == ACC_MAGIC_STATE && acc_state_use_distributed(st) && !chosen) return 0;
+  if (acc__handle_ok(st, ACC__HANDLE_STATE) && acc_state_use_distributed(st) && !chosen) return 0;
   fn(payload);
   return 1;
 }

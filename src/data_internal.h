@@ -8,8 +8,6 @@
 #define ACC_DATA_MAX_FIELDS 16
 /* Sanity bound on batch_size x num_processes (keeps every size computation far from overflow). */
 #define ACC_DATA_MAX_GLOBAL_BATCH ((int64_t)1 << 30)
-#define ACC_MAGIC_DATASET 0x41434453u /* "ACDS" */
-#define ACC_MAGIC_LOADER 0x41434c44u  /* "ACLD" */
 
 struct acc_dataset {
   uint32_t magic;

@@ -18,7 +18,7 @@ static acc_result dataset_create(acc_dataset **out, int64_t length, const acc_fi
   }
   acc_dataset *ds = acc__calloc(1, sizeof *ds);
   if (!ds) return ACC_ERR_NOMEM;
-  ds->magic = ACC_MAGIC_DATASET;
+  ds->magic = ACC__MAGIC_DATASET;
   ds->length = length;
   ds->num_fields = num_fields;
   size_t off = 0;
@@ -90,11 +90,11 @@ acc_result acc_dataset_create_memory(acc_dataset **out, int64_t length,
 }
 
 int64_t acc_dataset_length(const acc_dataset *ds) {
-  return ds && ds->magic == ACC_MAGIC_DATASET ? ds->length : -1;
+  return acc__handle_ok(ds, ACC__HANDLE_DATASET) ? ds->length : -1;
 }
 
 void acc_dataset_destroy(acc_dataset *ds) {
-  if (!ds || ds->magic != ACC_MAGIC_DATASET) return;
-  ds->magic = 0xdeaddeadu;
+  if (!acc__handle_ok(ds, ACC__HANDLE_DATASET)) return;
+  ds->magic = ACC__MAGIC_DEAD;
   acc__free(ds);
 }

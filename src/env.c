@@ -70,6 +70,7 @@ ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a
 ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")
 ROW("ACCELERATE_HANG_REPORT_S", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds a collective waits before it reports which processes have not arrived.")
 ROW("ACCELERATE_SHM_CHUNK_BYTES", INT, 4096, 67108864, NULL, "524288", LIB, "Bytes per step of the shared-memory backend (a multiple of 64).")
+ROW("ACCELERATE_MODULE_DIR", STRING, 0, 0, NULL, "next to libaccelerate, then the install directory", LIB, "Directory searched first for the optional modules (libaccelerate-mpi.so).")
 ROW("ACCELERATE_RENDEZVOUS_TOKEN", STRING, 0, 0, NULL, "", LIB | SETS, "Secret part of the shared-memory segment name (16..64 characters of [0-9A-Za-z_-]), exported by accelerate launch for each attempt; unset: rank 0 writes one to a 0600 file in a private runtime directory.")
 ROW("ACCELERATE_LAUNCHER_STATUS_FD", INT, 0, 2147483647.0, NULL, "", LIB | SETS, "Descriptor of the launcher's board of ranks that died; set by accelerate launch only.")
 ROW("XDG_RUNTIME_DIR", STRING, 0, 0, NULL, "", LIB | EXT, "First choice of the private directory for the rendezvous token file (must be owned by the user, mode 0700).")

@@ -1,4 +1,4 @@
-/* Thread-local last-error message, result strings, allocation wrappers. */
+/* Thread-local last-error message, result strings. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,36 +61,3 @@ acc_result acc__error_context(acc_result rc, const char *fmt, ...) {
 
 unsigned acc_version(void) { return ACC_VERSION_NUMBER; }
 const char *acc_version_string(void) { return ACC_VERSION_STRING; }
-
-void *acc__malloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) acc__error(ACC_ERR_NOMEM, "out of memory allocating %zu bytes", n);
-  return p;
-}
-
-void *acc__calloc(size_t count, size_t size) {
-  void *p = calloc(count ? count : 1, size ? size : 1);
-  if (!p) acc__error(ACC_ERR_NOMEM, "out of memory allocating %zu x %zu bytes", count, size);
-  return p;
-}
-
-void *acc__realloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) acc__error(ACC_ERR_NOMEM, "out of memory reallocating to %zu bytes", n);
-  return q;
-}
-
-void acc__free(void *p) {
-  int saved = errno;
-  free(p);
-  errno = saved;
-}
-
-void acc_free(void *p) { acc__free(p); }
-
-char *acc__strdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = acc__malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}

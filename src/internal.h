@@ -26,12 +26,65 @@ acc_result acc__error_context(acc_result rc, const char *fmt, ...) ACC_PRINTF(2,
     if ((rc) != ACC_OK) goto label;     \
   } while (0)
 
+/* Opaque handles. Every handle struct starts with `uint32_t magic`, set to its kind's value at
+ * creation and to ACC__MAGIC_DEAD when destroyed. This is the one table of those values
+ * (src/handle.c checks at compile time that they are distinct):
+ *   X(KIND, magic, public type name, noun used in messages) */
+#define ACC__HANDLE_KINDS(X)                                                      \
+  X(STATE, 0x41435354, "acc_state", "state")                 /* "ACST" */        \
+  X(ACCELERATOR, 0x41434143, "acc_accelerator", "accelerator") /* "ACAC" */      \
+  X(DATASET, 0x41434453, "acc_dataset", "dataset")           /* "ACDS" */        \
+  X(DATALOADER, 0x41434c44, "acc_dataloader", "dataloader")  /* "ACLD" */        \
+  X(MODEL, 0x41434d44, "acc_model", "model")                 /* "ACMD" */        \
+  X(OPTIMIZER, 0x41434f50, "acc_optimizer", "optimizer")     /* "ACOP" */        \
+  X(SCHEDULER, 0x41435344, "acc_scheduler", "scheduler")     /* "ACSD" */        \
+  X(GRAD_SCALER, 0x41435343, "acc_grad_scaler", "grad scaler") /* "ACSC" */      \
+  X(SAFETENSORS, 0x41435346, "acc_safetensors", "safetensors file") /* "ACSF" */ \
+  X(PROJECT, 0x41435052, "acc_project_config", "project config") /* "ACPR" */   \
+  X(CHECKPOINT, 0x4143434b, "acc_checkpoint", "checkpoint")  /* "ACCK" */        \
+  X(BATCH_SHARD, 0x41434253, "acc_batch_shard", "batch shard") /* "ACBS" */      \
+  X(ITERABLE_SHARD, 0x41434953, "acc_iterable_shard", "iterable shard") /* "ACIS" */
+
+typedef enum acc__handle_kind {
+#define ACC__X(kind, magic, type, noun) ACC__HANDLE_##kind,
+  ACC__HANDLE_KINDS(ACC__X)
+#undef ACC__X
+  ACC__HANDLE_KIND_COUNT
+} acc__handle_kind;
+
+enum acc__magic {
+#define ACC__X(kind, magic, type, noun) ACC__MAGIC_##kind = magic,
+  ACC__HANDLE_KINDS(ACC__X)
+#undef ACC__X
+  ACC__MAGIC_DEAD = 0x44454144 /* "DEAD": a destroyed handle of any kind */
+};
+
+/* The check at the top of every public function taking a handle. NULL, a destroyed handle, a
+ * handle of another kind and anything else all give ACC_ERR_INVALID_ARGUMENT with a message
+ * "<fn>: ..." that says which. */
+acc_result acc__check_handle(const void *h, acc__handle_kind kind, const char *fn);
+/* The same test without a message, for accessors that cannot fail (they return a default). */
+int acc__handle_ok(const void *h, acc__handle_kind kind);
+
+/* Reads the caller's options struct `user` (may be NULL: defaults) into dst, which holds the
+ * defaults (the INIT macro) and is dst_size bytes of the library's current `version`: rejects
+ * an uninitialized struct, a newer version and unknown trailing fields that are set (see
+ * src/options.c). Used by every function that takes an options struct. */
+acc_result acc__options_read(void *dst, size_t dst_size, uint32_t version, const void *user,
+                             const char *fn, const char *type);
+#define ACC__READ_OPTIONS(dst, user, type, VERSION, fn) \
+  ACC_CHECK(acc__options_read(&(dst), sizeof(type), (VERSION), (user), (fn), #type))
+
 /* Allocation wrappers: NULL results set ACC_ERR_NOMEM with what was being allocated. */
 void *acc__malloc(size_t n);
 void *acc__calloc(size_t count, size_t size);
 void *acc__realloc(void *p, size_t n);
 void acc__free(void *p);
 char *acc__strdup(const char *s);
+/* Tests only (src/alloc.c): from now on, allocation number n (0-based) through the wrappers
+ * fails; n < 0 disarms. acc__alloc_count() is the number of allocations since that call. */
+void acc__alloc_fail_nth(long n);
+long acc__alloc_count(void);
 
 /* Environment helpers. */
 /* Parses a boolean like Accelerate's str_to_bool (y/yes/t/true/on/1, n/no/f/false/off/0). */

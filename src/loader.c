@@ -65,9 +65,7 @@ struct acc_dataloader {
 };
 
 static acc_result check_dl(const acc_dataloader *dl, const char *fn) {
-  if (!dl) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dataloader is NULL", fn);
-  if (dl->magic != ACC_MAGIC_LOADER)
-    return acc__error(ACC_ERR_INVALID_USAGE, "%s: not a live acc_dataloader (destroyed or corrupt)", fn);
+  ACC_CHECK(acc__check_handle(dl, ACC__HANDLE_DATALOADER, fn));
   return ACC_OK;
 }
 
@@ -392,19 +390,8 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
 
 /* ---- create / destroy / accessors ---------------------------------------------------------- */
 
-acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version) {
-  if (!opts) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_dataloader_options_init: opts is NULL");
-  if (version != ACC_DATALOADER_OPTIONS_VERSION)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_dataloader_options_init: version %u, this library knows %u", version,
-                      ACC_DATALOADER_OPTIONS_VERSION);
-  acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
-  *opts = o;
-  return ACC_OK;
-}
-
 int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl) {
-  return dl && dl->magic == ACC_MAGIC_LOADER ? dl->total_bs : 0;
+  return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->total_bs : 0;
 }
 
 acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
@@ -412,16 +399,9 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   static const char fn[] = "acc_dataloader_create";
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   *out = NULL;
-  if (!ds || ds->magic != ACC_MAGIC_DATASET)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dataset is NULL or destroyed", fn);
+  ACC_CHECK(acc__check_handle(ds, ACC__HANDLE_DATASET, fn));
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "%s: options not initialized with ACC_DATALOADER_OPTIONS_INIT", fn);
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    o.size = sizeof o;
-  }
+  ACC__READ_OPTIONS(o, opts, acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION, fn);
   if (o.batch_size < 1)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size is %lld, expected >= 1", fn,
                       (long long)o.batch_size);
@@ -451,7 +431,7 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   acc_dataloader *dl = acc__calloc(1, sizeof *dl);
   if (!dl) return ACC_ERR_NOMEM;
   acc_result rc = ACC_OK;
-  dl->magic = ACC_MAGIC_LOADER;
+  dl->magic = ACC__MAGIC_DATALOADER;
   dl->ds = ds;
   dl->o = o;
   dl->o.collate_capacity = NULL; /* borrowed pointer: copied into capacity[] */
@@ -534,7 +514,7 @@ fail:
 }
 
 void acc_dataloader_destroy(acc_dataloader *dl) {
-  if (!dl || dl->magic != ACC_MAGIC_LOADER) return;
+  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return;
   if (dl->threaded) {
     pthread_mutex_lock(&dl->mu);
     dl->quit = 1;
@@ -562,12 +542,12 @@ void acc_dataloader_destroy(acc_dataloader *dl) {
   acc__free(dl->rec_first);
   acc_batch_shard_destroy(dl->plan);
   acc_iterable_shard_destroy(dl->ishard);
-  dl->magic = 0xdeaddeadu;
+  dl->magic = ACC__MAGIC_DEAD;
   acc__free(dl);
 }
 
 int64_t acc_dataloader_len(const acc_dataloader *dl) {
-  if (!dl || dl->magic != ACC_MAGIC_LOADER) return -1;
+  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return -1;
   const int64_t N = dl->ds->length;
   const int drop = dl->o.drop_last;
   if (N < 0) return -1;
@@ -582,15 +562,15 @@ int64_t acc_dataloader_len(const acc_dataloader *dl) {
 }
 
 int acc_dataloader_end_of_dataloader(const acc_dataloader *dl) {
-  return dl && dl->magic == ACC_MAGIC_LOADER ? dl->end_of_dataloader : 0;
+  return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->end_of_dataloader : 0;
 }
 
 int64_t acc_dataloader_remainder(const acc_dataloader *dl) {
-  return dl && dl->magic == ACC_MAGIC_LOADER ? dl->remainder : -1;
+  return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->remainder : -1;
 }
 
 int64_t acc_dataloader_epoch(const acc_dataloader *dl) {
-  return dl && dl->magic == ACC_MAGIC_LOADER ? dl->epoch : 0;
+  return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->epoch : 0;
 }
 
 acc_result acc_dataloader_set_epoch(acc_dataloader *dl, int64_t epoch) {
@@ -646,7 +626,7 @@ acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dataloader_sta
 }
 
 int64_t acc_dataloader_gather_keep(const acc_dataloader *dl, int64_t gathered) {
-  if (!dl || dl->magic != ACC_MAGIC_LOADER || !dl->in_epoch || !dl->end_of_dataloader) return gathered;
+  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER) || !dl->in_epoch || !dl->end_of_dataloader) return gathered;
   if (dl->remainder <= 0) return gathered;
   return dl->remainder < gathered ? dl->remainder : gathered;
 }

@@ -3,7 +3,6 @@
 
 #include "internal.h"
 
-#define ACC_MAGIC_MODEL 0x41434d44u /* "ACMD" */
 
 struct acc_model {
   uint32_t magic;
@@ -15,23 +14,22 @@ acc_result acc_model_create(acc_model **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_create: out is NULL");
   acc_model *m = acc__calloc(1, sizeof *m);
   if (!m) return ACC_ERR_NOMEM;
-  m->magic = ACC_MAGIC_MODEL;
+  m->magic = ACC__MAGIC_MODEL;
   *out = m;
   return ACC_OK;
 }
 
 void acc_model_destroy(acc_model *m) {
-  if (!m || m->magic != ACC_MAGIC_MODEL) return;
+  if (!acc__handle_ok(m, ACC__HANDLE_MODEL)) return;
   for (size_t i = 0; i < m->count; i++) acc__free((char *)m->params[i].name);
   acc__free(m->params);
-  m->magic = 0;
+  m->magic = ACC__MAGIC_DEAD;
   acc__free(m);
 }
 
 acc_result acc_model_add_parameter(acc_model *m, const char *name, float *data, float *grad, int ndim,
                                    const int64_t *shape) {
-  if (!m || m->magic != ACC_MAGIC_MODEL)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: invalid model handle");
+  ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, "acc_model_add_parameter"));
   if (!name || !*name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: empty name");
   if (!data)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_parameter: parameter '%s' has no data", name);

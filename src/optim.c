@@ -6,9 +6,6 @@
 
 #include "internal.h"
 
-#define ACC_MAGIC_OPTIM 0x41434f50u /* "ACOP" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-
 enum { MAX_BUFS = 2 };
 
 typedef struct slot {
@@ -39,8 +36,7 @@ static const char *buf_name(const acc_optimizer *o, int b) {
 }
 
 static acc_result check_opt(const acc_optimizer *o, const char *fn) {
-  if (!o || o->magic != ACC_MAGIC_OPTIM)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed optimizer handle", fn);
+  ACC_CHECK(acc__check_handle(o, ACC__HANDLE_OPTIMIZER, fn));
   return ACC_OK;
 }
 
@@ -54,14 +50,14 @@ static acc_result check_model_unchanged(const acc_optimizer *o, const char *fn) 
 }
 
 void acc_optimizer_destroy(acc_optimizer *o) {
-  if (!o || o->magic != ACC_MAGIC_OPTIM) return;
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER)) return;
   for (size_t i = 0; i < o->nparams; i++)
     for (int b = 0; b < MAX_BUFS; b++) {
       acc__free(o->slots[i].names[b]);
       acc__free(o->slots[i].buf[b]);
     }
   acc__free(o->slots);
-  o->magic = ACC_MAGIC_DEAD;
+  o->magic = ACC__MAGIC_DEAD;
   acc__free(o);
 }
 
@@ -71,7 +67,7 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
   if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: model is NULL", fn);
   acc_optimizer *o = acc__calloc(1, sizeof *o);
   if (!o) return ACC_ERR_NOMEM;
-  o->magic = ACC_MAGIC_OPTIM;
+  o->magic = ACC__MAGIC_OPTIMIZER;
   o->kind = kind;
   o->model = m;
   o->nparams = acc_model_num_parameters(m);
@@ -98,15 +94,6 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
   *out = o;
   return ACC_OK;
 }
-
-#define READ_OPTS(T, INIT, opts, o, fn)                                                         \
-  do {                                                                                          \
-    if (opts) {                                                                                 \
-      if ((opts)->size == 0)                                                                    \
-        return acc__error(ACC_ERR_INVALID_USAGE, "%s: options not initialized with " #INIT, fn); \
-      memcpy(&(o), (opts), (opts)->size < sizeof(T) ? (opts)->size : sizeof(T));                \
-    }                                                                                           \
-  } while (0)
 
 static acc_result check_hyper(const char *fn, const char *name, double v, double lo, double hi, int hi_open) {
   if (!(v >= lo) || (hi_open ? !(v < hi) : !(v <= hi)))
@@ -141,7 +128,7 @@ static acc_result validate_adamw(const char *fn, double lr, double b1, double b2
 acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts) {
   const char *fn = "acc_optimizer_create_sgd";
   acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
-  READ_OPTS(acc_sgd_options, ACC_SGD_OPTIONS_INIT, opts, so, fn);
+  ACC__READ_OPTIONS(so, opts, acc_sgd_options, ACC_SGD_OPTIONS_VERSION, fn);
   ACC_CHECK(validate_sgd(fn, so.lr, so.momentum, so.dampening, so.nesterov ? 1.0 : 0.0, so.weight_decay));
   acc_optimizer *o;
   ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_SGD, fn));
@@ -157,7 +144,7 @@ acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc
 acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const acc_adamw_options *opts) {
   const char *fn = "acc_optimizer_create_adamw";
   acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
-  READ_OPTS(acc_adamw_options, ACC_ADAMW_OPTIONS_INIT, opts, ao, fn);
+  ACC__READ_OPTIONS(ao, opts, acc_adamw_options, ACC_ADAMW_OPTIONS_VERSION, fn);
   ACC_CHECK(validate_adamw(fn, ao.lr, ao.beta1, ao.beta2, ao.eps, ao.weight_decay));
   acc_optimizer *o;
   ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_ADAMW, fn));
@@ -184,14 +171,14 @@ acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const a
 }
 
 acc_optimizer_kind acc_optimizer_get_kind(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->kind : ACC_OPTIMIZER_SGD;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->kind : ACC_OPTIMIZER_SGD;
 }
 acc_model *acc_optimizer_model(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->model : NULL;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->model : NULL;
 }
-double acc_optimizer_get_lr(const acc_optimizer *o) { return (o && o->magic == ACC_MAGIC_OPTIM) ? o->lr : 0.0; }
+double acc_optimizer_get_lr(const acc_optimizer *o) { return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->lr : 0.0; }
 int64_t acc_optimizer_step_count(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? o->step : 0;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->step : 0;
 }
 
 acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr) {
@@ -298,7 +285,7 @@ acc_result acc_optimizer_zero_grad(acc_optimizer *o) {
 /* ---- checkpoint state -------------------------------------------------------------------- */
 
 size_t acc_optimizer_state_count(const acc_optimizer *o) {
-  if (!o || o->magic != ACC_MAGIC_OPTIM) return 0;
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER)) return 0;
   size_t n = 0;
   for (size_t i = 0; i < o->nparams; i++)
     for (int b = 0; b < nbufs(o); b++) n += o->slots[i].has[b] != 0;
@@ -373,7 +360,7 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
 }
 
 size_t acc_optimizer_scalar_count(const acc_optimizer *o) {
-  return (o && o->magic == ACC_MAGIC_OPTIM) ? 7 : 0;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? 7 : 0;
 }
 
 static double *scalar_slot(acc_optimizer *o, size_t i) {

@@ -5,10 +5,6 @@
 
 #include "internal.h"
 
-#define ACC_MAGIC_SCALER 0x41435343u /* "ACSC" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-
-/* ---- conversions ------------------------------------------------------------------------ */
 
 static acc_result check_buffers(const char *fn, const void *dst, const void *src, size_t n) {
   if (n && (!dst || !src))
@@ -89,8 +85,7 @@ struct acc_grad_scaler {
 };
 
 static acc_result check_scaler(const acc_grad_scaler *s, const char *fn) {
-  if (!s || s->magic != ACC_MAGIC_SCALER)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed grad scaler handle", fn);
+  ACC_CHECK(acc__check_handle(s, ACC__HANDLE_GRAD_SCALER, fn));
   return ACC_OK;
 }
 
@@ -98,13 +93,7 @@ acc_result acc_grad_scaler_create(acc_grad_scaler **out, const acc_grad_scaler_o
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_grad_scaler_create: out is NULL");
   *out = NULL;
   acc_grad_scaler_options o = ACC_GRAD_SCALER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_grad_scaler_create: options not initialized with ACC_GRAD_SCALER_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    o.size = sizeof o;
-  }
+  ACC__READ_OPTIONS(o, opts, acc_grad_scaler_options, ACC_GRAD_SCALER_OPTIONS_VERSION, "acc_grad_scaler_create");
   if (!(isfinite(o.init_scale) && o.init_scale > 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_grad_scaler_create: init_scale %g must be finite and > 0",
                       (double)o.init_scale);
@@ -119,7 +108,7 @@ acc_result acc_grad_scaler_create(acc_grad_scaler **out, const acc_grad_scaler_o
                       (long long)o.growth_interval);
   acc_grad_scaler *s = acc__calloc(1, sizeof *s);
   if (!s) return ACC_ERR_NOMEM;
-  s->magic = ACC_MAGIC_SCALER;
+  s->magic = ACC__MAGIC_GRAD_SCALER;
   s->opts = o;
   s->scale = o.init_scale;
   *out = s;
@@ -127,13 +116,13 @@ acc_result acc_grad_scaler_create(acc_grad_scaler **out, const acc_grad_scaler_o
 }
 
 void acc_grad_scaler_destroy(acc_grad_scaler *s) {
-  if (!s || s->magic != ACC_MAGIC_SCALER) return;
-  s->magic = ACC_MAGIC_DEAD;
+  if (!acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER)) return;
+  s->magic = ACC__MAGIC_DEAD;
   acc__free(s);
 }
 
 int acc_grad_scaler_enabled(const acc_grad_scaler *s) {
-  return s && s->magic == ACC_MAGIC_SCALER && s->opts.enabled;
+  return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->opts.enabled;
 }
 
 float acc_grad_scaler_scale(const acc_grad_scaler *s) {
@@ -170,11 +159,11 @@ acc_result acc_grad_scaler_unscale(acc_grad_scaler *s, acc_model *m, int *found_
 }
 
 int acc_grad_scaler_is_unscaled(const acc_grad_scaler *s) {
-  return s && s->magic == ACC_MAGIC_SCALER && s->unscaled;
+  return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->unscaled;
 }
 
 int acc_grad_scaler_found_inf(const acc_grad_scaler *s) {
-  return s && s->magic == ACC_MAGIC_SCALER && s->unscaled && s->found_inf;
+  return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->unscaled && s->found_inf;
 }
 
 acc_result acc_grad_scaler_update(acc_grad_scaler *s, int found_inf) {

@@ -10,10 +10,8 @@
 #include <unistd.h>
 
 #include "ckpt_dir.h"
+#include "json_util.h"
 
-#define ACC_MAGIC_ST 0x41435354u /* "ACST" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-/* Same cap as the reference implementation: a larger header is refused outright. */
 #define ST_MAX_HEADER 100000000ull
 
 static const char *const dtype_names[ACC_DTYPE_COUNT_] = {"F32", "F64", "F16", "BF16", "I32", "I64", "U8"};
@@ -145,12 +143,18 @@ acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensor
       json_decref(offs);
       goto nomem;
     }
-    for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-    json_array_append_new(offs, json_integer((json_int_t)offset));
-    json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes[i])));
-    json_object_set_new(obj, "dtype", json_string(dtype_names[t->dtype]));
-    json_object_set_new(obj, "shape", shape);
-    json_object_set_new(obj, "data_offsets", offs);
+    int lost = 0; /* the *_new calls take their value even when they fail */
+    for (int d = 0; d < t->ndim; d++)
+      lost |= json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) != 0;
+    lost |= json_array_append_new(offs, json_integer((json_int_t)offset)) != 0;
+    lost |= json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes[i]))) != 0;
+    lost |= json_object_set_new(obj, "dtype", json_string(dtype_names[t->dtype])) != 0;
+    lost |= json_object_set_new(obj, "shape", shape) != 0;
+    lost |= json_object_set_new(obj, "data_offsets", offs) != 0;
+    if (lost) {
+      json_decref(obj);
+      goto nomem;
+    }
     if (json_object_set_new(root, name, obj) != 0) {
       rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_write('%s'): tensor name %zu is not valid UTF-8",
                       path, i);
@@ -158,18 +162,18 @@ acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensor
     }
     offset += nbytes[i];
   }
-  char *text = json_dumps(root, JSON_COMPACT);
+  char *text = acc__json_dumps(root, JSON_COMPACT, "a safetensors header");
   if (!text) goto nomem;
   size_t tl = strlen(text), padded = (tl + 7) & ~(size_t)7;
   header = acc__malloc(padded ? padded : 8);
   if (!header) {
-    free(text);
+    acc__free(text);
     rc = ACC_ERR_NOMEM;
     goto done;
   }
   memcpy(header, text, tl);
   memset(header + tl, ' ', padded - tl);
-  free(text);
+  acc__free(text);
   st_write_ctx w = {path, tensors, count, nbytes, header, padded};
   rc = acc__write_fd_atomic(path, st_write_body, &w);
   goto done;
@@ -219,7 +223,7 @@ static void st_free(acc_safetensors *f) {
   acc__free(f->mvals);
   if (f->mapped && f->base) munmap((void *)f->base, f->size);
   acc__free(f->label);
-  f->magic = ACC_MAGIC_DEAD;
+  f->magic = ACC__MAGIC_DEAD;
   acc__free(f);
 }
 
@@ -381,7 +385,7 @@ done:
 static acc_result st_new(acc_safetensors **out, const char *label) {
   acc_safetensors *f = acc__calloc(1, sizeof *f);
   if (!f) return ACC_ERR_NOMEM;
-  f->magic = ACC_MAGIC_ST;
+  f->magic = ACC__MAGIC_SAFETENSORS;
   f->label = acc__strdup(label);
   if (!f->label) {
     acc__free(f);
@@ -446,11 +450,11 @@ acc_result acc_safetensors_open(acc_safetensors **out, const char *path) {
 }
 
 void acc_safetensors_close(acc_safetensors *f) {
-  if (!f || f->magic != ACC_MAGIC_ST) return;
+  if (!acc__handle_ok(f, ACC__HANDLE_SAFETENSORS)) return;
   st_free(f);
 }
 
-static int valid(const acc_safetensors *f) { return f && f->magic == ACC_MAGIC_ST; }
+static int valid(const acc_safetensors *f) { return acc__handle_ok(f, ACC__HANDLE_SAFETENSORS); }
 
 size_t acc_safetensors_count(const acc_safetensors *f) { return valid(f) ? f->n : 0; }
 
@@ -467,7 +471,8 @@ static void fill_view(const acc_safetensors *f, const st_tensor *t, acc_tensor_v
 }
 
 acc_result acc_safetensors_tensor(const acc_safetensors *f, size_t i, acc_tensor_view *out) {
-  if (!valid(f) || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_tensor: invalid handle or NULL out");
+  ACC_CHECK(acc__check_handle(f, ACC__HANDLE_SAFETENSORS, "acc_safetensors_tensor"));
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_tensor: out is NULL");
   if (i >= f->n)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_tensor: index %zu out of range (file '%s' has %zu "
                       "tensors)", i, f->label, f->n);
@@ -476,8 +481,8 @@ acc_result acc_safetensors_tensor(const acc_safetensors *f, size_t i, acc_tensor
 }
 
 acc_result acc_safetensors_find(const acc_safetensors *f, const char *name, acc_tensor_view *out) {
-  if (!valid(f) || !out || !name)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_find: invalid handle or NULL argument");
+  ACC_CHECK(acc__check_handle(f, ACC__HANDLE_SAFETENSORS, "acc_safetensors_find"));
+  if (!out || !name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_find: NULL argument");
   for (size_t i = 0; i < f->n; i++)
     if (strcmp(f->t[i].name, name) == 0) {
       fill_view(f, &f->t[i], out);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt_dir.h"
+#include "json_util.h"
 
 #define WEIGHTS_NAME "model.safetensors"
 #define INDEX_NAME "model.safetensors.index.json"
@@ -76,17 +77,19 @@ static acc_result write_index(const char *dir, const acc_model *m, const size_t 
   acc_result rc = ACC_OK;
   char *text = NULL, *path = NULL;
   if (!root || !meta || !map) goto nomem;
-  json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+  if (json_object_set_new(meta, "total_size", json_integer((json_int_t)total)) != 0) goto nomem;
   size_t np = acc_model_num_parameters(m);
   for (size_t i = 0; i < np; i++) {
     char name[64];
     shard_name(name, sizeof name, shard_of[i], nshards);
     if (json_object_set_new(map, acc_model_parameter(m, i)->name, json_string(name)) != 0) goto nomem;
   }
-  json_object_set_new(root, "metadata", meta);
-  json_object_set_new(root, "weight_map", map);
+  int lost = json_object_set_new(root, "metadata", meta) != 0; /* set_new takes the value */
+  lost |= json_object_set_new(root, "weight_map", map) != 0;
   meta = map = NULL;
-  text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENSURE_ASCII); /* = Python json.dumps(indent=2, sort_keys=True) */
+  if (lost) goto nomem;
+  /* = Python json.dumps(indent=2, sort_keys=True) */
+  text = acc__json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENSURE_ASCII, "the model index");
   path = acc__path_join(dir, INDEX_NAME);
   if (!text || !path) goto nomem;
   size_t len = strlen(text);
@@ -111,7 +114,7 @@ done:
   json_decref(meta);
   json_decref(map);
   json_decref(root);
-  free(text);
+  acc__free(text);
   acc__free(path);
   return rc;
 }
@@ -447,12 +450,7 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
   if (!model || !path)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_load_checkpoint_in_model: model or path is NULL");
   acc_load_options o = ACC_LOAD_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_load_checkpoint_in_model: options not initialized with ACC_LOAD_OPTIONS_INIT");
-    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, opts, acc_load_options, ACC_LOAD_OPTIONS_VERSION, "acc_load_checkpoint_in_model");
   opened files = {NULL, 0};
   acc_load_report local = {0};
   acc_load_report *r = report ? report : &local;

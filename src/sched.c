@@ -9,9 +9,6 @@
 #define M_PI 3.14159265358979323846
 #endif
 
-#define ACC_MAGIC_SCHED 0x41435344u /* "ACSD" */
-#define ACC_MAGIC_DEAD 0xdeadbeefu
-
 struct acc_scheduler {
   uint32_t magic;
   acc_optimizer *opt;
@@ -65,11 +62,7 @@ acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc
   *out = NULL;
   if (!acc_optimizer_model(o)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid optimizer handle", fn);
   acc_scheduler_options so = ACC_SCHEDULER_OPTIONS_INIT;
-  if (opts) {
-    if (opts->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE, "%s: options not initialized with ACC_SCHEDULER_OPTIONS_INIT", fn);
-    memcpy(&so, opts, opts->size < sizeof so ? opts->size : sizeof so);
-  }
+  ACC__READ_OPTIONS(so, opts, acc_scheduler_options, ACC_SCHEDULER_OPTIONS_VERSION, fn);
   if ((unsigned)so.kind > ACC_SCHEDULER_LAMBDA)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: unknown scheduler kind %d", fn, (int)so.kind);
   if (so.kind == ACC_SCHEDULER_LAMBDA && !so.fn)
@@ -86,7 +79,7 @@ acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: num_cycles must be finite", fn);
   acc_scheduler *s = acc__calloc(1, sizeof *s);
   if (!s) return ACC_ERR_NOMEM;
-  s->magic = ACC_MAGIC_SCHED;
+  s->magic = ACC__MAGIC_SCHEDULER;
   s->opt = o;
   s->opts = so;
   s->base_lr = acc_optimizer_get_lr(o);
@@ -101,14 +94,13 @@ acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc
 }
 
 void acc_scheduler_destroy(acc_scheduler *s) {
-  if (!s || s->magic != ACC_MAGIC_SCHED) return;
-  s->magic = ACC_MAGIC_DEAD;
+  if (!acc__handle_ok(s, ACC__HANDLE_SCHEDULER)) return;
+  s->magic = ACC__MAGIC_DEAD;
   acc__free(s);
 }
 
 static acc_result check_sched(const acc_scheduler *s, const char *fn) {
-  if (!s || s->magic != ACC_MAGIC_SCHED)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: invalid or destroyed scheduler handle", fn);
+  ACC_CHECK(acc__check_handle(s, ACC__HANDLE_SCHEDULER, fn));
   return ACC_OK;
 }
 
@@ -121,7 +113,7 @@ acc_result acc_scheduler_step(acc_scheduler *s) {
 }
 
 double acc_scheduler_get_last_lr(const acc_scheduler *s) {
-  return (s && s->magic == ACC_MAGIC_SCHED) ? s->last_lr : 0.0;
+  return acc__handle_ok(s, ACC__HANDLE_SCHEDULER) ? s->last_lr : 0.0;
 }
 
 acc_result acc_scheduler_get_state(const acc_scheduler *s, int64_t *step, double *base_lr) {

@@ -6,6 +6,7 @@
 #include "data_internal.h"
 
 struct acc_batch_shard {
+  uint32_t magic;
   int64_t *idx;      /* all indices of this process's batches, concatenated */
   int64_t *start;    /* batch b is idx[start[b] .. start[b+1]) */
   int64_t nbatches;
@@ -70,6 +71,7 @@ acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order, i
   const int64_t L = acc_batch_sampler_len(n, bs, drop_last);
   acc_batch_shard *sh = acc__calloc(1, sizeof *sh);
   if (!sh) return ACC_ERR_NOMEM;
+  sh->magic = ACC__MAGIC_BATCH_SHARD;
   /* Upper bounds: at most L + 1 batches; the unpadded batches of a process are disjoint parts of
    * order (<= n indices) and at most one batch (<= bs indices) is padded. */
   sh->start = acc__calloc((size_t)L + 2, sizeof *sh->start);
@@ -167,12 +169,17 @@ acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order, i
   return ACC_OK;
 }
 
-int64_t acc_batch_shard_len(const acc_batch_shard *sh) { return sh ? sh->len : 0; }
-int64_t acc_batch_shard_count(const acc_batch_shard *sh) { return sh ? sh->nbatches : 0; }
+int64_t acc_batch_shard_len(const acc_batch_shard *sh) {
+  return acc__handle_ok(sh, ACC__HANDLE_BATCH_SHARD) ? sh->len : 0;
+}
+int64_t acc_batch_shard_count(const acc_batch_shard *sh) {
+  return acc__handle_ok(sh, ACC__HANDLE_BATCH_SHARD) ? sh->nbatches : 0;
+}
 
 acc_result acc_batch_shard_get(const acc_batch_shard *sh, int64_t i, const int64_t **indices,
                                int64_t *count) {
-  if (!sh || !indices || !count)
+  ACC_CHECK(acc__check_handle(sh, ACC__HANDLE_BATCH_SHARD, "acc_batch_shard_get"));
+  if (!indices || !count)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_batch_shard_get: NULL argument");
   if (i < 0 || i >= sh->nbatches)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -184,7 +191,8 @@ acc_result acc_batch_shard_get(const acc_batch_shard *sh, int64_t i, const int64
 }
 
 void acc_batch_shard_destroy(acc_batch_shard *sh) {
-  if (!sh) return;
+  if (!acc__handle_ok(sh, ACC__HANDLE_BATCH_SHARD)) return;
+  sh->magic = ACC__MAGIC_DEAD;
   acc__free(sh->idx);
   acc__free(sh->start);
   acc__free(sh);
@@ -193,6 +201,7 @@ void acc_batch_shard_destroy(acc_batch_shard *sh) {
 /* ---- IterableDatasetShard ---------------------------------------------------------------- */
 
 struct acc_iterable_shard {
+  uint32_t magic;
   int64_t real_bs;   /* batch_size (split) or batch_size * n */
   int64_t chunk;     /* batch_size / n (split) or batch_size */
   int64_t lo;        /* first owned position of a real batch */
@@ -224,6 +233,7 @@ acc_result acc_iterable_shard_create(acc_iterable_shard **out, int64_t batch_siz
                       (long long)batch_size, np);
   acc_iterable_shard *sh = acc__calloc(1, sizeof *sh);
   if (!sh) return ACC_ERR_NOMEM;
+  sh->magic = ACC__MAGIC_ITERABLE_SHARD;
   sh->real_bs = cfg->split_batches ? batch_size : batch_size * np;
   sh->chunk = cfg->split_batches ? batch_size / np : batch_size;
   sh->lo = cfg->process_index * sh->chunk;
@@ -241,7 +251,7 @@ acc_result acc_iterable_shard_create(acc_iterable_shard **out, int64_t batch_siz
 
 int acc_iterable_shard_push(acc_iterable_shard *sh, int64_t item, const int64_t **items,
                             int64_t *count) {
-  if (!sh) return 0;
+  if (!acc__handle_ok(sh, ACC__HANDLE_ITERABLE_SHARD)) return 0;
   sh->cur[sh->cur_len++] = item;
   if (sh->cur_len < sh->real_bs) return 0;
   memcpy(sh->outbuf, sh->cur + sh->lo, (size_t)sh->chunk * sizeof(int64_t));
@@ -256,7 +266,7 @@ int acc_iterable_shard_push(acc_iterable_shard *sh, int64_t item, const int64_t 
 }
 
 int acc_iterable_shard_finish(acc_iterable_shard *sh, const int64_t **items, int64_t *count) {
-  if (!sh) return 0;
+  if (!acc__handle_ok(sh, ACC__HANDLE_ITERABLE_SHARD)) return 0;
   int ready = 0;
   if (!sh->drop_last && sh->cur_len > 0) {
     if (!sh->have_first) {
@@ -284,7 +294,8 @@ int64_t acc_iterable_shard_len(int64_t dataset_len, int64_t batch_size, int drop
 }
 
 void acc_iterable_shard_destroy(acc_iterable_shard *sh) {
-  if (!sh) return;
+  if (!acc__handle_ok(sh, ACC__HANDLE_ITERABLE_SHARD)) return;
+  sh->magic = ACC__MAGIC_DEAD;
   acc__free(sh->cur);
   acc__free(sh->first);
   acc__free(sh->outbuf);

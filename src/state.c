@@ -7,26 +7,13 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "module.h"
 #include "state.h"
 
 static acc_state *g_state;
 
 acc_result acc__state_check(const acc_state *st, const char *fn) {
-  if (!st) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: state is NULL", fn);
-  if (st->magic != ACC_MAGIC_STATE)
-    return acc__error(ACC_ERR_INVALID_USAGE,
-                      "%s: the acc_state handle is invalid (already destroyed, or not a state)", fn);
-  return ACC_OK;
-}
-
-acc_result acc_state_options_init(acc_state_options *opts, uint32_t version) {
-  if (!opts) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_state_options_init: opts is NULL");
-  if (version != ACC_STATE_OPTIONS_VERSION)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_state_options_init: version %u is unknown (this library knows %u)",
-                      version, ACC_STATE_OPTIONS_VERSION);
-  acc_state_options def = ACC_STATE_OPTIONS_INIT;
-  *opts = def;
+  ACC_CHECK(acc__check_handle(st, ACC__HANDLE_STATE, fn));
   return ACC_OK;
 }
 
@@ -195,12 +182,7 @@ typedef struct resolved {
 
 static acc_result resolve_options(const acc_state_options *in, resolved *r) {
   acc_state_options o = ACC_STATE_OPTIONS_INIT;
-  if (in) {
-    if (in->size == 0)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "acc_state_options was not initialized with ACC_STATE_OPTIONS_INIT");
-    memcpy(&o, in, in->size < sizeof o ? in->size : sizeof o);
-  }
+  ACC__READ_OPTIONS(o, in, acc_state_options, ACC_STATE_OPTIONS_VERSION, "acc_state_create");
   r->cpu = o.cpu;
   if (r->cpu == ACC_UNSET) {
     r->cpu = 1; /* no GPU backend yet: CPU is the only device */
@@ -266,21 +248,37 @@ static acc_result check_same(const acc_state *st, const acc_state_options *in, c
   return ACC_OK;
 }
 
+#define ACC_MPI_MODULE_HINT                                                                     \
+  "install the MPI module libaccelerate-mpi.so in <libdir>/accelerate/ (it is built when "       \
+  "libopenmpi-dev is installed, or with -DACC_WITH_MPI=ON), or set ACCELERATE_MODULE_DIR to the " \
+  "directory that holds it"
+
+static acc_result create_mpi(acc_state *st, const acc__proc_info *info) {
+  const acc__module_ops *mod = NULL;
+  acc_result rc = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod);
+  if (rc != ACC_OK) return acc__error_context(rc, "the MPI backend is needed");
+  if (!mod->backend_create)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "the MPI module provides no backend");
+  return mod->backend_create(&st->be, info);
+}
+
 static acc_result create_backend(acc_state *st, const acc__env_info *e) {
   int kind = st->backend_kind;
   int mpi_launcher = strcmp(e->launcher, "openmpi") == 0 || strcmp(e->launcher, "mpich") == 0 ||
                      strcmp(e->launcher, "mvapich") == 0;
   if (e->size == 1) kind = ACC_BACKEND_SINGLE;
-  if (kind == ACC_BACKEND_AUTO) {
-#ifdef ACC_HAVE_MPI
-    if (mpi_launcher || e->local_size != e->size) kind = ACC_BACKEND_MPI;
-    else kind = ACC_BACKEND_SHM;
-#else
-    (void)mpi_launcher;
-    kind = ACC_BACKEND_SHM;
-#endif
-  }
   acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s};
+  if (kind == ACC_BACKEND_AUTO) {
+    /* Several machines need MPI. Under an MPI launcher on one machine, MPI is used when its
+     * module is installed and shared memory otherwise. */
+    if (e->local_size != e->size) kind = ACC_BACKEND_MPI;
+    else if (mpi_launcher) {
+      const acc__module_ops *mod = NULL;
+      kind = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod) == ACC_OK ? ACC_BACKEND_MPI
+                                                                          : ACC_BACKEND_SHM;
+      acc_clear_error();
+    } else kind = ACC_BACKEND_SHM;
+  }
   switch (kind) {
     case ACC_BACKEND_SINGLE:
       if (e->size != 1)
@@ -293,17 +291,11 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
         return acc__error(ACC_ERR_NOT_SUPPORTED,
                           "the shared-memory backend works on one machine, but this job has %d "
                           "processes with %d on this machine (%d machines): use the MPI backend "
-                          "(build with libopenmpi-dev and launch under mpirun)",
+                          "(install the MPI module and launch under mpirun)",
                           e->size, e->local_size, e->num_machines);
       return acc__backend_shm_create(&st->be, &info);
     case ACC_BACKEND_MPI:
-#ifdef ACC_HAVE_MPI
-      return acc__backend_mpi_create(&st->be, &info);
-#else
-      return acc__error(ACC_ERR_NOT_SUPPORTED,
-                        "the MPI backend was requested but this build has no MPI support "
-                        "(install openmpi-bin libopenmpi-dev and rebuild)");
-#endif
+      return create_mpi(st, &info);
   }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
 }
@@ -333,7 +325,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   ACC_CHECK(acc__detect_env(&e));
   acc_state *st = acc__calloc(1, sizeof *st);
   if (!st) return ACC_ERR_NOMEM;
-  st->magic = ACC_MAGIC_STATE;
+  st->magic = ACC__MAGIC_STATE;
   st->refs = 1;
   st->rank = e.rank;
   st->size = e.size;
@@ -351,7 +343,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   snprintf(st->device, sizeof st->device, "cpu");
   acc_result rc = create_backend(st, &e);
   if (rc != ACC_OK) {
-    st->magic = ACC_MAGIC_DEAD;
+    st->magic = ACC__MAGIC_DEAD;
     acc__free(st);
     return acc__error_context(rc, "rank %d of %d could not join the process group", e.rank, e.size);
   }
@@ -364,16 +356,16 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
 acc_state *acc_state_get(void) { return g_state; }
 
 void acc_state_destroy(acc_state *st) {
-  if (!st || st->magic != ACC_MAGIC_STATE) return;
+  if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
   if (--st->refs > 0) return;
   if (st->be) st->be->ops->destroy(st->be);
-  st->magic = ACC_MAGIC_DEAD;
+  st->magic = ACC__MAGIC_DEAD;
   if (g_state == st) g_state = NULL;
   acc__free(st);
 }
 
 #define GETTER(type, name, expr, dflt) \
-  type acc_state_##name(const acc_state *st) { return (st && st->magic == ACC_MAGIC_STATE) ? (expr) : (dflt); }
+  type acc_state_##name(const acc_state *st) { return acc__handle_ok(st, ACC__HANDLE_STATE) ? (expr) : (dflt); }
 
 GETTER(int, num_processes, st->size, 1)
 GETTER(int, process_index, st->rank, 0)

@@ -4,9 +4,6 @@
 
 #include "backend.h"
 
-#define ACC_MAGIC_STATE 0x41435354u /* "ACST" */
-#define ACC_MAGIC_DEAD 0xdeaddeadu
-
 struct acc_state {
   uint32_t magic;
   int refs;

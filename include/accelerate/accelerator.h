@@ -17,7 +17,8 @@ extern "C" {
 
 typedef struct acc_accelerator acc_accelerator;
 
-#define ACC_ACCELERATOR_OPTIONS_VERSION 1
+/* 2: low_precision_params appended. */
+#define ACC_ACCELERATOR_OPTIONS_VERSION 2
 
 /**
  * Options of acc_accelerator_create. Initialize with ACC_ACCELERATOR_OPTIONS_INIT; fields left
@@ -45,6 +46,8 @@ typedef struct acc_accelerator_options {
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
   { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_UNSET, ACC_UNSET, 0, 1, \
     1, 1, ACC_UNSET, 0, 0, NULL, 0 }
+/** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_accelerator_options_init(acc_accelerator_options *opts, uint32_t version);
 
 /**
  * Creates the accelerator and, through it, the process state (acc_state_create).

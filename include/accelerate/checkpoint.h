@@ -115,6 +115,8 @@ typedef struct acc_load_options {
                        nothing is loaded. 0: load what matches and report the rest. */
 } acc_load_options;
 #define ACC_LOAD_OPTIONS_INIT { sizeof(acc_load_options), ACC_LOAD_OPTIONS_VERSION, 1 }
+/** Fills opts with the defaults of `version` (ACC_LOAD_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_load_options_init(acc_load_options *opts, uint32_t version);
 
 /** What acc_load_checkpoint_in_model did not load (names in model / file order). */
 typedef struct acc_load_report {
@@ -156,6 +158,8 @@ typedef struct acc_project_options {
   long iteration;                  /* number of the next automatic checkpoint */
 } acc_project_options;
 #define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0 }
+/** Fills opts with the defaults of `version` (ACC_PROJECT_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_project_options_init(acc_project_options *opts, uint32_t version);
 
 typedef struct acc_project_config acc_project_config;
 /** One checkpoint being written (a transaction). Opaque. */

@@ -29,6 +29,8 @@ typedef struct acc_sgd_options {
   double weight_decay; /* >= 0, L2 (added to the gradient) */
 } acc_sgd_options;
 #define ACC_SGD_OPTIONS_INIT { sizeof(acc_sgd_options), ACC_SGD_OPTIONS_VERSION, 1e-3, 0.0, 0.0, 0, 0.0 }
+/** Fills opts with the defaults of `version` (ACC_SGD_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_sgd_options_init(acc_sgd_options *opts, uint32_t version);
 
 #define ACC_ADAMW_OPTIONS_VERSION 1
 /** torch.optim.AdamW hyperparameters (defaults: lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 1e-2). */
@@ -42,6 +44,8 @@ typedef struct acc_adamw_options {
 } acc_adamw_options;
 #define ACC_ADAMW_OPTIONS_INIT \
   { sizeof(acc_adamw_options), ACC_ADAMW_OPTIONS_VERSION, 1e-3, 0.9, 0.999, 1e-8, 1e-2 }
+/** Fills opts with the defaults of `version` (ACC_ADAMW_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_adamw_options_init(acc_adamw_options *opts, uint32_t version);
 
 /**
  * Creates an optimizer over every parameter the model has now (parameters added later are not
@@ -126,6 +130,8 @@ typedef struct acc_scheduler_options {
 } acc_scheduler_options;
 #define ACC_SCHEDULER_OPTIONS_INIT \
   { sizeof(acc_scheduler_options), ACC_SCHEDULER_OPTIONS_VERSION, ACC_SCHEDULER_CONSTANT, 0, 0, 0.5, NULL, NULL }
+/** Fills opts with the defaults of `version` (ACC_SCHEDULER_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_scheduler_options_init(acc_scheduler_options *opts, uint32_t version);
 
 /**
  * Binds a scheduler to an optimizer. Like torch's LambdaLR, base_lr is the optimizer's lr now,

@@ -64,6 +64,8 @@ typedef struct acc_grad_scaler_options {
 
 #define ACC_GRAD_SCALER_OPTIONS_INIT \
   { sizeof(acc_grad_scaler_options), ACC_GRAD_SCALER_OPTIONS_VERSION, 65536.0f, 2.0f, 0.5f, 2000, 1 }
+/** Fills opts with the defaults of `version` (ACC_GRAD_SCALER_OPTIONS_VERSION; for FFI). */
+ACC_EXTERN acc_result acc_grad_scaler_options_init(acc_grad_scaler_options *opts, uint32_t version);
 
 /**
  * Creates a loss scaler. opts NULL means all defaults; a struct not initialized with

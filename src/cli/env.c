@@ -9,6 +9,7 @@
 #include "config_file.h"
 #include "env.h"
 #include "internal.h"
+#include "module.h"
 
 static void print_gpus(FILE *out) {
   /* nvidia-smi only when it is on PATH; its absence is not an error. */
@@ -69,12 +70,10 @@ int acc_cli_env(int argc, char **argv) {
 #ifdef __VERSION__
   fprintf(out, "- C compiler: %s\n", __VERSION__);
 #endif
-#ifdef ACC_HAVE_MPI
-  const char *mpi = "yes";
-#else
-  const char *mpi = "no";
-#endif
-  fprintf(out, "- Backends built in: single, shm, MPI: %s, NCCL: no\n", mpi);
+  const acc__module_ops *mpi_mod = NULL;
+  const char *mpi = acc__module_load("mpi", "", &mpi_mod) == ACC_OK ? "yes" : "no (module not installed)";
+  acc_clear_error();
+  fprintf(out, "- Backends: single, shm, MPI: %s, NCCL: no\n", mpi);
   fprintf(out, "- Accelerator support: CUDA: no (CPU only)\n");
   fprintf(out, "- CPUs: %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);

@@ -1,0 +1,63 @@
+/* Optional parts of the library that live in their own shared object (a "module") and are
+ * loaded with dlopen only when a program asks for them, so that libaccelerate itself never
+ * depends on their libraries. Today: the MPI backend (libaccelerate-mpi.so, which needs
+ * libmpi). The same loader is meant for a later CUDA/NCCL module.
+ *
+ * The contract between the library (the host) and a module:
+ *   - A module exports exactly one symbol, ACC__MODULE_ENTRY_SYMBOL, a function of type
+ *     acc__module_entry_fn. The loader calls it once with the host's service table and gets the
+ *     module's ops table back (or NULL when the module refuses the host).
+ *   - Both tables start with abi_version and the library version string. The loader accepts a
+ *     module only when both equal its own: modules see internal structures (acc__backend,
+ *     acc__proc_info), so a module is only compatible with the library build it came from.
+ *   - A module does not link libaccelerate. Everything it needs from the library (errors,
+ *     allocation, clock, reductions) comes through acc__module_host, so a module works the same
+ *     under the shared library and under the static one, and the thread-local error message is
+ *     the library's own. Modules are opened RTLD_NOW | RTLD_LOCAL and never closed (the MPI
+ *     runtime cannot be unloaded).
+ * Bump ACC__MODULE_ABI_VERSION whenever either table, acc__backend or acc__proc_info changes. */
+#ifndef ACC_MODULE_H
+#define ACC_MODULE_H
+
+#include <stdarg.h>
+
+#include "backend.h"
+
+#define ACC__MODULE_ABI_VERSION 1u
+#define ACC__MODULE_ENTRY_SYMBOL "acc_module_entry_v1"
+
+/* Services the library gives a module. */
+typedef struct acc__module_host {
+  uint32_t abi_version; /* ACC__MODULE_ABI_VERSION */
+  const char *library_version; /* ACC_VERSION_STRING */
+  acc_result (*verror)(acc_result rc, const char *fmt, va_list ap);
+  const char *(*last_error)(void);
+  void *(*malloc)(size_t n);
+  void *(*calloc)(size_t count, size_t size);
+  void *(*realloc)(void *p, size_t n);
+  void (*free)(void *p);
+  double (*now)(void);
+  void (*reduce_inplace)(void *dst, const void *src, size_t count, acc_dtype dtype, acc_op op);
+  acc_result (*env_int)(const char *name, long *out, int *was_set);
+} acc__module_host;
+
+/* What a module offers. Fields a module does not provide are NULL. */
+typedef struct acc__module_ops {
+  uint32_t abi_version; /* ACC__MODULE_ABI_VERSION */
+  const char *library_version; /* ACC_VERSION_STRING the module was built with */
+  const char *name;            /* "mpi" */
+  /* A communication backend (the MPI module). */
+  acc_result (*backend_create)(acc__backend **out, const acc__proc_info *info);
+} acc__module_ops;
+
+typedef const acc__module_ops *(*acc__module_entry_fn)(const acc__module_host *host);
+
+/* Loads the module called name ("mpi" -> libaccelerate-mpi.so) once per process and returns its
+ * ops table. Search order: the directory in ACCELERATE_MODULE_DIR when set (and only there);
+ * otherwise <dir>/accelerate/ and <dir>/ where <dir> holds the loaded libaccelerate (or the
+ * program, for the static library), then <dir>/../<libdir>/accelerate/, then the install
+ * directory. Errors (ACC_ERR_NOT_SUPPORTED) name every path tried, dlerror()'s text, and
+ * `hint` (what to install). Thread-safe. */
+acc_result acc__module_load(const char *name, const char *hint, const acc__module_ops **out);
+
+#endif
