@@ -31,6 +31,12 @@ struct acc_accelerator {
   int nopts;
   acc_scheduler *scheds[MAX_PREPARED];
   int nscheds;
+  /* fp16 iteration: gradients are unscaled and the overflow agreed once, every prepared
+   * optimizer steps (or skips) at most once, then the scaler is updated once. */
+  int it_agreed;                     /* the overflow flag below is agreed across processes */
+  int32_t it_inf;                    /* an inf/NaN gradient somewhere: every optimizer skips */
+  int it_nstepped;                   /* prepared optimizers that stepped in this iteration */
+  unsigned char it_stepped[MAX_PREPARED];
   acc_dataloader *active;     /* loader whose batch is being processed */
   int end_of_dataloader;      /* the active loader's current batch is its last */
   acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
@@ -130,6 +136,19 @@ int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator *acc) {
 acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc) { return acc ? acc->scaler : NULL; }
 int64_t acc_accelerator_step(const acc_accelerator *acc) { return acc ? acc->step : 0; }
 
+/* Ends an fp16 iteration: one scaler update for all the optimizers that stepped. */
+static acc_result finish_iteration(acc_accelerator *acc) {
+  if (!acc->scaler || acc->it_nstepped == 0) return ACC_OK;
+  int32_t inf = acc->it_inf;
+  acc->it_agreed = 0;
+  acc->it_inf = 0;
+  acc->it_nstepped = 0;
+  memset(acc->it_stepped, 0, sizeof acc->it_stepped);
+  return acc_grad_scaler_update(acc->scaler, inf);
+}
+
+acc_result acc__accelerator_end_iteration(acc_accelerator *acc) { return finish_iteration(acc); }
+
 acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int device_specific) {
   ACC_CHECK(check(acc, "set_seed"));
   if (device_specific) seed += (uint64_t)acc_state_process_index(acc->st);
@@ -143,6 +162,11 @@ static acc_result refresh_low_precision(acc_accelerator *acc) {
   if (!acc->low_precision) return ACC_OK;
   return acc_precision_copy_params(acc->model, acc_autocast_dtype(acc->mp), acc->low_precision,
                                    acc_model_numel(acc->model));
+}
+
+acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "refresh_low_precision"));
+  return refresh_low_precision(acc);
 }
 
 const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc) {
@@ -184,6 +208,21 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
   if (find_ptr((void *const *)acc->opts, acc->nopts, opt) >= 0) return ACC_OK;
   if (acc->nopts == MAX_PREPARED)
     return acc__error(ACC_ERR_INVALID_USAGE, "prepare_optimizer: at most %d optimizers", MAX_PREPARED);
+  /* Several optimizers must update disjoint parameters: two would otherwise step the same
+   * weights twice per iteration (use parameter groups for different hyperparameters). */
+  acc_model *m = acc_optimizer_model(opt);
+  if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_optimizer: invalid optimizer handle");
+  size_t np = acc_model_num_parameters(m);
+  for (int k = 0; k < acc->nopts; k++) {
+    if (acc_optimizer_model(acc->opts[k]) != m) continue;
+    for (size_t i = 0; i < np; i++)
+      if (acc_optimizer_has_parameter(opt, i) && acc_optimizer_has_parameter(acc->opts[k], i))
+        return acc__error(ACC_ERR_INVALID_USAGE,
+                          "prepare_optimizer: parameter '%s' is already updated by prepared optimizer %d; several "
+                          "optimizers must update disjoint parameters (for different learning rates or weight "
+                          "decay, use parameter groups: acc_optimizer_create_*_groups)",
+                          acc_model_parameter(m, i)->name, k);
+  }
   acc->opts[acc->nopts++] = opt;
   return ACC_OK;
 }
@@ -263,6 +302,7 @@ acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, 
 
 acc_result acc_accelerator_accumulate(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "accumulate"));
+  ACC_CHECK(finish_iteration(acc)); /* optimizers not stepped last iteration: update the scaler now */
   if (acc->sync_with_dataloader && acc->active && acc->end_of_dataloader) {
     acc->step = 0;
     acc->sync_gradients = 1;
@@ -301,6 +341,7 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "backward"));
   if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "backward: prepare the model first (acc_accelerator_prepare_model)");
   if (!acc->sync_gradients) return ACC_OK;
+  ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
   if (acc->mp == ACC_PRECISION_FP16) round_grads_f16(acc->model);
   return acc__grad_sync_finish(acc->gs);
 }
@@ -339,17 +380,37 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
     ACC_CHECK(acc_optimizer_step(opt));
     return refresh_low_precision(acc);
   }
-  ACC_CHECK(acc_accelerator_unscale_gradients(acc));
-  int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
-  /* gradients were averaged, so an inf anywhere is already everywhere; the all-reduce makes the
-   * decision identical on every process in every case (e.g. a program that skipped backward()). */
-  ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
-  acc->step_was_skipped = inf != 0;
-  if (!inf) {
+  int k = find_ptr((void *const *)acc->opts, acc->nopts, opt);
+  if (k < 0)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "optimizer_step: under fp16 the optimizer must be prepared (acc_accelerator_prepare_optimizer) "
+                      "so the loss scale is updated once per iteration");
+  if (acc->it_stepped[k])
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "optimizer_step: prepared optimizer %d already stepped in this iteration (call "
+                      "acc_accelerator_accumulate at the start of every batch)", k);
+  /* Once per iteration, whatever the number of optimizers: unscale every gradient, then agree on
+   * overflow. Gradients were averaged, so an inf anywhere is already everywhere; the all-reduce
+   * makes the decision identical on every process in every case (e.g. a program that skipped
+   * backward()). */
+  if (!acc->it_agreed) {
+    ACC_CHECK(acc_accelerator_unscale_gradients(acc));
+    int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
+    ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
+    acc->it_inf = inf;
+    acc->it_agreed = 1;
+    acc->step_was_skipped = inf != 0;
+  }
+  if (!acc->it_inf) {
     ACC_CHECK(acc_optimizer_step(opt));
     ACC_CHECK(refresh_low_precision(acc));
   }
-  return acc_grad_scaler_update(acc->scaler, inf);
+  acc->it_stepped[k] = 1;
+  acc->it_nstepped++;
+  /* The scaler is updated once, when every prepared optimizer has stepped (else at the next
+   * accumulate() or save_state()). */
+  if (acc->it_nstepped == acc->nopts) return finish_iteration(acc);
+  return ACC_OK;
 }
 
 acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, acc_optimizer *opt) {

@@ -588,7 +588,7 @@ acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out
   acc_result rc = acc__ckpt_list(base, 0, &v, &n);
   if (rc == ACC_OK) {
     if (n == 0) {
-      rc = acc__error(ACC_ERR_INVALID_USAGE, "no complete checkpoint found in '%s' (looked for checkpoint_<N> "
+      rc = acc__error(ACC_ERR_NOT_FOUND, "no complete checkpoint found in '%s' (looked for checkpoint_<N> "
                       "directories holding a %s marker)", base, ACC_CHECKPOINT_MARKER);
     } else {
       *out = v[n - 1].path;

@@ -154,6 +154,12 @@ ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_s
  * model. NULL otherwise. Borrowed: lives as long as the accelerator.
  */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc);
+/**
+ * Recomputes the low-precision copy from the model's fp32 parameters. load_state does it; call it
+ * after changing the parameters yourself (e.g. acc_load_checkpoint_in_model). No-op without a
+ * copy. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc);
 /** The grad scaler (NULL unless fp16). Borrowed. */
 ACC_EXTERN acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc);
 /** The accumulation counter (Accelerate's accelerator.step). */
@@ -205,9 +211,18 @@ ACC_EXTERN acc_project_config *acc_accelerator_project_config(const acc_accelera
  * Serializes a registered object. Called twice per save: with buf NULL to ask for the size in
  * *len, then with a buffer of cap >= that size to fill (set *len to the bytes written).
  */
-typedef acc_result (*acc_state_save_fn)(void *obj, void *buf, size_t cap, size_t *len);
+typedef acc_result (*acc_checkpoint_save_fn)(void *obj, void *buf, size_t cap, size_t *len);
 /** Restores a registered object from the bytes its save callback wrote. */
-typedef acc_result (*acc_state_load_fn)(void *obj, const void *data, size_t len);
+typedef acc_result (*acc_checkpoint_load_fn)(void *obj, const void *data, size_t len);
+/*
+ * A callback that fails should say why with acc_error_set (the error is cleared before each
+ * call); when it sets no message the error reads "<which callback> of registered object <i>
+ * returned <ACC_ERR_...>".
+ */
+
+/** The size limit of one registered object's bytes with acc_accelerator_register_for_checkpointing:
+ * 1 GiB. A larger custom_checkpoint_<i>.bin is refused by load_state before it is read. */
+#define ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT ((uint64_t)1 << 30)
 
 /**
  * Registers an object to be saved by save_state and restored by load_state (Accelerate's
@@ -216,8 +231,17 @@ typedef acc_result (*acc_state_load_fn)(void *obj, const void *data, size_t len)
  * Ownership: obj is borrowed and must outlive the accelerator. Not collective.
  */
 ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj,
-                                                                 acc_state_save_fn save,
-                                                                 acc_state_load_fn load);
+                                                                 acc_checkpoint_save_fn save,
+                                                                 acc_checkpoint_load_fn load);
+/**
+ * The same with an explicit size limit: save_state refuses to write more than max_bytes for this
+ * object, and load_state refuses a larger file (checked with its size, before reading it), so
+ * the load callback never sees more than max_bytes.
+ */
+ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing_limit(acc_accelerator *acc, void *obj,
+                                                                       acc_checkpoint_save_fn save,
+                                                                       acc_checkpoint_load_fn load,
+                                                                       uint64_t max_bytes);
 
 /**
  * Saves the whole training state into a crash-safe checkpoint directory: the model
