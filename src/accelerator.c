@@ -348,6 +348,7 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
 
 acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "unscale_gradients"));
+  if (!acc->sync_gradients) return ACC_OK; /* the gradients are unscaled once, when final */
   if (!acc->scaler || !acc->model || acc_grad_scaler_is_unscaled(acc->scaler)) return ACC_OK;
   int found_inf = 0;
   return acc_grad_scaler_unscale(acc->scaler, acc->model, &found_inf);
@@ -357,6 +358,12 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
                                           float *total_norm) {
   ACC_CHECK(check(acc, "clip_grad_norm"));
   if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_norm: prepare the model first");
+  /* Inside an accumulation window the gradients are partial (and, under fp16, still scaled):
+   * clipping them, or unscaling them before the rest is added, would be wrong. */
+  if (!acc->sync_gradients) {
+    if (total_norm) *total_norm = 0.0f;
+    return ACC_OK;
+  }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   float norm = 0;
   ACC_CHECK(acc_clip_grad_norm(acc->model, max_norm, norm_type, &norm));
@@ -367,6 +374,7 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
 acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value) {
   ACC_CHECK(check(acc, "clip_grad_value"));
   if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_value: prepare the model first");
+  if (!acc->sync_gradients) return ACC_OK; /* partial gradients: see clip_grad_norm */
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   return acc_clip_grad_value(acc->model, clip_value);
 }
