@@ -1,6 +1,8 @@
 /* The Accelerator: ties the process state, the gradient buckets, the optimizer/scheduler/scaler
  * and the prepared data loaders together with Accelerate's rules (spec §4). */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +44,8 @@ struct acc_accelerator {
   acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
   int nloaders, cap_loaders;
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
+  void *metrics_buf;          /* gather_for_metrics' receive buffer, reused across calls */
+  size_t metrics_cap;
 };
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
@@ -77,6 +81,9 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
                       o.mixed_precision);
   acc_state_options so = ACC_STATE_OPTIONS_INIT;
   so.cpu = o.cpu;
+  /* The process state reports the precision the accelerator runs (acc_state_describe); a state
+   * that already exists keeps its own. */
+  if (!acc_state_get()) so.mixed_precision = o.mixed_precision;
   acc_state *st = NULL;
   ACC_CHECK(acc_state_create(&st, &so));
   acc_accelerator *acc = acc__calloc(1, sizeof *acc);
@@ -116,6 +123,7 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->low_precision);
+  acc__free(acc->metrics_buf);
   acc_state_destroy(acc->st);
   acc->magic = ACC_MAGIC_DEAD;
   acc__free(acc);
@@ -441,13 +449,13 @@ acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *s
 
 /* ---- metrics ---------------------------------------------------------------------------------------- */
 
-acc_result acc_accelerator_gather(acc_accelerator *acc, const void *send, void *recv, size_t count,
+acc_result acc_accelerator_all_gather(acc_accelerator *acc, const void *send, void *recv, size_t count,
                                   acc_dtype dtype) {
   ACC_CHECK(check(acc, "gather"));
   return acc_all_gather(acc->st, send, recv, count, dtype);
 }
 
-acc_result acc_accelerator_reduce(acc_accelerator *acc, const void *send, void *recv, size_t count,
+acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, void *recv, size_t count,
                                   acc_dtype dtype, acc_op op) {
   ACC_CHECK(check(acc, "reduce"));
   return acc_all_reduce(acc->st, send, recv, count, dtype, op);
@@ -459,30 +467,72 @@ acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *
   ACC_CHECK(check(acc, "gather_for_metrics"));
   size_t es = acc_dtype_size(dtype);
   if (!es) return acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: unknown dtype %d", (int)dtype);
-  if (n_samples < 0 || !n_out || (n_samples > 0 && !send))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: bad arguments (n_samples %lld)",
-                      (long long)n_samples);
-  size_t sample_bytes = es * sample_elems;
-  void *all = NULL;
-  size_t *sizes = NULL;
-  ACC_CHECK(acc_all_gather_bytes(acc->st, send, (size_t)n_samples * sample_bytes, &all, &sizes));
-  size_t total_bytes = 0;
-  int n = acc_state_num_processes(acc->st);
-  for (int r = 0; r < n; r++) total_bytes += sizes[r];
-  int64_t total = sample_bytes ? (int64_t)(total_bytes / sample_bytes) : 0;
-  int64_t keep = total;
-  if (acc->active && acc->end_of_dataloader) keep = acc_dataloader_gather_keep(acc->active, total);
-  acc_result rc = ACC_OK;
-  if (keep > capacity) {
-    rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
-                    "gather_for_metrics: recv holds %lld samples but %lld were gathered",
-                    (long long)capacity, (long long)keep);
-  } else {
-    if (keep > 0) memcpy(recv, all, (size_t)keep * sample_bytes);
-    *n_out = keep;
+  if (n_samples < 0 || !n_out || (n_samples > 0 && !send) || capacity < 0 || (capacity > 0 && !recv))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: bad arguments (n_samples %lld, capacity %lld)",
+                      (long long)n_samples, (long long)capacity);
+  /* A prepared loader on the last batch of its epoch, whose batches did not come through
+   * acc_accelerator_next_batch: its padding duplicates cannot be dropped, the metric would
+   * silently count them. Every process sees the same loader state, so all fail alike. */
+  for (int i = 0; i < acc->nloaders; i++) {
+    acc_dataloader *dl = acc->loaders[i];
+    if (dl == acc->active || !acc_dataloader_end_of_dataloader(dl) || acc_dataloader_remainder(dl) <= 0) continue;
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "gather_for_metrics: prepared data loader %d is on the last batch of its epoch, which holds "
+                      "padding samples, but its batches were not taken with acc_accelerator_next_batch, so the "
+                      "padding cannot be dropped; iterate it with acc_accelerator_next_batch", i);
   }
-  acc_free(all);
-  acc_free(sizes);
+  size_t sample_bytes = es * sample_elems;
+  int n = acc_state_num_processes(acc->st);
+  /* the per-process counts first, so the samples land in the reused buffer without a copy */
+  int64_t counts_small[16], *counts = n <= 16 ? counts_small : acc__calloc((size_t)n, sizeof *counts);
+  if (!counts) return ACC_ERR_NOMEM;
+  int64_t mine = n_samples, total = 0, mx = 0;
+  acc_result rc = acc_all_gather(acc->st, &mine, counts, 1, ACC_I64);
+  for (int r = 0; rc == ACC_OK && r < n; r++) {
+    if (counts[r] < 0 || (sample_bytes && counts[r] > (int64_t)(SIZE_MAX / 2 / sample_bytes) / n))
+      rc = acc__error(ACC_ERR_MISMATCH, "gather_for_metrics: process %d reports %lld samples", r,
+                      (long long)counts[r]);
+    else {
+      total += counts[r];
+      if (counts[r] > mx) mx = counts[r];
+    }
+  }
+  int64_t keep = total;
+  if (rc == ACC_OK && acc->active && acc->end_of_dataloader) keep = acc_dataloader_gather_keep(acc->active, total);
+  if (rc == ACC_OK && keep > capacity)
+    rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: recv holds %lld samples but %lld were gathered",
+                    (long long)capacity, (long long)keep);
+  /* every process contributes mx samples (padded), gathered into one buffer owned by the
+   * accelerator and grown only when needed */
+  size_t need = (size_t)mx * sample_bytes * (size_t)(n + 1);
+  if (rc == ACC_OK && need > acc->metrics_cap) {
+    void *nb = acc__realloc(acc->metrics_buf, need);
+    if (!nb) rc = ACC_ERR_NOMEM;
+    else {
+      acc->metrics_buf = nb;
+      acc->metrics_cap = need;
+    }
+  }
+  /* a local failure (capacity, memory) on one process must not leave the others in the gather */
+  int32_t bad = rc != ACC_OK;
+  acc_result arc = acc_all_reduce(acc->st, &bad, &bad, 1, ACC_I32, ACC_MAX);
+  if (rc == ACC_OK && arc != ACC_OK) rc = arc;
+  if (rc == ACC_OK && bad)
+    rc = acc__error(ACC_ERR_REMOTE, "gather_for_metrics failed on another process (see its error)");
+  if (rc == ACC_OK && mx > 0) {
+    unsigned char *mine_buf = acc->metrics_buf, *all = mine_buf + (size_t)mx * sample_bytes;
+    if (n_samples) memcpy(mine_buf, send, (size_t)n_samples * sample_bytes);
+    rc = acc_all_gather(acc->st, mine_buf, all, (size_t)mx * sample_bytes, ACC_U8);
+    int64_t off = 0;
+    for (int r = 0; rc == ACC_OK && r < n && off < keep; r++) {
+      int64_t take = counts[r] < keep - off ? counts[r] : keep - off;
+      memcpy((unsigned char *)recv + (size_t)off * sample_bytes, all + (size_t)r * (size_t)mx * sample_bytes,
+             (size_t)take * sample_bytes);
+      off += take;
+    }
+  }
+  if (rc == ACC_OK) *n_out = keep;
+  if (counts != counts_small) acc__free(counts);
   return rc;
 }
 
@@ -517,4 +567,77 @@ acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
   }
   for (size_t i = 0; i < pad * sample_elems; i++) memcpy(dst + i * es, one, es);
   return ACC_OK;
+}
+
+/* ---- process control through the accelerator ------------------------------------------------------ */
+
+int acc_accelerator_process_index(const acc_accelerator *acc) {
+  return acc ? acc_state_process_index(acc->st) : 0;
+}
+int acc_accelerator_local_process_index(const acc_accelerator *acc) {
+  return acc ? acc_state_local_process_index(acc->st) : 0;
+}
+int acc_accelerator_num_processes(const acc_accelerator *acc) {
+  return acc ? acc_state_num_processes(acc->st) : 1;
+}
+int acc_accelerator_is_main_process(const acc_accelerator *acc) {
+  return acc ? acc_state_is_main_process(acc->st) : 1;
+}
+int acc_accelerator_is_local_main_process(const acc_accelerator *acc) {
+  return acc ? acc_state_is_local_main_process(acc->st) : 1;
+}
+acc_result acc_accelerator_wait_for_everyone(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "wait_for_everyone"));
+  return acc_wait_for_everyone(acc->st);
+}
+acc_result acc_accelerator_main_process_first_begin(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "main_process_first_begin"));
+  return acc_main_process_first_begin(acc->st);
+}
+acc_result acc_accelerator_main_process_first_end(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "main_process_first_end"));
+  return acc_main_process_first_end(acc->st);
+}
+int acc_accelerator_print(const acc_accelerator *acc, const char *fmt, ...) {
+  if (acc && !acc_state_is_main_process(acc->st)) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  return n;
+}
+acc_result acc_accelerator_split_between_processes(const acc_accelerator *acc, size_t n, int apply_padding,
+                                                   acc_split *out) {
+  ACC_CHECK(check(acc, "split_between_processes"));
+  return acc_split_between_processes(acc->st, n, apply_padding, out);
+}
+
+acc_result acc_accelerator_scheduler_steps(const acc_accelerator *acc, const acc_dataloader *dl, int64_t num_epochs,
+                                           double warmup_fraction, int64_t *num_training_steps,
+                                           int64_t *num_warmup_steps) {
+  ACC_CHECK(check(acc, "scheduler_steps"));
+  if (!num_training_steps)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "scheduler_steps: num_training_steps is NULL");
+  int64_t len = acc_dataloader_len(dl);
+  if (len < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "scheduler_steps: the loader's length is unknown (NULL loader or iterable dataset); use "
+                      "acc_scheduler_training_steps with your own count of batches per epoch");
+  int nproc = acc_state_num_processes(acc->st);
+  if (!acc->step_sched_with_opt) /* the scheduler steps once per call, i.e. per batch */
+    return acc_scheduler_training_steps(len, num_epochs, 1, 1, 1, warmup_fraction, num_training_steps,
+                                        num_warmup_steps);
+  if (!acc->sync_with_dataloader) { /* windows run across epochs: one step per gas batches overall */
+    if (num_epochs < 0 || (num_epochs && len > INT64_MAX / num_epochs))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "scheduler_steps: num_epochs %lld out of range",
+                        (long long)num_epochs);
+    int64_t t = 0;
+    ACC_CHECK(acc_scheduler_training_steps(len * num_epochs / acc->gas, 1, 1, nproc, acc->split_batches,
+                                           warmup_fraction, &t, num_warmup_steps));
+    *num_training_steps = t;
+    return ACC_OK;
+  }
+  return acc_scheduler_training_steps(len, num_epochs, acc->gas, nproc, acc->split_batches, warmup_fraction,
+                                      num_training_steps, num_warmup_steps);
 }

@@ -1,10 +1,13 @@
 /* accelerate-c: the Accelerator — prepare(), gradient accumulation and synchronization, mixed
- * precision, optimizer/scheduler stepping rules, metrics gathering. */
+ * precision, optimizer/scheduler stepping rules, metrics gathering.
+ * Threads: an accelerator and the objects prepared with it are used from one thread at a time
+ * (the thread that drives training); different accelerators share the one process state. */
 #ifndef ACCELERATE_ACCELERATOR_H
 #define ACCELERATE_ACCELERATOR_H
 
 #include "checkpoint.h"
 #include "comm.h"
+#include "control.h"
 #include "data.h"
 #include "model.h"
 #include "optim.h"
@@ -26,7 +29,8 @@ typedef struct acc_accelerator acc_accelerator;
 typedef struct acc_accelerator_options {
   size_t size;                      /* sizeof, set by the INIT macro */
   uint32_t version;                 /* ACC_ACCELERATOR_OPTIONS_VERSION */
-  int mixed_precision;              /* acc_mixed_precision; ACC_UNSET: ACCELERATE_MIXED_PRECISION */
+  int mixed_precision;              /* an acc_mixed_precision value (int so that ACC_UNSET fits);
+                                       ACC_UNSET: ACCELERATE_MIXED_PRECISION */
   int gradient_accumulation_steps;  /* ACC_UNSET: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1 */
   int split_batches;                /* 0: batch_size is per process; 1: global, split */
   int even_batches;                 /* 1: every process gets the same number of full batches */
@@ -57,10 +61,36 @@ ACC_EXTERN void acc_accelerator_destroy(acc_accelerator *acc);
 
 /** The process state (borrowed). */
 ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
+/** The precision the accelerator runs (its option, else ACCELERATE_MIXED_PRECISION). The process
+ * state created by the accelerator reports the same in acc_state_describe. */
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
 ACC_EXTERN int acc_accelerator_gradient_accumulation_steps(const acc_accelerator *acc);
+
+/*
+ * Process control through the accelerator (the same as the acc_state functions of state.h and
+ * control.h on acc_accelerator_state(acc)), so a training program needs one handle.
+ */
+ACC_EXTERN int acc_accelerator_process_index(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_local_process_index(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_num_processes(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_is_main_process(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_is_local_main_process(const acc_accelerator *acc);
+/** Barrier. Collective. */
+ACC_EXTERN acc_result acc_accelerator_wait_for_everyone(acc_accelerator *acc);
+/** printf on the main process only (flushes stdout); returns printf's count, 0 elsewhere. */
+ACC_EXTERN int acc_accelerator_print(const acc_accelerator *acc, const char *fmt, ...) ACC_PRINTF(2, 3);
+/** acc_split_between_processes for this accelerator's processes. Not collective. */
+ACC_EXTERN acc_result acc_accelerator_split_between_processes(const acc_accelerator *acc, size_t n,
+                                                              int apply_padding, acc_split *out);
+/** main_process_first as a pair; prefer the block macro below. Collective. */
+ACC_EXTERN acc_result acc_accelerator_main_process_first_begin(acc_accelerator *acc);
+ACC_EXTERN acc_result acc_accelerator_main_process_first_end(acc_accelerator *acc);
+/* ACC_ACCELERATOR_MAIN_PROCESS_FIRST(acc, rc) { ...body... }: as ACC_MAIN_PROCESS_FIRST. */
+#define ACC_ACCELERATOR_MAIN_PROCESS_FIRST(acc, rc)                                              \
+  for (int acc__ampf_once = ((rc) = acc_accelerator_main_process_first_begin(acc), (rc) == ACC_OK); \
+       acc__ampf_once; acc__ampf_once = 0, (rc) = acc_accelerator_main_process_first_end(acc))
 
 /**
  * Seeds the library's global generator (acc_rng_global) with seed, plus the process index when
@@ -160,6 +190,19 @@ ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accele
  * copy. Not collective.
  */
 ACC_EXTERN acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc);
+/**
+ * Sizes a learning-rate schedule as this accelerator steps it, from a prepared loader (its
+ * per-process length), the number of epochs and the accelerator's gradient accumulation,
+ * process count, split_batches, step_scheduler_with_optimizer and sync_with_dataloader:
+ * *num_training_steps = the scheduler steps of the whole run, *num_warmup_steps (may be NULL) =
+ * warmup_fraction of it. Pass them to acc_scheduler_create: the schedule then has the same shape
+ * at every process count. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_scheduler_steps(const acc_accelerator *acc,
+                                                      const acc_dataloader *dl, int64_t num_epochs,
+                                                      double warmup_fraction,
+                                                      int64_t *num_training_steps,
+                                                      int64_t *num_warmup_steps);
 /** The grad scaler (NULL unless fp16). Borrowed. */
 ACC_EXTERN acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc);
 /** The accumulation counter (Accelerate's accelerator.step). */
@@ -168,7 +211,7 @@ ACC_EXTERN int64_t acc_accelerator_step(const acc_accelerator *acc);
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
 /** all_gather of count elements (collective). recv holds count * num_processes elements. */
-ACC_EXTERN acc_result acc_accelerator_gather(acc_accelerator *acc, const void *send, void *recv,
+ACC_EXTERN acc_result acc_accelerator_all_gather(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype);
 /**
  * Gathers n_samples samples of sample_elems elements from every process (counts may differ) in
@@ -182,7 +225,7 @@ ACC_EXTERN acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, c
                                                          acc_dtype dtype, void *recv,
                                                          int64_t capacity, int64_t *n_out);
 /** all_reduce with op (Accelerate's accelerator.reduce defaults to sum). Collective. */
-ACC_EXTERN acc_result acc_accelerator_reduce(acc_accelerator *acc, const void *send, void *recv,
+ACC_EXTERN acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype, acc_op op);
 /**
  * Pads buf (n_samples samples of sample_elems) along the sample axis to the largest n_samples of
