@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "accel_state.h"
+#include "data_internal.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -118,6 +119,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
 
 void acc_accelerator_destroy(acc_accelerator *acc) {
   if (!acc || acc->magic != ACC_MAGIC_ACCEL) return;
+  for (int i = 0; i < acc->nloaders; i++) acc__dataloader_set_owner(acc->loaders[i], NULL, NULL);
   acc__grad_sync_destroy(acc->gs);
   acc__accel_ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
@@ -245,6 +247,19 @@ acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler
   return ACC_OK;
 }
 
+/* A prepared loader was destroyed: it leaves the accelerator's list (checkpoints, metrics). */
+static void forget_loader(void *owner, acc_dataloader *dl) {
+  acc_accelerator *acc = owner;
+  int k = find_ptr((void *const *)acc->loaders, acc->nloaders, dl);
+  if (k < 0) return;
+  memmove(&acc->loaders[k], &acc->loaders[k + 1], (size_t)(acc->nloaders - k - 1) * sizeof *acc->loaders);
+  acc->nloaders--;
+  if (acc->active == dl) {
+    acc->active = NULL;
+    acc->end_of_dataloader = 0;
+  }
+}
+
 acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
                                               const acc_dataloader_options *opts, acc_dataloader **out) {
   ACC_CHECK(check(acc, "prepare_dataloader"));
@@ -272,6 +287,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   }
   ACC_CHECK(acc_dataloader_create(out, ds, &o));
   acc->loaders[acc->nloaders++] = *out;
+  acc__dataloader_set_owner(*out, forget_loader, acc);
   return ACC_OK;
 }
 
