@@ -463,7 +463,7 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
     acc_checkpoint_abort(c); /* the temporary directory goes; earlier checkpoints are untouched */
     return rc;
   }
-  long it = acc_project_config_iteration(proj);
+  int64_t it = acc_project_config_iteration(proj);
   local = main_proc ? acc_checkpoint_commit(c) : ACC_OK; /* commit advances process 0's iteration */
   rc = agree(p.st, local, "save_state (committing the checkpoint)");
   if (rc != ACC_OK) return rc;

@@ -341,7 +341,7 @@ struct acc_project_config {
   char *project_dir;
   int automatic;
   int total_limit;
-  long iteration;
+  int64_t iteration;
 };
 
 struct acc_checkpoint {
@@ -364,8 +364,8 @@ acc_result acc_project_config_create(acc_project_config **out, const acc_project
     memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
   }
   if (o.iteration < 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %ld (must be >= 0)",
-                      o.iteration);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %lld (must be >= 0)",
+                      (long long)o.iteration);
   if (o.total_limit < ACC_UNSET)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_project_config_create: total_limit is %d (must be > 0, or 0 / ACC_UNSET for no limit)",
@@ -392,14 +392,14 @@ void acc_project_config_destroy(acc_project_config *p) {
   acc__free(p);
 }
 
-long acc_project_config_iteration(const acc_project_config *p) { return valid_project(p) ? p->iteration : -1; }
+int64_t acc_project_config_iteration(const acc_project_config *p) { return valid_project(p) ? p->iteration : -1; }
 
 const char *acc_project_config_dir(const acc_project_config *p) { return valid_project(p) ? p->project_dir : NULL; }
 
-acc_result acc_project_config_set_iteration(acc_project_config *p, long iteration) {
+acc_result acc_project_config_set_iteration(acc_project_config *p, int64_t iteration) {
   if (!valid_project(p)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "invalid project configuration handle");
   if (iteration < 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "iteration is %ld (must be >= 0)", iteration);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "iteration is %lld (must be >= 0)", (long long)iteration);
   p->iteration = iteration;
   return ACC_OK;
 }
@@ -506,12 +506,12 @@ acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, a
     if (output_dir)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "acc_checkpoint_begin: output_dir '%s' given but automatic checkpoint naming is on "
-                        "(pass NULL: the checkpoint goes to '%s/checkpoints/checkpoint_%ld')",
-                        output_dir, p->project_dir, p->iteration);
+                        "(pass NULL: the checkpoint goes to '%s/checkpoints/checkpoint_%lld')",
+                        output_dir, p->project_dir, (long long)p->iteration);
     char *base = acc__path_join(p->project_dir, "checkpoints");
     if (!base) return ACC_ERR_NOMEM;
     char name[48];
-    snprintf(name, sizeof name, "checkpoint_%ld", p->iteration);
+    snprintf(name, sizeof name, "checkpoint_%lld", (long long)p->iteration);
     target = acc__path_join(base, name);
     if (!target) rc = ACC_ERR_NOMEM;
     if (rc == ACC_OK) rc = acc__mkdirs(base);

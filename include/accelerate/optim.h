@@ -1,6 +1,7 @@
 /* accelerate-c: optimizers (SGD, AdamW with torch.optim semantics), learning-rate schedulers
  * (transformers' get_*_schedule_with_warmup and a user lambda) and gradient clipping.
- * They work on one process's float32 buffers of an acc_model; nothing here communicates. */
+ * They work on one process's float32 buffers of an acc_model; nothing here communicates.
+ * Threads: an optimizer or scheduler is used from one thread at a time. */
 #ifndef ACCELERATE_OPTIM_H
 #define ACCELERATE_OPTIM_H
 

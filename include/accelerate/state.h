@@ -1,4 +1,6 @@
-/* accelerate-c: the process state (Accelerate's PartialState). */
+/* accelerate-c: the process state (Accelerate's PartialState).
+ * Threads: create and destroy the process state from one thread (the singleton has no lock);
+ * its getters may then be read from any thread. */
 #ifndef ACCELERATE_STATE_H
 #define ACCELERATE_STATE_H
 
