@@ -183,6 +183,41 @@ const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc)
   return acc ? acc->low_precision : NULL;
 }
 
+/* Process 0's parameters to every process: consecutive parameters are packed into one broadcast
+ * of up to bucket_cap bytes; a parameter larger than that goes alone, in place. */
+static acc_result broadcast_parameters(acc_accelerator *acc, acc_model *model) {
+  if (acc_state_num_processes(acc->st) == 1) return ACC_OK;
+  size_t np = acc_model_num_parameters(model), cap = acc->bucket_cap / sizeof(float);
+  if (cap == 0) cap = 1;
+  float *pack = NULL;
+  acc_result rc = ACC_OK;
+  for (size_t i = 0; i < np && rc == ACC_OK;) {
+    const acc_param *p = acc_model_parameter(model, i);
+    if (p->numel >= cap) {
+      rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
+      if (rc != ACC_OK) rc = acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
+      i++;
+      continue;
+    }
+    size_t j = i, n = 0;
+    while (j < np && n + acc_model_parameter(model, j)->numel <= cap) n += acc_model_parameter(model, j++)->numel;
+    if (!pack && !(pack = acc__malloc(cap * sizeof(float)))) return ACC_ERR_NOMEM;
+    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
+      memcpy(pack + off, acc_model_parameter(model, k)->data, acc_model_parameter(model, k)->numel * sizeof(float));
+    rc = acc_broadcast(acc->st, pack, n, ACC_F32, 0);
+    if (rc != ACC_OK) {
+      rc = acc__error_context(rc, "prepare_model: broadcasting parameters '%s' to '%s'", p->name,
+                              acc_model_parameter(model, j - 1)->name);
+      break;
+    }
+    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
+      memcpy(acc_model_parameter(model, k)->data, pack + off, acc_model_parameter(model, k)->numel * sizeof(float));
+    i = j;
+  }
+  acc__free(pack);
+  return rc;
+}
+
 acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model) {
   ACC_CHECK(check(acc, "prepare_model"));
   if (!model) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_model: model is NULL");
@@ -190,12 +225,7 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
   if (acc->model)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "prepare_model: this accelerator already has a prepared model; use one model");
-  size_t np = acc_model_num_parameters(model);
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(model, i);
-    acc_result rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
-    if (rc != ACC_OK) return acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
-  }
+  ACC_CHECK(broadcast_parameters(acc, model));
   ACC_CHECK(acc__grad_sync_create(&acc->gs, acc->st, model, acc->bucket_cap, acc->overlap));
   acc->model = model;
   if (acc->want_low_precision) {
