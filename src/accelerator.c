@@ -1,5 +1,5 @@
 /* The Accelerator: ties the process state, the gradient buckets, the optimizer/scheduler/scaler
- * and the prepared data loaders together with Accelerate's rules (spec §4). */
+ * and the prepared data loaders together with Accelerate's rules. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

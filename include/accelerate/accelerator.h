@@ -34,8 +34,8 @@ typedef struct acc_accelerator_options {
   int gradient_accumulation_steps;  /* ACC_UNSET: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1 */
   int split_batches;                /* 0: batch_size is per process; 1: global, split */
   int even_batches;                 /* 1: every process gets the same number of full batches */
-  int step_scheduler_with_optimizer;/* 1: scheduler steps follow optimizer steps (spec 4.4) */
-  int sync_with_dataloader;         /* 1: the last batch of an epoch always syncs (spec 4.6) */
+  int step_scheduler_with_optimizer;/* 1: scheduler steps follow optimizer steps */
+  int sync_with_dataloader;         /* 1: the last batch of an epoch always syncs */
   int cpu;                          /* ACC_UNSET: ACCELERATE_USE_CPU */
   size_t bucket_cap_bytes;          /* gradient bucket size; 0: 25 MB (torch DDP's default) */
   int overlap_grad_sync;            /* 1: reduce buckets on a background thread as
@@ -106,7 +106,9 @@ ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t se
  * Collective. Ownership: the model stays the program's and must outlive the accelerator.
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model);
-/** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Not collective. */
+/** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Several
+ * prepared optimizers must update disjoint parameters (use parameter groups for several learning
+ * rates): an overlap is ACC_ERR_INVALID_USAGE naming the parameter. Not collective. */
 ACC_EXTERN acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt);
 /** Registers a scheduler: stepped by acc_accelerator_scheduler_step with Accelerate's rules. */
 ACC_EXTERN acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler *sched);
@@ -155,17 +157,23 @@ ACC_EXTERN acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t in
  * Collective on sync batches.
  */
 ACC_EXTERN acc_result acc_accelerator_backward(acc_accelerator *acc);
-/** fp16: divides the gradients by the loss scale (once per step). Otherwise nothing. */
+/** fp16, on a sync batch: divides every gradient by the loss scale, once per iteration whatever
+ * the number of optimizers. Otherwise (and on non-sync batches) nothing. */
 ACC_EXTERN acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc);
-/** Unscales, then clips the global gradient norm (gradients are already averaged, so every
- * process computes the same norm). *total_norm (may be NULL) gets the norm before clipping. */
+/** On a sync batch: unscales, then clips the global gradient norm (gradients are already
+ * averaged, so every process computes the same norm). *total_norm (may be NULL) gets the norm
+ * before clipping. On non-sync batches the gradients are partial: nothing happens (*total_norm 0). */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm,
                                                      double norm_type, float *total_norm);
 ACC_EXTERN acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value);
 /**
- * Steps a prepared optimizer on sync batches only. fp16: unscales, and when any process found an
- * inf/NaN gradient every process skips the step and the scaler backs off.
- * Collective on sync batches (fp16: one 4-byte all-reduce).
+ * Steps a prepared optimizer on sync batches only. fp16, once per iteration (a sync backward and
+ * the steps after it): the first step unscales every gradient and agrees on overflow across
+ * processes (one 4-byte all-reduce); on overflow every optimizer of the iteration skips. Each
+ * prepared optimizer steps at most once per iteration (a second call is ACC_ERR_INVALID_USAGE;
+ * under fp16 the optimizer must be prepared). The loss scale is updated once per iteration: after
+ * the last prepared optimizer stepped, else at the next accumulate(), sync backward() or
+ * save_state(). Collective on sync batches under fp16.
  */
 ACC_EXTERN acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt);
 /** Zeroes the gradients on sync batches only. */
@@ -173,7 +181,7 @@ ACC_EXTERN acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, 
 /** 1 when the last optimizer step was skipped (fp16 overflow). */
 ACC_EXTERN int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator *acc);
 /**
- * Steps a prepared scheduler with Accelerate's rules (spec 4.4): not on non-sync batches, not
+ * Steps a prepared scheduler with Accelerate's rules: not on non-sync batches, not
  * when the optimizer step was skipped, num_processes times per call unless split_batches.
  */
 ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *sched);
@@ -210,21 +218,24 @@ ACC_EXTERN int64_t acc_accelerator_step(const acc_accelerator *acc);
 
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
-/** all_gather of count elements (collective). recv holds count * num_processes elements. */
+/** All-gather of count elements: every process receives every process's elements in rank order
+ * (recv holds count * num_processes elements). Collective. (acc_gather gathers to one root.) */
 ACC_EXTERN acc_result acc_accelerator_all_gather(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype);
 /**
  * Gathers n_samples samples of sample_elems elements from every process (counts may differ) in
  * rank order and, on the last batch of the active prepared loader, drops the duplicated padding
- * samples (Accelerate's gather_for_metrics, spec 6.9), so an evaluation over a whole epoch
- * counts every dataset sample exactly once. recv must hold capacity samples; *n_out receives the
- * samples kept. Collective.
+ * samples (Accelerate's gather_for_metrics), so an evaluation over a whole epoch
+ * counts every dataset sample exactly once. A prepared loader on its last batch whose batches did
+ * not come through acc_accelerator_next_batch is ACC_ERR_INVALID_USAGE (its padding could not be
+ * dropped). recv must hold capacity samples; *n_out receives the samples kept. Collective.
  */
 ACC_EXTERN acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *send,
                                                          int64_t n_samples, size_t sample_elems,
                                                          acc_dtype dtype, void *recv,
                                                          int64_t capacity, int64_t *n_out);
-/** all_reduce with op (Accelerate's accelerator.reduce defaults to sum). Collective. */
+/** All-reduce with op: every process receives the result (Accelerate's accelerator.reduce, whose
+ * default op is sum). Collective. (acc_reduce reduces to one root.) */
 ACC_EXTERN acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype, acc_op op);
 /**
@@ -306,10 +317,13 @@ ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const cha
 
 /**
  * Restores everything save_state saved, bit for bit, into the prepared objects (prepare them
- * first, in the same order). input_dir NULL: the latest complete checkpoint (automatic naming).
- * An incomplete checkpoint, a different number of processes, or a different set of prepared
- * objects is an error naming saved vs current. Afterwards the next automatic checkpoint number
- * is the loaded one's plus one.
+ * first, in the same order), then refreshes the low-precision copy. input_dir NULL: the latest
+ * complete checkpoint (automatic naming; ACC_ERR_NOT_FOUND when there is none). An incomplete
+ * checkpoint, a different number of processes, or a different set of prepared objects is an
+ * error naming saved vs current; a missing key or an out-of-range value is ACC_ERR_FORMAT naming
+ * the file and key; processes that restored different positions from their random_states_<p>.json
+ * all get ACC_ERR_MISMATCH naming the file. Afterwards the next automatic checkpoint number is
+ * the loaded one's plus one.
  * @param loaded_dir NULL, or receives the directory loaded. Ownership: acc_free.
  * Collective: yes.
  */
