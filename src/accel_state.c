@@ -1,4 +1,4 @@
-/* save_state / load_state of the whole training state : model, optimizers,
+/* save_state / load_state of the whole training state: model, optimizers,
  * schedulers, GradScaler, per-process RNG + accumulation step + data loader positions, and
  * objects registered for checkpointing, in a crash-safe checkpoint directory (ckpt_dir.c). */
 #include <errno.h>
