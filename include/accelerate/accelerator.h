@@ -29,8 +29,8 @@ typedef struct acc_accelerator acc_accelerator;
 typedef struct acc_accelerator_options {
   size_t size;                      /* sizeof, set by the INIT macro */
   uint32_t version;                 /* ACC_ACCELERATOR_OPTIONS_VERSION */
-  int mixed_precision;              /* an acc_mixed_precision value (int so that ACC_UNSET fits);
-                                       ACC_UNSET: ACCELERATE_MIXED_PRECISION */
+  acc_mixed_precision mixed_precision; /* ACC_UNSET (= ACC_PRECISION_UNSET):
+                                          ACCELERATE_MIXED_PRECISION */
   int gradient_accumulation_steps;  /* ACC_UNSET: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1 */
   int split_batches;                /* 0: batch_size is per process; 1: global, split */
   int even_batches;                 /* 1: every process gets the same number of full batches */
@@ -47,8 +47,8 @@ typedef struct acc_accelerator_options {
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
-  { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_UNSET, ACC_UNSET, 0, 1, \
-    1, 1, ACC_UNSET, 0, 0, NULL, 0 }
+  { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_PRECISION_UNSET,        \
+    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0 }
 
 /**
  * Creates the accelerator and, through it, the process state (acc_state_create).
