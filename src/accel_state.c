@@ -94,9 +94,8 @@ acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_pr
 }
 
 acc_project_config *acc_accelerator_project_config(const acc_accelerator *acc) {
-  acc__accel_parts p;
-  if (acc__accelerator_parts((acc_accelerator *)acc, &p) != ACC_OK || !*p.ckpt) return NULL;
-  return (*p.ckpt)->project;
+  acc__accel_ckpt *c = acc__accelerator_ckpt(acc);
+  return c ? c->project : NULL;
 }
 
 acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj, acc_checkpoint_save_fn save,

@@ -23,6 +23,8 @@ typedef struct acc__accel_parts {
 } acc__accel_parts;
 
 acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out);
+/* The checkpointing state of a valid accelerator (NULL until created). */
+acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc);
 void acc__accel_ckpt_free(acc__accel_ckpt *c);
 /* Wraps the result of a user callback, called after acc_clear_error(): a failure with no message
  * becomes "<what> returned ACC_ERR_..."; one with a message gets "<what>: " in front. */

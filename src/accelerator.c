@@ -337,6 +337,10 @@ acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out) {
   return ACC_OK;
 }
 
+acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc) {
+  return acc && acc->magic == ACC_MAGIC_ACCEL ? acc->ckpt : NULL;
+}
+
 acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, const acc_batch **out) {
   ACC_CHECK(check(acc, "next_batch"));
   if (!dl || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: NULL argument");
