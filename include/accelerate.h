@@ -4,7 +4,9 @@
  * One header for the whole public API. Conventions (docs/api.md):
  *  - every fallible call returns acc_result; acc_last_error() says what went wrong;
  *  - handles are opaque, created with acc_X_create(&out, ...) and freed with acc_X_destroy(NULL ok);
- *  - "Collective" functions must be called by every process of the group, in the same order.
+ *  - "Collective" functions must be called by every process of the group, in the same order;
+ *  - threads: a handle is used from one thread at a time (each header says what more it allows);
+ *    the last error is per thread.
  */
 #ifndef ACCELERATE_H
 #define ACCELERATE_H

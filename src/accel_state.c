@@ -1,4 +1,4 @@
-/* save_state / load_state of the whole training state (spec §7.3-7.6): model, optimizers,
+/* save_state / load_state of the whole training state: model, optimizers,
  * schedulers, GradScaler, per-process RNG + accumulation step + data loader positions, and
  * objects registered for checkpointing, in a crash-safe checkpoint directory (ckpt_dir.c). */
 #include <errno.h>
@@ -20,11 +20,15 @@
 #define STATE_FORMAT "accelerate-c-state"
 #define STATE_VERSION 1
 #define PATH_BUF 4096
+/* Upper bound of a restored counter (step, epoch, batches): far beyond any run, and far enough
+ * from INT64_MAX that the counters can be advanced without overflowing. */
+#define MAX_COUNTER ((int64_t)1 << 53)
 
 typedef struct custom_obj {
   void *obj;
-  acc_state_save_fn save;
-  acc_state_load_fn load;
+  acc_checkpoint_save_fn save;
+  acc_checkpoint_load_fn load;
+  uint64_t max_bytes; /* a larger custom_checkpoint_<i>.bin is refused before it is read */
 } custom_obj;
 
 struct acc__accel_ckpt {
@@ -86,13 +90,19 @@ acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_pr
 }
 
 acc_project_config *acc_accelerator_project_config(const acc_accelerator *acc) {
-  acc__accel_parts p;
-  if (acc__accelerator_parts((acc_accelerator *)acc, &p) != ACC_OK || !*p.ckpt) return NULL;
-  return (*p.ckpt)->project;
+  acc__accel_ckpt *c = acc__accelerator_ckpt(acc);
+  return c ? c->project : NULL;
 }
 
-acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj, acc_state_save_fn save,
-                                                      acc_state_load_fn load) {
+acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj, acc_checkpoint_save_fn save,
+                                                      acc_checkpoint_load_fn load) {
+  return acc_accelerator_register_for_checkpointing_limit(acc, obj, save, load,
+                                                          ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT);
+}
+
+acc_result acc_accelerator_register_for_checkpointing_limit(acc_accelerator *acc, void *obj,
+                                                            acc_checkpoint_save_fn save,
+                                                            acc_checkpoint_load_fn load, uint64_t max_bytes) {
   acc__accel_parts p;
   ACC_CHECK(acc__accelerator_parts(acc, &p));
   if (!save || !load)
@@ -108,7 +118,7 @@ acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void
     c->custom = v;
     c->cap = nc;
   }
-  c->custom[c->ncustom++] = (custom_obj){obj, save, load};
+  c->custom[c->ncustom++] = (custom_obj){obj, save, load, max_bytes};
   return ACC_OK;
 }
 
@@ -276,20 +286,30 @@ static acc_result save_optimizer(acc_optimizer *o, const char *dir, int i) {
 
 static acc_result save_custom(const custom_obj *c, const char *dir, int i) {
   size_t len = 0;
+  acc_clear_error(); /* a callback that sets no message must not inherit an earlier one */
   acc_result rc = c->save(c->obj, NULL, 0, &len);
-  if (rc != ACC_OK) return acc__error_context(rc, "save_state: the save callback of registered object %d", i);
+  if (rc != ACC_OK)
+    return acc__callback_result(rc, "save_state: the save callback of registered object %d (size query)", i);
   void *buf = acc__malloc(len ? len : 1);
   if (!buf) return ACC_ERR_NOMEM;
   size_t used = len;
+  acc_clear_error();
   rc = c->save(c->obj, buf, len, &used);
   if (rc != ACC_OK) {
     acc__free(buf);
-    return acc__error_context(rc, "save_state: the save callback of registered object %d", i);
+    return acc__callback_result(rc, "save_state: the save callback of registered object %d", i);
   }
   if (used > len) {
     acc__free(buf);
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "save_state: registered object %d wrote %zu bytes but asked for %zu", i, used, len);
+  }
+  if ((uint64_t)used > c->max_bytes) {
+    acc__free(buf);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "save_state: registered object %d is %zu bytes, over its limit of %llu bytes (register it "
+                      "with acc_accelerator_register_for_checkpointing_limit)", i, used,
+                      (unsigned long long)c->max_bytes);
   }
   char name[64];
   snprintf(name, sizeof name, "custom_checkpoint_%d.bin", i);
@@ -321,7 +341,16 @@ static acc_result save_shared(acc__accel_parts *p, const char *dir) {
     if (rc != ACC_OK) break;
     path = file_name(dir, "scheduler", i, ".json");
     if (!path) return ACC_ERR_NOMEM;
-    rc = write_json(path, json_pack("{s:I, s:f}", "step", (json_int_t)step, "base_lr", base));
+    json_t *bases = json_array(); /* one base lr per parameter group */
+    int ok = bases != NULL; /* every append is checked: a dropped entry would save a wrong file */
+    for (size_t g = 0; ok && g < acc_scheduler_group_count(p->scheds[i]); g++)
+      ok = json_array_append_new(bases, json_real(acc_scheduler_group_base_lr(p->scheds[i], g))) == 0;
+    if (!ok) {
+      json_decref(bases);
+      rc = acc__error(ACC_ERR_NOMEM, "out of memory building '%s'", path);
+    }
+    if (rc == ACC_OK)
+      rc = write_json(path, json_pack("{s:I, s:f, s:o}", "step", (json_int_t)step, "base_lr", base, "base_lrs", bases));
     acc__free(path);
   }
   if (rc == ACC_OK && p->scaler) {
@@ -399,6 +428,7 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
   if (saved_dir) *saved_dir = NULL;
   acc__accel_parts p;
   ACC_CHECK(acc__accelerator_parts(acc, &p));
+  ACC_CHECK(acc__accelerator_end_iteration(acc));
   acc_project_config *proj = NULL;
   acc_result rc = get_project(&p, &proj);
   const int main_proc = acc_state_process_index(p.st) == 0;
@@ -435,7 +465,7 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
     acc_checkpoint_abort(c); /* the temporary directory goes; earlier checkpoints are untouched */
     return rc;
   }
-  long it = acc_project_config_iteration(proj);
+  int64_t it = acc_project_config_iteration(proj);
   local = main_proc ? acc_checkpoint_commit(c) : ACC_OK; /* commit advances process 0's iteration */
   rc = agree(p.st, local, "save_state (committing the checkpoint)");
   if (rc != ACC_OK) return rc;
@@ -528,6 +558,14 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
     if (rc == ACC_OK) rc = acc_optimizer_scalar_set(o, "kind", kind);
     if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
   }
+  /* Every scalar must be in the file: a missing one would silently keep the current value. */
+  for (size_t k = 0; rc == ACC_OK && k < acc_optimizer_scalar_count(o); k++) {
+    const char *name = NULL;
+    rc = acc_optimizer_scalar_get(o, k, &name, NULL);
+    if (rc == ACC_OK && !json_object_get(j, name))
+      rc = acc__error(ACC_ERR_FORMAT, "checkpoint file '%s': key \"%s\" is missing (optimizer %d has %zu scalars)",
+                      path, name, i, acc_optimizer_scalar_count(o));
+  }
   if (rc == ACC_OK) {
     const char *key;
     json_t *v;
@@ -594,22 +632,37 @@ static acc_result load_custom(const custom_obj *c, const char *dir, int i) {
   char *path = acc__path_join(dir, name);
   if (!path) return ACC_ERR_NOMEM;
   acc_result rc = ACC_OK;
-  FILE *f = NULL;
+  int fd = -1;
+  struct stat sb;
   void *buf = NULL;
-  long len = 0;
-  rc = acc__fopen_regular(path, "load_state: custom object file", &f);
-  if (rc == ACC_OK && (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0))
-    rc = acc__error(ACC_ERR_IO, "load_state: could not read '%s': %s", path, strerror(errno));
+  size_t len = 0;
+  rc = acc__open_regular(path, "load_state: custom object file", &fd, &sb);
+  /* The size is checked before anything is allocated: a huge (or sparse) file is refused. */
+  if (rc == ACC_OK && (uint64_t)sb.st_size > c->max_bytes)
+    rc = acc__error(ACC_ERR_FORMAT,
+                    "load_state: '%s' is %lld bytes, over the limit of %llu bytes registered for object %d", path,
+                    (long long)sb.st_size, (unsigned long long)c->max_bytes, i);
   if (rc == ACC_OK) {
-    buf = acc__malloc(len ? (size_t)len : 1);
+    len = (size_t)sb.st_size;
+    buf = acc__malloc(len ? len : 1);
     if (!buf) rc = ACC_ERR_NOMEM;
   }
-  if (rc == ACC_OK && len && fread(buf, 1, (size_t)len, f) != (size_t)len)
-    rc = acc__error(ACC_ERR_IO, "load_state: could not read %ld bytes from '%s'", len, path);
-  if (f) fclose(f);
+  for (size_t got = 0; rc == ACC_OK && got < len;) {
+    ssize_t r = read(fd, (char *)buf + got, len - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      rc = acc__error(ACC_ERR_IO, "load_state: could not read %zu bytes from '%s': %s", len, path,
+                      r < 0 ? strerror(errno) : "the file is shorter than it was");
+      break;
+    }
+    got += (size_t)r;
+  }
+  if (fd >= 0) close(fd);
   if (rc == ACC_OK) {
-    rc = c->load(c->obj, buf, (size_t)len);
-    if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: the load callback of registered object %d ('%s')", i, path);
+    acc_clear_error();
+    rc = c->load(c->obj, buf, len);
+    if (rc != ACC_OK)
+      rc = acc__callback_result(rc, "load_state: the load callback of registered object %d ('%s')", i, path);
   }
   acc__free(buf);
   acc__free(path);
@@ -630,6 +683,9 @@ static acc_result load_process(acc__accel_parts *p, const char *dir) {
   if (rc == ACC_OK && idx != rank)
     rc = acc__error(ACC_ERR_FORMAT, "'%s' holds the state of process %lld, not %d", path, (long long)idx, rank);
   if (rc == ACC_OK) rc = get_int(j, path, "step", &step);
+  if (rc == ACC_OK && (step < 0 || step > MAX_COUNTER))
+    rc = acc__error(ACC_ERR_FORMAT, "'%s': \"step\" is %lld (expected 0..%lld)", path, (long long)step,
+                    (long long)MAX_COUNTER);
   if (rc == ACC_OK) {
     const char *hex = json_string_value(json_object_get(j, "rng"));
     if (!hex || hex_decode(hex, rng, sizeof rng) != 0)
@@ -649,11 +705,20 @@ static acc_result load_process(acc__accel_parts *p, const char *dir) {
     const char *seed = json_string_value(json_object_get(l, "seed"));
     char *end = NULL;
     errno = 0;
-    ds[i].seed = seed ? strtoull(seed, &end, 10) : 0;
-    if (!seed || !*seed || *end || errno)
-      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d has no valid \"seed\"", path, i);
+    /* digits only: strtoull would accept "-1" (wrapping to 2^64-1) and leading blanks */
+    ds[i].seed = seed && *seed >= '0' && *seed <= '9' ? strtoull(seed, &end, 10) : 0;
+    if (!seed || !(*seed >= '0' && *seed <= '9') || *end || errno)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"seed\" must be a string of decimal digits "
+                      "(0..18446744073709551615), got %s%s%s", path, i, seed ? "\"" : "", seed ? seed : "none",
+                      seed ? "\"" : "");
     if (rc == ACC_OK) rc = get_int(l, path, "epoch", &ds[i].epoch);
+    if (rc == ACC_OK && (ds[i].epoch < 0 || ds[i].epoch > MAX_COUNTER))
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"epoch\" is %lld (expected 0..%lld)", path, i,
+                      (long long)ds[i].epoch, (long long)MAX_COUNTER);
     if (rc == ACC_OK) rc = get_int(l, path, "batches", &ds[i].batches);
+    if (rc == ACC_OK && (ds[i].batches < 0 || ds[i].batches > MAX_COUNTER))
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"batches\" is %lld (expected 0..%lld)", path, i,
+                      (long long)ds[i].batches, (long long)MAX_COUNTER);
   }
   /* Everything parsed: now change the state. */
   if (rc == ACC_OK) rc = acc_rng_state_set(acc_rng_global(), rng, sizeof rng);
@@ -662,6 +727,55 @@ static acc_result load_process(acc__accel_parts *p, const char *dir) {
   acc__free(ds);
   json_decref(j);
   acc__free(path);
+  return rc;
+}
+
+/* Every process restored its own position (random_states_<p>.json): they must agree on the
+ * accumulation step and on every loader's seed, epoch and batch, or the processes would make
+ * different collectives from here on. One small all-gather; a disagreement is the same
+ * ACC_ERR_MISMATCH on every process, naming the file that differs from process 0's. */
+static acc_result check_positions(acc__accel_parts *p, const char *dir) {
+  int n = acc_state_num_processes(p->st);
+  size_t per = 1 + 3 * (size_t)p->nloaders;
+  int64_t *mine = acc__calloc(per, sizeof *mine), *all = acc__calloc(per * (size_t)n, sizeof *all);
+  acc_result rc = mine && all ? ACC_OK : ACC_ERR_NOMEM;
+  if (rc == ACC_OK) {
+    mine[0] = *p->step;
+    for (int i = 0; i < p->nloaders && rc == ACC_OK; i++) {
+      acc_dataloader_state ds;
+      memset(&ds, 0, sizeof ds);
+      rc = acc_dataloader_state_get(p->loaders[i], &ds);
+      mine[1 + 3 * i] = (int64_t)ds.seed;
+      mine[2 + 3 * i] = ds.epoch;
+      mine[3 + 3 * i] = ds.batches;
+    }
+  }
+  rc = agree(p->st, rc, "load_state (checking the restored positions)");
+  if (rc == ACC_OK) rc = acc_all_gather(p->st, mine, all, per, ACC_I64);
+  for (int r = 1; r < n && rc == ACC_OK; r++) {
+    const int64_t *a = all, *b = all + (size_t)r * per;
+    if (a[0] != b[0]) {
+      rc = acc__error(ACC_ERR_MISMATCH,
+                      "load_state: '%s/random_states_%d.json' restores accumulation step %lld but "
+                      "random_states_0.json restores %lld: the per-process files are from different saves or "
+                      "corrupt", dir, r, (long long)b[0], (long long)a[0]);
+      break;
+    }
+    for (int i = 0; i < p->nloaders; i++) {
+      const int64_t *x = a + 1 + 3 * i, *y = b + 1 + 3 * i;
+      if (x[0] != y[0] || x[1] != y[1] || x[2] != y[2]) {
+        rc = acc__error(ACC_ERR_MISMATCH,
+                        "load_state: '%s/random_states_%d.json' restores data loader %d at (seed %llu, epoch %lld, "
+                        "batch %lld) but random_states_0.json at (seed %llu, epoch %lld, batch %lld): the "
+                        "per-process files are from different saves or corrupt", dir, r, i,
+                        (unsigned long long)y[0], (long long)y[1], (long long)y[2], (unsigned long long)x[0],
+                        (long long)x[1], (long long)x[2]);
+        break;
+      }
+    }
+  }
+  acc__free(mine);
+  acc__free(all);
   return rc;
 }
 
@@ -683,8 +797,26 @@ static acc_result load_all(acc__accel_parts *p, const char *dir) {
     double base = 0;
     acc_result rc = read_json(path, &j);
     if (rc == ACC_OK) rc = get_int(j, path, "step", &step);
+    if (rc == ACC_OK && step < 0)
+      rc = acc__error(ACC_ERR_FORMAT, "checkpoint file '%s': \"step\" is %lld (must be >= 0)", path, (long long)step);
     if (rc == ACC_OK) rc = get_num(j, path, "base_lr", &base);
+    size_t ng = acc_scheduler_group_count(p->scheds[i]);
+    json_t *bases = rc == ACC_OK ? json_object_get(j, "base_lrs") : NULL;
+    if (rc == ACC_OK && (bases || ng > 1) && (!json_is_array(bases) || json_array_size(bases) != ng))
+      rc = acc__error(ACC_ERR_MISMATCH,
+                      "checkpoint file '%s': \"base_lrs\" must be an array of %zu numbers (one per parameter group "
+                      "of the optimizer), got %s of %zu", path, ng, json_is_array(bases) ? "an array" : "no array",
+                      json_is_array(bases) ? json_array_size(bases) : (size_t)0);
+    for (size_t g = 0; rc == ACC_OK && bases && g < ng; g++) {
+      json_t *b = json_array_get(bases, g);
+      if (!json_is_number(b))
+        rc = acc__error(ACC_ERR_FORMAT, "checkpoint file '%s': \"base_lrs\"[%zu] is not a number", path, g);
+      else if (g > 0)
+        rc = acc_scheduler_set_group_base_lr(p->scheds[i], g, json_number_value(b));
+    }
     if (rc == ACC_OK) rc = acc_scheduler_set_state(p->scheds[i], step, base);
+    if (rc != ACC_OK && !strstr(acc_last_error(), path))
+      rc = acc__error_context(rc, "load_state: scheduler %d from '%s'", i, path);
     json_decref(j);
     acc__free(path);
     ACC_CHECK(rc);
@@ -728,7 +860,10 @@ acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_di
   if (rc == ACC_OK) rc = bcast_path(p.st, dir);
   if (rc != ACC_OK) return rc;
   rc = agree(p.st, load_all(&p, dir), "load_state");
+  if (rc == ACC_OK) rc = check_positions(&p, dir);
   if (rc != ACC_OK) return rc;
+  /* The low-precision copy computes the next forward passes: it must hold the loaded weights. */
+  ACC_CHECK(acc_accelerator_refresh_low_precision(acc));
   ACC_CHECK(acc_project_checkpoint_loaded(proj, dir)); /* the next save continues after it */
   if (loaded_dir) {
     *loaded_dir = acc__strdup(dir);

@@ -23,6 +23,13 @@ typedef struct acc__accel_parts {
 } acc__accel_parts;
 
 acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out);
+/* The checkpointing state of a valid accelerator (NULL until created). */
+acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc);
 void acc__accel_ckpt_free(acc__accel_ckpt *c);
+/* Wraps the result of a user callback, called after acc_clear_error(): a failure with no message
+ * becomes "<what> returned ACC_ERR_..."; one with a message gets "<what>: " in front. */
+acc_result acc__callback_result(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
+/* fp16: ends the current iteration (the pending loss-scale update) before a save. */
+acc_result acc__accelerator_end_iteration(acc_accelerator *acc);
 
 #endif

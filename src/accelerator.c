@@ -1,10 +1,13 @@
 /* The Accelerator: ties the process state, the gradient buckets, the optimizer/scheduler/scaler
- * and the prepared data loaders together with Accelerate's rules (spec §4). */
+ * and the prepared data loaders together with Accelerate's rules. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "accel_state.h"
+#include "data_internal.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -30,11 +33,19 @@ struct acc_accelerator {
   int nopts;
   acc_scheduler *scheds[MAX_PREPARED];
   int nscheds;
+  /* fp16 iteration: gradients are unscaled and the overflow agreed once, every prepared
+   * optimizer steps (or skips) at most once, then the scaler is updated once. */
+  int it_agreed;                     /* the overflow flag below is agreed across processes */
+  int32_t it_inf;                    /* an inf/NaN gradient somewhere: every optimizer skips */
+  int it_nstepped;                   /* prepared optimizers that stepped in this iteration */
+  unsigned char it_stepped[MAX_PREPARED];
   acc_dataloader *active;     /* loader whose batch is being processed */
   int end_of_dataloader;      /* the active loader's current batch is its last */
   acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
   int nloaders, cap_loaders;
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
+  void *metrics_buf;          /* gather_for_metrics' receive buffer, reused across calls */
+  size_t metrics_cap;
 };
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
@@ -63,6 +74,9 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
                       o.mixed_precision);
   acc_state_options so = ACC_STATE_OPTIONS_INIT;
   so.cpu = o.cpu;
+  /* The process state reports the precision the accelerator runs (acc_state_describe); a state
+   * that already exists keeps its own. */
+  if (!acc_state_get()) so.mixed_precision = o.mixed_precision;
   acc_state *st = NULL;
   ACC_CHECK(acc_state_create(&st, &so));
   acc_accelerator *acc = acc__calloc(1, sizeof *acc);
@@ -97,11 +111,13 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
 
 void acc_accelerator_destroy(acc_accelerator *acc) {
   if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return;
+  for (int i = 0; i < acc->nloaders; i++) acc__dataloader_set_owner(acc->loaders[i], NULL, NULL);
   acc__grad_sync_destroy(acc->gs);
   acc__accel_ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->low_precision);
+  acc__free(acc->metrics_buf);
   acc_state_destroy(acc->st);
   acc->magic = ACC__MAGIC_DEAD;
   acc__free(acc);
@@ -122,6 +138,19 @@ int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator *acc) {
 acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc) { return acc ? acc->scaler : NULL; }
 int64_t acc_accelerator_step(const acc_accelerator *acc) { return acc ? acc->step : 0; }
 
+/* Ends an fp16 iteration: one scaler update for all the optimizers that stepped. */
+static acc_result finish_iteration(acc_accelerator *acc) {
+  if (!acc->scaler || acc->it_nstepped == 0) return ACC_OK;
+  int32_t inf = acc->it_inf;
+  acc->it_agreed = 0;
+  acc->it_inf = 0;
+  acc->it_nstepped = 0;
+  memset(acc->it_stepped, 0, sizeof acc->it_stepped);
+  return acc_grad_scaler_update(acc->scaler, inf);
+}
+
+acc_result acc__accelerator_end_iteration(acc_accelerator *acc) { return finish_iteration(acc); }
+
 acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int device_specific) {
   ACC_CHECK(check(acc, "set_seed"));
   if (device_specific) seed += (uint64_t)acc_state_process_index(acc->st);
@@ -137,8 +166,48 @@ static acc_result refresh_low_precision(acc_accelerator *acc) {
                                    acc_model_numel(acc->model));
 }
 
+acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "refresh_low_precision"));
+  return refresh_low_precision(acc);
+}
+
 const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc) {
   return acc ? acc->low_precision : NULL;
+}
+
+/* Process 0's parameters to every process: consecutive parameters are packed into one broadcast
+ * of up to bucket_cap bytes; a parameter larger than that goes alone, in place. */
+static acc_result broadcast_parameters(acc_accelerator *acc, acc_model *model) {
+  if (acc_state_num_processes(acc->st) == 1) return ACC_OK;
+  size_t np = acc_model_num_parameters(model), cap = acc->bucket_cap / sizeof(float);
+  if (cap == 0) cap = 1;
+  float *pack = NULL;
+  acc_result rc = ACC_OK;
+  for (size_t i = 0; i < np && rc == ACC_OK;) {
+    const acc_param *p = acc_model_parameter(model, i);
+    if (p->numel >= cap) {
+      rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
+      if (rc != ACC_OK) rc = acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
+      i++;
+      continue;
+    }
+    size_t j = i, n = 0;
+    while (j < np && n + acc_model_parameter(model, j)->numel <= cap) n += acc_model_parameter(model, j++)->numel;
+    if (!pack && !(pack = acc__malloc(cap * sizeof(float)))) return ACC_ERR_NOMEM;
+    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
+      memcpy(pack + off, acc_model_parameter(model, k)->data, acc_model_parameter(model, k)->numel * sizeof(float));
+    rc = acc_broadcast(acc->st, pack, n, ACC_F32, 0);
+    if (rc != ACC_OK) {
+      rc = acc__error_context(rc, "prepare_model: broadcasting parameters '%s' to '%s'", p->name,
+                              acc_model_parameter(model, j - 1)->name);
+      break;
+    }
+    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
+      memcpy(acc_model_parameter(model, k)->data, pack + off, acc_model_parameter(model, k)->numel * sizeof(float));
+    i = j;
+  }
+  acc__free(pack);
+  return rc;
 }
 
 acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model) {
@@ -148,12 +217,7 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
   if (acc->model)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "prepare_model: this accelerator already has a prepared model; use one model");
-  size_t np = acc_model_num_parameters(model);
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(model, i);
-    acc_result rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
-    if (rc != ACC_OK) return acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
-  }
+  ACC_CHECK(broadcast_parameters(acc, model));
   ACC_CHECK(acc__grad_sync_create(&acc->gs, acc->st, model, acc->bucket_cap, acc->overlap));
   acc->model = model;
   if (acc->want_low_precision) {
@@ -176,6 +240,21 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
   if (find_ptr((void *const *)acc->opts, acc->nopts, opt) >= 0) return ACC_OK;
   if (acc->nopts == MAX_PREPARED)
     return acc__error(ACC_ERR_INVALID_USAGE, "prepare_optimizer: at most %d optimizers", MAX_PREPARED);
+  /* Several optimizers must update disjoint parameters: two would otherwise step the same
+   * weights twice per iteration (use parameter groups for different hyperparameters). */
+  acc_model *m = acc_optimizer_model(opt);
+  if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_optimizer: invalid optimizer handle");
+  size_t np = acc_model_num_parameters(m);
+  for (int k = 0; k < acc->nopts; k++) {
+    if (acc_optimizer_model(acc->opts[k]) != m) continue;
+    for (size_t i = 0; i < np; i++)
+      if (acc_optimizer_has_parameter(opt, i) && acc_optimizer_has_parameter(acc->opts[k], i))
+        return acc__error(ACC_ERR_INVALID_USAGE,
+                          "prepare_optimizer: parameter '%s' is already updated by prepared optimizer %d; several "
+                          "optimizers must update disjoint parameters (for different learning rates or weight "
+                          "decay, use parameter groups: acc_optimizer_create_*_groups)",
+                          acc_model_parameter(m, i)->name, k);
+  }
   acc->opts[acc->nopts++] = opt;
   return ACC_OK;
 }
@@ -188,6 +267,19 @@ acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler
     return acc__error(ACC_ERR_INVALID_USAGE, "prepare_scheduler: at most %d schedulers", MAX_PREPARED);
   acc->scheds[acc->nscheds++] = sched;
   return ACC_OK;
+}
+
+/* A prepared loader was destroyed: it leaves the accelerator's list (checkpoints, metrics). */
+static void forget_loader(void *owner, acc_dataloader *dl) {
+  acc_accelerator *acc = owner;
+  int k = find_ptr((void *const *)acc->loaders, acc->nloaders, dl);
+  if (k < 0) return;
+  memmove(&acc->loaders[k], &acc->loaders[k + 1], (size_t)(acc->nloaders - k - 1) * sizeof *acc->loaders);
+  acc->nloaders--;
+  if (acc->active == dl) {
+    acc->active = NULL;
+    acc->end_of_dataloader = 0;
+  }
 }
 
 acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
@@ -212,6 +304,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   }
   ACC_CHECK(acc_dataloader_create(out, ds, &o));
   acc->loaders[acc->nloaders++] = *out;
+  acc__dataloader_set_owner(*out, forget_loader, acc);
   return ACC_OK;
 }
 
@@ -229,6 +322,10 @@ acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out) {
   out->step = &acc->step;
   out->ckpt = &acc->ckpt;
   return ACC_OK;
+}
+
+acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc) {
+  return acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) ? acc->ckpt : NULL;
 }
 
 acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, const acc_batch **out) {
@@ -250,6 +347,7 @@ acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, 
 
 acc_result acc_accelerator_accumulate(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "accumulate"));
+  ACC_CHECK(finish_iteration(acc)); /* optimizers not stepped last iteration: update the scaler now */
   if (acc->sync_with_dataloader && acc->active && acc->end_of_dataloader) {
     acc->step = 0;
     acc->sync_gradients = 1;
@@ -288,12 +386,14 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "backward"));
   if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "backward: prepare the model first (acc_accelerator_prepare_model)");
   if (!acc->sync_gradients) return ACC_OK;
+  ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
   if (acc->mp == ACC_PRECISION_FP16) round_grads_f16(acc->model);
   return acc__grad_sync_finish(acc->gs);
 }
 
 acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "unscale_gradients"));
+  if (!acc->sync_gradients) return ACC_OK; /* the gradients are unscaled once, when final */
   if (!acc->scaler || !acc->model || acc_grad_scaler_is_unscaled(acc->scaler)) return ACC_OK;
   int found_inf = 0;
   return acc_grad_scaler_unscale(acc->scaler, acc->model, &found_inf);
@@ -303,6 +403,12 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
                                           float *total_norm) {
   ACC_CHECK(check(acc, "clip_grad_norm"));
   if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_norm: prepare the model first");
+  /* Inside an accumulation window the gradients are partial (and, under fp16, still scaled):
+   * clipping them, or unscaling them before the rest is added, would be wrong. */
+  if (!acc->sync_gradients) {
+    if (total_norm) *total_norm = 0.0f;
+    return ACC_OK;
+  }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   float norm = 0;
   ACC_CHECK(acc_clip_grad_norm(acc->model, max_norm, norm_type, &norm));
@@ -313,6 +419,7 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
 acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value) {
   ACC_CHECK(check(acc, "clip_grad_value"));
   if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_value: prepare the model first");
+  if (!acc->sync_gradients) return ACC_OK; /* partial gradients: see clip_grad_norm */
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   return acc_clip_grad_value(acc->model, clip_value);
 }
@@ -326,17 +433,37 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
     ACC_CHECK(acc_optimizer_step(opt));
     return refresh_low_precision(acc);
   }
-  ACC_CHECK(acc_accelerator_unscale_gradients(acc));
-  int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
-  /* gradients were averaged, so an inf anywhere is already everywhere; the all-reduce makes the
-   * decision identical on every process in every case (e.g. a program that skipped backward()). */
-  ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
-  acc->step_was_skipped = inf != 0;
-  if (!inf) {
+  int k = find_ptr((void *const *)acc->opts, acc->nopts, opt);
+  if (k < 0)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "optimizer_step: under fp16 the optimizer must be prepared (acc_accelerator_prepare_optimizer) "
+                      "so the loss scale is updated once per iteration");
+  if (acc->it_stepped[k])
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "optimizer_step: prepared optimizer %d already stepped in this iteration (call "
+                      "acc_accelerator_accumulate at the start of every batch)", k);
+  /* Once per iteration, whatever the number of optimizers: unscale every gradient, then agree on
+   * overflow. Gradients were averaged, so an inf anywhere is already everywhere; the all-reduce
+   * makes the decision identical on every process in every case (e.g. a program that skipped
+   * backward()). */
+  if (!acc->it_agreed) {
+    ACC_CHECK(acc_accelerator_unscale_gradients(acc));
+    int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
+    ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
+    acc->it_inf = inf;
+    acc->it_agreed = 1;
+    acc->step_was_skipped = inf != 0;
+  }
+  if (!acc->it_inf) {
     ACC_CHECK(acc_optimizer_step(opt));
     ACC_CHECK(refresh_low_precision(acc));
   }
-  return acc_grad_scaler_update(acc->scaler, inf);
+  acc->it_stepped[k] = 1;
+  acc->it_nstepped++;
+  /* The scaler is updated once, when every prepared optimizer has stepped (else at the next
+   * accumulate() or save_state()). */
+  if (acc->it_nstepped == acc->nopts) return finish_iteration(acc);
+  return ACC_OK;
 }
 
 acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
@@ -359,13 +486,13 @@ acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *s
 
 /* ---- metrics ---------------------------------------------------------------------------------------- */
 
-acc_result acc_accelerator_gather(acc_accelerator *acc, const void *send, void *recv, size_t count,
+acc_result acc_accelerator_all_gather(acc_accelerator *acc, const void *send, void *recv, size_t count,
                                   acc_dtype dtype) {
   ACC_CHECK(check(acc, "gather"));
   return acc_all_gather(acc->st, send, recv, count, dtype);
 }
 
-acc_result acc_accelerator_reduce(acc_accelerator *acc, const void *send, void *recv, size_t count,
+acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, void *recv, size_t count,
                                   acc_dtype dtype, acc_op op) {
   ACC_CHECK(check(acc, "reduce"));
   return acc_all_reduce(acc->st, send, recv, count, dtype, op);
@@ -377,30 +504,72 @@ acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *
   ACC_CHECK(check(acc, "gather_for_metrics"));
   size_t es = acc_dtype_size(dtype);
   if (!es) return acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: unknown dtype %d", (int)dtype);
-  if (n_samples < 0 || !n_out || (n_samples > 0 && !send))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: bad arguments (n_samples %lld)",
-                      (long long)n_samples);
-  size_t sample_bytes = es * sample_elems;
-  void *all = NULL;
-  size_t *sizes = NULL;
-  ACC_CHECK(acc_all_gather_bytes(acc->st, send, (size_t)n_samples * sample_bytes, &all, &sizes));
-  size_t total_bytes = 0;
-  int n = acc_state_num_processes(acc->st);
-  for (int r = 0; r < n; r++) total_bytes += sizes[r];
-  int64_t total = sample_bytes ? (int64_t)(total_bytes / sample_bytes) : 0;
-  int64_t keep = total;
-  if (acc->active && acc->end_of_dataloader) keep = acc_dataloader_gather_keep(acc->active, total);
-  acc_result rc = ACC_OK;
-  if (keep > capacity) {
-    rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
-                    "gather_for_metrics: recv holds %lld samples but %lld were gathered",
-                    (long long)capacity, (long long)keep);
-  } else {
-    if (keep > 0) memcpy(recv, all, (size_t)keep * sample_bytes);
-    *n_out = keep;
+  if (n_samples < 0 || !n_out || (n_samples > 0 && !send) || capacity < 0 || (capacity > 0 && !recv))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: bad arguments (n_samples %lld, capacity %lld)",
+                      (long long)n_samples, (long long)capacity);
+  /* A prepared loader on the last batch of its epoch, whose batches did not come through
+   * acc_accelerator_next_batch: its padding duplicates cannot be dropped, the metric would
+   * silently count them. Every process sees the same loader state, so all fail alike. */
+  for (int i = 0; i < acc->nloaders; i++) {
+    acc_dataloader *dl = acc->loaders[i];
+    if (dl == acc->active || !acc_dataloader_end_of_dataloader(dl) || acc_dataloader_remainder(dl) <= 0) continue;
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "gather_for_metrics: prepared data loader %d is on the last batch of its epoch, which holds "
+                      "padding samples, but its batches were not taken with acc_accelerator_next_batch, so the "
+                      "padding cannot be dropped; iterate it with acc_accelerator_next_batch", i);
   }
-  acc_free(all);
-  acc_free(sizes);
+  size_t sample_bytes = es * sample_elems;
+  int n = acc_state_num_processes(acc->st);
+  /* the per-process counts first, so the samples land in the reused buffer without a copy */
+  int64_t counts_small[16], *counts = n <= 16 ? counts_small : acc__calloc((size_t)n, sizeof *counts);
+  if (!counts) return ACC_ERR_NOMEM;
+  int64_t mine = n_samples, total = 0, mx = 0;
+  acc_result rc = acc_all_gather(acc->st, &mine, counts, 1, ACC_I64);
+  for (int r = 0; rc == ACC_OK && r < n; r++) {
+    if (counts[r] < 0 || (sample_bytes && counts[r] > (int64_t)(SIZE_MAX / 2 / sample_bytes) / n))
+      rc = acc__error(ACC_ERR_MISMATCH, "gather_for_metrics: process %d reports %lld samples", r,
+                      (long long)counts[r]);
+    else {
+      total += counts[r];
+      if (counts[r] > mx) mx = counts[r];
+    }
+  }
+  int64_t keep = total;
+  if (rc == ACC_OK && acc->active && acc->end_of_dataloader) keep = acc_dataloader_gather_keep(acc->active, total);
+  if (rc == ACC_OK && keep > capacity)
+    rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "gather_for_metrics: recv holds %lld samples but %lld were gathered",
+                    (long long)capacity, (long long)keep);
+  /* every process contributes mx samples (padded), gathered into one buffer owned by the
+   * accelerator and grown only when needed */
+  size_t need = (size_t)mx * sample_bytes * (size_t)(n + 1);
+  if (rc == ACC_OK && need > acc->metrics_cap) {
+    void *nb = acc__realloc(acc->metrics_buf, need);
+    if (!nb) rc = ACC_ERR_NOMEM;
+    else {
+      acc->metrics_buf = nb;
+      acc->metrics_cap = need;
+    }
+  }
+  /* a local failure (capacity, memory) on one process must not leave the others in the gather */
+  int32_t bad = rc != ACC_OK;
+  acc_result arc = acc_all_reduce(acc->st, &bad, &bad, 1, ACC_I32, ACC_MAX);
+  if (rc == ACC_OK && arc != ACC_OK) rc = arc;
+  if (rc == ACC_OK && bad)
+    rc = acc__error(ACC_ERR_REMOTE, "gather_for_metrics failed on another process (see its error)");
+  if (rc == ACC_OK && mx > 0) {
+    unsigned char *mine_buf = acc->metrics_buf, *all = mine_buf + (size_t)mx * sample_bytes;
+    if (n_samples) memcpy(mine_buf, send, (size_t)n_samples * sample_bytes);
+    rc = acc_all_gather(acc->st, mine_buf, all, (size_t)mx * sample_bytes, ACC_U8);
+    int64_t off = 0;
+    for (int r = 0; rc == ACC_OK && r < n && off < keep; r++) {
+      int64_t take = counts[r] < keep - off ? counts[r] : keep - off;
+      memcpy((unsigned char *)recv + (size_t)off * sample_bytes, all + (size_t)r * (size_t)mx * sample_bytes,
+             (size_t)take * sample_bytes);
+      off += take;
+    }
+  }
+  if (rc == ACC_OK) *n_out = keep;
+  if (counts != counts_small) acc__free(counts);
   return rc;
 }
 
@@ -435,4 +604,77 @@ acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
   }
   for (size_t i = 0; i < pad * sample_elems; i++) memcpy(dst + i * es, one, es);
   return ACC_OK;
+}
+
+/* ---- process control through the accelerator ------------------------------------------------------ */
+
+int acc_accelerator_process_index(const acc_accelerator *acc) {
+  return acc ? acc_state_process_index(acc->st) : 0;
+}
+int acc_accelerator_local_process_index(const acc_accelerator *acc) {
+  return acc ? acc_state_local_process_index(acc->st) : 0;
+}
+int acc_accelerator_num_processes(const acc_accelerator *acc) {
+  return acc ? acc_state_num_processes(acc->st) : 1;
+}
+int acc_accelerator_is_main_process(const acc_accelerator *acc) {
+  return acc ? acc_state_is_main_process(acc->st) : 1;
+}
+int acc_accelerator_is_local_main_process(const acc_accelerator *acc) {
+  return acc ? acc_state_is_local_main_process(acc->st) : 1;
+}
+acc_result acc_accelerator_wait_for_everyone(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "wait_for_everyone"));
+  return acc_wait_for_everyone(acc->st);
+}
+acc_result acc_accelerator_main_process_first_begin(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "main_process_first_begin"));
+  return acc_main_process_first_begin(acc->st);
+}
+acc_result acc_accelerator_main_process_first_end(acc_accelerator *acc) {
+  ACC_CHECK(check(acc, "main_process_first_end"));
+  return acc_main_process_first_end(acc->st);
+}
+int acc_accelerator_print(const acc_accelerator *acc, const char *fmt, ...) {
+  if (acc && !acc_state_is_main_process(acc->st)) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  return n;
+}
+acc_result acc_accelerator_split_between_processes(const acc_accelerator *acc, size_t n, int apply_padding,
+                                                   acc_split *out) {
+  ACC_CHECK(check(acc, "split_between_processes"));
+  return acc_split_between_processes(acc->st, n, apply_padding, out);
+}
+
+acc_result acc_accelerator_scheduler_steps(const acc_accelerator *acc, const acc_dataloader *dl, int64_t num_epochs,
+                                           double warmup_fraction, int64_t *num_training_steps,
+                                           int64_t *num_warmup_steps) {
+  ACC_CHECK(check(acc, "scheduler_steps"));
+  if (!num_training_steps)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "scheduler_steps: num_training_steps is NULL");
+  int64_t len = acc_dataloader_len(dl);
+  if (len < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "scheduler_steps: the loader's length is unknown (NULL loader or iterable dataset); use "
+                      "acc_scheduler_training_steps with your own count of batches per epoch");
+  int nproc = acc_state_num_processes(acc->st);
+  if (!acc->step_sched_with_opt) /* the scheduler steps once per call, i.e. per batch */
+    return acc_scheduler_training_steps(len, num_epochs, 1, 1, 1, warmup_fraction, num_training_steps,
+                                        num_warmup_steps);
+  if (!acc->sync_with_dataloader) { /* windows run across epochs: one step per gas batches overall */
+    if (num_epochs < 0 || (num_epochs && len > INT64_MAX / num_epochs))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "scheduler_steps: num_epochs %lld out of range",
+                        (long long)num_epochs);
+    int64_t t = 0;
+    ACC_CHECK(acc_scheduler_training_steps(len * num_epochs / acc->gas, 1, 1, nproc, acc->split_batches,
+                                           warmup_fraction, &t, num_warmup_steps));
+    *num_training_steps = t;
+    return ACC_OK;
+  }
+  return acc_scheduler_training_steps(len, num_epochs, acc->gas, nproc, acc->split_batches, warmup_fraction,
+                                      num_training_steps, num_warmup_steps);
 }

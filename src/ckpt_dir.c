@@ -414,7 +414,7 @@ struct acc_project_config {
   char *project_dir;
   int automatic;
   int total_limit;
-  long iteration;
+  int64_t iteration;
 };
 
 struct acc_checkpoint {
@@ -432,8 +432,8 @@ acc_result acc_project_config_create(acc_project_config **out, const acc_project
   acc_project_options o = ACC_PROJECT_OPTIONS_INIT;
   ACC__READ_OPTIONS(o, opts, acc_project_options, ACC_PROJECT_OPTIONS_VERSION, "acc_project_config_create");
   if (o.iteration < 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %ld (must be >= 0)",
-                      o.iteration);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_project_config_create: iteration is %lld (must be >= 0)",
+                      (long long)o.iteration);
   if (o.total_limit < ACC_UNSET)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_project_config_create: total_limit is %d (must be > 0, or 0 / ACC_UNSET for no limit)",
@@ -460,14 +460,14 @@ void acc_project_config_destroy(acc_project_config *p) {
   acc__free(p);
 }
 
-long acc_project_config_iteration(const acc_project_config *p) { return valid_project(p) ? p->iteration : -1; }
+int64_t acc_project_config_iteration(const acc_project_config *p) { return valid_project(p) ? p->iteration : -1; }
 
 const char *acc_project_config_dir(const acc_project_config *p) { return valid_project(p) ? p->project_dir : NULL; }
 
-acc_result acc_project_config_set_iteration(acc_project_config *p, long iteration) {
+acc_result acc_project_config_set_iteration(acc_project_config *p, int64_t iteration) {
   ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_project_config_set_iteration"));
   if (iteration < 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "iteration is %ld (must be >= 0)", iteration);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "iteration is %lld (must be >= 0)", (long long)iteration);
   p->iteration = iteration;
   return ACC_OK;
 }
@@ -574,12 +574,12 @@ acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, a
     if (output_dir)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "acc_checkpoint_begin: output_dir '%s' given but automatic checkpoint naming is on "
-                        "(pass NULL: the checkpoint goes to '%s/checkpoints/checkpoint_%ld')",
-                        output_dir, p->project_dir, p->iteration);
+                        "(pass NULL: the checkpoint goes to '%s/checkpoints/checkpoint_%lld')",
+                        output_dir, p->project_dir, (long long)p->iteration);
     char *base = acc__path_join(p->project_dir, "checkpoints");
     if (!base) return ACC_ERR_NOMEM;
     char name[48];
-    snprintf(name, sizeof name, "checkpoint_%ld", p->iteration);
+    snprintf(name, sizeof name, "checkpoint_%lld", (long long)p->iteration);
     target = acc__path_join(base, name);
     if (!target) rc = ACC_ERR_NOMEM;
     if (rc == ACC_OK) rc = acc__mkdirs(base);
@@ -655,7 +655,7 @@ acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out
   acc_result rc = acc__ckpt_list(base, 0, &v, &n);
   if (rc == ACC_OK) {
     if (n == 0) {
-      rc = acc__error(ACC_ERR_INVALID_USAGE, "no complete checkpoint found in '%s' (looked for checkpoint_<N> "
+      rc = acc__error(ACC_ERR_NOT_FOUND, "no complete checkpoint found in '%s' (looked for checkpoint_<N> "
                       "directories holding a %s marker)", base, ACC_CHECKPOINT_MARKER);
     } else {
       *out = v[n - 1].path;

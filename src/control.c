@@ -31,30 +31,30 @@ acc_result acc_local_main_process_first_end(acc_state *st) {
   return first_end(st, st && st->local_rank == 0, "local_main_process_first_end");
 }
 
-static int run_if(acc_state *st, int chosen, acc_fn fn, void *payload) {
+static int run_if(const acc_state *st, int chosen, acc_fn fn, void *payload) {
   if (!fn) return 0;
   if (acc__handle_ok(st, ACC__HANDLE_STATE) && acc_state_use_distributed(st) && !chosen) return 0;
   fn(payload);
   return 1;
 }
 
-int acc_on_main_process(acc_state *st, acc_fn fn, void *payload) {
+int acc_on_main_process(const acc_state *st, acc_fn fn, void *payload) {
   return run_if(st, acc_state_is_main_process(st), fn, payload);
 }
-int acc_on_local_main_process(acc_state *st, acc_fn fn, void *payload) {
+int acc_on_local_main_process(const acc_state *st, acc_fn fn, void *payload) {
   return run_if(st, acc_state_is_local_main_process(st), fn, payload);
 }
-int acc_on_last_process(acc_state *st, acc_fn fn, void *payload) {
+int acc_on_last_process(const acc_state *st, acc_fn fn, void *payload) {
   return run_if(st, acc_state_is_last_process(st), fn, payload);
 }
-int acc_on_process(acc_state *st, int process_index, acc_fn fn, void *payload) {
+int acc_on_process(const acc_state *st, int process_index, acc_fn fn, void *payload) {
   return run_if(st, acc_state_process_index(st) == process_index, fn, payload);
 }
-int acc_on_local_process(acc_state *st, int local_process_index, acc_fn fn, void *payload) {
+int acc_on_local_process(const acc_state *st, int local_process_index, acc_fn fn, void *payload) {
   return run_if(st, acc_state_local_process_index(st) == local_process_index, fn, payload);
 }
 
-int acc_print(acc_state *st, const char *fmt, ...) {
+int acc_print(const acc_state *st, const char *fmt, ...) {
   if (!acc_state_is_main_process(st)) return 0;
   va_list ap;
   va_start(ap, fmt);

@@ -24,4 +24,8 @@ struct acc_dataset {
   const void *mem[ACC_DATA_MAX_FIELDS]; /* acc_dataset_create_memory: borrowed arrays */
 };
 
+/* A prepared loader knows its accelerator: destroying the loader first tells the accelerator to
+ * forget it (forget(owner, dl)); destroying the accelerator first clears the link (owner NULL). */
+void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, acc_dataloader *dl), void *owner);
+
 #endif

@@ -26,8 +26,49 @@ const char *acc_result_string(acc_result rc) {
     case ACC_ERR_IO: return "file input/output error";
     case ACC_ERR_FORMAT: return "malformed file or value";
     case ACC_ERR_MISMATCH: return "processes or saved state disagree";
+    case ACC_ERR_NOT_FOUND: return "not found";
   }
   return "unknown result code";
+}
+
+const char *acc_result_name(acc_result rc) {
+  switch (rc) {
+    case ACC_OK: return "ACC_OK";
+    case ACC_ERR_INVALID_ARGUMENT: return "ACC_ERR_INVALID_ARGUMENT";
+    case ACC_ERR_INVALID_USAGE: return "ACC_ERR_INVALID_USAGE";
+    case ACC_ERR_SYSTEM: return "ACC_ERR_SYSTEM";
+    case ACC_ERR_BACKEND: return "ACC_ERR_BACKEND";
+    case ACC_ERR_REMOTE: return "ACC_ERR_REMOTE";
+    case ACC_ERR_TIMEOUT: return "ACC_ERR_TIMEOUT";
+    case ACC_ERR_NOMEM: return "ACC_ERR_NOMEM";
+    case ACC_ERR_NOT_SUPPORTED: return "ACC_ERR_NOT_SUPPORTED";
+    case ACC_ERR_INTERNAL: return "ACC_ERR_INTERNAL";
+    case ACC_ERR_IO: return "ACC_ERR_IO";
+    case ACC_ERR_FORMAT: return "ACC_ERR_FORMAT";
+    case ACC_ERR_MISMATCH: return "ACC_ERR_MISMATCH";
+    case ACC_ERR_NOT_FOUND: return "ACC_ERR_NOT_FOUND";
+  }
+  return "ACC_ERR_?";
+}
+
+acc_result acc_error_set(acc_result rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  acc__verror(rc, fmt ? fmt : "", ap);
+  va_end(ap);
+  return rc;
+}
+
+acc_result acc__callback_result(acc_result rc, const char *fmt, ...) {
+  if (rc == ACC_OK) return rc;
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (!tls_error[0])
+    return acc__error(rc, "%s returned %s (and set no message; use acc_error_set)", what, acc_result_name(rc));
+  return acc__error_context(rc, "%s", what);
 }
 
 const char *acc_last_error(void) { return tls_error[0] ? tls_error : "no error"; }

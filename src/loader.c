@@ -17,6 +17,8 @@ typedef struct slot {
 
 struct acc_dataloader {
   uint32_t magic;
+  void (*owner_forget)(void *owner, acc_dataloader *dl); /* the accelerator that prepared it */
+  void *owner;
   acc_dataset *ds;
   acc_dataloader_options o;
   size_t capacity[ACC_DATA_MAX_FIELDS];
@@ -513,8 +515,15 @@ fail:
   return rc;
 }
 
+void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, acc_dataloader *dl), void *owner) {
+  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return;
+  dl->owner_forget = forget;
+  dl->owner = owner;
+}
+
 void acc_dataloader_destroy(acc_dataloader *dl) {
   if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return;
+  if (dl->owner_forget) dl->owner_forget(dl->owner, dl);
   if (dl->threaded) {
     pthread_mutex_lock(&dl->mu);
     dl->quit = 1;

@@ -12,7 +12,17 @@ typedef struct slot {
   char *names[MAX_BUFS]; /* "state.<param>.<buffer>" */
   float *buf[MAX_BUFS];  /* numel floats each, allocated on first need */
   int has[MAX_BUFS];     /* present in the state (SGD momentum: after the first step) */
+  int group;             /* the parameter group; -1: not updated by this optimizer */
 } slot;
+
+/* One parameter group's hyperparameters; its scalar names for groups after the first. */
+typedef struct group {
+  double lr, weight_decay;
+  char *lr_name, *wd_name; /* "group<g>.lr", "group<g>.weight_decay" (g >= 1) */
+} group;
+
+/* Every scalar of an optimizer has one of these names; groups after the first add two each. */
+enum { BASE_SCALARS = 7 };
 
 struct acc_optimizer {
   uint32_t magic;
@@ -20,9 +30,16 @@ struct acc_optimizer {
   acc_model *model;
   size_t nparams;
   slot *slots;
+  size_t ngroups;
+  group *groups; /* groups[0].lr / weight_decay are the scalars "lr" / "weight_decay" */
   int64_t step;
-  double lr, momentum, dampening, nesterov, weight_decay; /* SGD (nesterov 0/1) */
-  double beta1, beta2, eps;                               /* AdamW (+ lr, weight_decay) */
+  double momentum, dampening, nesterov; /* SGD (nesterov 0/1) */
+  double beta1, beta2, eps;             /* AdamW */
+  /* (parameter, buffer) of each present state tensor, in order, rebuilt when `has` changes, so
+   * state_get is O(1) per index. */
+  size_t *state_index;
+  size_t nstate;
+  int state_dirty;
 };
 
 static const char *const sgd_bufs[] = {"momentum_buffer"};
@@ -56,12 +73,65 @@ void acc_optimizer_destroy(acc_optimizer *o) {
       acc__free(o->slots[i].names[b]);
       acc__free(o->slots[i].buf[b]);
     }
+  for (size_t g = 0; g < o->ngroups; g++) {
+    acc__free(o->groups[g].lr_name);
+    acc__free(o->groups[g].wd_name);
+  }
+  acc__free(o->groups);
   acc__free(o->slots);
+  acc__free(o->state_index);
   o->magic = ACC__MAGIC_DEAD;
   acc__free(o);
 }
 
-static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer_kind kind, const char *fn) {
+/* The optimizer's groups: n_groups of them (NULL: one group over every parameter) with the
+ * options' lr / weight_decay where a group gives a negative value. */
+static acc_result assign_groups(acc_optimizer *o, const acc_param_group *groups, size_t n_groups, double lr,
+                                double wd, const char *fn) {
+  if (groups && n_groups == 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: n_groups is 0 (give at least one group)", fn);
+  o->ngroups = groups ? n_groups : 1;
+  o->groups = acc__calloc(o->ngroups, sizeof *o->groups);
+  if (!o->groups) return ACC_ERR_NOMEM;
+  for (size_t i = 0; i < o->nparams; i++) o->slots[i].group = groups ? -1 : 0;
+  for (size_t g = 0; g < o->ngroups; g++) {
+    group *gr = &o->groups[g];
+    gr->lr = groups && groups[g].lr >= 0 ? groups[g].lr : lr;
+    gr->weight_decay = groups && groups[g].weight_decay >= 0 ? groups[g].weight_decay : wd;
+    if (!(gr->lr < INFINITY) || !(gr->weight_decay < INFINITY))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: group %zu has lr %g and weight_decay %g (must be finite)",
+                        fn, g, gr->lr, gr->weight_decay);
+    if (g > 0) {
+      char name[48];
+      snprintf(name, sizeof name, "group%zu.lr", g);
+      gr->lr_name = acc__strdup(name);
+      snprintf(name, sizeof name, "group%zu.weight_decay", g);
+      gr->wd_name = acc__strdup(name);
+      if (!gr->lr_name || !gr->wd_name) return ACC_ERR_NOMEM;
+    }
+    if (!groups) continue;
+    if (groups[g].count && !groups[g].names)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: group %zu has %zu names but names is NULL", fn, g,
+                        groups[g].count);
+    for (size_t k = 0; k < groups[g].count; k++) {
+      const char *name = groups[g].names[k];
+      size_t idx = 0;
+      if (!name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: group %zu, name %zu is NULL", fn, g, k);
+      if (acc_model_find(o->model, name, &idx) != ACC_OK)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: group %zu names parameter '%s', which the model does not have",
+                          fn, g, name);
+      if (o->slots[idx].group >= 0)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: parameter '%s' is in group %d and in group %zu (a parameter "
+                          "belongs to one group)", fn, name, o->slots[idx].group, g);
+      o->slots[idx].group = (int)g;
+    }
+  }
+  return ACC_OK;
+}
+
+static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer_kind kind,
+                                const acc_param_group *groups, size_t n_groups, double lr, double wd,
+                                const char *fn) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   *out = NULL;
   if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: model is NULL", fn);
@@ -71,6 +141,7 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
   o->kind = kind;
   o->model = m;
   o->nparams = acc_model_num_parameters(m);
+  o->state_dirty = 1;
   if (o->nparams) {
     o->slots = acc__calloc(o->nparams, sizeof *o->slots);
     if (!o->slots) {
@@ -78,8 +149,14 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
       return ACC_ERR_NOMEM;
     }
   }
+  acc_result rc = assign_groups(o, groups, n_groups, lr, wd, fn);
+  if (rc != ACC_OK) {
+    acc_optimizer_destroy(o);
+    return rc;
+  }
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(m, i);
+    if (o->slots[i].group < 0) continue;
     for (int b = 0; b < nbufs(o); b++) {
       size_t len = strlen(p->name) + strlen(buf_name(o, b)) + 8;
       char *s = acc__malloc(len);
@@ -102,61 +179,77 @@ static acc_result check_hyper(const char *fn, const char *name, double v, double
   return ACC_OK;
 }
 
-static acc_result validate_sgd(const char *fn, double lr, double momentum, double dampening, double nesterov,
-                               double wd) {
-  ACC_CHECK(check_hyper(fn, "lr", lr, 0.0, INFINITY, 1));
-  ACC_CHECK(check_hyper(fn, "momentum", momentum, 0.0, INFINITY, 1));
-  ACC_CHECK(check_hyper(fn, "dampening", dampening, -INFINITY, INFINITY, 1));
-  ACC_CHECK(check_hyper(fn, "weight_decay", wd, 0.0, INFINITY, 1));
-  if (nesterov != 0.0 && (momentum <= 0.0 || dampening != 0.0))
+static acc_result validate_groups(const char *fn, const acc_optimizer *o) {
+  for (size_t g = 0; g < o->ngroups; g++) {
+    ACC_CHECK(check_hyper(fn, g ? o->groups[g].lr_name : "lr", o->groups[g].lr, 0.0, INFINITY, 1));
+    ACC_CHECK(check_hyper(fn, g ? o->groups[g].wd_name : "weight_decay", o->groups[g].weight_decay, 0.0, INFINITY,
+                          1));
+  }
+  return ACC_OK;
+}
+
+static acc_result validate_sgd(const char *fn, const acc_optimizer *o) {
+  ACC_CHECK(validate_groups(fn, o));
+  ACC_CHECK(check_hyper(fn, "momentum", o->momentum, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "dampening", o->dampening, -INFINITY, INFINITY, 1));
+  if (o->nesterov != 0.0 && (o->momentum <= 0.0 || o->dampening != 0.0))
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "%s: Nesterov momentum requires momentum > 0 and dampening == 0 (got momentum %g, "
                       "dampening %g)",
-                      fn, momentum, dampening);
+                      fn, o->momentum, o->dampening);
   return ACC_OK;
 }
 
-static acc_result validate_adamw(const char *fn, double lr, double b1, double b2, double eps, double wd) {
-  ACC_CHECK(check_hyper(fn, "lr", lr, 0.0, INFINITY, 1));
-  ACC_CHECK(check_hyper(fn, "beta1", b1, 0.0, 1.0, 1));
-  ACC_CHECK(check_hyper(fn, "beta2", b2, 0.0, 1.0, 1));
-  ACC_CHECK(check_hyper(fn, "eps", eps, 0.0, INFINITY, 1));
-  ACC_CHECK(check_hyper(fn, "weight_decay", wd, 0.0, INFINITY, 1));
+static acc_result validate_adamw(const char *fn, const acc_optimizer *o) {
+  ACC_CHECK(validate_groups(fn, o));
+  ACC_CHECK(check_hyper(fn, "beta1", o->beta1, 0.0, 1.0, 1));
+  ACC_CHECK(check_hyper(fn, "beta2", o->beta2, 0.0, 1.0, 1));
+  ACC_CHECK(check_hyper(fn, "eps", o->eps, 0.0, INFINITY, 1));
   return ACC_OK;
 }
 
-acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts) {
-  const char *fn = "acc_optimizer_create_sgd";
+static acc_result create_sgd(acc_optimizer **out, acc_model *m, const acc_param_group *groups, size_t n_groups,
+                             const acc_sgd_options *opts, const char *fn) {
+  if (out) *out = NULL;
   acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
   ACC__READ_OPTIONS(so, opts, acc_sgd_options, ACC_SGD_OPTIONS_VERSION, fn);
-  ACC_CHECK(validate_sgd(fn, so.lr, so.momentum, so.dampening, so.nesterov ? 1.0 : 0.0, so.weight_decay));
+  ACC_CHECK(check_hyper(fn, "lr", so.lr, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "weight_decay", so.weight_decay, 0.0, INFINITY, 1));
   acc_optimizer *o;
-  ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_SGD, fn));
-  o->lr = so.lr;
+  ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_SGD, groups, n_groups, so.lr, so.weight_decay, fn));
   o->momentum = so.momentum;
   o->dampening = so.dampening;
   o->nesterov = so.nesterov ? 1.0 : 0.0;
-  o->weight_decay = so.weight_decay;
+  acc_result rc = validate_sgd(fn, o);
+  if (rc != ACC_OK) {
+    acc_optimizer_destroy(o);
+    return rc;
+  }
   *out = o;
   return ACC_OK;
 }
 
-acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const acc_adamw_options *opts) {
-  const char *fn = "acc_optimizer_create_adamw";
+static acc_result create_adamw(acc_optimizer **out, acc_model *m, const acc_param_group *groups,
+                               size_t n_groups, const acc_adamw_options *opts, const char *fn) {
+  if (out) *out = NULL;
   acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
   ACC__READ_OPTIONS(ao, opts, acc_adamw_options, ACC_ADAMW_OPTIONS_VERSION, fn);
-  ACC_CHECK(validate_adamw(fn, ao.lr, ao.beta1, ao.beta2, ao.eps, ao.weight_decay));
+  ACC_CHECK(check_hyper(fn, "lr", ao.lr, 0.0, INFINITY, 1));
+  ACC_CHECK(check_hyper(fn, "weight_decay", ao.weight_decay, 0.0, INFINITY, 1));
   acc_optimizer *o;
-  ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_ADAMW, fn));
-  o->lr = ao.lr;
+  ACC_CHECK(optimizer_new(&o, m, ACC_OPTIMIZER_ADAMW, groups, n_groups, ao.lr, ao.weight_decay, fn));
   o->beta1 = ao.beta1;
   o->beta2 = ao.beta2;
   o->eps = ao.eps;
-  o->weight_decay = ao.weight_decay;
+  acc_result rc = validate_adamw(fn, o);
+  if (rc != ACC_OK) {
+    acc_optimizer_destroy(o);
+    return rc;
+  }
   /* AdamW's buffers start at zero (torch creates them lazily with zeros: same values). */
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(m, i);
-    if (!p->grad) continue;
+    if (!p->grad || o->slots[i].group < 0) continue;
     for (int b = 0; b < 2; b++) {
       o->slots[i].buf[b] = acc__calloc(p->numel ? p->numel : 1, sizeof(float));
       if (!o->slots[i].buf[b]) {
@@ -170,21 +263,62 @@ acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const a
   return ACC_OK;
 }
 
+acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts) {
+  return create_sgd(out, m, NULL, 0, opts, "acc_optimizer_create_sgd");
+}
+acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m, const acc_adamw_options *opts) {
+  return create_adamw(out, m, NULL, 0, opts, "acc_optimizer_create_adamw");
+}
+acc_result acc_optimizer_create_sgd_groups(acc_optimizer **out, acc_model *m, const acc_param_group *groups,
+                                           size_t n_groups, const acc_sgd_options *opts) {
+  if (!groups) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_create_sgd_groups: groups is NULL");
+  return create_sgd(out, m, groups, n_groups, opts, "acc_optimizer_create_sgd_groups");
+}
+acc_result acc_optimizer_create_adamw_groups(acc_optimizer **out, acc_model *m, const acc_param_group *groups,
+                                             size_t n_groups, const acc_adamw_options *opts) {
+  if (!groups) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_create_adamw_groups: groups is NULL");
+  return create_adamw(out, m, groups, n_groups, opts, "acc_optimizer_create_adamw_groups");
+}
+
 acc_optimizer_kind acc_optimizer_get_kind(const acc_optimizer *o) {
   return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->kind : ACC_OPTIMIZER_SGD;
 }
 acc_model *acc_optimizer_model(const acc_optimizer *o) {
   return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->model : NULL;
 }
-double acc_optimizer_get_lr(const acc_optimizer *o) { return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->lr : 0.0; }
+double acc_optimizer_get_lr(const acc_optimizer *o) {
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->groups[0].lr : 0.0;
+}
 int64_t acc_optimizer_step_count(const acc_optimizer *o) {
   return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->step : 0;
+}
+size_t acc_optimizer_group_count(const acc_optimizer *o) {
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? o->ngroups : 0;
+}
+double acc_optimizer_group_lr(const acc_optimizer *o, size_t g) {
+  return (acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) && g < o->ngroups) ? o->groups[g].lr : 0.0;
+}
+double acc_optimizer_group_weight_decay(const acc_optimizer *o, size_t g) {
+  return (acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) && g < o->ngroups) ? o->groups[g].weight_decay : 0.0;
+}
+int acc_optimizer_has_parameter(const acc_optimizer *o, size_t index) {
+  return (acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) && index < o->nparams) ? o->slots[index].group >= 0 : 0;
+}
+
+acc_result acc_optimizer_set_group_lr(acc_optimizer *o, size_t g, double lr) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_set_group_lr"));
+  if (g >= o->ngroups)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_set_group_lr: group %zu out of range (%zu groups)", g,
+                      o->ngroups);
+  ACC_CHECK(check_hyper("acc_optimizer_set_group_lr", "lr", lr, 0.0, INFINITY, 1));
+  o->groups[g].lr = lr;
+  return ACC_OK;
 }
 
 acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr) {
   ACC_CHECK(check_opt(o, "acc_optimizer_set_lr"));
   ACC_CHECK(check_hyper("acc_optimizer_set_lr", "lr", lr, 0.0, INFINITY, 1));
-  o->lr = lr;
+  for (size_t g = 0; g < o->ngroups; g++) o->groups[g].lr = lr;
   return ACC_OK;
 }
 
@@ -199,15 +333,15 @@ static float *ensure_buf(acc_optimizer *o, size_t i, int b) {
 /* The loops below are specialized on the hyperparameters (no branch inside a loop, restrict
  * pointers) so the compiler vectorizes them; the arithmetic, and so every rounding, is the same
  * in every variant. */
-static void sgd_param(acc_optimizer *o, const acc_param *p, slot *sl, float *buf_) {
-  const float wd = (float)o->weight_decay, mom = (float)o->momentum;
-  const float damp1 = (float)(1.0 - o->dampening), neg_lr = (float)(-o->lr);
+static void sgd_param(const acc_optimizer *o, const group *gr, const acc_param *p, slot *sl, float *buf_) {
+  const float wd = (float)gr->weight_decay, mom = (float)o->momentum;
+  const float damp1 = (float)(1.0 - o->dampening), neg_lr = (float)(-gr->lr);
   const int first = !sl->has[0];
   float *restrict w = p->data;
   const float *restrict grad = p->grad;
   float *restrict buf = buf_;
   const size_t n = p->numel;
-  const int decay = o->weight_decay != 0.0, nesterov = o->nesterov != 0.0;
+  const int decay = gr->weight_decay != 0.0, nesterov = o->nesterov != 0.0;
   if (o->momentum == 0.0) {
     if (decay)
       for (size_t k = 0; k < n; k++) w[k] = w[k] + neg_lr * (grad[k] + wd * w[k]);
@@ -230,13 +364,13 @@ static void sgd_param(acc_optimizer *o, const acc_param *p, slot *sl, float *buf
   }
 }
 
-static void adamw_param(const acc_optimizer *o, const acc_param *p, float *m, float *v) {
+static void adamw_param(const acc_optimizer *o, const group *gr, const acc_param *p, float *m, float *v) {
   const double step = (double)o->step;
-  const float decay = (float)(1.0 - o->lr * o->weight_decay);
+  const float decay = (float)(1.0 - gr->lr * gr->weight_decay);
   const float w1 = (float)(1.0 - o->beta1), b2 = (float)o->beta2, c2 = (float)(1.0 - o->beta2);
   const double bc1 = 1.0 - pow(o->beta1, step);
   const double bc2_sqrt = sqrt(1.0 - pow(o->beta2, step));
-  const float neg_step_size = (float)(-(o->lr / bc1));
+  const float neg_step_size = (float)(-(gr->lr / bc1));
   const float bc2s = (float)bc2_sqrt, eps = (float)o->eps;
   float *w = p->data;
   const float *grad = p->grad;
@@ -256,17 +390,22 @@ acc_result acc_optimizer_step(acc_optimizer *o) {
   ACC_CHECK(check_model_unchanged(o, "acc_optimizer_step"));
   if (o->kind == ACC_OPTIMIZER_SGD && o->momentum != 0.0)
     for (size_t i = 0; i < o->nparams; i++)
-      if (acc_model_parameter(o->model, i)->grad && !ensure_buf(o, i, 0)) return ACC_ERR_NOMEM;
+      if (o->slots[i].group >= 0 && acc_model_parameter(o->model, i)->grad && !ensure_buf(o, i, 0))
+        return ACC_ERR_NOMEM;
   o->step++;
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(o->model, i);
-    if (!p->grad) continue;
     slot *sl = &o->slots[i];
+    if (!p->grad || sl->group < 0) continue;
+    const group *gr = &o->groups[sl->group];
     if (o->kind == ACC_OPTIMIZER_SGD) {
-      sgd_param(o, p, sl, sl->buf[0]);
-      if (o->momentum != 0.0) sl->has[0] = 1;
+      sgd_param(o, gr, p, sl, sl->buf[0]);
+      if (o->momentum != 0.0 && !sl->has[0]) {
+        sl->has[0] = 1;
+        o->state_dirty = 1;
+      }
     } else {
-      adamw_param(o, p, sl->buf[0], sl->buf[1]);
+      adamw_param(o, gr, p, sl->buf[0], sl->buf[1]);
     }
   }
   return ACC_OK;
@@ -277,16 +416,38 @@ acc_result acc_optimizer_zero_grad(acc_optimizer *o) {
   ACC_CHECK(check_model_unchanged(o, "acc_optimizer_zero_grad"));
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(o->model, i);
-    if (p->grad) memset(p->grad, 0, p->numel * sizeof(float));
+    if (p->grad && o->slots[i].group >= 0) memset(p->grad, 0, p->numel * sizeof(float));
   }
   return ACC_OK;
 }
 
 /* ---- checkpoint state -------------------------------------------------------------------- */
 
+/* Rebuilds the index of present state tensors (after a step or a set added one). The index is
+ * a cache: state_get stays logically const. */
+static acc_result state_index(const acc_optimizer *co) {
+  acc_optimizer *o = (acc_optimizer *)co;
+  if (!o->state_dirty) return ACC_OK;
+  size_t n = 0;
+  for (size_t i = 0; i < o->nparams; i++)
+    for (int b = 0; b < nbufs(o); b++) n += o->slots[i].has[b] != 0;
+  size_t *idx = n ? acc__malloc(n * sizeof *idx) : NULL;
+  if (n && !idx) return ACC_ERR_NOMEM;
+  n = 0;
+  for (size_t i = 0; i < o->nparams; i++)
+    for (int b = 0; b < nbufs(o); b++)
+      if (o->slots[i].has[b]) idx[n++] = i * MAX_BUFS + (size_t)b;
+  acc__free(o->state_index);
+  o->state_index = idx;
+  o->nstate = n;
+  o->state_dirty = 0;
+  return ACC_OK;
+}
+
 size_t acc_optimizer_state_count(const acc_optimizer *o) {
   if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER)) return 0;
-  size_t n = 0;
+  if (state_index(o) == ACC_OK) return o->nstate;
+  size_t n = 0; /* out of memory for the index: count without it */
   for (size_t i = 0; i < o->nparams; i++)
     for (int b = 0; b < nbufs(o); b++) n += o->slots[i].has[b] != 0;
   return n;
@@ -295,21 +456,19 @@ size_t acc_optimizer_state_count(const acc_optimizer *o) {
 acc_result acc_optimizer_state_get(const acc_optimizer *o, size_t idx, const char **name, const float **data,
                                    size_t *numel, int *ndim, const int64_t **shape) {
   ACC_CHECK(check_opt(o, "acc_optimizer_state_get"));
-  size_t n = 0;
-  for (size_t i = 0; i < o->nparams; i++)
-    for (int b = 0; b < nbufs(o); b++) {
-      if (!o->slots[i].has[b]) continue;
-      if (n++ != idx) continue;
-      const acc_param *p = acc_model_parameter(o->model, i);
-      if (name) *name = o->slots[i].names[b];
-      if (data) *data = o->slots[i].buf[b];
-      if (numel) *numel = p->numel;
-      if (ndim) *ndim = p->ndim;
-      if (shape) *shape = p->shape;
-      return ACC_OK;
-    }
-  return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_state_get: index %zu is out of range (%zu tensors)",
-                    idx, n);
+  ACC_CHECK(state_index(o));
+  if (idx >= o->nstate)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_state_get: index %zu is out of range (%zu tensors)",
+                      idx, o->nstate);
+  size_t i = o->state_index[idx] / MAX_BUFS;
+  int b = (int)(o->state_index[idx] % MAX_BUFS);
+  const acc_param *p = acc_model_parameter(o->model, i);
+  if (name) *name = o->slots[i].names[b];
+  if (data) *data = o->slots[i].buf[b];
+  if (numel) *numel = p->numel;
+  if (ndim) *ndim = p->ndim;
+  if (shape) *shape = p->shape;
+  return ACC_OK;
 }
 
 static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape) {
@@ -329,6 +488,7 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: NULL name/data/shape or ndim %d out of range", fn, ndim);
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(o->model, i);
+    if (o->slots[i].group < 0) continue;
     for (int b = 0; b < nbufs(o); b++) {
       if (strcmp(o->slots[i].names[b], name) != 0) continue;
       int same = ndim == p->ndim && numel == p->numel;
@@ -348,35 +508,54 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
       float *buf = ensure_buf(o, i, b);
       if (!buf) return ACC_ERR_NOMEM;
       if (numel) memcpy(buf, data, numel * sizeof(float));
-      o->slots[i].has[b] = 1;
+      if (!o->slots[i].has[b]) {
+        o->slots[i].has[b] = 1;
+        o->state_dirty = 1;
+      }
       return ACC_OK;
     }
   }
   return acc__error(ACC_ERR_MISMATCH,
                     "%s: '%s' is not a state tensor of this %s optimizer (expected state.<parameter>.%s for one of "
-                    "the model's %zu parameters)",
+                    "the parameters it updates)",
                     fn, name, o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW",
-                    o->kind == ACC_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg|exp_avg_sq", o->nparams);
+                    o->kind == ACC_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg|exp_avg_sq");
 }
 
 size_t acc_optimizer_scalar_count(const acc_optimizer *o) {
-  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? 7 : 0;
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) ? BASE_SCALARS + 2 * (o->ngroups - 1) : 0;
 }
 
 static double *scalar_slot(acc_optimizer *o, size_t i) {
+  if (i >= BASE_SCALARS) {
+    group *gr = &o->groups[1 + (i - BASE_SCALARS) / 2];
+    return (i - BASE_SCALARS) % 2 == 0 ? &gr->lr : &gr->weight_decay;
+  }
+  if (i == 2) return &o->groups[0].lr;
+  if (i == 6) return &o->groups[0].weight_decay;
   if (o->kind == ACC_OPTIMIZER_SGD) {
-    double *p[] = {NULL, NULL, &o->lr, &o->momentum, &o->dampening, &o->nesterov, &o->weight_decay};
+    double *p[] = {NULL, NULL, NULL, &o->momentum, &o->dampening, &o->nesterov, NULL};
     return p[i];
   }
-  double *p[] = {NULL, NULL, &o->lr, &o->beta1, &o->beta2, &o->eps, &o->weight_decay};
+  double *p[] = {NULL, NULL, NULL, &o->beta1, &o->beta2, &o->eps, NULL};
   return p[i];
+}
+
+static const char *scalar_name(const acc_optimizer *o, size_t i) {
+  if (i >= BASE_SCALARS) {
+    const group *gr = &o->groups[1 + (i - BASE_SCALARS) / 2];
+    return (i - BASE_SCALARS) % 2 == 0 ? gr->lr_name : gr->wd_name;
+  }
+  return o->kind == ACC_OPTIMIZER_SGD ? sgd_scalars[i] : adamw_scalars[i];
 }
 
 acc_result acc_optimizer_scalar_get(const acc_optimizer *o, size_t i, const char **name, double *value) {
   ACC_CHECK(check_opt(o, "acc_optimizer_scalar_get"));
-  if (i >= 7)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_scalar_get: index %zu is out of range (7 scalars)", i);
-  if (name) *name = o->kind == ACC_OPTIMIZER_SGD ? sgd_scalars[i] : adamw_scalars[i];
+  size_t n = acc_optimizer_scalar_count(o);
+  if (i >= n)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_scalar_get: index %zu is out of range (%zu scalars)",
+                      i, n);
+  if (name) *name = scalar_name(o, i);
   if (value) {
     if (i == 0) *value = (double)o->kind;
     else if (i == 1) *value = (double)o->step;
@@ -389,12 +568,11 @@ acc_result acc_optimizer_scalar_set(acc_optimizer *o, const char *name, double v
   const char *fn = "acc_optimizer_scalar_set";
   ACC_CHECK(check_opt(o, fn));
   if (!name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: name is NULL", fn);
-  const char *const *names = o->kind == ACC_OPTIMIZER_SGD ? sgd_scalars : adamw_scalars;
-  size_t i = 0;
-  while (i < 7 && strcmp(names[i], name) != 0) i++;
-  if (i == 7)
-    return acc__error(ACC_ERR_MISMATCH, "%s: '%s' is not a scalar of a %s optimizer", fn, name,
-                      o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW");
+  size_t n = acc_optimizer_scalar_count(o), i = 0;
+  while (i < n && strcmp(scalar_name(o, i), name) != 0) i++;
+  if (i == n)
+    return acc__error(ACC_ERR_MISMATCH, "%s: '%s' is not a scalar of this %s optimizer (%zu parameter group%s)", fn,
+                      name, o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW", o->ngroups, o->ngroups == 1 ? "" : "s");
   if (i == 0) {
     if (value != (double)o->kind)
       return acc__error(ACC_ERR_MISMATCH, "%s: the state is for optimizer kind %g but this optimizer is %s (%d)", fn,
@@ -410,9 +588,7 @@ acc_result acc_optimizer_scalar_set(acc_optimizer *o, const char *name, double v
   double *slotp = scalar_slot(o, i);
   double saved = *slotp;
   *slotp = value;
-  acc_result rc = o->kind == ACC_OPTIMIZER_SGD
-                      ? validate_sgd(fn, o->lr, o->momentum, o->dampening, o->nesterov, o->weight_decay)
-                      : validate_adamw(fn, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+  acc_result rc = o->kind == ACC_OPTIMIZER_SGD ? validate_sgd(fn, o) : validate_adamw(fn, o);
   if (rc != ACC_OK) *slotp = saved;
   else if (o->kind == ACC_OPTIMIZER_SGD && i == 5) *slotp = value != 0.0 ? 1.0 : 0.0;
   return rc;

@@ -14,8 +14,9 @@ struct acc_scheduler {
   acc_optimizer *opt;
   acc_scheduler_options opts;
   int64_t step;
-  double base_lr;
-  double last_lr;
+  size_t ngroups;
+  double *base_lrs; /* one per parameter group of the optimizer */
+  double last_lr;   /* group 0's */
 };
 
 static double warmup_factor(int64_t step, int64_t warmup) {
@@ -44,15 +45,19 @@ static double factor(const acc_scheduler *s, int64_t step) {
   return 1.0;
 }
 
+/* Every group's lr = its base lr * factor(step) (torch's LambdaLR over param_groups). */
 static acc_result apply(acc_scheduler *s) {
-  double lr = s->base_lr * factor(s, s->step);
-  if (!(lr >= 0.0) || isinf(lr))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_scheduler: the schedule gave lr %g at step %lld (base_lr %g); the factor must be "
-                      "finite and >= 0",
-                      lr, (long long)s->step, s->base_lr);
-  ACC_CHECK(acc_optimizer_set_lr(s->opt, lr));
-  s->last_lr = lr;
+  double f = factor(s, s->step);
+  for (size_t g = 0; g < s->ngroups; g++) {
+    double lr = s->base_lrs[g] * f;
+    if (!(lr >= 0.0) || isinf(lr))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "acc_scheduler: the schedule gave lr %g at step %lld (group %zu, base_lr %g); the factor "
+                        "must be finite and >= 0",
+                        lr, (long long)s->step, g, s->base_lrs[g]);
+  }
+  for (size_t g = 0; g < s->ngroups; g++) ACC_CHECK(acc_optimizer_set_group_lr(s->opt, g, s->base_lrs[g] * f));
+  s->last_lr = s->base_lrs[0] * f;
   return ACC_OK;
 }
 
@@ -82,10 +87,17 @@ acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc
   s->magic = ACC__MAGIC_SCHEDULER;
   s->opt = o;
   s->opts = so;
-  s->base_lr = acc_optimizer_get_lr(o);
+  s->ngroups = acc_optimizer_group_count(o);
+  s->base_lrs = acc__calloc(s->ngroups, sizeof *s->base_lrs);
+  if (!s->base_lrs) {
+    acc__free(s);
+    return ACC_ERR_NOMEM;
+  }
+  for (size_t g = 0; g < s->ngroups; g++) s->base_lrs[g] = acc_optimizer_group_lr(o, g);
   s->step = 0;
   acc_result rc = apply(s);
   if (rc != ACC_OK) {
+    acc__free(s->base_lrs);
     acc__free(s);
     return rc;
   }
@@ -96,6 +108,7 @@ acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o, const acc
 void acc_scheduler_destroy(acc_scheduler *s) {
   if (!acc__handle_ok(s, ACC__HANDLE_SCHEDULER)) return;
   s->magic = ACC__MAGIC_DEAD;
+  acc__free(s->base_lrs);
   acc__free(s);
 }
 
@@ -119,7 +132,7 @@ double acc_scheduler_get_last_lr(const acc_scheduler *s) {
 acc_result acc_scheduler_get_state(const acc_scheduler *s, int64_t *step, double *base_lr) {
   ACC_CHECK(check_sched(s, "acc_scheduler_get_state"));
   if (step) *step = s->step;
-  if (base_lr) *base_lr = s->base_lr;
+  if (base_lr) *base_lr = s->base_lrs[0];
   return ACC_OK;
 }
 
@@ -130,13 +143,59 @@ acc_result acc_scheduler_set_state(acc_scheduler *s, int64_t step, double base_l
                       "acc_scheduler_set_state: step %lld must be >= 0 and base_lr %g finite and >= 0",
                       (long long)step, base_lr);
   int64_t old_step = s->step;
-  double old_base = s->base_lr;
+  double old_base = s->base_lrs[0];
   s->step = step;
-  s->base_lr = base_lr;
+  s->base_lrs[0] = base_lr;
   acc_result rc = apply(s);
   if (rc != ACC_OK) {
     s->step = old_step;
-    s->base_lr = old_base;
+    s->base_lrs[0] = old_base;
   }
   return rc;
+}
+
+size_t acc_scheduler_group_count(const acc_scheduler *s) {
+  return acc__handle_ok(s, ACC__HANDLE_SCHEDULER) ? s->ngroups : 0;
+}
+
+double acc_scheduler_group_base_lr(const acc_scheduler *s, size_t group) {
+  return (acc__handle_ok(s, ACC__HANDLE_SCHEDULER) && group < s->ngroups) ? s->base_lrs[group] : 0.0;
+}
+
+acc_result acc_scheduler_set_group_base_lr(acc_scheduler *s, size_t group, double base_lr) {
+  const char *fn = "acc_scheduler_set_group_base_lr";
+  ACC_CHECK(check_sched(s, fn));
+  if (group >= s->ngroups)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: group %zu out of range (%zu groups)", fn, group, s->ngroups);
+  if (!(base_lr >= 0.0) || isinf(base_lr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: base_lr %g must be finite and >= 0", fn, base_lr);
+  double old = s->base_lrs[group];
+  s->base_lrs[group] = base_lr;
+  acc_result rc = apply(s);
+  if (rc != ACC_OK) s->base_lrs[group] = old;
+  return rc;
+}
+
+acc_result acc_scheduler_training_steps(int64_t batches_per_epoch, int64_t num_epochs,
+                                        int gradient_accumulation_steps, int num_processes,
+                                        int split_batches, double warmup_fraction,
+                                        int64_t *num_training_steps, int64_t *num_warmup_steps) {
+  const char *fn = "acc_scheduler_training_steps";
+  if (batches_per_epoch < 0 || num_epochs < 0 || gradient_accumulation_steps < 1 || num_processes < 1 ||
+      !(warmup_fraction >= 0.0 && warmup_fraction <= 1.0) || !num_training_steps)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: batches_per_epoch %lld and num_epochs %lld must be >= 0, gradient_accumulation_steps "
+                      "%d and num_processes %d >= 1, warmup_fraction %g in [0, 1], num_training_steps not NULL",
+                      fn, (long long)batches_per_epoch, (long long)num_epochs, gradient_accumulation_steps,
+                      num_processes, warmup_fraction);
+  /* Optimizer steps per epoch: one per full accumulation window, plus one for a partial window
+   * at the end of the epoch (the last batch always syncs). */
+  int64_t opt_steps = (batches_per_epoch + gradient_accumulation_steps - 1) / gradient_accumulation_steps;
+  int64_t per_step = split_batches ? 1 : num_processes; /* scheduler steps per optimizer step */
+  if (num_epochs && opt_steps > INT64_MAX / num_epochs / per_step)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the number of steps overflows", fn);
+  int64_t total = opt_steps * num_epochs * per_step;
+  *num_training_steps = total;
+  if (num_warmup_steps) *num_warmup_steps = (int64_t)((double)total * warmup_fraction);
+  return ACC_OK;
 }

@@ -399,6 +399,7 @@ const char *acc_mixed_precision_name(acc_mixed_precision p) {
     case ACC_PRECISION_NO: return "no";
     case ACC_PRECISION_FP16: return "fp16";
     case ACC_PRECISION_BF16: return "bf16";
+    case ACC_PRECISION_UNSET: return "unset";
   }
   return "unknown";
 }

@@ -325,7 +325,7 @@ int main(int argc, char **argv) {
     train_time += now_s() - t0;
     if (show) progress_finish(&bar);
     float mean_loss = nb ? (float)(loss_sum / (double)nb) : 0.0f;
-    TRY(acc_accelerator_reduce(acc, &mean_loss, &mean_loss, 1, ACC_F32, ACC_MEAN));
+    TRY(acc_accelerator_all_reduce(acc, &mean_loss, &mean_loss, 1, ACC_F32, ACC_MEAN));
     acc_print(st, "epoch %d: mean training loss %.4f\n", epoch + 1, mean_loss);
   }
 
@@ -349,11 +349,11 @@ int main(int argc, char **argv) {
   }
   double rate = train_time > 0 ? (double)samples / train_time : 0;
   double total_rate = rate;
-  TRY(acc_accelerator_reduce(acc, &total_rate, &total_rate, 1, ACC_F64, ACC_SUM));
+  TRY(acc_accelerator_all_reduce(acc, &total_rate, &total_rate, 1, ACC_F64, ACC_SUM));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss = (double)ru.ru_maxrss / 1024.0, max_rss = rss;
-  TRY(acc_accelerator_reduce(acc, &max_rss, &max_rss, 1, ACC_F64, ACC_MAX));
+  TRY(acc_accelerator_all_reduce(acc, &max_rss, &max_rss, 1, ACC_F64, ACC_MAX));
   acc_print(st, "test accuracy: %.4f (%lld of %lld images)\n", seen ? (double)correct / (double)seen : 0.0,
             (long long)correct, (long long)seen);
   acc_print(st, "throughput: %.0f samples/s in total (%d processes), %.1f MiB peak resident per process\n",

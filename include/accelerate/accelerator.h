@@ -1,10 +1,13 @@
 /* accelerate-c: the Accelerator — prepare(), gradient accumulation and synchronization, mixed
- * precision, optimizer/scheduler stepping rules, metrics gathering. */
+ * precision, optimizer/scheduler stepping rules, metrics gathering.
+ * Threads: an accelerator and the objects prepared with it are used from one thread at a time
+ * (the thread that drives training); different accelerators share the one process state. */
 #ifndef ACCELERATE_ACCELERATOR_H
 #define ACCELERATE_ACCELERATOR_H
 
 #include "checkpoint.h"
 #include "comm.h"
+#include "control.h"
 #include "data.h"
 #include "model.h"
 #include "optim.h"
@@ -27,12 +30,13 @@ typedef struct acc_accelerator acc_accelerator;
 typedef struct acc_accelerator_options {
   size_t size;                      /* sizeof, set by the INIT macro */
   uint32_t version;                 /* ACC_ACCELERATOR_OPTIONS_VERSION */
-  int mixed_precision;              /* acc_mixed_precision; ACC_UNSET: ACCELERATE_MIXED_PRECISION */
+  acc_mixed_precision mixed_precision; /* ACC_UNSET (= ACC_PRECISION_UNSET):
+                                          ACCELERATE_MIXED_PRECISION */
   int gradient_accumulation_steps;  /* ACC_UNSET: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1 */
   int split_batches;                /* 0: batch_size is per process; 1: global, split */
   int even_batches;                 /* 1: every process gets the same number of full batches */
-  int step_scheduler_with_optimizer;/* 1: scheduler steps follow optimizer steps (spec 4.4) */
-  int sync_with_dataloader;         /* 1: the last batch of an epoch always syncs (spec 4.6) */
+  int step_scheduler_with_optimizer;/* 1: scheduler steps follow optimizer steps */
+  int sync_with_dataloader;         /* 1: the last batch of an epoch always syncs */
   int cpu;                          /* ACC_UNSET: ACCELERATE_USE_CPU */
   size_t bucket_cap_bytes;          /* gradient bucket size; 0: 25 MB (torch DDP's default) */
   int overlap_grad_sync;            /* 1: reduce buckets on a background thread as
@@ -44,8 +48,8 @@ typedef struct acc_accelerator_options {
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
-  { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_UNSET, ACC_UNSET, 0, 1, \
-    1, 1, ACC_UNSET, 0, 0, NULL, 0 }
+  { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_PRECISION_UNSET,        \
+    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0 }
 /** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). */
 ACC_EXTERN acc_result acc_accelerator_options_init(acc_accelerator_options *opts, uint32_t version);
 
@@ -60,10 +64,36 @@ ACC_EXTERN void acc_accelerator_destroy(acc_accelerator *acc);
 
 /** The process state (borrowed). */
 ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
+/** The precision the accelerator runs (its option, else ACCELERATE_MIXED_PRECISION). The process
+ * state created by the accelerator reports the same in acc_state_describe. */
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
 ACC_EXTERN int acc_accelerator_gradient_accumulation_steps(const acc_accelerator *acc);
+
+/*
+ * Process control through the accelerator (the same as the acc_state functions of state.h and
+ * control.h on acc_accelerator_state(acc)), so a training program needs one handle.
+ */
+ACC_EXTERN int acc_accelerator_process_index(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_local_process_index(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_num_processes(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_is_main_process(const acc_accelerator *acc);
+ACC_EXTERN int acc_accelerator_is_local_main_process(const acc_accelerator *acc);
+/** Barrier. Collective. */
+ACC_EXTERN acc_result acc_accelerator_wait_for_everyone(acc_accelerator *acc);
+/** printf on the main process only (flushes stdout); returns printf's count, 0 elsewhere. */
+ACC_EXTERN int acc_accelerator_print(const acc_accelerator *acc, const char *fmt, ...) ACC_PRINTF(2, 3);
+/** acc_split_between_processes for this accelerator's processes. Not collective. */
+ACC_EXTERN acc_result acc_accelerator_split_between_processes(const acc_accelerator *acc, size_t n,
+                                                              int apply_padding, acc_split *out);
+/** main_process_first as a pair; prefer the block macro below. Collective. */
+ACC_EXTERN acc_result acc_accelerator_main_process_first_begin(acc_accelerator *acc);
+ACC_EXTERN acc_result acc_accelerator_main_process_first_end(acc_accelerator *acc);
+/* ACC_ACCELERATOR_MAIN_PROCESS_FIRST(acc, rc) { ...body... }: as ACC_MAIN_PROCESS_FIRST. */
+#define ACC_ACCELERATOR_MAIN_PROCESS_FIRST(acc, rc)                                              \
+  for (int acc__ampf_once = ((rc) = acc_accelerator_main_process_first_begin(acc), (rc) == ACC_OK); \
+       acc__ampf_once; acc__ampf_once = 0, (rc) = acc_accelerator_main_process_first_end(acc))
 
 /**
  * Seeds the library's global generator (acc_rng_global) with seed, plus the process index when
@@ -79,7 +109,9 @@ ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t se
  * Collective. Ownership: the model stays the program's and must outlive the accelerator.
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model);
-/** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Not collective. */
+/** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Several
+ * prepared optimizers must update disjoint parameters (use parameter groups for several learning
+ * rates): an overlap is ACC_ERR_INVALID_USAGE naming the parameter. Not collective. */
 ACC_EXTERN acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt);
 /** Registers a scheduler: stepped by acc_accelerator_scheduler_step with Accelerate's rules. */
 ACC_EXTERN acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler *sched);
@@ -128,17 +160,23 @@ ACC_EXTERN acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t in
  * Collective on sync batches.
  */
 ACC_EXTERN acc_result acc_accelerator_backward(acc_accelerator *acc);
-/** fp16: divides the gradients by the loss scale (once per step). Otherwise nothing. */
+/** fp16, on a sync batch: divides every gradient by the loss scale, once per iteration whatever
+ * the number of optimizers. Otherwise (and on non-sync batches) nothing. */
 ACC_EXTERN acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc);
-/** Unscales, then clips the global gradient norm (gradients are already averaged, so every
- * process computes the same norm). *total_norm (may be NULL) gets the norm before clipping. */
+/** On a sync batch: unscales, then clips the global gradient norm (gradients are already
+ * averaged, so every process computes the same norm). *total_norm (may be NULL) gets the norm
+ * before clipping. On non-sync batches the gradients are partial: nothing happens (*total_norm 0). */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm,
                                                      double norm_type, float *total_norm);
 ACC_EXTERN acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value);
 /**
- * Steps a prepared optimizer on sync batches only. fp16: unscales, and when any process found an
- * inf/NaN gradient every process skips the step and the scaler backs off.
- * Collective on sync batches (fp16: one 4-byte all-reduce).
+ * Steps a prepared optimizer on sync batches only. fp16, once per iteration (a sync backward and
+ * the steps after it): the first step unscales every gradient and agrees on overflow across
+ * processes (one 4-byte all-reduce); on overflow every optimizer of the iteration skips. Each
+ * prepared optimizer steps at most once per iteration (a second call is ACC_ERR_INVALID_USAGE;
+ * under fp16 the optimizer must be prepared). The loss scale is updated once per iteration: after
+ * the last prepared optimizer stepped, else at the next accumulate(), sync backward() or
+ * save_state(). Collective on sync batches under fp16.
  */
 ACC_EXTERN acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt);
 /** Zeroes the gradients on sync batches only. */
@@ -146,7 +184,7 @@ ACC_EXTERN acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, 
 /** 1 when the last optimizer step was skipped (fp16 overflow). */
 ACC_EXTERN int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator *acc);
 /**
- * Steps a prepared scheduler with Accelerate's rules (spec 4.4): not on non-sync batches, not
+ * Steps a prepared scheduler with Accelerate's rules: not on non-sync batches, not
  * when the optimizer step was skipped, num_processes times per call unless split_batches.
  */
 ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *sched);
@@ -157,6 +195,25 @@ ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_s
  * model. NULL otherwise. Borrowed: lives as long as the accelerator.
  */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc);
+/**
+ * Recomputes the low-precision copy from the model's fp32 parameters. load_state does it; call it
+ * after changing the parameters yourself (e.g. acc_load_checkpoint_in_model). No-op without a
+ * copy. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc);
+/**
+ * Sizes a learning-rate schedule as this accelerator steps it, from a prepared loader (its
+ * per-process length), the number of epochs and the accelerator's gradient accumulation,
+ * process count, split_batches, step_scheduler_with_optimizer and sync_with_dataloader:
+ * *num_training_steps = the scheduler steps of the whole run, *num_warmup_steps (may be NULL) =
+ * warmup_fraction of it. Pass them to acc_scheduler_create: the schedule then has the same shape
+ * at every process count. Not collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_scheduler_steps(const acc_accelerator *acc,
+                                                      const acc_dataloader *dl, int64_t num_epochs,
+                                                      double warmup_fraction,
+                                                      int64_t *num_training_steps,
+                                                      int64_t *num_warmup_steps);
 /** The grad scaler (NULL unless fp16). Borrowed. */
 ACC_EXTERN acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc);
 /** The accumulation counter (Accelerate's accelerator.step). */
@@ -164,22 +221,25 @@ ACC_EXTERN int64_t acc_accelerator_step(const acc_accelerator *acc);
 
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
-/** all_gather of count elements (collective). recv holds count * num_processes elements. */
-ACC_EXTERN acc_result acc_accelerator_gather(acc_accelerator *acc, const void *send, void *recv,
+/** All-gather of count elements: every process receives every process's elements in rank order
+ * (recv holds count * num_processes elements). Collective. (acc_gather gathers to one root.) */
+ACC_EXTERN acc_result acc_accelerator_all_gather(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype);
 /**
  * Gathers n_samples samples of sample_elems elements from every process (counts may differ) in
  * rank order and, on the last batch of the active prepared loader, drops the duplicated padding
- * samples (Accelerate's gather_for_metrics, spec 6.9), so an evaluation over a whole epoch
- * counts every dataset sample exactly once. recv must hold capacity samples; *n_out receives the
- * samples kept. Collective.
+ * samples (Accelerate's gather_for_metrics), so an evaluation over a whole epoch
+ * counts every dataset sample exactly once. A prepared loader on its last batch whose batches did
+ * not come through acc_accelerator_next_batch is ACC_ERR_INVALID_USAGE (its padding could not be
+ * dropped). recv must hold capacity samples; *n_out receives the samples kept. Collective.
  */
 ACC_EXTERN acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *send,
                                                          int64_t n_samples, size_t sample_elems,
                                                          acc_dtype dtype, void *recv,
                                                          int64_t capacity, int64_t *n_out);
-/** all_reduce with op (Accelerate's accelerator.reduce defaults to sum). Collective. */
-ACC_EXTERN acc_result acc_accelerator_reduce(acc_accelerator *acc, const void *send, void *recv,
+/** All-reduce with op: every process receives the result (Accelerate's accelerator.reduce, whose
+ * default op is sum). Collective. (acc_reduce reduces to one root.) */
+ACC_EXTERN acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype, acc_op op);
 /**
  * Pads buf (n_samples samples of sample_elems) along the sample axis to the largest n_samples of
@@ -208,9 +268,18 @@ ACC_EXTERN acc_project_config *acc_accelerator_project_config(const acc_accelera
  * Serializes a registered object. Called twice per save: with buf NULL to ask for the size in
  * *len, then with a buffer of cap >= that size to fill (set *len to the bytes written).
  */
-typedef acc_result (*acc_state_save_fn)(void *obj, void *buf, size_t cap, size_t *len);
+typedef acc_result (*acc_checkpoint_save_fn)(void *obj, void *buf, size_t cap, size_t *len);
 /** Restores a registered object from the bytes its save callback wrote. */
-typedef acc_result (*acc_state_load_fn)(void *obj, const void *data, size_t len);
+typedef acc_result (*acc_checkpoint_load_fn)(void *obj, const void *data, size_t len);
+/*
+ * A callback that fails should say why with acc_error_set (the error is cleared before each
+ * call); when it sets no message the error reads "<which callback> of registered object <i>
+ * returned <ACC_ERR_...>".
+ */
+
+/** The size limit of one registered object's bytes with acc_accelerator_register_for_checkpointing:
+ * 1 GiB. A larger custom_checkpoint_<i>.bin is refused by load_state before it is read. */
+#define ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT ((uint64_t)1 << 30)
 
 /**
  * Registers an object to be saved by save_state and restored by load_state (Accelerate's
@@ -219,8 +288,17 @@ typedef acc_result (*acc_state_load_fn)(void *obj, const void *data, size_t len)
  * Ownership: obj is borrowed and must outlive the accelerator. Not collective.
  */
 ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj,
-                                                                 acc_state_save_fn save,
-                                                                 acc_state_load_fn load);
+                                                                 acc_checkpoint_save_fn save,
+                                                                 acc_checkpoint_load_fn load);
+/**
+ * The same with an explicit size limit: save_state refuses to write more than max_bytes for this
+ * object, and load_state refuses a larger file (checked with its size, before reading it), so
+ * the load callback never sees more than max_bytes.
+ */
+ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing_limit(acc_accelerator *acc, void *obj,
+                                                                       acc_checkpoint_save_fn save,
+                                                                       acc_checkpoint_load_fn load,
+                                                                       uint64_t max_bytes);
 
 /**
  * Saves the whole training state into a crash-safe checkpoint directory: the model
@@ -242,10 +320,13 @@ ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const cha
 
 /**
  * Restores everything save_state saved, bit for bit, into the prepared objects (prepare them
- * first, in the same order). input_dir NULL: the latest complete checkpoint (automatic naming).
- * An incomplete checkpoint, a different number of processes, or a different set of prepared
- * objects is an error naming saved vs current. Afterwards the next automatic checkpoint number
- * is the loaded one's plus one.
+ * first, in the same order), then refreshes the low-precision copy. input_dir NULL: the latest
+ * complete checkpoint (automatic naming; ACC_ERR_NOT_FOUND when there is none). An incomplete
+ * checkpoint, a different number of processes, or a different set of prepared objects is an
+ * error naming saved vs current; a missing key or an out-of-range value is ACC_ERR_FORMAT naming
+ * the file and key; processes that restored different positions from their random_states_<p>.json
+ * all get ACC_ERR_MISMATCH naming the file. Afterwards the next automatic checkpoint number is
+ * the loaded one's plus one.
  * @param loaded_dir NULL, or receives the directory loaded. Ownership: acc_free.
  * Collective: yes.
  */

@@ -1,7 +1,9 @@
 /* accelerate-c: checkpoint files. safetensors files (write / read named tensors), the model
  * weights (Accelerate's save_model / load_checkpoint_in_model) and crash-safe checkpoint
  * directories with automatic naming and rotation (Accelerate's ProjectConfiguration).
- * See docs/checkpointing.md. */
+ * See docs/checkpointing.md.
+ * Threads: a file, checkpoint or project handle is used from one thread at a time; distinct
+ * handles may be used from different threads. */
 #ifndef ACCELERATE_CHECKPOINT_H
 #define ACCELERATE_CHECKPOINT_H
 
@@ -155,7 +157,7 @@ typedef struct acc_project_options {
   const char *project_dir;         /* NULL: "." */
   int automatic_checkpoint_naming; /* 1: checkpoints go to <project_dir>/checkpoints/checkpoint_<i> */
   int total_limit;                 /* > 0: keep at most this many checkpoints; ACC_UNSET or 0: no limit */
-  long iteration;                  /* number of the next automatic checkpoint */
+  int64_t iteration;               /* number of the next automatic checkpoint */
 } acc_project_options;
 #define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0 }
 /** Fills opts with the defaults of `version` (ACC_PROJECT_OPTIONS_VERSION; for FFI). */
@@ -169,8 +171,8 @@ typedef struct acc_checkpoint acc_checkpoint;
 ACC_EXTERN acc_result acc_project_config_create(acc_project_config **out, const acc_project_options *opts);
 ACC_EXTERN void acc_project_config_destroy(acc_project_config *p);
 /** Number of the next automatic checkpoint (Accelerate's project_configuration.iteration). */
-ACC_EXTERN long acc_project_config_iteration(const acc_project_config *p);
-ACC_EXTERN acc_result acc_project_config_set_iteration(acc_project_config *p, long iteration);
+ACC_EXTERN int64_t acc_project_config_iteration(const acc_project_config *p);
+ACC_EXTERN acc_result acc_project_config_set_iteration(acc_project_config *p, int64_t iteration);
 /** The project directory. Borrowed. */
 ACC_EXTERN const char *acc_project_config_dir(const acc_project_config *p);
 

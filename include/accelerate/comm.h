@@ -2,7 +2,8 @@
  * process of the group must call it, in the same order, with matching dtype/count/root
  * (debug mode checks this). With one process they copy (or do nothing). A peer that dies makes
  * the call fail with ACC_ERR_REMOTE naming the rank; a late peer, ACC_ERR_TIMEOUT after the
- * state's timeout. After such a failure the group is broken: later collectives fail at once. */
+ * state's timeout. After such a failure the group is broken: later collectives fail at once.
+ * Threads: collectives of one process are issued from one thread at a time, in program order. */
 #ifndef ACCELERATE_COMM_H
 #define ACCELERATE_COMM_H
 

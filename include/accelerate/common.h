@@ -1,4 +1,5 @@
-/* accelerate-c: results, errors, data types and reduction operations shared by every module. */
+/* accelerate-c: results, errors, data types and reduction operations shared by every module.
+ * Threads: every function here may be called from any thread; the last error is per thread. */
 #ifndef ACCELERATE_COMMON_H
 #define ACCELERATE_COMMON_H
 
@@ -40,7 +41,8 @@ typedef enum acc_result {
   ACC_ERR_INTERNAL = 9,         /* a bug in accelerate-c: please report it */
   ACC_ERR_IO = 10,              /* reading or writing a file failed */
   ACC_ERR_FORMAT = 11,          /* a file or string is not in the expected format */
-  ACC_ERR_MISMATCH = 12         /* ranks disagree (debug mode), or saved and current state differ */
+  ACC_ERR_MISMATCH = 12,        /* ranks disagree (debug mode), or saved and current state differ */
+  ACC_ERR_NOT_FOUND = 13        /* what was looked for does not exist (e.g. no checkpoint yet) */
 } acc_result;
 
 /** A static one-line description of a result code. Never NULL. */
@@ -55,6 +57,16 @@ ACC_EXTERN const char *acc_last_error(void);
 
 /** Clears this thread's last error. */
 ACC_EXTERN void acc_clear_error(void);
+
+/**
+ * Sets this thread's last error from user code (a checkpoint callback, a helper module) and
+ * returns rc, so a callback can `return acc_error_set(ACC_ERR_FORMAT, "counter: %zu bytes", n);`
+ * and the library's caller reads that message. printf format.
+ */
+ACC_EXTERN acc_result acc_error_set(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
+
+/** The enumerator's name of a result code ("ACC_ERR_IO"); "ACC_ERR_?" for an unknown code. */
+ACC_EXTERN const char *acc_result_name(acc_result rc);
 
 /** ACC_VERSION_NUMBER of the library actually linked. */
 ACC_EXTERN unsigned acc_version(void);

@@ -1,4 +1,6 @@
-/* accelerate-c: which process does what (Accelerate's "Execution process" guide). */
+/* accelerate-c: which process does what (Accelerate's "Execution process" guide).
+ * Threads: call these from the thread that drives the processes (they are collective or read
+ * the process state). */
 #ifndef ACCELERATE_CONTROL_H
 #define ACCELERATE_CONTROL_H
 
@@ -42,14 +44,14 @@ typedef void (*acc_fn)(void *payload);
  * Run fn(payload) on the chosen process only (or always when not distributed).
  * Return 1 if fn ran here, 0 if not. Not collective. st may be NULL: then fn runs (one process).
  */
-ACC_EXTERN int acc_on_main_process(acc_state *st, acc_fn fn, void *payload);
-ACC_EXTERN int acc_on_local_main_process(acc_state *st, acc_fn fn, void *payload);
-ACC_EXTERN int acc_on_last_process(acc_state *st, acc_fn fn, void *payload);
-ACC_EXTERN int acc_on_process(acc_state *st, int process_index, acc_fn fn, void *payload);
-ACC_EXTERN int acc_on_local_process(acc_state *st, int local_process_index, acc_fn fn, void *payload);
+ACC_EXTERN int acc_on_main_process(const acc_state *st, acc_fn fn, void *payload);
+ACC_EXTERN int acc_on_local_main_process(const acc_state *st, acc_fn fn, void *payload);
+ACC_EXTERN int acc_on_last_process(const acc_state *st, acc_fn fn, void *payload);
+ACC_EXTERN int acc_on_process(const acc_state *st, int process_index, acc_fn fn, void *payload);
+ACC_EXTERN int acc_on_local_process(const acc_state *st, int local_process_index, acc_fn fn, void *payload);
 
 /** printf on the main process only (flushes stdout). Returns printf's count, 0 elsewhere. */
-ACC_EXTERN int acc_print(acc_state *st, const char *fmt, ...) ACC_PRINTF(2, 3);
+ACC_EXTERN int acc_print(const acc_state *st, const char *fmt, ...) ACC_PRINTF(2, 3);
 
 /**
  * This process's share of n items (Accelerate's split_between_processes): a contiguous

@@ -1,7 +1,9 @@
 /* accelerate-c: datasets, samplers, per-process sharding exactly as Accelerate's
  * BatchSamplerShard / IterableDatasetShard, and a prefetching dataloader.
  * Everything here is per-process logic parameterized by (num_processes, process_index); nothing
- * communicates. See docs/data.md. */
+ * communicates. See docs/data.md.
+ * Threads: a dataset or loader is used from one thread at a time (a loader's own prefetch
+ * thread calls the dataset callbacks, one call at a time). */
 #ifndef ACCELERATE_DATA_H
 #define ACCELERATE_DATA_H
 

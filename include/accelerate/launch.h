@@ -1,4 +1,5 @@
-/* accelerate-c: starting processes from inside a program (notebook_launcher / debug_launcher). */
+/* accelerate-c: starting processes from inside a program (notebook_launcher / debug_launcher).
+ * Threads: call from the program's main thread (it forks and waits for child processes). */
 #ifndef ACCELERATE_LAUNCH_H
 #define ACCELERATE_LAUNCH_H
 

@@ -1,5 +1,6 @@
 /* accelerate-c: a model as the library sees it: an ordered list of named float32 parameter
- * tensors and their gradients, both owned by the program. */
+ * tensors and their gradients, both owned by the program.
+ * Threads: a model is used from one thread at a time. */
 #ifndef ACCELERATE_MODEL_H
 #define ACCELERATE_MODEL_H
 

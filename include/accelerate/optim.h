@@ -1,6 +1,7 @@
 /* accelerate-c: optimizers (SGD, AdamW with torch.optim semantics), learning-rate schedulers
  * (transformers' get_*_schedule_with_warmup and a user lambda) and gradient clipping.
- * They work on one process's float32 buffers of an acc_model; nothing here communicates. */
+ * They work on one process's float32 buffers of an acc_model; nothing here communicates.
+ * Threads: an optimizer or scheduler is used from one thread at a time. */
 #ifndef ACCELERATE_OPTIM_H
 #define ACCELERATE_OPTIM_H
 
@@ -56,6 +57,40 @@ ACC_EXTERN acc_result acc_adamw_options_init(acc_adamw_options *opts, uint32_t v
 ACC_EXTERN acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts);
 ACC_EXTERN acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m,
                                                  const acc_adamw_options *opts);
+/** Some of a model's parameters with their own hyperparameters (torch's param_groups). */
+typedef struct acc_param_group {
+  const char *const *names; /* parameter names, as given to acc_model_add_parameter */
+  size_t count;             /* number of names */
+  double lr;                /* < 0: the options' lr */
+  double weight_decay;      /* < 0: the options' weight_decay */
+} acc_param_group;
+
+/**
+ * An optimizer over exactly the parameters named in the groups, each group with its own lr and
+ * weight decay (e.g. a group with weight_decay 0 for biases and norms). Every name must be a
+ * parameter of the model and appear in one group only: otherwise ACC_ERR_INVALID_ARGUMENT naming
+ * it. Parameters of the model in no group are not touched by this optimizer (neither stepped nor
+ * zeroed), so several optimizers over disjoint parameter sets can share one model (a GAN's
+ * generator and discriminator). The other hyperparameters (momentum, betas, eps) come from opts.
+ * Ownership and collectiveness as acc_optimizer_create_sgd.
+ */
+ACC_EXTERN acc_result acc_optimizer_create_sgd_groups(acc_optimizer **out, acc_model *m,
+                                                      const acc_param_group *groups, size_t n_groups,
+                                                      const acc_sgd_options *opts);
+ACC_EXTERN acc_result acc_optimizer_create_adamw_groups(acc_optimizer **out, acc_model *m,
+                                                        const acc_param_group *groups,
+                                                        size_t n_groups,
+                                                        const acc_adamw_options *opts);
+/** Number of parameter groups (1 for acc_optimizer_create_sgd/adamw; 0 for an invalid handle). */
+ACC_EXTERN size_t acc_optimizer_group_count(const acc_optimizer *o);
+/** The lr / weight decay of group `group` (0 when out of range). */
+ACC_EXTERN double acc_optimizer_group_lr(const acc_optimizer *o, size_t group);
+ACC_EXTERN double acc_optimizer_group_weight_decay(const acc_optimizer *o, size_t group);
+/** Sets the lr of one group. */
+ACC_EXTERN acc_result acc_optimizer_set_group_lr(acc_optimizer *o, size_t group, double lr);
+/** 1 when the optimizer updates model parameter `index` (it is in one of its groups). */
+ACC_EXTERN int acc_optimizer_has_parameter(const acc_optimizer *o, size_t index);
+
 /** Frees the optimizer and its state. Accepts NULL. */
 ACC_EXTERN void acc_optimizer_destroy(acc_optimizer *o);
 ACC_EXTERN acc_optimizer_kind acc_optimizer_get_kind(const acc_optimizer *o);
@@ -66,7 +101,10 @@ ACC_EXTERN acc_model *acc_optimizer_model(const acc_optimizer *o);
 ACC_EXTERN acc_result acc_optimizer_step(acc_optimizer *o);
 /** Sets every gradient to 0 (PyTorch's set_to_none has no C equivalent: buffers stay). */
 ACC_EXTERN acc_result acc_optimizer_zero_grad(acc_optimizer *o);
-/** The learning rate used by the next step; a scheduler overwrites it on each of its steps. */
+/**
+ * The learning rate used by the next step; a scheduler overwrites it on each of its steps.
+ * set_lr sets every group's lr (one-group optimizers: the lr); get_lr is group 0's.
+ */
 ACC_EXTERN acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr);
 ACC_EXTERN double acc_optimizer_get_lr(const acc_optimizer *o);
 /** Number of steps taken (AdamW's bias-correction step). */
@@ -77,7 +115,9 @@ ACC_EXTERN int64_t acc_optimizer_step_count(const acc_optimizer *o);
  * "exp_avg_sq" (AdamW, always present) or "momentum_buffer" (SGD with momentum, present after
  * the first step), float32, the parameter's shape, in parameter order. Scalars: "kind" (0 SGD,
  * 1 AdamW), "step", "lr" and the hyperparameters ("momentum", "dampening", "nesterov",
- * "weight_decay" / "beta1", "beta2", "eps", "weight_decay"), as doubles (exact).
+ * "weight_decay" / "beta1", "beta2", "eps", "weight_decay"), as doubles (exact). "lr" and
+ * "weight_decay" are group 0's; each further group g adds "group<g>.lr" and
+ * "group<g>.weight_decay". Only the parameters the optimizer updates have state tensors.
  */
 /** Number of state tensors now. */
 ACC_EXTERN size_t acc_optimizer_state_count(const acc_optimizer *o);
@@ -148,8 +188,30 @@ ACC_EXTERN acc_result acc_scheduler_step(acc_scheduler *s);
 ACC_EXTERN double acc_scheduler_get_last_lr(const acc_scheduler *s);
 /** Checkpoint state: the step count (torch's last_epoch) and base_lr. */
 ACC_EXTERN acc_result acc_scheduler_get_state(const acc_scheduler *s, int64_t *step, double *base_lr);
-/** Restores state and sets the optimizer's lr = base_lr * factor(step). */
+/** Restores state and sets the optimizer's lr = base_lr * factor(step). With several parameter
+ * groups base_lr is group 0's; the others are set with acc_scheduler_set_group_base_lr. */
 ACC_EXTERN acc_result acc_scheduler_set_state(acc_scheduler *s, int64_t step, double base_lr);
+/**
+ * Parameter groups: the scheduler keeps one base lr per group of its optimizer (each group's lr
+ * when the scheduler was created) and sets every group's lr = its base lr * factor(step).
+ */
+ACC_EXTERN size_t acc_scheduler_group_count(const acc_scheduler *s);
+ACC_EXTERN double acc_scheduler_group_base_lr(const acc_scheduler *s, size_t group);
+ACC_EXTERN acc_result acc_scheduler_set_group_base_lr(acc_scheduler *s, size_t group, double base_lr);
+
+/**
+ * Sizes a schedule as the Accelerator steps it: batches_per_epoch batches per process per epoch
+ * (acc_dataloader_len of a prepared loader), one optimizer step per gradient_accumulation_steps
+ * batches and at every epoch end, and num_processes scheduler steps per optimizer step (1 with
+ * split_batches). *num_training_steps gets the total; *num_warmup_steps (may be NULL) gets
+ * warmup_fraction of it, rounded down. The same schedule then comes out at every process count.
+ * acc_accelerator_scheduler_steps does the same from a prepared loader. Collective: no.
+ */
+ACC_EXTERN acc_result acc_scheduler_training_steps(int64_t batches_per_epoch, int64_t num_epochs,
+                                                   int gradient_accumulation_steps, int num_processes,
+                                                   int split_batches, double warmup_fraction,
+                                                   int64_t *num_training_steps,
+                                                   int64_t *num_warmup_steps);
 
 /* ---- gradient clipping ------------------------------------------------------------------- */
 

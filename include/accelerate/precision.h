@@ -1,6 +1,7 @@
 /* accelerate-c: mixed precision: f16/bf16 conversions, the autocast dtype, low-precision copies
  * of a model's parameters, and the dynamic loss scaler for fp16 (PyTorch's GradScaler).
- * Nothing here communicates: the accelerator all-reduces the scaler's overflow flag itself. */
+ * Nothing here communicates: the accelerator all-reduces the scaler's overflow flag itself.
+ * Threads: conversions may run on any thread; a grad scaler is used from one thread at a time. */
 #ifndef ACCELERATE_PRECISION_H
 #define ACCELERATE_PRECISION_H
 

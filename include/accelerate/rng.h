@@ -1,5 +1,6 @@
 /* accelerate-c: a fast, reproducible random number generator (xoshiro256**) with a
- * checkpointable state, and the process-global generator that acc_set_seed seeds. */
+ * checkpointable state, and the process-global generator that acc_set_seed seeds.
+ * Threads: a generator is used from one thread at a time; the global one from the main thread. */
 #ifndef ACCELERATE_RNG_H
 #define ACCELERATE_RNG_H
 

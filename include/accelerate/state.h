@@ -1,4 +1,6 @@
-/* accelerate-c: the process state (Accelerate's PartialState). */
+/* accelerate-c: the process state (Accelerate's PartialState).
+ * Threads: create and destroy the process state from one thread (the singleton has no lock);
+ * its getters may then be read from any thread. */
 #ifndef ACCELERATE_STATE_H
 #define ACCELERATE_STATE_H
 
@@ -18,6 +20,7 @@ typedef enum acc_distributed_type {
 } acc_distributed_type;
 
 typedef enum acc_mixed_precision {
+  ACC_PRECISION_UNSET = -1, /* in options only: the same as ACC_UNSET (from the environment) */
   ACC_PRECISION_NO = 0,
   ACC_PRECISION_FP16 = 1,
   ACC_PRECISION_BF16 = 2
@@ -42,14 +45,15 @@ typedef struct acc_state_options {
   size_t size;              /* sizeof(acc_state_options), set by the INIT macro */
   uint32_t version;         /* ACC_STATE_OPTIONS_VERSION */
   int cpu;                  /* 1: CPU only. ACC_UNSET: env ACCELERATE_USE_CPU, default 1 */
-  int mixed_precision;      /* acc_mixed_precision. ACC_UNSET: env ACCELERATE_MIXED_PRECISION */
+  acc_mixed_precision mixed_precision; /* ACC_UNSET: env ACCELERATE_MIXED_PRECISION */
   int debug;                /* 1: check collectives match. ACC_UNSET: env ACCELERATE_DEBUG_MODE */
   int backend;              /* acc_backend_kind. ACC_UNSET: env ACCELERATE_BACKEND, then AUTO */
   double timeout_s;         /* collective timeout. < 0: env ACCELERATE_TIMEOUT, default 1800 */
 } acc_state_options;
 
 #define ACC_STATE_OPTIONS_INIT \
-  { sizeof(acc_state_options), ACC_STATE_OPTIONS_VERSION, ACC_UNSET, ACC_UNSET, ACC_UNSET, ACC_UNSET, -1.0 }
+  { sizeof(acc_state_options), ACC_STATE_OPTIONS_VERSION, ACC_UNSET, ACC_PRECISION_UNSET, ACC_UNSET, ACC_UNSET, \
+    -1.0 }
 
 ACC_EXTERN acc_result acc_state_options_init(acc_state_options *opts, uint32_t version);
 

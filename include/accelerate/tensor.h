@@ -1,6 +1,7 @@
 /* accelerate-c: a minimal tensor descriptor and zero-copy DLPack exchange (CPU, contiguous), so a
  * program can hand its buffers to (or take them from) any DLPack-speaking library.
- * This is the only header that includes <dlpack/dlpack.h> (Debian: libdlpack-dev). */
+ * This is the only header that includes <dlpack/dlpack.h> (Debian: libdlpack-dev).
+ * Threads: descriptors are plain values; a view is used from one thread at a time. */
 #ifndef ACCELERATE_TENSOR_H
 #define ACCELERATE_TENSOR_H
 

@@ -1,4 +1,5 @@
-/* accelerate-c version macros. */
+/* accelerate-c version macros.
+ * Threads: macros and constant functions: any thread. */
 #ifndef ACCELERATE_VERSION_H
 #define ACCELERATE_VERSION_H
 

@@ -158,7 +158,7 @@ static void run(scenario sc) {
   float all[64 * (DIM + 1)], mine[DIM + 1];
   memcpy(mine, dm.w, sizeof dm.w);
   mine[DIM] = dm.b[0];
-  REQUIRE_OK(acc_accelerator_gather(acc, mine, all, DIM + 1, ACC_F32));
+  REQUIRE_OK(acc_accelerator_all_gather(acc, mine, all, DIM + 1, ACC_F32));
   for (int r = 1; r < nprocs; r++)
     CHECK(memcmp(all, all + r * (DIM + 1), sizeof mine) == 0, "%s: process %d's parameters differ from process 0's", names[sc], r);
 
@@ -224,7 +224,7 @@ static void run_fp16(void) {
   }
   CHECK(acc_grad_scaler_scale(sc) == 512.0f, "scale after one overflow: %g", acc_grad_scaler_scale(sc));
   float all[64 * DIM];
-  REQUIRE_OK(acc_accelerator_gather(acc, dm.w, all, DIM, ACC_F32));
+  REQUIRE_OK(acc_accelerator_all_gather(acc, dm.w, all, DIM, ACC_F32));
   for (int r = 1; r < nprocs; r++)
     CHECK(memcmp(all, all + r * DIM, sizeof dm.w) == 0, "fp16: process %d diverged", r);
   acc_optimizer_destroy(opt);

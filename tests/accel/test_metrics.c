@@ -155,7 +155,7 @@ static void test_gather_reduce(void) {
   REQUIRE_OK(acc_accelerator_create(&acc, NULL));
   /* gather: concatenation in rank order */
   int32_t mine[2] = {10 * rank, 10 * rank + 1}, all[2 * 64];
-  REQUIRE_OK(acc_accelerator_gather(acc, mine, all, 2, ACC_I32));
+  REQUIRE_OK(acc_accelerator_all_gather(acc, mine, all, 2, ACC_I32));
   int bad = 0;
   for (int r = 0; r < nprocs; r++)
     if (all[2 * r] != 10 * r || all[2 * r + 1] != 10 * r + 1) bad = 1;
@@ -164,19 +164,19 @@ static void test_gather_reduce(void) {
   /* reduce: process p holds [2p+1, 2p+2] (p0=[1,2], p1=[3,4] as in the spec) */
   float x[2] = {(float)(2 * rank + 1), (float)(2 * rank + 2)}, y[2];
   float n = (float)nprocs;
-  REQUIRE_OK(acc_accelerator_reduce(acc, x, y, 2, ACC_F32, ACC_SUM));
+  REQUIRE_OK(acc_accelerator_all_reduce(acc, x, y, 2, ACC_F32, ACC_SUM));
   CHECK(y[0] == n * n && y[1] == n * n + n, "sum [%g, %g], expected [%g, %g]", y[0], y[1], n * n, n * n + n);
   if (nprocs == 2) CHECK(y[0] == 4 && y[1] == 6, "spec: sum [4,6], got [%g,%g]", y[0], y[1]);
-  REQUIRE_OK(acc_accelerator_reduce(acc, x, y, 2, ACC_F32, ACC_MEAN));
+  REQUIRE_OK(acc_accelerator_all_reduce(acc, x, y, 2, ACC_F32, ACC_MEAN));
   CHECK(y[0] == n && y[1] == n + 1, "mean [%g, %g], expected [%g, %g]", y[0], y[1], n, n + 1);
   if (nprocs == 2) CHECK(y[0] == 2 && y[1] == 3, "spec: mean [2,3], got [%g,%g]", y[0], y[1]);
-  REQUIRE_OK(acc_accelerator_reduce(acc, x, y, 2, ACC_F32, ACC_MAX));
+  REQUIRE_OK(acc_accelerator_all_reduce(acc, x, y, 2, ACC_F32, ACC_MAX));
   CHECK(y[0] == 2 * n - 1 && y[1] == 2 * n, "max [%g, %g], expected [%g, %g]", y[0], y[1], 2 * n - 1, 2 * n);
   if (nprocs == 2) CHECK(y[0] == 3 && y[1] == 4, "spec: max [3,4], got [%g,%g]", y[0], y[1]);
   /* in place */
-  REQUIRE_OK(acc_accelerator_reduce(acc, x, x, 2, ACC_F32, ACC_SUM));
+  REQUIRE_OK(acc_accelerator_all_reduce(acc, x, x, 2, ACC_F32, ACC_SUM));
   CHECK(x[0] == n * n, "in-place sum %g", x[0]);
-  CHECK_ERR(acc_accelerator_reduce(NULL, x, y, 2, ACC_F32, ACC_SUM), ACC_ERR_INVALID_ARGUMENT, "accelerator is NULL");
+  CHECK_ERR(acc_accelerator_all_reduce(NULL, x, y, 2, ACC_F32, ACC_SUM), ACC_ERR_INVALID_ARGUMENT, "accelerator is NULL");
   acc_accelerator_destroy(acc);
 }
 

@@ -57,6 +57,31 @@ static void test_prepare_model(void) {
   acc_accelerator_destroy(acc);
 }
 
+/* Packed broadcast (review R16): parameters smaller than the bucket go several per broadcast,
+ * larger ones alone; every process ends with process 0's values. */
+static void test_prepare_packed(void) {
+  acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
+  ao.bucket_cap_bytes = 4 * sizeof(float);
+  acc_accelerator *acc;
+  REQUIRE_OK(acc_accelerator_create(&acc, &ao));
+  float p[4][5], g[4][5];
+  int64_t sizes[4] = {3, 1, 5, 1};
+  acc_model *m;
+  REQUIRE_OK(acc_model_create(&m));
+  for (int i = 0; i < 4; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "p%d", i);
+    for (int k = 0; k < 5; k++) p[i][k] = (float)(100 * rank + 10 * i + k);
+    REQUIRE_OK(acc_model_add_parameter(m, name, p[i], g[i], 1, &sizes[i]));
+  }
+  REQUIRE_OK(acc_accelerator_prepare_model(acc, m));
+  for (int i = 0; i < 4; i++)
+    for (int k = 0; k < sizes[i]; k++)
+      CHECK(p[i][k] == (float)(10 * i + k), "p%d[%d] = %g, expected process 0's %d", i, k, (double)p[i][k], 10 * i + k);
+  acc_accelerator_destroy(acc);
+  acc_model_destroy(m);
+}
+
 static void test_mixed_precision(void) {
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   acc_accelerator *acc;
@@ -208,6 +233,7 @@ int main(void) {
   }
   test_errors();
   test_prepare_model();
+  test_prepare_packed();
   test_mixed_precision();
   acc_state_destroy(st);
   return acc_test_finish("accel_prepare");

@@ -3,8 +3,11 @@
  * A linear model with shuffled data (the save falls mid-epoch and the run crosses epochs),
  * AdamW + a warmup scheduler, noise from the global RNG (per process), a registered custom
  * object, and optionally fp16 (a GradScaler that overflows and grows) and gradient accumulation.
+ * Configurations: fp32, fp16; bf16lp / fp16lp (low_precision_params, the forward pass computes
+ * with the low-precision copy: regression for new-user review R1, load_state left it stale);
+ * groups (AdamW with two parameter groups, different lr and weight decay).
  * Usage (through the launcher; CMakeLists.txt chains the modes with FIXTURES):
- *   test_state_resume straight|save|resume|compare <fp32|fp16> <grad_accum> <dir> <K> <M>
+ *   test_state_resume straight|save|resume|compare <fp32|fp16|bf16lp|fp16lp|groups> <grad_accum> <dir> <K> <M>
  * Each process dumps its parameters, optimizer state, lr, scaler, step, loader position, custom
  * object and next random numbers to <dir>/<mode>_r<rank>.bin; compare checks the files. */
 #include <math.h>
@@ -17,6 +20,7 @@
 
 static float xs[NSAMPLES][DIM], ys[NSAMPLES];
 static int rank, nprocs;
+static int low_precision; /* the forward pass reads the accelerator's low-precision copy */
 
 static int fetch(int64_t i, void *const *fields, void *payload) {
   (void)payload;
@@ -53,7 +57,10 @@ typedef struct run {
   counter cnt;
 } run;
 
-static void setup(run *r, int fp16, int gas) {
+static void setup(run *r, const char *cfg, int gas) {
+  int fp16 = strcmp(cfg, "fp16") == 0 || strcmp(cfg, "fp16lp") == 0;
+  int bf16 = strcmp(cfg, "bf16lp") == 0, groups = strcmp(cfg, "groups") == 0;
+  low_precision = strcmp(cfg, "bf16lp") == 0 || strcmp(cfg, "fp16lp") == 0;
   memset(r, 0, sizeof *r);
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.gradient_accumulation_steps = gas;
@@ -64,8 +71,9 @@ static void setup(run *r, int fp16, int gas) {
     ao.mixed_precision = ACC_PRECISION_FP16;
     ao.scaler = &so;
   } else {
-    ao.mixed_precision = ACC_PRECISION_NO;
+    ao.mixed_precision = bf16 ? ACC_PRECISION_BF16 : ACC_PRECISION_NO;
   }
+  ao.low_precision_params = low_precision;
   REQUIRE_OK(acc_accelerator_create(&r->acc, &ao));
   acc_state *st = acc_accelerator_state(r->acc);
   rank = acc_state_process_index(st);
@@ -89,7 +97,13 @@ static void setup(run *r, int fp16, int gas) {
   REQUIRE_OK(acc_accelerator_prepare_model(r->acc, r->m));
   acc_adamw_options a = ACC_ADAMW_OPTIONS_INIT;
   a.lr = 0.05;
-  REQUIRE_OK(acc_optimizer_create_adamw(&r->opt, r->m, &a));
+  if (groups) {
+    const char *wn[] = {"linear.weight"}, *bn[] = {"linear.bias"};
+    acc_param_group g[2] = {{wn, 1, -1.0, 0.02}, {bn, 1, 0.11, 0.0}};
+    REQUIRE_OK(acc_optimizer_create_adamw_groups(&r->opt, r->m, g, 2, &a));
+  } else {
+    REQUIRE_OK(acc_optimizer_create_adamw(&r->opt, r->m, &a));
+  }
   REQUIRE_OK(acc_accelerator_prepare_optimizer(r->acc, r->opt));
   acc_scheduler_options sc = ACC_SCHEDULER_OPTIONS_INIT;
   sc.kind = ACC_SCHEDULER_LINEAR_WITH_WARMUP;
@@ -121,9 +135,25 @@ static void train_batch(run *r) {
   REQUIRE_OK(acc_accelerator_accumulate(r->acc));
   const float *x = bt->fields[0], *y = bt->fields[1];
   float scale = acc_accelerator_backward_scale(r->acc);
+  float w[DIM], b = r->b[0];
+  memcpy(w, r->w, sizeof w);
+  if (low_precision) { /* compute with the low-precision copy: weight then bias, registration order */
+    const uint16_t *lp = acc_accelerator_low_precision_params(r->acc);
+    if (!lp) {
+      fprintf(stderr, "no low-precision copy\n");
+      exit(1);
+    }
+    if (acc_accelerator_mixed_precision(r->acc) == ACC_PRECISION_BF16) {
+      REQUIRE_OK(acc_bf16_to_f32(w, lp, DIM));
+      REQUIRE_OK(acc_bf16_to_f32(&b, lp + DIM, 1));
+    } else {
+      REQUIRE_OK(acc_f16_to_f32(w, lp, DIM));
+      REQUIRE_OK(acc_f16_to_f32(&b, lp + DIM, 1));
+    }
+  }
   for (int64_t i = 0; i < bt->size; i++) {
-    float pred = r->b[0];
-    for (int d = 0; d < DIM; d++) pred += r->w[d] * x[i * DIM + d];
+    float pred = b;
+    for (int d = 0; d < DIM; d++) pred += w[d] * x[i * DIM + d];
     float target = y[i] + 0.05f * (float)acc_rng_normal(acc_rng_global());
     float g = (pred - target) * scale / (float)bt->size;
     for (int d = 0; d < DIM; d++) r->gw[d] += g * x[i * DIM + d];
@@ -167,6 +197,11 @@ static void dump(run *r, const char *dir, const char *mode) {
     REQUIRE_OK(acc_optimizer_scalar_get(r->opt, i, NULL, &v));
     fwrite(&v, sizeof v, 1, f);
   }
+  for (size_t g = 0; g < acc_optimizer_group_count(r->opt); g++) {
+    double glr = acc_optimizer_group_lr(r->opt, g), base = acc_scheduler_group_base_lr(r->sched, g);
+    fwrite(&glr, sizeof glr, 1, f);
+    fwrite(&base, sizeof base, 1, f);
+  }
   double lr = acc_scheduler_get_last_lr(r->sched);
   int64_t sstep;
   double base;
@@ -205,11 +240,11 @@ static long read_file(const char *path, unsigned char *buf, size_t cap) {
 
 int main(int argc, char **argv) {
   if (argc != 7) {
-    fprintf(stderr, "usage: %s straight|save|resume|compare fp32|fp16 GAS DIR K M\n", argv[0]);
+    fprintf(stderr, "usage: %s straight|save|resume|compare fp32|fp16|bf16lp|fp16lp|groups GAS DIR K M\n", argv[0]);
     return 2;
   }
   const char *mode = argv[1], *dir = argv[4];
-  int fp16 = strcmp(argv[2], "fp16") == 0, gas = atoi(argv[3]), k = atoi(argv[5]), m = atoi(argv[6]);
+  int fp16 = strcmp(argv[2], "fp16") == 0 || strcmp(argv[2], "fp16lp") == 0, gas = atoi(argv[3]), k = atoi(argv[5]), m = atoi(argv[6]);
   acc_rng g;
   acc_rng_seed(&g, 5);
   for (int i = 0; i < NSAMPLES; i++) {
@@ -223,7 +258,7 @@ int main(int argc, char **argv) {
   char ckpt[1024];
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
   run r;
-  setup(&r, fp16, gas);
+  setup(&r, argv[2], gas);
   if (strcmp(mode, "straight") == 0) {
     train_to_sync(&r, k);
     for (int i = 0; i < m; i++) train_batch(&r);
