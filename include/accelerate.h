@@ -27,5 +27,6 @@
 #include "accelerate/data.h"
 #include "accelerate/accelerator.h"
 #include "accelerate/checkpoint.h"
+#include "accelerate/obs.h"
 
 #endif

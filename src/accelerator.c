@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "accel_state.h"
+#include "obs/profile.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -245,6 +246,7 @@ acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out) {
 }
 
 acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, const acc_batch **out) {
+  ACC_PROF_SCOPE(ACC_PROF_DATA, "next_batch");
   ACC_CHECK(check(acc, "next_batch"));
   if (!dl || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: NULL argument");
   acc_result rc = acc_dataloader_next(dl, out);
@@ -298,6 +300,7 @@ static void round_grads_f16(acc_model *m) {
 }
 
 acc_result acc_accelerator_backward(acc_accelerator *acc) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "backward_sync");
   ACC_CHECK(check(acc, "backward"));
   if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "backward: prepare the model first (acc_accelerator_prepare_model)");
   if (!acc->sync_gradients) return ACC_OK;
@@ -331,6 +334,7 @@ acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_valu
 }
 
 acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt) {
+  ACC_PROF_SCOPE(ACC_PROF_OPTIM, "optimizer_step");
   ACC_CHECK(check(acc, "optimizer_step"));
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_step: optimizer is NULL");
   if (!acc->sync_gradients) return ACC_OK;

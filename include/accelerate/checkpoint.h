@@ -154,8 +154,9 @@ typedef struct acc_project_options {
   int automatic_checkpoint_naming; /* 1: checkpoints go to <project_dir>/checkpoints/checkpoint_<i> */
   int total_limit;                 /* > 0: keep at most this many checkpoints; ACC_UNSET or 0: no limit */
   long iteration;                  /* number of the next automatic checkpoint */
+  const char *logging_dir;         /* where trackers write (acc_trackers_create); NULL: project_dir */
 } acc_project_options;
-#define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0 }
+#define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0, NULL }
 
 typedef struct acc_project_config acc_project_config;
 /** One checkpoint being written (a transaction). Opaque. */
@@ -169,6 +170,8 @@ ACC_EXTERN long acc_project_config_iteration(const acc_project_config *p);
 ACC_EXTERN acc_result acc_project_config_set_iteration(acc_project_config *p, long iteration);
 /** The project directory. Borrowed. */
 ACC_EXTERN const char *acc_project_config_dir(const acc_project_config *p);
+/** The logging directory (logging_dir, else the project directory). Borrowed. */
+ACC_EXTERN const char *acc_project_config_logging_dir(const acc_project_config *p);
 
 /**
  * Starts a checkpoint. With automatic naming the target is checkpoints/checkpoint_<iteration>
