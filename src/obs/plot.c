@@ -138,7 +138,9 @@ static acc_result load_run(const char *dir, run *r) {
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
-      if (strcmp(key, "step") == 0 || strcmp(key, "time") == 0 || !json_is_number(v)) continue;
+      /* bookkeeping keys are not curves */
+      if (strcmp(key, "step") == 0 || strcmp(key, "time") == 0 || strcmp(key, "epoch") == 0 || !json_is_number(v))
+        continue;
       series *s = find_series(r, key);
       if (!s || push(s, x, json_number_value(v)) != 0) {
         rc = acc__error(ACC_ERR_NOMEM, "plot: out of memory reading %s", path);
@@ -192,16 +194,26 @@ static void xml_text(FILE *f, const char *s) {
 #define MT 34.0
 #define MB 48.0
 
+/* Every panel shares the step axis: the range of all the steps logged. */
+static void step_range(run *runs, size_t nr, double *x0, double *x1) {
+  *x0 = INFINITY, *x1 = -INFINITY;
+  for (size_t r = 0; r < nr; r++)
+    for (size_t i = 0; i < runs[r].ns; i++)
+      for (size_t k = 0; k < runs[r].s[i].n; k++) {
+        *x0 = fmin(*x0, runs[r].s[i].x[k]);
+        *x1 = fmax(*x1, runs[r].s[i].x[k]);
+      }
+}
+
 static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *runs, size_t nr) {
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  double x0, x1, y0 = INFINITY, y1 = -INFINITY;
+  step_range(runs, nr, &x0, &x1);
   for (size_t r = 0; r < nr; r++)
     for (size_t i = 0; i < runs[r].ns; i++) {
       series *s = &runs[r].s[i];
       if (strcmp(s->name, metric) != 0) continue;
       for (size_t k = 0; k < s->n; k++) {
         if (!isfinite(s->y[k])) continue;
-        x0 = fmin(x0, s->x[k]);
-        x1 = fmax(x1, s->x[k]);
         y0 = fmin(y0, s->y[k]);
         y1 = fmax(y1, s->y[k]);
       }
