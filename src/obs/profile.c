@@ -2,6 +2,7 @@
  * summary (share of the time in data / compute / communication / optimizer / checkpoint).
  * ACCELERATE_PROFILE=DIR starts it when the library is loaded and writes the files at exit. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,7 +168,7 @@ acc_result acc_profile_stop(void) {
   snprintf(spath, sizeof spath, "%s/summary.rank%d.txt", prof_dir, rank);
   FILE *f = fopen(path, "w");
   if (!f) return acc__error(ACC_ERR_IO, "profiler: cannot write \"%s\": %s", path, strerror(errno));
-  double busy[ACC_PROF_NCAT] = {0};
+  double busy[ACC_PROF_NCAT] = {0}, first = INFINITY, last = -INFINITY;
   name_stat stats[64];
   size_t nstats = 0;
   long nevents = 0;
@@ -192,6 +193,8 @@ acc_result acc_profile_stop(void) {
           nevents++;
           if (b->tid == main_tid) {
             if (e->depth == 0) busy[e->cat] += e->t1 - e->t0;
+            first = e->t0 < first ? e->t0 : first;
+            last = e->t1 > last ? e->t1 : last;
             add_stat(stats, &nstats, sizeof stats / sizeof *stats, e);
           }
         }
@@ -208,8 +211,11 @@ acc_result acc_profile_stop(void) {
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) return acc__error(ACC_ERR_IO, "profiler: writing \"%s\" failed", path);
 
-  /* Summary: top-level spans of the thread that started the profiler; the rest is compute. */
-  double wall = t_end - t_start, spent = 0;
+  /* Summary over the steps: from the first span to the end of the last one of the thread that
+   * started the profiler (setup before and work after are left out); the time in its top-level
+   * spans by category, and the rest is compute. */
+  if (!(first <= last)) first = t_start, last = t_end;
+  double wall = last - first, spent = 0;
   for (int c = 0; c < ACC_PROF_NCAT; c++) spent += busy[c];
   double compute = wall > spent ? wall - spent : 0;
   char text[4096];
