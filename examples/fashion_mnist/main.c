@@ -417,7 +417,7 @@ int main(int argc, char **argv) {
   TRY(acc_tracker_log(trackers, final, 1, steps));
   TRY(acc_end_training(trackers));
   const char *run_dir = acc_trackers_run_dir(trackers);
-  if (run_dir && (strstr(o.log_with, "jsonl") || strstr(o.log_with, "all"))) {
+  if (run_dir && o.log_with && (strstr(o.log_with, "jsonl") || strstr(o.log_with, "all"))) {
     /* The curves of this run: loss, accuracy, lr and throughput against the step. */
     char svg[1024], png[1024];
     snprintf(svg, sizeof svg, "%s/curves.svg", run_dir);

@@ -131,7 +131,8 @@ ACC_EXTERN acc_result acc_init_trackers(acc_trackers *tr, const char *project_na
 ACC_EXTERN acc_result acc_tracker_log(acc_trackers *tr, const acc_kv *values, size_t n, int64_t step);
 /** Finishes every tracker (files flushed and closed). Further logs are errors. */
 ACC_EXTERN acc_result acc_end_training(acc_trackers *tr);
-/** The run directory (<logging_dir>/<project_name>), NULL before init or off the main process. */
+/** The run directory (<logging_dir>/<project_name>); NULL before init, off the main process, or
+ * when there is no tracker (then nothing is created). */
 ACC_EXTERN const char *acc_trackers_run_dir(const acc_trackers *tr);
 /** Finishes (if needed) and frees. Accepts NULL. */
 ACC_EXTERN void acc_trackers_destroy(acc_trackers *tr);

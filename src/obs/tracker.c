@@ -307,7 +307,7 @@ acc_result acc_init_trackers(acc_trackers *tr, const char *project_name, const a
   ACC_CHECK(check_kvs("acc_init_trackers", config, n));
   if (tr->started) return acc__error(ACC_ERR_INVALID_USAGE, "acc_init_trackers: already called");
   tr->started = 1;
-  if (!tr->active) return ACC_OK;
+  if (!tr->active || tr->n == 0) return ACC_OK; /* no tracker: no run directory either */
   size_t len = strlen(tr->logging_dir) + strlen(project_name) + 3;
   tr->run_dir = acc__malloc(len);
   if (!tr->run_dir) return ACC_ERR_NOMEM;

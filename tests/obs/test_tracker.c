@@ -55,14 +55,14 @@ static int count_lines(const char *path) {
   return n;
 }
 
-static int find_event_file(const char *dir, char *out, size_t len) {
+static int find_event_file(const char *dir, char *out, size_t len) { /* out: >= 1400 bytes */
   DIR *d = opendir(dir);
   if (!d) return 0;
   int found = 0;
   struct dirent *e;
   while ((e = readdir(d)))
     if (strstr(e->d_name, "tfevents")) {
-      snprintf(out, len, "%s/%s", dir, e->d_name);
+      snprintf(out, len, "%.1100s/%.255s", dir, e->d_name);
       found++;
     }
   closedir(d);
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
           "first csv row: %s", line);
     if (f) fclose(f);
 
-    char ev[1200];
+    char ev[1400];
     CHECK(find_event_file(run_dir, ev, sizeof ev) == 1, "one event file in %s", run_dir);
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 %s/check_tfevents.py '%s' %s "

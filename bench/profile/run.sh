@@ -1,0 +1,37 @@
+#!/bin/sh
+# Profiler overhead on the main job: the Fashion-MNIST example on 2 processes, with and without
+# ACCELERATE_PROFILE, interleaved (one run of each per round, RUNS rounds, default 7) so that
+# drifting load hits both alike; prints the median samples/s of each and the difference.
+# Usage: bench/profile/run.sh [build_dir]     (EPOCHS=1 RUNS=7 by default)
+set -e
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+runs=${RUNS:-7}
+epochs=${EPOCHS:-1}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j2 --target fashion_mnist accelerate_cli >/dev/null
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+ex="$build/examples/fashion_mnist/fashion_mnist"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+one_run() {
+  name=$1; shift
+  env "$@" "$build/accelerate" launch --num_processes 2 "$ex" --epochs "$epochs" --quiet > "$tmp/out.txt" 2>&1 ||
+    { cat "$tmp/out.txt"; exit 1; }
+  sed -n 's/^throughput: \([0-9.]*\) samples.*/\1/p' "$tmp/out.txt" >> "$tmp/$name.rate"
+}
+i=0
+while [ $i -lt "$runs" ]; do
+  one_run off ACCELERATE_PROFILE=
+  one_run on ACCELERATE_PROFILE="$tmp/profile"
+  i=$((i + 1))
+done
+off=$(median < "$tmp/off.rate")
+on=$(median < "$tmp/on.rate")
+printf '# %d round(s), %d epoch(s), 2 processes, medians of samples/s\n' "$runs" "$epochs"
+printf 'profiler off  %10s\nprofiler on   %10s\n' "$off" "$on"
+awk -v off="$off" -v on="$on" 'BEGIN { printf "# overhead when on: %+.2f %% per step\n", (off / on - 1) * 100 }'
+echo "# one process's summary (profiler on, last run):"
+cat "$tmp/profile/summary.rank0.txt"
