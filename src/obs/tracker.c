@@ -106,7 +106,7 @@ static acc_result jsonl_log(void *user, const acc_kv *values, size_t n, int64_t 
   json_object_set_new(o, "step", json_integer((json_int_t)step));
   json_object_set_new(o, "time", json_real(wall_now()));
   for (size_t i = 0; i < n; i++) json_object_set_new(o, values[i].key, kv_json(&values[i]));
-  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
   json_decref(o);
   if (!s) return acc__error(ACC_ERR_NOMEM, "jsonl tracker: out of memory");
   fprintf(ft->f, "%s\n", s);
