@@ -79,7 +79,10 @@ void acc__prof_record(acc__prof_span *s) {
   thread_buf *b = get_buf();
   if (!b) return;
   int depth = b->depth > 0 ? --b->depth : 0;
-  if (!acc__prof_on || s->t0 < t_start) return; /* stopped (or restarted) meanwhile */
+  double start;
+  __atomic_load(&t_start, &start, __ATOMIC_ACQUIRE);
+  /* stopped (or restarted) meanwhile */
+  if (!__atomic_load_n(&acc__prof_on, __ATOMIC_ACQUIRE) || s->t0 < start) return;
   pthread_mutex_lock(&b->mu);
   if (b->generation != generation) { /* a buffer left from an earlier session */
     for (chunk *c = b->head, *n; c; c = n) {
@@ -107,7 +110,7 @@ void acc__prof_record(acc__prof_span *s) {
   pthread_mutex_unlock(&b->mu);
 }
 
-int acc_profile_active(void) { return acc__prof_on; }
+int acc_profile_active(void) { return __atomic_load_n(&acc__prof_on, __ATOMIC_ACQUIRE); }
 
 acc_result acc_profile_start(const char *dir) {
   if (!dir || !*dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_profile_start: dir is NULL or empty");
@@ -118,7 +121,8 @@ acc_result acc_profile_start(const char *dir) {
   pthread_mutex_lock(&prof_mu);
   snprintf(prof_dir, sizeof prof_dir, "%s", dir);
   generation++;
-  t_start = acc__now();
+  double now = acc__now();
+  __atomic_store(&t_start, &now, __ATOMIC_RELEASE);
   main_tid = gettid_();
   pthread_mutex_unlock(&prof_mu);
   if (my_buf) my_buf->depth = 0;
@@ -229,8 +233,8 @@ acc_result acc_profile_stop(void) {
   OUT("  optimizer      %6.1f%%  %9.3f s\n", busy[ACC_PROF_OPTIM] * share, busy[ACC_PROF_OPTIM]);
   OUT("  checkpoint     %6.1f%%  %9.3f s\n", busy[ACC_PROF_CKPT] * share, busy[ACC_PROF_CKPT]);
   for (size_t i = 0; i < nstats; i++)
-    OUT("  span %-24s %8ld calls  %10.3f ms total  %8.3f ms mean\n", stats[i].name, stats[i].count,
-        stats[i].total * 1e3, stats[i].total * 1e3 / (double)stats[i].count);
+    OUT("  span %-24s %8ld calls  %10.3f ms total  %10.1f us mean\n", stats[i].name, stats[i].count,
+        stats[i].total * 1e3, stats[i].total * 1e6 / (double)stats[i].count);
 #undef OUT
   if (o >= sizeof text) o = sizeof text - 1;
   FILE *sf = fopen(spath, "w");

@@ -26,7 +26,7 @@ void acc__prof_record(acc__prof_span *s);
 
 static inline acc__prof_span acc__prof_begin(int cat, const char *name, long arg) {
   acc__prof_span s = {0.0, name, arg, cat};
-  if (__builtin_expect(acc__prof_on, 0)) s.t0 = acc__prof_open();
+  if (__builtin_expect(__atomic_load_n(&acc__prof_on, __ATOMIC_RELAXED), 0)) s.t0 = acc__prof_open();
   return s;
 }
 
