@@ -60,7 +60,7 @@ typedef struct pb {
 } pb;
 
 static void pb_raw(pb *b, const void *d, size_t n) {
-  if (b->oom) return;
+  if (b->oom || n == 0) return;
   if (b->n + n > b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 256;
     while (cap < b->n + n) cap *= 2;
