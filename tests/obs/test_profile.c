@@ -31,6 +31,9 @@ static void train(acc_accelerator *acc, acc_dataloader *dl, acc_optimizer *opt, 
     REQUIRE_OK(acc_accelerator_accumulate(acc));
     const float *x = b->fields[0];
     for (int k = 0; k < 8; k++) g[k] += 0.01f * x[k % 4] * (float)(k + 1) + 0.001f * w[k];
+    /* overlap: the buckets are reduced (and their spans recorded) on the reducer thread */
+    REQUIRE_OK(acc_accelerator_grad_ready(acc, 1));
+    REQUIRE_OK(acc_accelerator_grad_ready(acc, 0));
     REQUIRE_OK(acc_accelerator_backward(acc));
     REQUIRE_OK(acc_accelerator_optimizer_step(acc, opt));
     REQUIRE_OK(acc_accelerator_optimizer_zero_grad(acc, opt));
@@ -108,6 +111,7 @@ int main(int argc, char **argv) {
 
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.bucket_cap_bytes = 16; /* two buckets of 4 floats */
+  ao.overlap_grad_sync = 1;
   acc_accelerator *acc;
   REQUIRE_OK(acc_accelerator_create(&acc, &ao));
   acc_state *st = acc_accelerator_state(acc);
