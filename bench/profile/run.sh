@@ -2,12 +2,13 @@
 # Profiler overhead on the main job: the Fashion-MNIST example on 2 processes, with and without
 # ACCELERATE_PROFILE, interleaved (one run of each per round, RUNS rounds, default 7) so that
 # drifting load hits both alike; prints the median samples/s of each and the difference.
-# Usage: bench/profile/run.sh [build_dir]     (EPOCHS=1 RUNS=7 by default)
+# Usage: [RUNS=7] [EPOCHS=1] [NPROCS=2] bench/profile/run.sh [build_dir]
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 runs=${RUNS:-7}
 epochs=${EPOCHS:-1}
+nprocs=${NPROCS:-2}
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2 --target fashion_mnist accelerate_cli bench_span_cost >/dev/null
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -18,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 one_run() {
   name=$1; shift
-  env "$@" /usr/bin/time -f "cpu %U %S" -o "$tmp/time.txt" "$build/accelerate" launch --num_processes 2 "$ex" \
+  env "$@" /usr/bin/time -f "cpu %U %S" -o "$tmp/time.txt" "$build/accelerate" launch --num_processes "$nprocs" "$ex" \
     --epochs "$epochs" --quiet > "$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; exit 1; }
   sed -n 's/^throughput: \([0-9.]*\) samples.*/\1/p' "$tmp/out.txt" >> "$tmp/$name.rate"
   awk '/^cpu/ { print $2 + $3 }' "$tmp/time.txt" >> "$tmp/$name.cpu"
@@ -31,7 +32,7 @@ while [ $i -lt "$runs" ]; do
 done
 off=$(median < "$tmp/off.rate")
 on=$(median < "$tmp/on.rate")
-printf '# %d round(s), %d epoch(s), 2 processes, medians of samples/s\n' "$runs" "$epochs"
+printf "# %d round(s), %d epoch(s), %d process(es), medians\n" "$runs" "$epochs" "$nprocs"
 coff=$(median < "$tmp/off.cpu")
 con=$(median < "$tmp/on.cpu")
 printf '%-14s %12s %14s\n' "" "samples/s" "CPU s (all)"

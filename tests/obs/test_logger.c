@@ -153,6 +153,15 @@ int main(int argc, char **argv) {
   acc_test_rank = rank;
   if (strcmp(mode, "files") == 0) files_mode(argv[2]);
   else order_mode(argv[2]);
+  /* passed: leave nothing behind (each run writes under its own run id) */
+  REQUIRE_OK(acc_wait_for_everyone(st));
+  const char *run = getenv("ACCELERATE_RUN_ID");
+  if (rank == 0 && acc_test_failures == 0 && run) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/logger_np%d_%s '%s'/logger_order_np%d_%s.log", argv[2], np, run, argv[2],
+             np, run);
+    CHECK(system(cmd) == 0, "cleanup");
+  }
   acc_state_destroy(st);
   return acc_test_finish("obs_logger");
 }
