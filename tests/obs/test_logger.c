@@ -6,7 +6,9 @@
  *  order:  every process appends to one file; ACC_LOG_IN_ORDER lines come in rank order, every
  *          time; in debug mode a process making another collective instead is reported.
  *  env:    ACCELERATE_LOG_LEVEL (set by ctest) decides the level unless the program sets one.
- *  badenv: an invalid ACCELERATE_LOG_LEVEL is an error naming the variable. */
+ *  badenv: an invalid ACCELERATE_LOG_LEVEL is an error naming the variable.
+ *  badfile: an ACCELERATE_LOG_FILE that cannot be created: a message naming it, then stderr.
+ * Regression for newuser review R10 (no logging facility). */
 #include <unistd.h>
 
 #include "acc_test.h"
@@ -123,6 +125,25 @@ static void order_mode(const char *base) {
 int main(int argc, char **argv) {
   REQUIRE_OK(argc >= 2 ? ACC_OK : ACC_ERR_INVALID_ARGUMENT);
   const char *mode = argv[1];
+  if (strcmp(mode, "badfile") == 0) {
+    char tmpl[] = "/tmp/acc_logger_stderr_XXXXXX";
+    int fd = mkstemp(tmpl);
+    REQUIRE_OK(fd >= 0 && dup2(fd, 2) == 2 ? ACC_OK : ACC_ERR_SYSTEM); /* capture stderr */
+    setenv("ACCELERATE_LOG_FILE", "/proc/acc-no-such-dir/log.%r", 1);
+    acc_logger *lg;
+    REQUIRE_OK(acc_get_logger("f", ACC_LOG_INFO, &lg));
+    acc_log(lg, ACC_LOG_INFO, "still logged");
+    FILE *f = fopen(tmpl, "r");
+    char buf[2048] = "";
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+    unlink(tmpl);
+    CHECK(strstr(buf, "cannot open ACCELERATE_LOG_FILE \"/proc/acc-no-such-dir/log.0\"") != NULL,
+          "message naming the file: %s", buf);
+    CHECK(strstr(buf, "INFO f: still logged\n") != NULL, "the line went to stderr: %s", buf);
+    return acc_test_finish("obs_logger_badfile");
+  }
   if (strcmp(mode, "env") == 0 || strcmp(mode, "badenv") == 0) {
     acc_logger *lg = NULL;
     if (strcmp(mode, "badenv") == 0) {

@@ -4,7 +4,8 @@
  * waiting for a batch, backward sync and each gradient bucket, optimizer step, checkpoint write,
  * each collective — with ts/dur/pid/tid) and summary.rank<R>.txt (shares that add up to 100%).
  * Then the API starts a second session in another directory. Off, a span allocates nothing and
- * records nothing. Usage: test_obs_profile BUILD_DIR */
+ * records nothing. Regression for newuser review R10 (a slow collective could not be traced) and
+ * the missing profile(). Usage: test_obs_profile BUILD_DIR */
 #include <jansson.h>
 #include <malloc.h>
 #include <math.h>

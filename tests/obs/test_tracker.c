@@ -2,7 +2,9 @@
  * TensorBoard trackers write under <logging_dir>/<project> on the main process only; a custom
  * tracker's four callbacks see the configuration and the values; non-main processes get
  * trackers that do nothing. The TensorBoard file is then read back by independent readers
- * (python3-crc32c, protoc --decode) through check_tfevents.py. Usage: test BUILD_DIR SOURCE_DIR */
+ * (python3-crc32c, protoc --decode) through check_tfevents.py. The progress bar prints on the main
+ * process only. (Newuser review: trackers and ProjectConfiguration's logging_dir were missing.)
+ * Usage: test BUILD_DIR SOURCE_DIR */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -177,6 +179,19 @@ int main(int argc, char **argv) {
     CHECK(c.starts == 0 && c.logs == 0 && c.finishes == 0, "callbacks ran off the main process");
     CHECK(access(logdir, F_OK) != 0, "rank %d must write nothing (%s exists)", rank, logdir);
   }
+
+  /* the progress bar is the main process's too: elsewhere it prints nothing */
+  FILE *pf = tmpfile();
+  acc_progress_options popt = ACC_PROGRESS_OPTIONS_INIT;
+  popt.out = pf;
+  popt.tty = 0;
+  acc_progress *bar;
+  REQUIRE_OK(acc_progress_create(&bar, st, "p", 10, &popt));
+  for (int s = 1; s <= 10; s++) acc_progress_update_at(bar, (uint64_t)s, 0, s * 0.1);
+  acc_progress_destroy(bar);
+  long printed = ftell(pf);
+  CHECK(rank == 0 ? printed > 0 : printed == 0, "progress bar on rank %d printed %ld bytes", rank, printed);
+  fclose(pf);
 
   /* a failing custom callback: its error comes back with the tracker's name */
   if (rank == 0) {
