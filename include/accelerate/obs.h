@@ -121,8 +121,8 @@ ACC_EXTERN acc_result acc_trackers_create(acc_trackers **out, acc_state *st, con
 ACC_EXTERN acc_result acc_trackers_add(acc_trackers *tr, const acc_tracker_callbacks *cb, void *user);
 /**
  * Starts every tracker under <logging_dir>/<project_name> (created) and stores the run's
- * hyperparameters (config, n; n may be 0). Built-ins: run.jsonl + config.json, metrics.csv,
- * events.out.tfevents.<time>.<host>.<pid>.0 with the hparams plugin's summaries.
+ * hyperparameters (config, n; n may be 0). Built-ins: run.jsonl + config.json, metrics.csv +
+ * hparams.csv, events.out.tfevents.<time>.<host>.<pid>.<n> with the hparams plugin's summaries.
  */
 ACC_EXTERN acc_result acc_init_trackers(acc_trackers *tr, const char *project_name, const acc_kv *config,
                                         size_t n);
