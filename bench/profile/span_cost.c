@@ -45,7 +45,8 @@ int main(int argc, char **argv) {
     acc_profile_stop();
   }
   (void)base;
-  printf("span cost: off %.2f ns, on %.1f ns (best of 5, %ld spans off, %ld on per run)\n", off, on, n, n / 10);
+  printf("span cost: off %.2f ns, on %.1f ns (best of 5, %ld spans off, %ld on per run)\n", off, on,
+         n, n / 10);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   return system(cmd) != 0;

@@ -71,7 +71,12 @@ ACC_EXTERN acc_result acc_log_ex(acc_logger *lg, int level, int flags, const cha
 
 /* ---- experiment trackers ------------------------------------------------------------------ */
 
-typedef enum acc_value_type { ACC_VALUE_NUMBER = 0, ACC_VALUE_INT = 1, ACC_VALUE_STRING = 2, ACC_VALUE_BOOL = 3 } acc_value_type;
+typedef enum acc_value_type {
+  ACC_VALUE_NUMBER = 0,
+  ACC_VALUE_INT = 1,
+  ACC_VALUE_STRING = 2,
+  ACC_VALUE_BOOL = 3
+} acc_value_type;
 
 /** One key/value: a hyperparameter (init_trackers) or a logged value (acc_tracker_log). */
 typedef struct acc_kv {
@@ -118,17 +123,19 @@ typedef struct acc_trackers acc_trackers;
 ACC_EXTERN acc_result acc_trackers_create(acc_trackers **out, acc_state *st, const char *log_with,
                                           const acc_project_config *project);
 /** Adds a custom tracker (before acc_init_trackers). The callbacks are copied; user is kept. */
-ACC_EXTERN acc_result acc_trackers_add(acc_trackers *tr, const acc_tracker_callbacks *cb, void *user);
+ACC_EXTERN acc_result acc_trackers_add(acc_trackers *tr, const acc_tracker_callbacks *cb,
+                                       void *user);
 /**
  * Starts every tracker under <logging_dir>/<project_name> (created) and stores the run's
  * hyperparameters (config, n; n may be 0). Built-ins: run.jsonl + config.json, metrics.csv +
  * hparams.csv, events.out.tfevents.<time>.<host>.<pid>.<n> with the hparams plugin's summaries.
  */
-ACC_EXTERN acc_result acc_init_trackers(acc_trackers *tr, const char *project_name, const acc_kv *config,
-                                        size_t n);
+ACC_EXTERN acc_result acc_init_trackers(acc_trackers *tr, const char *project_name,
+                                        const acc_kv *config, size_t n);
 /** Logs values at step (step < 0: one more than the last step logged). Numbers only for TensorBoard
  * and CSV (strings are skipped there); JSONL keeps everything. */
-ACC_EXTERN acc_result acc_tracker_log(acc_trackers *tr, const acc_kv *values, size_t n, int64_t step);
+ACC_EXTERN acc_result acc_tracker_log(acc_trackers *tr, const acc_kv *values, size_t n,
+                                      int64_t step);
 /** Finishes every tracker (files flushed and closed). Further logs are errors. */
 ACC_EXTERN acc_result acc_end_training(acc_trackers *tr);
 /** The run directory (<logging_dir>/<project_name>); NULL before init, off the main process, or
@@ -187,12 +194,13 @@ typedef struct acc_progress_options {
  * every every_percent of the work. Log lines written while a bar is on screen appear above it.
  * st: with main_only, other processes get a bar that prints nothing (st NULL: always prints).
  */
-ACC_EXTERN acc_result acc_progress_create(acc_progress **out, acc_state *st, const char *label, uint64_t total,
-                                          const acc_progress_options *opts);
+ACC_EXTERN acc_result acc_progress_create(acc_progress **out, acc_state *st, const char *label,
+                                          uint64_t total, const acc_progress_options *opts);
 /** done steps and samples complete (samples: for the rate; 0 to show steps/s). */
 ACC_EXTERN void acc_progress_update(acc_progress *p, uint64_t done, uint64_t samples);
 /** Same with an explicit clock (seconds since creation), for tests. */
-ACC_EXTERN void acc_progress_update_at(acc_progress *p, uint64_t done, uint64_t samples, double elapsed_s);
+ACC_EXTERN void acc_progress_update_at(acc_progress *p, uint64_t done, uint64_t samples,
+                                       double elapsed_s);
 /** Draws the final state and ends the line (also done by destroy). */
 ACC_EXTERN void acc_progress_finish(acc_progress *p);
 ACC_EXTERN void acc_progress_finish_at(acc_progress *p, double elapsed_s);

@@ -9,12 +9,13 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: accelerate plot RUN_DIR... [-o OUT.svg] [--no-png]\n\n"
-          "Draws loss, accuracy, learning rate, throughput and every other number logged by the\n"
-          "jsonl tracker (RUN_DIR/run.jsonl) against the step, one panel per metric, the runs\n"
-          "overlaid. Writes OUT.svg (default: curves.svg in the first RUN_DIR) and OUT.png through\n"
-          "rsvg-convert when it is installed (Debian: librsvg2-bin).\n");
+  fprintf(
+      f,
+      "usage: accelerate plot RUN_DIR... [-o OUT.svg] [--no-png]\n\n"
+      "Draws loss, accuracy, learning rate, throughput and every other number logged by the\n"
+      "jsonl tracker (RUN_DIR/run.jsonl) against the step, one panel per metric, the runs\n"
+      "overlaid. Writes OUT.svg (default: curves.svg in the first RUN_DIR) and OUT.png through\n"
+      "rsvg-convert when it is installed (Debian: librsvg2-bin).\n");
 }
 
 int acc_cli_plot(int argc, char **argv) {

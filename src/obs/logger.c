@@ -16,7 +16,7 @@
 #include "obs_internal.h"
 #include "../ckpt_dir.h"
 
-#define LOGGER_MAGIC 0x41434c47u /* "ACLG" */
+#define LOGGER_MAGIC 0x41434c47u             /* "ACLG" */
 #define IN_ORDER_MARKER 0x4c4f47494e4f5244ll /* "LOGINORD" */
 
 struct acc_logger {
@@ -29,7 +29,7 @@ struct acc_logger {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static acc_logger *loggers;
 static pthread_mutex_t term_mu = PTHREAD_MUTEX_INITIALIZER;
-static int sink_fd = -1; /* -1: not opened yet */
+static int sink_fd = -1;  /* -1: not opened yet */
 static int env_level = 0; /* 0: not read yet; -1: invalid */
 
 void acc__term_lock(void) { pthread_mutex_lock(&term_mu); }
@@ -38,7 +38,8 @@ void acc__term_unlock(void) { pthread_mutex_unlock(&term_mu); }
 int acc__obs_rank(void) {
   acc_state *st = acc_state_get();
   if (st) return acc_state_process_index(st);
-  static const char *vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+  static const char *vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                               "SLURM_PROCID"};
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
     const char *v = getenv(vars[i]);
     if (v && *v) {
@@ -55,8 +56,9 @@ int acc__obs_rank(void) {
 static const struct {
   const char *name;
   int level;
-} level_names[] = {{"DEBUG", ACC_LOG_DEBUG},     {"INFO", ACC_LOG_INFO},   {"WARNING", ACC_LOG_WARNING},
-                   {"WARN", ACC_LOG_WARNING},    {"ERROR", ACC_LOG_ERROR}, {"CRITICAL", ACC_LOG_CRITICAL},
+} level_names[] = {{"DEBUG", ACC_LOG_DEBUG},     {"INFO", ACC_LOG_INFO},
+                   {"WARNING", ACC_LOG_WARNING}, {"WARN", ACC_LOG_WARNING},
+                   {"ERROR", ACC_LOG_ERROR},     {"CRITICAL", ACC_LOG_CRITICAL},
                    {"FATAL", ACC_LOG_CRITICAL}};
 
 acc_result acc_log_level_parse(const char *s, int *out) {
@@ -73,8 +75,9 @@ acc_result acc_log_level_parse(const char *s, int *out) {
     *out = (int)v;
     return ACC_OK;
   }
-  return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                    "log level \"%s\" is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL or a number 0..100", s);
+  return acc__error(
+      ACC_ERR_INVALID_ARGUMENT,
+      "log level \"%s\" is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL or a number 0..100", s);
 }
 
 const char *acc_log_level_name(int level) {
@@ -98,10 +101,11 @@ static acc_result read_env_level(int *out) {
   pthread_mutex_unlock(&reg_mu);
   if (lv < 0) {
     *out = ACC_LOG_DEFAULT_LEVEL;
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "environment variable ACCELERATE_LOG_LEVEL=\"%s\" is not a log level: use DEBUG, "
-                      "INFO, WARNING, ERROR, CRITICAL or a number",
-                      getenv("ACCELERATE_LOG_LEVEL"));
+    return acc__error(
+        ACC_ERR_INVALID_ARGUMENT,
+        "environment variable ACCELERATE_LOG_LEVEL=\"%s\" is not a log level: use DEBUG, "
+        "INFO, WARNING, ERROR, CRITICAL or a number",
+        getenv("ACCELERATE_LOG_LEVEL"));
   }
   *out = lv;
   return ACC_OK;
@@ -119,9 +123,11 @@ static int valid_level(int level) { return level >= 0 && level <= 100; }
 acc_result acc_get_logger(const char *name, int level, acc_logger **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_get_logger: out is NULL");
   *out = NULL;
-  if (!name || !*name) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_get_logger: name is NULL or empty");
+  if (!name || !*name)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_get_logger: name is NULL or empty");
   if (level != ACC_UNSET && !valid_level(level))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_get_logger(\"%s\"): level %d is not in 0..100", name, level);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_get_logger(\"%s\"): level %d is not in 0..100",
+                      name, level);
   if (level == ACC_UNSET) {
     int lv;
     ACC_CHECK(read_env_level(&lv));
@@ -151,10 +157,11 @@ acc_result acc_get_logger(const char *name, int level, acc_logger **out) {
 static int valid_logger(const acc_logger *lg) { return lg && lg->magic == LOGGER_MAGIC; }
 
 acc_result acc_logger_set_level(acc_logger *lg, int level) {
-  if (!valid_logger(lg)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_logger_set_level: not a logger");
+  if (!valid_logger(lg))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_logger_set_level: not a logger");
   if (level != ACC_UNSET && !valid_level(level))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_logger_set_level(\"%s\"): level %d is not in 0..100",
-                      lg->name, level);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_logger_set_level(\"%s\"): level %d is not in 0..100", lg->name, level);
   lg->level = level;
   return ACC_OK;
 }
@@ -208,7 +215,9 @@ static int sink(void) {
   if (!pattern || !*pattern) return sink_fd;
   char path[4096];
   if (expand_path(pattern, path, sizeof path) != 0) {
-    fprintf(stderr, "accelerate: ACCELERATE_LOG_FILE=\"%s\" expands to a path that is too long; logging to stderr\n",
+    fprintf(stderr,
+            "accelerate: ACCELERATE_LOG_FILE=\"%s\" expands to a path that is too long; logging to "
+            "stderr\n",
             pattern);
     return sink_fd;
   }
@@ -220,8 +229,8 @@ static int sink(void) {
   }
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    fprintf(stderr, "accelerate: cannot open ACCELERATE_LOG_FILE \"%s\": %s; logging to stderr\n", path,
-            strerror(errno));
+    fprintf(stderr, "accelerate: cannot open ACCELERATE_LOG_FILE \"%s\": %s; logging to stderr\n",
+            path, strerror(errno));
     return sink_fd;
   }
   sink_fd = fd;
@@ -247,8 +256,9 @@ static void emit(const acc_logger *lg, int level, int rank, const char *fmt, va_
   struct tm tm;
   time_t secs = tv.tv_sec;
   localtime_r(&secs, &tm);
-  int head = snprintf(stack, sizeof stack, "[RANK %d] %02d:%02d:%02d.%03d %s %s: ", rank, tm.tm_hour, tm.tm_min,
-                      tm.tm_sec, (int)(tv.tv_usec / 1000), acc_log_level_name(level), lg->name);
+  int head =
+      snprintf(stack, sizeof stack, "[RANK %d] %02d:%02d:%02d.%03d %s %s: ", rank, tm.tm_hour,
+               tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), acc_log_level_name(level), lg->name);
   if (head < 0 || (size_t)head >= sizeof stack) head = 0;
   va_list aq;
   va_copy(aq, ap);
@@ -294,13 +304,15 @@ static acc_result check_in_order(acc_state *st) {
   int64_t mine = IN_ORDER_MARKER, all[n];
   acc_result rc = acc_all_gather(st, &mine, all, 1, ACC_I64);
   if (rc != ACC_OK)
-    return acc__error_context(rc, "acc_log_ex(ACC_LOG_IN_ORDER) is collective (every process must call it)");
+    return acc__error_context(
+        rc, "acc_log_ex(ACC_LOG_IN_ORDER) is collective (every process must call it)");
   for (int r = 0; r < n; r++)
     if (all[r] != IN_ORDER_MARKER)
-      return acc__error(ACC_ERR_MISMATCH,
-                        "acc_log_ex(ACC_LOG_IN_ORDER) is collective: process %d made a different collective call "
-                        "instead (every process must call it, in the same order)",
-                        r);
+      return acc__error(
+          ACC_ERR_MISMATCH,
+          "acc_log_ex(ACC_LOG_IN_ORDER) is collective: process %d made a different collective call "
+          "instead (every process must call it, in the same order)",
+          r);
   return ACC_OK;
 }
 
@@ -333,7 +345,8 @@ acc_result acc_log_ex(acc_logger *lg, int level, int flags, const char *fmt, ...
     }
     acc_result rc = acc_wait_for_everyone(st);
     if (rc != ACC_OK)
-      return acc__error_context(rc, "acc_log_ex(ACC_LOG_IN_ORDER) is collective (every process must call it)");
+      return acc__error_context(
+          rc, "acc_log_ex(ACC_LOG_IN_ORDER) is collective (every process must call it)");
   }
   return ACC_OK;
 }

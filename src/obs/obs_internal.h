@@ -21,5 +21,4 @@ void acc__progress_show(void);
  * launcher's RANK (or MPI's) from the environment, else 0. */
 int acc__obs_rank(void);
 
-
 #endif

@@ -100,7 +100,9 @@ static acc_result load_run(const char *dir, run *r) {
   FILE *f = fopen(path, "r");
   if (!f)
     return acc__error(ACC_ERR_IO, "plot: cannot open \"%s\": %s%s", path, strerror(errno),
-                      stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? " (is this a run written by the jsonl tracker?)" : "");
+                      stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)
+                          ? " (is this a run written by the jsonl tracker?)"
+                          : "");
   /* the label: the run directory's name */
   char label[256];
   snprintf(label, sizeof label, "%s", dir);
@@ -139,7 +141,8 @@ static acc_result load_run(const char *dir, run *r) {
     json_t *v;
     json_object_foreach(o, key, v) {
       /* bookkeeping keys are not curves */
-      if (strcmp(key, "step") == 0 || strcmp(key, "time") == 0 || strcmp(key, "epoch") == 0 || !json_is_number(v))
+      if (strcmp(key, "step") == 0 || strcmp(key, "time") == 0 || strcmp(key, "epoch") == 0 ||
+          !json_is_number(v))
         continue;
       series *s = find_series(r, key);
       if (!s || push(s, x, json_number_value(v)) != 0) {
@@ -151,7 +154,8 @@ static acc_result load_run(const char *dir, run *r) {
   }
   free(line);
   fclose(f);
-  if (rc == ACC_OK && r->ns == 0) rc = acc__error(ACC_ERR_FORMAT, "plot: %s holds no numeric values", path);
+  if (rc == ACC_OK && r->ns == 0)
+    rc = acc__error(ACC_ERR_FORMAT, "plot: %s holds no numeric values", path);
   return rc;
 }
 
@@ -179,11 +183,16 @@ static void fmt_tick(char *buf, size_t len, double v, double step) {
 
 static void xml_text(FILE *f, const char *s) {
   for (; *s; s++) {
-    if (*s == '<') fputs("&lt;", f);
-    else if (*s == '>') fputs("&gt;", f);
-    else if (*s == '&') fputs("&amp;", f);
-    else if (*s == '"') fputs("&quot;", f);
-    else fputc(*s, f);
+    if (*s == '<')
+      fputs("&lt;", f);
+    else if (*s == '>')
+      fputs("&gt;", f);
+    else if (*s == '&')
+      fputs("&amp;", f);
+    else if (*s == '"')
+      fputs("&quot;", f);
+    else
+      fputc(*s, f);
   }
 }
 
@@ -229,37 +238,50 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
   x0 = floor(x0 / xs) * xs, x1 = ceil(x1 / xs) * xs;
   y0 = floor(y0 / ys) * ys, y1 = ceil(y1 / ys) * ys;
   const double ax = ox + ML, ay = oy + MT, aw = PW - ML - MR, ah = PH - MT - MB;
-#define SX(v) (ax + ((v) - x0) / (x1 - x0) * aw)
-#define SY(v) (ay + ah - ((v) - y0) / (y1 - y0) * ah)
+#define SX(v) (ax + ((v)-x0) / (x1 - x0) * aw)
+#define SY(v) (ay + ah - ((v)-y0) / (y1 - y0) * ah)
   int ki = known_index(metric);
   const char *title = ki >= 0 ? known[ki].title : metric;
   const char *unit = ki >= 0 ? known[ki].unit : NULL;
-  fprintf(f, "<g>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\" text-anchor=\"middle\">", ax + aw / 2,
-          oy + 22);
+  fprintf(f,
+          "<g>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"15\" font-weight=\"bold\" "
+          "text-anchor=\"middle\">",
+          ax + aw / 2, oy + 22);
   xml_text(f, title);
   fprintf(f, "</text>\n");
-  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ffffff\" stroke=\"#444\"/>\n", ax, ay,
-          aw, ah);
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#ffffff\" "
+          "stroke=\"#444\"/>\n",
+          ax, ay, aw, ah);
   char buf[64];
   for (double v = x0; v <= x1 + xs * 1e-6; v += xs) {
     double px = SX(v);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", px, ay, px, ay + ah);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", px, ay + ah, px, ay + ah + 5);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", px, ay,
+            px, ay + ah);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", px,
+            ay + ah, px, ay + ah + 5);
     fmt_tick(buf, sizeof buf, v, xs);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", px, ay + ah + 17,
-            buf);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
+            px, ay + ah + 17, buf);
   }
   for (double v = y0; v <= y1 + ys * 1e-6; v += ys) {
     double py = SY(v);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", ax, py, ax + aw, py);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", ax - 5, py, ax, py);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", ax, py,
+            ax + aw, py);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", ax - 5,
+            py, ax, py);
     fmt_tick(buf, sizeof buf, v, ys);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n", ax - 8, py + 4, buf);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
+            ax - 8, py + 4, buf);
   }
-  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">step (optimizer steps)</text>\n",
+  fprintf(f,
+          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">step (optimizer "
+          "steps)</text>\n",
           ax + aw / 2, ay + ah + 36);
-  fprintf(f, "<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">", ox + 16,
-          ay + ah / 2);
+  fprintf(f,
+          "<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"12\" "
+          "text-anchor=\"middle\">",
+          ox + 16, ay + ah / 2);
   xml_text(f, title);
   if (unit) fprintf(f, " (%s)", unit);
   fprintf(f, "</text>\n");
@@ -272,14 +294,18 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
       for (size_t k = 0; k < s->n; k++)
         if (isfinite(s->y[k])) fprintf(f, "%.1f,%.1f ", SX(s->x[k]), SY(s->y[k]));
       fprintf(f, "\"/>\n");
-      if (s->n == 1) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", SX(s->x[0]), SY(s->y[0]), color);
+      if (s->n == 1)
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", SX(s->x[0]),
+                SY(s->y[0]), color);
     }
   fprintf(f, "</g>\n");
 #undef SX
 #undef SY
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static acc_result to_png(const char *svg, const char *png, int *written) {
   const char *path = getenv("PATH");
@@ -293,7 +319,8 @@ static acc_result to_png(const char *svg, const char *png, int *written) {
     p += n + (e ? 1 : 0);
   }
   if (!found) {
-    acc__log(ACC_LOG_INFO, "plot: rsvg-convert is not installed (Debian: librsvg2-bin); no PNG written");
+    acc__log(ACC_LOG_INFO,
+             "plot: rsvg-convert is not installed (Debian: librsvg2-bin); no PNG written");
     return ACC_OK;
   }
   char *argv[] = {exe, "--background-color", "white", "-o", (char *)png, (char *)svg, NULL};
@@ -302,24 +329,29 @@ static acc_result to_png(const char *svg, const char *png, int *written) {
   if (err) return acc__error(ACC_ERR_SYSTEM, "plot: cannot run %s: %s", exe, strerror(err));
   int status;
   while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return acc__error(ACC_ERR_SYSTEM, "plot: waiting for rsvg-convert: %s", strerror(errno));
+    if (errno != EINTR)
+      return acc__error(ACC_ERR_SYSTEM, "plot: waiting for rsvg-convert: %s", strerror(errno));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return acc__error(ACC_ERR_SYSTEM, "plot: rsvg-convert failed converting %s to %s (status %d)", svg, png, status);
+    return acc__error(ACC_ERR_SYSTEM, "plot: rsvg-convert failed converting %s to %s (status %d)",
+                      svg, png, status);
   *written = 1;
   return ACC_OK;
 }
 
-acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_path, const char *png_path,
-                         int *png_written) {
+acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_path,
+                         const char *png_path, int *png_written) {
   if (png_written) *png_written = 0;
   if (!run_dirs || n == 0 || !svg_path)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_plot_runs: give at least one run directory and an SVG path");
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_plot_runs: give at least one run directory and an SVG path");
   run *runs = calloc(n, sizeof *runs);
   if (!runs) return acc__error(ACC_ERR_NOMEM, "plot: out of memory");
   acc_result rc = ACC_OK;
   for (size_t r = 0; r < n && rc == ACC_OK; r++) {
-    if (!run_dirs[r]) rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_plot_runs: run %zu is NULL", r);
-    else rc = load_run(run_dirs[r], &runs[r]);
+    if (!run_dirs[r])
+      rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_plot_runs: run %zu is NULL", r);
+    else
+      rc = load_run(run_dirs[r], &runs[r]);
   }
   /* metric names: the known ones first, then the others sorted */
   char **metrics = NULL;
@@ -352,7 +384,8 @@ acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_
   FILE *f = NULL;
   if (rc == ACC_OK) {
     f = fopen(svg_path, "w");
-    if (!f) rc = acc__error(ACC_ERR_IO, "plot: cannot create \"%s\": %s", svg_path, strerror(errno));
+    if (!f)
+      rc = acc__error(ACC_ERR_IO, "plot: cannot create \"%s\": %s", svg_path, strerror(errno));
   }
   if (rc == ACC_OK) {
     const int cols = nm > 1 ? 2 : 1;
@@ -361,20 +394,24 @@ acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_
     const double W = cols * PW, H = legend_h + rows * PH;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 "
+            "0 %.0f %.0f\" "
             "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
             W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
     for (size_t r = 0; r < n; r++) { /* legend: a colored line and the run's name */
       double lx = 20 + (double)(r % 4) * (W - 40) / 4, ly = 22 + 18.0 * (double)(r / 4);
-      fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>", lx, ly - 4,
-              lx + 24, ly - 4, palette[r % NCOLORS]);
+      fprintf(f,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+              "stroke-width=\"3\"/>",
+              lx, ly - 4, lx + 24, ly - 4, palette[r % NCOLORS]);
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">", lx + 30, ly);
       xml_text(f, runs[r].label);
       fprintf(f, "</text>\n");
     }
     for (size_t k = 0; k < nm; k++)
-      draw_panel(f, (double)(k % (size_t)cols) * PW, legend_h + (double)(k / (size_t)cols) * PH, metrics[k], runs, n);
+      draw_panel(f, (double)(k % (size_t)cols) * PW, legend_h + (double)(k / (size_t)cols) * PH,
+                 metrics[k], runs, n);
     fprintf(f, "</svg>\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) rc = acc__error(ACC_ERR_IO, "plot: writing \"%s\" failed", svg_path);

@@ -41,14 +41,15 @@ typedef struct thread_buf {
 } thread_buf;
 
 static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
-static thread_buf *threads;   /* every buffer ever made (kept: threads may still hold them) */
-static unsigned generation;   /* bumped by each start */
+static thread_buf *threads; /* every buffer ever made (kept: threads may still hold them) */
+static unsigned generation; /* bumped by each start */
 static char prof_dir[4096];
 static double t_start;
 static long main_tid;
 static __thread thread_buf *my_buf;
 
-static const char *cat_names[ACC_PROF_NCAT] = {"data", "communication", "optimizer", "checkpoint", "other"};
+static const char *cat_names[ACC_PROF_NCAT] = {"data", "communication", "optimizer", "checkpoint",
+                                               "other"};
 
 static long gettid_(void) { return (long)syscall(SYS_gettid); }
 
@@ -113,10 +114,14 @@ void acc__prof_record(acc__prof_span *s) {
 int acc_profile_active(void) { return __atomic_load_n(&acc__prof_on, __ATOMIC_ACQUIRE); }
 
 acc_result acc_profile_start(const char *dir) {
-  if (!dir || !*dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_profile_start: dir is NULL or empty");
+  if (!dir || !*dir)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_profile_start: dir is NULL or empty");
   if (strlen(dir) + 64 >= sizeof prof_dir)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_profile_start: directory name too long: %s", dir);
-  if (acc__prof_on) return acc__error(ACC_ERR_INVALID_USAGE, "acc_profile_start: the profiler is already on (%s)", prof_dir);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_profile_start: directory name too long: %s",
+                      dir);
+  if (acc__prof_on)
+    return acc__error(ACC_ERR_INVALID_USAGE, "acc_profile_start: the profiler is already on (%s)",
+                      prof_dir);
   ACC_CHECK(acc__error_context(acc__mkdirs(dir), "acc_profile_start"));
   pthread_mutex_lock(&prof_mu);
   snprintf(prof_dir, sizeof prof_dir, "%s", dir);
@@ -177,13 +182,17 @@ acc_result acc_profile_stop(void) {
   size_t nstats = 0;
   long nevents = 0;
   fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank,
-          rank);
+  fprintf(f,
+          "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank "
+          "%d\"}}",
+          rank, rank);
   pthread_mutex_lock(&prof_mu);
   for (thread_buf *b = threads; b; b = b->next) {
     pthread_mutex_lock(&b->mu);
     if (b->generation == generation) {
-      fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":\"%s\"}}",
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":"
+              "\"%s\"}}",
               rank, b->tid, b->tid == main_tid ? "main" : "worker");
       for (chunk *c = b->head; c; c = c->next)
         for (size_t i = 0; i < c->n; i++) {
@@ -238,7 +247,8 @@ acc_result acc_profile_stop(void) {
 #undef OUT
   if (o >= sizeof text) o = sizeof text - 1;
   FILE *sf = fopen(spath, "w");
-  if (!sf) return acc__error(ACC_ERR_IO, "profiler: cannot write \"%s\": %s", spath, strerror(errno));
+  if (!sf)
+    return acc__error(ACC_ERR_IO, "profiler: cannot write \"%s\": %s", spath, strerror(errno));
   fwrite(text, 1, o, sf);
   if (fclose(sf) != 0) return acc__error(ACC_ERR_IO, "profiler: writing \"%s\" failed", spath);
   acc__log(ACC_LOG_INFO, "%.*s", (int)o, text);
@@ -246,7 +256,7 @@ acc_result acc_profile_stop(void) {
 }
 
 static int from_env; /* started by ACCELERATE_PROFILE: a process without spans (the launcher
-                         * itself) writes nothing */
+                      * itself) writes nothing */
 
 static long recorded_events(void) {
   long n = 0;
@@ -275,7 +285,8 @@ __attribute__((constructor)) static void start_from_env(void) {
   const char *dir = getenv("ACCELERATE_PROFILE");
   if (!dir || !*dir) return;
   if (acc_profile_start(dir) != ACC_OK) {
-    fprintf(stderr, "accelerate: ACCELERATE_PROFILE=\"%s\": %s (profiler off)\n", dir, acc_last_error());
+    fprintf(stderr, "accelerate: ACCELERATE_PROFILE=\"%s\": %s (profiler off)\n", dir,
+            acc_last_error());
     return;
   }
   from_env = 1;

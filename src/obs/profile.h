@@ -10,7 +10,14 @@
 #ifndef ACC_OBS_PROFILE_H
 #define ACC_OBS_PROFILE_H
 
-enum { ACC_PROF_DATA = 0, ACC_PROF_COMM, ACC_PROF_OPTIM, ACC_PROF_CKPT, ACC_PROF_OTHER, ACC_PROF_NCAT };
+enum {
+  ACC_PROF_DATA = 0,
+  ACC_PROF_COMM,
+  ACC_PROF_OPTIM,
+  ACC_PROF_CKPT,
+  ACC_PROF_OTHER,
+  ACC_PROF_NCAT
+};
 
 typedef struct acc__prof_span {
   double t0; /* 0: not recording */
@@ -26,7 +33,8 @@ void acc__prof_record(acc__prof_span *s);
 
 static inline acc__prof_span acc__prof_begin(int cat, const char *name, long arg) {
   acc__prof_span s = {0.0, name, arg, cat};
-  if (__builtin_expect(__atomic_load_n(&acc__prof_on, __ATOMIC_RELAXED), 0)) s.t0 = acc__prof_open();
+  if (__builtin_expect(__atomic_load_n(&acc__prof_on, __ATOMIC_RELAXED), 0))
+    s.t0 = acc__prof_open();
   return s;
 }
 
@@ -36,9 +44,8 @@ static inline void acc__prof_end(acc__prof_span *s) {
 
 #define ACC_PROF_CAT2_(a, b) a##b
 #define ACC_PROF_CAT_(a, b) ACC_PROF_CAT2_(a, b)
-#define ACC_PROF_SCOPE_ARG(cat, name, arg)                                          \
-  __attribute__((cleanup(acc__prof_end))) acc__prof_span ACC_PROF_CAT_(acc__span_, \
-                                                                       __LINE__) = \
+#define ACC_PROF_SCOPE_ARG(cat, name, arg)                                                     \
+  __attribute__((cleanup(acc__prof_end))) acc__prof_span ACC_PROF_CAT_(acc__span_, __LINE__) = \
       acc__prof_begin((cat), (name), (long)(arg))
 #define ACC_PROF_SCOPE(cat, name) ACC_PROF_SCOPE_ARG(cat, name, -1)
 

@@ -12,7 +12,7 @@
 
 struct acc_progress {
   uint32_t magic;
-  FILE *out;      /* NULL: this process prints nothing */
+  FILE *out; /* NULL: this process prints nothing */
   char label[64];
   uint64_t total, done, samples;
   int tty, every, last_mark, finished;
@@ -30,12 +30,14 @@ acc_result acc_progress_create(acc_progress **out, acc_state *st, const char *la
   acc_progress_options o = ACC_PROGRESS_OPTIONS_INIT;
   if (opts) {
     if (opts->size < sizeof o || opts->version != ACC_PROGRESS_OPTIONS_VERSION)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                        "acc_progress_create: options not initialized with ACC_PROGRESS_OPTIONS_INIT");
+      return acc__error(
+          ACC_ERR_INVALID_ARGUMENT,
+          "acc_progress_create: options not initialized with ACC_PROGRESS_OPTIONS_INIT");
     o = *opts;
   }
   if (o.every_percent < 1 || o.every_percent > 100)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_progress_create: every_percent is %d (expected 1..100)",
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_progress_create: every_percent is %d (expected 1..100)",
                       o.every_percent);
   acc_progress *p = acc__calloc(1, sizeof *p);
   if (!p) return ACC_ERR_NOMEM;
@@ -78,8 +80,8 @@ int acc_progress_format(const acc_progress *p, double elapsed_s, char *buf, size
     snprintf(eta, sizeof eta, "ETA %s", d);
   }
   const char *sep = p->label[0] ? " " : "";
-  return snprintf(buf, len, "%s%s[%s] %llu/%llu %d%% %s %s", p->label, sep, bar, (unsigned long long)done,
-                  (unsigned long long)p->total, pct, rate, eta);
+  return snprintf(buf, len, "%s%s[%s] %llu/%llu %d%% %s %s", p->label, sep, bar,
+                  (unsigned long long)done, (unsigned long long)p->total, pct, rate, eta);
 }
 
 /* Under the term lock. */
@@ -124,7 +126,8 @@ void acc_progress_update_at(acc_progress *p, uint64_t done, uint64_t samples, do
   p->done = done;
   p->samples = samples;
   if (p->tty) {
-    if (p->last_draw_s < 0 || elapsed_s - p->last_draw_s >= PROGRESS_REDRAW_S) draw(p, elapsed_s, 0);
+    if (p->last_draw_s < 0 || elapsed_s - p->last_draw_s >= PROGRESS_REDRAW_S)
+      draw(p, elapsed_s, 0);
     return;
   }
   uint64_t d = done > p->total ? p->total : done;
@@ -137,7 +140,8 @@ void acc_progress_update_at(acc_progress *p, uint64_t done, uint64_t samples, do
 }
 
 void acc_progress_update(acc_progress *p, uint64_t done, uint64_t samples) {
-  if (p && p->magic == PROGRESS_MAGIC && p->out) acc_progress_update_at(p, done, samples, acc__now() - p->start_s);
+  if (p && p->magic == PROGRESS_MAGIC && p->out)
+    acc_progress_update_at(p, done, samples, acc__now() - p->start_s);
 }
 
 void acc_progress_finish_at(acc_progress *p, double elapsed_s) {

@@ -88,7 +88,9 @@ static void pb_varint(pb *b, uint64_t v) {
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
-static void pb_key(pb *b, int field, int wt) { pb_varint(b, ((uint64_t)field << 3) | (uint64_t)wt); }
+static void pb_key(pb *b, int field, int wt) {
+  pb_varint(b, ((uint64_t)field << 3) | (uint64_t)wt);
+}
 
 static void pb_int(pb *b, int field, int64_t v) {
   pb_key(b, field, WT_VARINT);
@@ -154,7 +156,8 @@ static double wall_now(void) {
 static acc_result write_record(acc__tb *t, pb *event) {
   if (event->oom) {
     free(event->p);
-    return acc__error(ACC_ERR_NOMEM, "tensorboard: out of memory encoding an event for %s", t->path);
+    return acc__error(ACC_ERR_NOMEM, "tensorboard: out of memory encoding an event for %s",
+                      t->path);
   }
   uint8_t len[8];
   for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)event->n >> (8 * i));
@@ -168,7 +171,9 @@ static acc_result write_record(acc__tb *t, pb *event) {
            fwrite(event->p, 1, event->n, t->f) == event->n && fwrite(c2, 1, 4, t->f) == 4;
   free(event->p);
   *event = (pb){0};
-  if (!ok) return acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed: %s", t->path, strerror(errno));
+  if (!ok)
+    return acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed: %s", t->path,
+                      strerror(errno));
   return ACC_OK;
 }
 
@@ -183,11 +188,12 @@ acc_result acc__tb_open(acc__tb **out, const char *run_dir) {
   double now = wall_now();
   /* TensorBoard picks up any file whose name contains "tfevents"; this is the name its own
    * writers use: events.out.tfevents.<seconds>.<host>.<pid>.<n>. */
-  snprintf(t->path, sizeof t->path, "%s/events.out.tfevents.%lld.%s.%ld.%d", run_dir, (long long)now, host,
-           (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+  snprintf(t->path, sizeof t->path, "%s/events.out.tfevents.%lld.%s.%ld.%d", run_dir,
+           (long long)now, host, (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
   t->f = fopen(t->path, "wb");
   if (!t->f) {
-    acc_result rc = acc__error(ACC_ERR_IO, "tensorboard: cannot create \"%s\": %s", t->path, strerror(errno));
+    acc_result rc =
+        acc__error(ACC_ERR_IO, "tensorboard: cannot create \"%s\": %s", t->path, strerror(errno));
     acc__free(t);
     return rc;
   }
@@ -195,7 +201,8 @@ acc_result acc__tb_open(acc__tb **out, const char *run_dir) {
   pb_double(&ev, 1, now);
   pb_str(&ev, 3, "brain.Event:2");
   acc_result rc = write_record(t, &ev);
-  if (rc == ACC_OK && fflush(t->f) != 0) rc = acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed", t->path);
+  if (rc == ACC_OK && fflush(t->f) != 0)
+    rc = acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed", t->path);
   if (rc != ACC_OK) {
     fclose(t->f);
     acc__free(t);
@@ -230,7 +237,8 @@ static acc_result write_summary_event(acc__tb *t, pb *summary, int64_t step) {
   pb_int(&ev, 2, step);
   pb_msg(&ev, 5, summary);
   ACC_CHECK(write_record(t, &ev));
-  if (fflush(t->f) != 0) return acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed", t->path);
+  if (fflush(t->f) != 0)
+    return acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed", t->path);
   return ACC_OK;
 }
 
@@ -238,7 +246,8 @@ acc_result acc__tb_hparams(acc__tb *t, const acc_kv *config, size_t n) {
   /* keep a copy for the experiment summary written at the end */
   size_t bytes = 0;
   for (size_t i = 0; i < n; i++)
-    bytes += strlen(config[i].key) + 1 + (config[i].type == ACC_VALUE_STRING ? strlen(config[i].string) + 1 : 0);
+    bytes += strlen(config[i].key) + 1 +
+             (config[i].type == ACC_VALUE_STRING ? strlen(config[i].string) + 1 : 0);
   t->hparams = acc__calloc(n ? n : 1, sizeof *t->hparams);
   t->hp_strings = acc__malloc(bytes + 1);
   if (!t->hparams || !t->hp_strings) return ACC_ERR_NOMEM;
@@ -323,7 +332,9 @@ acc_result acc__tb_close(acc__tb *t, int success) {
     for (size_t i = 0; i < t->nhparams; i++) {
       pb info = {0};
       pb_str(&info, 1, t->hparams[i].key);
-      int type = t->hparams[i].type == ACC_VALUE_STRING ? 1 : t->hparams[i].type == ACC_VALUE_BOOL ? 2 : 3;
+      int type = t->hparams[i].type == ACC_VALUE_STRING ? 1
+                 : t->hparams[i].type == ACC_VALUE_BOOL ? 2
+                                                        : 3;
       pb_int(&info, 4, type);
       pb_msg(&exp, 4, &info);
     }

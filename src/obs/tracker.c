@@ -23,7 +23,7 @@ typedef struct tracker {
 
 struct acc_trackers {
   uint32_t magic;
-  int active;  /* main process: 1; elsewhere 0 and nothing is written */
+  int active; /* main process: 1; elsewhere 0 and nothing is written */
   int started, finished;
   char *logging_dir;
   char *run_dir;
@@ -39,13 +39,17 @@ static double wall_now(void) {
 }
 
 static acc_result check_kvs(const char *fn, const acc_kv *kv, size_t n) {
-  if (n && !kv) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: values is NULL but n is %zu", fn, n);
+  if (n && !kv)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: values is NULL but n is %zu", fn, n);
   for (size_t i = 0; i < n; i++) {
-    if (!kv[i].key || !*kv[i].key) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: entry %zu has no key", fn, i);
+    if (!kv[i].key || !*kv[i].key)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: entry %zu has no key", fn, i);
     if ((unsigned)kv[i].type > ACC_VALUE_BOOL)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: \"%s\" has an unknown type %d", fn, kv[i].key, (int)kv[i].type);
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: \"%s\" has an unknown type %d", fn,
+                        kv[i].key, (int)kv[i].type);
     if (kv[i].type == ACC_VALUE_STRING && !kv[i].string)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: \"%s\" is a string but its value is NULL", fn, kv[i].key);
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: \"%s\" is a string but its value is NULL",
+                        fn, kv[i].key);
   }
   return ACC_OK;
 }
@@ -117,7 +121,8 @@ static acc_result jsonl_log(void *user, const acc_kv *values, size_t n, int64_t 
 static acc_result file_finish(void *user) {
   file_tracker *ft = user;
   acc_result rc = ACC_OK;
-  if (ft->f && fclose(ft->f) != 0) rc = acc__error(ACC_ERR_IO, "closing \"%s\" failed: %s", ft->path, strerror(errno));
+  if (ft->f && fclose(ft->f) != 0)
+    rc = acc__error(ACC_ERR_IO, "closing \"%s\" failed: %s", ft->path, strerror(errno));
   free(ft);
   return rc;
 }
@@ -162,7 +167,8 @@ static acc_result csv_config(void *user, const acc_kv *config, size_t n) {
     }
     fputc('\n', f);
   }
-  if (fclose(f) != 0) return acc__error(ACC_ERR_IO, "writing \"%s\" failed: %s", path, strerror(errno));
+  if (fclose(f) != 0)
+    return acc__error(ACC_ERR_IO, "writing \"%s\" failed: %s", path, strerror(errno));
   return ACC_OK;
 }
 
@@ -184,7 +190,8 @@ static acc_result csv_log(void *user, const acc_kv *values, size_t n, int64_t st
   return flushed(ft);
 }
 
-/* ---- TensorBoard ------------------------------------------------------------------------------ */
+/* ---- TensorBoard ------------------------------------------------------------------------------
+ */
 
 typedef struct tb_tracker {
   acc__tb *tb;
@@ -209,26 +216,31 @@ static acc_result tb_finish(void *user) {
   return rc;
 }
 
-/* ---- the tracker list ------------------------------------------------------------------------- */
+/* ---- the tracker list -------------------------------------------------------------------------
+ */
 
 static acc_result add_builtin(acc_trackers *tr, const char *name) {
   acc_tracker_callbacks cb = ACC_TRACKER_CALLBACKS_INIT;
   void *user;
   if (strcmp(name, "jsonl") == 0) {
-    cb = (acc_tracker_callbacks){sizeof cb, ACC_TRACKER_CALLBACKS_VERSION, "jsonl", jsonl_start, jsonl_config,
-                                 jsonl_log, file_finish};
+    cb = (acc_tracker_callbacks){
+        sizeof cb,  ACC_TRACKER_CALLBACKS_VERSION, "jsonl", jsonl_start, jsonl_config, jsonl_log,
+        file_finish};
     user = calloc(1, sizeof(file_tracker));
   } else if (strcmp(name, "csv") == 0) {
-    cb = (acc_tracker_callbacks){sizeof cb, ACC_TRACKER_CALLBACKS_VERSION, "csv", csv_start, csv_config, csv_log,
-                                 file_finish};
+    cb = (acc_tracker_callbacks){
+        sizeof cb,  ACC_TRACKER_CALLBACKS_VERSION, "csv", csv_start, csv_config, csv_log,
+        file_finish};
     user = calloc(1, sizeof(file_tracker));
   } else if (strcmp(name, "tensorboard") == 0) {
-    cb = (acc_tracker_callbacks){sizeof cb, ACC_TRACKER_CALLBACKS_VERSION, "tensorboard", tb_start, tb_config, tb_log,
-                                 tb_finish};
+    cb = (acc_tracker_callbacks){
+        sizeof cb, ACC_TRACKER_CALLBACKS_VERSION, "tensorboard", tb_start, tb_config, tb_log,
+        tb_finish};
     user = calloc(1, sizeof(tb_tracker));
   } else {
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "log_with: unknown tracker \"%s\" (built in: tensorboard, jsonl, csv, all)", name);
+                      "log_with: unknown tracker \"%s\" (built in: tensorboard, jsonl, csv, all)",
+                      name);
   }
   for (size_t i = 0; i < tr->n; i++)
     if (tr->t[i].builtin && strcmp(tr->t[i].cb.name, name) == 0) {
@@ -280,12 +292,16 @@ acc_result acc_trackers_create(acc_trackers **out, acc_state *st, const char *lo
 }
 
 acc_result acc_trackers_add(acc_trackers *tr, const acc_tracker_callbacks *cb, void *user) {
-  if (!valid(tr)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_trackers_add: not a tracker list");
+  if (!valid(tr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_trackers_add: not a tracker list");
   if (!cb || cb->size < sizeof *cb || cb->version != ACC_TRACKER_CALLBACKS_VERSION)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_trackers_add: callbacks not initialized with ACC_TRACKER_CALLBACKS_INIT");
-  if (tr->started) return acc__error(ACC_ERR_INVALID_USAGE, "acc_trackers_add: call it before acc_init_trackers");
-  if (tr->n == MAX_TRACKERS) return acc__error(ACC_ERR_INVALID_USAGE, "too many trackers (at most %d)", MAX_TRACKERS);
+    return acc__error(
+        ACC_ERR_INVALID_ARGUMENT,
+        "acc_trackers_add: callbacks not initialized with ACC_TRACKER_CALLBACKS_INIT");
+  if (tr->started)
+    return acc__error(ACC_ERR_INVALID_USAGE, "acc_trackers_add: call it before acc_init_trackers");
+  if (tr->n == MAX_TRACKERS)
+    return acc__error(ACC_ERR_INVALID_USAGE, "too many trackers (at most %d)", MAX_TRACKERS);
   tr->t[tr->n] = (tracker){*cb, user, 0};
   if (!tr->t[tr->n].cb.name) tr->t[tr->n].cb.name = "custom";
   tr->n++;
@@ -298,9 +314,12 @@ static acc_result blame(acc_result rc, const tracker *t, const char *what) {
   return acc__error_context(rc, "tracker \"%s\" (%s)", t->cb.name, what);
 }
 
-acc_result acc_init_trackers(acc_trackers *tr, const char *project_name, const acc_kv *config, size_t n) {
-  if (!valid(tr)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_init_trackers: not a tracker list");
-  if (!project_name || !*project_name || strchr(project_name, '/') || strcmp(project_name, "..") == 0)
+acc_result acc_init_trackers(acc_trackers *tr, const char *project_name, const acc_kv *config,
+                             size_t n) {
+  if (!valid(tr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_init_trackers: not a tracker list");
+  if (!project_name || !*project_name || strchr(project_name, '/') ||
+      strcmp(project_name, "..") == 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_init_trackers: project_name \"%s\" must be a non-empty name without '/'",
                       project_name ? project_name : "(null)");
@@ -317,17 +336,21 @@ acc_result acc_init_trackers(acc_trackers *tr, const char *project_name, const a
     tracker *t = &tr->t[i];
     if (t->cb.start) ACC_CHECK(blame(t->cb.start(t->user, project_name, tr->run_dir), t, "start"));
     if (t->cb.store_init_configuration)
-      ACC_CHECK(blame(t->cb.store_init_configuration(t->user, config, n), t, "store_init_configuration"));
+      ACC_CHECK(
+          blame(t->cb.store_init_configuration(t->user, config, n), t, "store_init_configuration"));
   }
   if (tr->n) acc__log(ACC_LOG_DEBUG, "trackers started in %s", tr->run_dir);
   return ACC_OK;
 }
 
 acc_result acc_tracker_log(acc_trackers *tr, const acc_kv *values, size_t n, int64_t step) {
-  if (!valid(tr)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_tracker_log: not a tracker list");
+  if (!valid(tr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_tracker_log: not a tracker list");
   ACC_CHECK(check_kvs("acc_tracker_log", values, n));
-  if (!tr->started) return acc__error(ACC_ERR_INVALID_USAGE, "acc_tracker_log: call acc_init_trackers first");
-  if (tr->finished) return acc__error(ACC_ERR_INVALID_USAGE, "acc_tracker_log: after acc_end_training");
+  if (!tr->started)
+    return acc__error(ACC_ERR_INVALID_USAGE, "acc_tracker_log: call acc_init_trackers first");
+  if (tr->finished)
+    return acc__error(ACC_ERR_INVALID_USAGE, "acc_tracker_log: after acc_end_training");
   if (step < 0) step = tr->last_step + 1;
   tr->last_step = step;
   if (!tr->active) return ACC_OK;
@@ -363,7 +386,8 @@ static acc_result finish_all(acc_trackers *tr) {
 }
 
 acc_result acc_end_training(acc_trackers *tr) {
-  if (!valid(tr)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_end_training: not a tracker list");
+  if (!valid(tr))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_end_training: not a tracker list");
   if (tr->finished) return ACC_OK;
   tr->finished = 1;
   return finish_all(tr);

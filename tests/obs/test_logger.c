@@ -74,15 +74,20 @@ static void files_mode(const char *base) {
   CHECK(count_substr(text, want) == 1, "in-order line in %s:\n%s", path, text);
   CHECK(strstr(text, "hidden debug line") == NULL, "DEBUG filtered at INFO");
   snprintf(want, sizeof want, "[RANK %d] ", rank);
-  CHECK(count_substr(text, want) == count_substr(text, "\n"), "every line starts with %s:\n%s", want, text);
+  CHECK(count_substr(text, want) == count_substr(text, "\n"), "every line starts with %s:\n%s",
+        want, text);
   CHECK(strstr(text, "\n\n") == NULL, "no blank lines:\n%s", text);
   if (rank == 0) {
-    CHECK(count_substr(text, "INFO test: main only 42\n") == 1, "main-only line on rank 0:\n%s", text);
-    CHECK(count_substr(text, "DEBUG test: debug now shown\n") == 1, "debug line after set_level:\n%s", text);
-    CHECK(strstr(text, "INFO accelerate: tensorboard tracker: writing ") != NULL, "library message:\n%s", text);
+    CHECK(count_substr(text, "INFO test: main only 42\n") == 1, "main-only line on rank 0:\n%s",
+          text);
+    CHECK(count_substr(text, "DEBUG test: debug now shown\n") == 1,
+          "debug line after set_level:\n%s", text);
+    CHECK(strstr(text, "INFO accelerate: tensorboard tracker: writing ") != NULL,
+          "library message:\n%s", text);
     CHECK(count_substr(text, "\n") == 5, "5 lines on rank 0:\n%s", text);
   } else {
-    CHECK(count_substr(text, "\n") == 2, "2 lines on rank %d (no main-only lines):\n%s", rank, text);
+    CHECK(count_substr(text, "\n") == 2, "2 lines on rank %d (no main-only lines):\n%s", rank,
+          text);
   }
 }
 
@@ -94,7 +99,8 @@ static void order_mode(const char *base) {
   acc_logger *lg;
   REQUIRE_OK(acc_get_logger("order", ACC_LOG_INFO, &lg));
   enum { ROUNDS = 20 };
-  for (int k = 0; k < ROUNDS; k++) CHECK_OK(acc_log_ex(lg, ACC_LOG_INFO, ACC_LOG_IN_ORDER, "round %d rank %d", k, rank));
+  for (int k = 0; k < ROUNDS; k++)
+    CHECK_OK(acc_log_ex(lg, ACC_LOG_INFO, ACC_LOG_IN_ORDER, "round %d rank %d", k, rank));
   REQUIRE_OK(acc_wait_for_everyone(acc_state_get()));
   if (rank == 0) {
     const char *text = slurp(path);
@@ -147,13 +153,16 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "env") == 0 || strcmp(mode, "badenv") == 0) {
     acc_logger *lg = NULL;
     if (strcmp(mode, "badenv") == 0) {
-      CHECK_ERR(acc_get_logger("x", ACC_UNSET, &lg), ACC_ERR_INVALID_ARGUMENT, "ACCELERATE_LOG_LEVEL=\"loud\"");
+      CHECK_ERR(acc_get_logger("x", ACC_UNSET, &lg), ACC_ERR_INVALID_ARGUMENT,
+                "ACCELERATE_LOG_LEVEL=\"loud\"");
       CHECK_OK(acc_get_logger("x", ACC_LOG_ERROR, &lg)); /* a level from the program needs no env */
       CHECK(acc_logger_level(lg) == ACC_LOG_ERROR, "explicit level");
     } else {
       REQUIRE_OK(acc_get_logger("x", ACC_UNSET, &lg));
-      CHECK(acc_logger_level(lg) == ACC_LOG_WARNING, "ACCELERATE_LOG_LEVEL=warning: %d", acc_logger_level(lg));
-      CHECK(!acc_logger_enabled(lg, ACC_LOG_INFO) && acc_logger_enabled(lg, ACC_LOG_ERROR), "enabled");
+      CHECK(acc_logger_level(lg) == ACC_LOG_WARNING, "ACCELERATE_LOG_LEVEL=warning: %d",
+            acc_logger_level(lg));
+      CHECK(!acc_logger_enabled(lg, ACC_LOG_INFO) && acc_logger_enabled(lg, ACC_LOG_ERROR),
+            "enabled");
       acc_logger *y;
       REQUIRE_OK(acc_get_logger("y", ACC_LOG_DEBUG, &y));
       CHECK(acc_logger_level(y) == ACC_LOG_DEBUG, "the program's level wins over the environment");
@@ -172,15 +181,17 @@ int main(int argc, char **argv) {
   rank = acc_state_process_index(st);
   np = acc_state_num_processes(st);
   acc_test_rank = rank;
-  if (strcmp(mode, "files") == 0) files_mode(argv[2]);
-  else order_mode(argv[2]);
+  if (strcmp(mode, "files") == 0)
+    files_mode(argv[2]);
+  else
+    order_mode(argv[2]);
   /* passed: leave nothing behind (each run writes under its own run id) */
   REQUIRE_OK(acc_wait_for_everyone(st));
   const char *run = getenv("ACCELERATE_RUN_ID");
   if (rank == 0 && acc_test_failures == 0 && run) {
     char cmd[1400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'/logger_np%d_%s '%s'/logger_order_np%d_%s.log", argv[2], np, run, argv[2],
-             np, run);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/logger_np%d_%s '%s'/logger_order_np%d_%s.log", argv[2],
+             np, run, argv[2], np, run);
     CHECK(system(cmd) == 0, "cleanup");
   }
   acc_state_destroy(st);

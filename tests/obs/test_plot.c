@@ -16,9 +16,12 @@ static void write_run(const char *logdir, const char *name, double scale) {
   REQUIRE_OK(acc_trackers_create(&tr, NULL, "jsonl", pc));
   REQUIRE_OK(acc_init_trackers(tr, name, NULL, 0));
   for (int s = 1; s <= 40; s++) {
-    acc_kv v[] = {ACC_KV_NUM("throughput", 9000 + 300 * sin(s)), ACC_KV_NUM("loss", scale * 2.3 / sqrt(s)),
-                  ACC_KV_NUM("lr", 0.01 * (1 - s / 50.0)), ACC_KV_NUM("accuracy", 0.9 - 0.5 / s),
-                  ACC_KV_NUM("grad_norm", 1.0 / s), ACC_KV_INT("epoch", 1)};
+    acc_kv v[] = {ACC_KV_NUM("throughput", 9000 + 300 * sin(s)),
+                  ACC_KV_NUM("loss", scale * 2.3 / sqrt(s)),
+                  ACC_KV_NUM("lr", 0.01 * (1 - s / 50.0)),
+                  ACC_KV_NUM("accuracy", 0.9 - 0.5 / s),
+                  ACC_KV_NUM("grad_norm", 1.0 / s),
+                  ACC_KV_INT("epoch", 1)};
     REQUIRE_OK(acc_tracker_log(tr, v, 6, s * 10));
   }
   acc_trackers_destroy(tr);
@@ -60,21 +63,25 @@ int main(int argc, char **argv) {
   CHECK(text && strncmp(text, "<?xml", 5) == 0 && strstr(text, "</svg>\n"), "an SVG document");
   if (text) {
     /* 5 metrics (epoch is bookkeeping), 2 runs each: 10 curves */
-    CHECK(count_substr(text, "<polyline") == 10, "10 curves, got %d", count_substr(text, "<polyline"));
-    CHECK(strstr(text, ">baseline</text>") && strstr(text, ">bigger-lr</text>"), "legend names both runs");
-    const char *order[] = {">loss</text>", ">accuracy</text>", ">learning rate</text>", ">throughput</text>",
-                           ">grad_norm</text>"};
+    CHECK(count_substr(text, "<polyline") == 10, "10 curves, got %d",
+          count_substr(text, "<polyline"));
+    CHECK(strstr(text, ">baseline</text>") && strstr(text, ">bigger-lr</text>"),
+          "legend names both runs");
+    const char *order[] = {">loss</text>", ">accuracy</text>", ">learning rate</text>",
+                           ">throughput</text>", ">grad_norm</text>"};
     const char *p = text;
     for (int i = 0; i < 5; i++) {
       const char *at = strstr(p, order[i]);
       CHECK(at != NULL, "panel %s in order", order[i]);
       if (at) p = at;
     }
-    CHECK(strstr(text, "throughput (samples/s)") && strstr(text, "step (optimizer steps)"), "axis units");
+    CHECK(strstr(text, "throughput (samples/s)") && strstr(text, "step (optimizer steps)"),
+          "axis units");
     CHECK(strstr(text, ">400</text>") && strstr(text, ">0.010</text>"), "tick labels");
     CHECK(strstr(text, "epoch") == NULL, "epoch is not drawn");
   }
-  CHECK(access("/usr/bin/rsvg-convert", X_OK) == 0, "rsvg-convert (Debian librsvg2-bin) is needed: scripts/deps.sh");
+  CHECK(access("/usr/bin/rsvg-convert", X_OK) == 0,
+        "rsvg-convert (Debian librsvg2-bin) is needed: scripts/deps.sh");
   CHECK(written == 1, "PNG written");
   /* 2 columns of 460 px; legend 48 px + 3 rows of 300 px */
   snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/check_png.py '%s' 920 948", argv[2], png);

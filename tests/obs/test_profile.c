@@ -22,7 +22,8 @@ static int fetch(int64_t i, void *const *fields, void *payload) {
   return 0;
 }
 
-static void train(acc_accelerator *acc, acc_dataloader *dl, acc_optimizer *opt, float *w, float *g, int steps) {
+static void train(acc_accelerator *acc, acc_dataloader *dl, acc_optimizer *opt, float *w, float *g,
+                  int steps) {
   const acc_batch *b;
   for (int s = 0; s < steps; s++) {
     REQUIRE_OK(acc_accelerator_next_batch(acc, dl, &b));
@@ -70,7 +71,8 @@ static void check_trace(const char *dir, int expect_ckpt) {
     CHECK(json_integer_value(json_object_get(e, "pid")) == rank, "pid is the rank");
     if (ph && strcmp(ph, "X") == 0) {
       complete++;
-      CHECK(json_number_value(json_object_get(e, "ts")) >= 0 && json_number_value(json_object_get(e, "dur")) >= 0,
+      CHECK(json_number_value(json_object_get(e, "ts")) >= 0 &&
+                json_number_value(json_object_get(e, "dur")) >= 0,
             "ts/dur of event %zu", i);
       CHECK(json_is_integer(json_object_get(e, "tid")), "tid");
     }
@@ -79,8 +81,9 @@ static void check_trace(const char *dir, int expect_ckpt) {
   CHECK(find_event(events, "next_batch", "data"), "waiting for a batch");
   CHECK(find_event(events, "backward_sync", "communication"), "backward sync");
   json_t *bucket = find_event(events, "grad_sync.bucket", "communication");
-  CHECK(bucket && json_integer_value(json_object_get(json_object_get(bucket, "args"), "index")) >= 0,
-        "gradient bucket with its index");
+  CHECK(
+      bucket && json_integer_value(json_object_get(json_object_get(bucket, "args"), "index")) >= 0,
+      "gradient bucket with its index");
   CHECK(find_event(events, "optimizer_step", "optimizer"), "optimizer step");
   CHECK(find_event(events, "all_reduce", "communication"), "collective");
   if (expect_ckpt) CHECK(find_event(events, "save_state", "checkpoint"), "checkpoint write");
@@ -102,13 +105,15 @@ static void check_trace(const char *dir, int expect_ckpt) {
     }
   }
   fclose(f);
-  CHECK(cats == 5 && fabs(total - 100.0) < 0.6, "5 shares adding up to 100%%: %d, %.2f", cats, total);
+  CHECK(cats == 5 && fabs(total - 100.0) < 0.6, "5 shares adding up to 100%%: %d, %.2f", cats,
+        total);
 }
 
 int main(int argc, char **argv) {
   REQUIRE_OK(argc == 2 ? ACC_OK : ACC_ERR_INVALID_ARGUMENT);
   const char *env_dir = getenv("ACCELERATE_PROFILE");
-  CHECK(env_dir && acc_profile_active(), "ACCELERATE_PROFILE started the profiler at program start");
+  CHECK(env_dir && acc_profile_active(),
+        "ACCELERATE_PROFILE started the profiler at program start");
 
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.bucket_cap_bytes = 16; /* two buckets of 4 floats */
@@ -140,7 +145,8 @@ int main(int argc, char **argv) {
 
   train(acc, dl, opt, w, g, 6);
   float x = 1.0f;
-  REQUIRE_OK(acc_accelerator_reduce(acc, &x, &x, 1, ACC_F32, ACC_SUM)); /* a collective at any size */
+  REQUIRE_OK(
+      acc_accelerator_reduce(acc, &x, &x, 1, ACC_F32, ACC_SUM)); /* a collective at any size */
   char ckpt[1100];
   snprintf(ckpt, sizeof ckpt, "%s/profile_ckpt_np%d", argv[1], acc_state_num_processes(st));
   if (rank == 0) {
@@ -171,7 +177,8 @@ int main(int argc, char **argv) {
     ACC_PROF_SCOPE(ACC_PROF_OTHER, "off");
   }
   struct mallinfo2 after = mallinfo2();
-  CHECK(before.uordblks == after.uordblks && before.hblkhd == after.hblkhd, "spans allocated while off");
+  CHECK(before.uordblks == after.uordblks && before.hblkhd == after.hblkhd,
+        "spans allocated while off");
   char dir3[1100];
   snprintf(dir3, sizeof dir3, "%s/profile_off_np%d", argv[1], acc_state_num_processes(st));
   CHECK_OK(acc_profile_start(dir3));

@@ -34,15 +34,16 @@ int main(void) {
   acc_progress *p = bar_on(f, "epoch 1/5", 938, 0, 10);
   acc_progress_update_at(p, 469, 30016, 2.0); /* 50%: prints a line, sets the counters */
   acc_progress_format(p, 2.0, line, sizeof line);
-  CHECK(strcmp(line, "epoch 1/5 [##########..........] 469/938 50% 15008 samples/s ETA 0:02") == 0, "got \"%s\"",
-        line);
+  CHECK(strcmp(line, "epoch 1/5 [##########..........] 469/938 50% 15008 samples/s ETA 0:02") == 0,
+        "got \"%s\"", line);
   acc_progress_destroy(p);
   p = bar_on(f, "", 10, 0, 10);
   acc_progress_format(p, 0.0, line, sizeof line);
   CHECK(strcmp(line, "[....................] 0/10 0% - steps/s ETA -") == 0, "start: \"%s\"", line);
   acc_progress_update_at(p, 1, 64, 400.0);
   acc_progress_format(p, 400.0, line, sizeof line);
-  CHECK(strcmp(line, "[##..................] 1/10 10% 0 samples/s ETA 1:00:00") == 0, "long ETA: \"%s\"", line);
+  CHECK(strcmp(line, "[##..................] 1/10 10% 0 samples/s ETA 1:00:00") == 0,
+        "long ETA: \"%s\"", line);
   acc_progress_destroy(p);
   fclose(f);
 
@@ -52,16 +53,19 @@ int main(void) {
   for (int k = 0; k < 2; k++) {
     f = tmpfile();
     p = bar_on(f, "eval", 100, 0, every[k]);
-    for (int s = 1; s <= 100; s++) acc_progress_update_at(p, (uint64_t)s, (uint64_t)s * 10, s * 0.01);
+    for (int s = 1; s <= 100; s++)
+      acc_progress_update_at(p, (uint64_t)s, (uint64_t)s * 10, s * 0.01);
     acc_progress_finish_at(p, 1.0);
     acc_progress_destroy(p); /* after finish: prints nothing more */
     slurp(f, out, sizeof out);
-    CHECK(count(out, '\n') == lines[k] && count(out, '\r') == 0, "%zu plain lines, got:\n%s", lines[k], out);
+    CHECK(count(out, '\n') == lines[k] && count(out, '\r') == 0, "%zu plain lines, got:\n%s",
+          lines[k], out);
     if (k == 0) {
       const char *first = "eval [##..................] 10/100 10% 1000 samples/s ETA 0:01\n";
       CHECK(strncmp(out, first, strlen(first)) == 0, "first line: %s", out);
     }
-    CHECK(strstr(out, "eval [####################] 100/100 100% 1000 samples/s ETA 0:00\n") != NULL, "last line");
+    CHECK(strstr(out, "eval [####################] 100/100 100% 1000 samples/s ETA 0:00\n") != NULL,
+          "last line");
     fclose(f);
   }
 
@@ -75,7 +79,8 @@ int main(void) {
   size_t n = slurp(f, out, sizeof out);
   CHECK(count(out, '\r') == 3 && count(out, '\n') == 1 && n > 0 && out[n - 1] == '\n',
         "3 redraws and one newline, got \"%s\"", out);
-  CHECK(strstr(out, "2/4") == NULL && strstr(out, "\rt [###############.....] 3/4 75% 20 samples/s ETA 0:00\033[K"),
+  CHECK(strstr(out, "2/4") == NULL &&
+            strstr(out, "\rt [###############.....] 3/4 75% 20 samples/s ETA 0:00\033[K"),
         "TTY content: \"%s\"", out);
   acc_progress_destroy(p);
   fclose(f);
@@ -96,7 +101,8 @@ int main(void) {
   acc_progress_finish_at(p, 2.0);
   acc_log(lg, ACC_LOG_INFO, "after the bar");
   size_t n2 = slurp(f, out, sizeof out);
-  CHECK(out[n2 - 1] == '\n' && count(out + n, '\r') == 1, "nothing touched after finish: \"%s\"", out + n);
+  CHECK(out[n2 - 1] == '\n' && count(out + n, '\r') == 1, "nothing touched after finish: \"%s\"",
+        out + n);
   acc_progress_destroy(p);
   fclose(f);
 
@@ -106,6 +112,7 @@ int main(void) {
   bad.every_percent = 0;
   CHECK_ERR(acc_progress_create(&p, NULL, "x", 1, &bad), ACC_ERR_INVALID_ARGUMENT, "every_percent");
   acc_progress_options zero = {0};
-  CHECK_ERR(acc_progress_create(&p, NULL, "x", 1, &zero), ACC_ERR_INVALID_ARGUMENT, "ACC_PROGRESS_OPTIONS_INIT");
+  CHECK_ERR(acc_progress_create(&p, NULL, "x", 1, &zero), ACC_ERR_INVALID_ARGUMENT,
+            "ACC_PROGRESS_OPTIONS_INIT");
   return acc_test_finish("obs_progress");
 }

@@ -92,7 +92,8 @@ int main(int argc, char **argv) {
 
   /* unknown names are refused on every process */
   acc_trackers *tr;
-  CHECK_ERR(acc_trackers_create(&tr, st, "tensorboard,wandb", pc), ACC_ERR_INVALID_ARGUMENT, "\"wandb\"");
+  CHECK_ERR(acc_trackers_create(&tr, st, "tensorboard,wandb", pc), ACC_ERR_INVALID_ARGUMENT,
+            "\"wandb\"");
 
   REQUIRE_OK(acc_trackers_create(&tr, st, "tensorboard,jsonl,csv", pc));
   custom c = {0};
@@ -103,8 +104,8 @@ int main(int argc, char **argv) {
   cb.log = c_log;
   cb.finish = c_finish;
   CHECK_OK(acc_trackers_add(tr, &cb, &c));
-  acc_kv config[] = {ACC_KV_NUM("lr", 0.01), ACC_KV_INT("batch_size", 64), ACC_KV_STR("optimizer", "sgd"),
-                     ACC_KV_BOOL("overlap", 0)};
+  acc_kv config[] = {ACC_KV_NUM("lr", 0.01), ACC_KV_INT("batch_size", 64),
+                     ACC_KV_STR("optimizer", "sgd"), ACC_KV_BOOL("overlap", 0)};
   CHECK_ERR(acc_tracker_log(tr, config, 1, 0), ACC_ERR_INVALID_USAGE, "acc_init_trackers first");
   CHECK_OK(acc_init_trackers(tr, "fmnist", config, 4));
   for (int s = 0; s < 5; s++) {
@@ -118,17 +119,20 @@ int main(int argc, char **argv) {
   CHECK_ERR(acc_tracker_log(tr, bad, 1, 0), ACC_ERR_INVALID_ARGUMENT, "has no key");
   char run_dir[1100];
   snprintf(run_dir, sizeof run_dir, "%s/fmnist", logdir);
-  if (rank == 0) CHECK(acc_trackers_run_dir(tr) && strcmp(acc_trackers_run_dir(tr), run_dir) == 0, "run dir");
-  else CHECK(acc_trackers_run_dir(tr) == NULL, "no run dir off the main process");
+  if (rank == 0)
+    CHECK(acc_trackers_run_dir(tr) && strcmp(acc_trackers_run_dir(tr), run_dir) == 0, "run dir");
+  else
+    CHECK(acc_trackers_run_dir(tr) == NULL, "no run dir off the main process");
   CHECK_OK(acc_end_training(tr));
   CHECK_ERR(acc_tracker_log(tr, last, 1, -1), ACC_ERR_INVALID_USAGE, "after acc_end_training");
   acc_trackers_destroy(tr);
   acc_project_config_destroy(pc);
 
   if (rank == 0) {
-    CHECK(c.starts == 1 && c.configs == 1 && c.logs == 6 && c.finishes == 1, "custom callbacks %d %d %d %d",
-          c.starts, c.configs, c.logs, c.finishes);
-    CHECK(c.nconfig == 4 && c.last_step == 41 && strcmp(c.run_dir, run_dir) == 0, "custom arguments");
+    CHECK(c.starts == 1 && c.configs == 1 && c.logs == 6 && c.finishes == 1,
+          "custom callbacks %d %d %d %d", c.starts, c.configs, c.logs, c.finishes);
+    CHECK(c.nconfig == 4 && c.last_step == 41 && strcmp(c.run_dir, run_dir) == 0,
+          "custom arguments");
     char path[1200];
     snprintf(path, sizeof path, "%s/run.jsonl", run_dir);
     CHECK(count_lines(path) == 6, "run.jsonl has %d lines", count_lines(path));
@@ -158,8 +162,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/metrics.csv", run_dir);
     CHECK(count_lines(path) == 1 + 5 * 2 + 1, "metrics.csv lines: %d", count_lines(path));
     f = fopen(path, "r");
-    CHECK(f && fgets(line, sizeof line, f) && strcmp(line, "step,time,name,value\n") == 0, "csv header");
-    CHECK(f && fgets(line, sizeof line, f) && strncmp(line, "0,", 2) == 0 && strstr(line, ",loss,2\n"),
+    CHECK(f && fgets(line, sizeof line, f) && strcmp(line, "step,time,name,value\n") == 0,
+          "csv header");
+    CHECK(f && fgets(line, sizeof line, f) && strncmp(line, "0,", 2) == 0 &&
+              strstr(line, ",loss,2\n"),
           "first csv row: %s", line);
     if (f) fclose(f);
 
@@ -167,10 +173,13 @@ int main(int argc, char **argv) {
     CHECK(find_event_file(run_dir, ev, sizeof ev) == 1, "one event file in %s", run_dir);
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 %s/check_tfevents.py '%s' %s "
-             "'tag: \"loss\"\\s+simple_value: 2\\b' 'step: 40.*tag: \"accuracy\"\\s+simple_value: 0\\.9' "
+             "'tag: \"loss\"\\s+simple_value: 2\\b' 'step: 40.*tag: \"accuracy\"\\s+simple_value: "
+             "0\\.9' "
              "'step: 41.*tag: \"throughput\"\\s+simple_value: 12345' "
-             "'tag: \"_hparams_/session_start_info\".*plugin_name: \"hparams\".*key: \"lr\"\\s+value \\{\\s+number_value: 0\\.01' "
-             "'key: \"optimizer\"\\s+value \\{\\s+string_value: \"sgd\"' 'key: \"batch_size\"\\s+value \\{\\s+number_value: 64' "
+             "'tag: \"_hparams_/session_start_info\".*plugin_name: \"hparams\".*key: "
+             "\"lr\"\\s+value \\{\\s+number_value: 0\\.01' "
+             "'key: \"optimizer\"\\s+value \\{\\s+string_value: \"sgd\"' 'key: "
+             "\"batch_size\"\\s+value \\{\\s+number_value: 64' "
              "'tag: \"_hparams_/experiment\".*name: \"lr\".*tag: \"loss\"' "
              "'tag: \"_hparams_/session_end_info\".*status: 1'",
              argv[2], ev, argv[2]);
@@ -190,7 +199,8 @@ int main(int argc, char **argv) {
   for (int s = 1; s <= 10; s++) acc_progress_update_at(bar, (uint64_t)s, 0, s * 0.1);
   acc_progress_destroy(bar);
   long printed = ftell(pf);
-  CHECK(rank == 0 ? printed > 0 : printed == 0, "progress bar on rank %d printed %ld bytes", rank, printed);
+  CHECK(rank == 0 ? printed > 0 : printed == 0, "progress bar on rank %d printed %ld bytes", rank,
+        printed);
   fclose(pf);
 
   /* a failing custom callback: its error comes back with the tracker's name */
