@@ -241,6 +241,8 @@ acc_result acc_profile_stop(void) {
   OUT("  communication  %6.1f%%  %9.3f s\n", busy[ACC_PROF_COMM] * share, busy[ACC_PROF_COMM]);
   OUT("  optimizer      %6.1f%%  %9.3f s\n", busy[ACC_PROF_OPTIM] * share, busy[ACC_PROF_OPTIM]);
   OUT("  checkpoint     %6.1f%%  %9.3f s\n", busy[ACC_PROF_CKPT] * share, busy[ACC_PROF_CKPT]);
+  if (busy[ACC_PROF_OTHER] > 0)
+    OUT("  other          %6.1f%%  %9.3f s\n", busy[ACC_PROF_OTHER] * share, busy[ACC_PROF_OTHER]);
   for (size_t i = 0; i < nstats; i++)
     OUT("  span %-24s %8ld calls  %10.3f ms total  %10.1f us mean\n", stats[i].name, stats[i].count,
         stats[i].total * 1e3, stats[i].total * 1e6 / (double)stats[i].count);
