@@ -17,7 +17,6 @@
 
 #include "idx.h"
 #include "mlp.h"
-#include "progress.h"
 
 typedef struct options {
   int epochs, batch, hidden, layers, quiet, normalize;
@@ -145,10 +144,6 @@ int main(int argc, char **argv) {
   long long samples = 0;
   int first_step = 1;
   for (int epoch = 0; epoch < o.epochs; epoch++) {
-    char label[32];
-    snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
-    progress bar;
-    if (!o.quiet) progress_start(&bar, stdout, label, (uint64_t)steps, -1);
     double t0 = now_s(), loss_sum = 0.0;
     shuffle(perm, N, &rng);
     for (int s = 0; s < steps; s++) {
@@ -174,10 +169,9 @@ int main(int argc, char **argv) {
       }
       for (size_t k = 0; k < P; k++) params[k] -= lr * momentum_buf[k];
       samples += B;
-      if (!o.quiet) progress_update(&bar, (uint64_t)s + 1, (uint64_t)(b0 + B));
     }
     train_s += now_s() - t0;
-    if (!o.quiet) progress_finish(&bar);
+    if (!o.quiet) printf("epoch %d/%d: %d steps in %.1f s\n", epoch + 1, o.epochs, steps, now_s() - t0);
     printf("epoch %d: mean training loss %.4f\n", epoch + 1, loss_sum / steps);
   }
 

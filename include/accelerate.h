@@ -29,5 +29,6 @@
 #include "accelerate/data.h"
 #include "accelerate/accelerator.h"
 #include "accelerate/checkpoint.h"
+#include "accelerate/obs.h"
 
 #endif

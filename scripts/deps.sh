@@ -11,6 +11,8 @@ PACKAGES=(
   dataset-fashion-mnist             # the example's data
   clang libclang-rt-14-dev          # libFuzzer and sanitizer runtimes
   python3 iproute2 procps           # test helpers, network namespaces, ps
+  protobuf-compiler python3-crc32c  # independent readers of the TensorBoard files (tests)
+  librsvg2-bin                      # rsvg-convert: PNG curves (accelerate plot) and their test
 )
 
 missing=()

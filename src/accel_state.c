@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "accel_state.h"
+#include "obs/profile.h"
 #include "ckpt_dir.h"
 #include "json_util.h"
 
@@ -425,6 +426,7 @@ static acc_result prune(const char *project_dir, int limit, long newest) {
 }
 
 acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
+  ACC_PROF_SCOPE(ACC_PROF_CKPT, "save_state");
   if (saved_dir) *saved_dir = NULL;
   acc__accel_parts p;
   ACC_CHECK(acc__accelerator_parts(acc, &p));

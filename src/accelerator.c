@@ -8,6 +8,7 @@
 
 #include "accel_state.h"
 #include "data_internal.h"
+#include "obs/profile.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -329,6 +330,7 @@ acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc) {
 }
 
 acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, const acc_batch **out) {
+  ACC_PROF_SCOPE(ACC_PROF_DATA, "next_batch");
   ACC_CHECK(check(acc, "next_batch"));
   if (!dl || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: NULL argument");
   acc_result rc = acc_dataloader_next(dl, out);
@@ -383,6 +385,7 @@ static void round_grads_f16(acc_model *m) {
 }
 
 acc_result acc_accelerator_backward(acc_accelerator *acc) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "backward_sync");
   ACC_CHECK(check(acc, "backward"));
   if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "backward: prepare the model first (acc_accelerator_prepare_model)");
   if (!acc->sync_gradients) return ACC_OK;
@@ -425,6 +428,7 @@ acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_valu
 }
 
 acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt) {
+  ACC_PROF_SCOPE(ACC_PROF_OPTIM, "optimizer_step");
   ACC_CHECK(check(acc, "optimizer_step"));
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_step: optimizer is NULL");
   if (!acc->sync_gradients) return ACC_OK;

@@ -412,6 +412,7 @@ void acc__ckpt_abort(acc__ckpt_txn *txn) {
 struct acc_project_config {
   uint32_t magic;
   char *project_dir;
+  char *logging_dir; /* NULL: project_dir */
   int automatic;
   int total_limit;
   int64_t iteration;
@@ -445,6 +446,11 @@ acc_result acc_project_config_create(acc_project_config **out, const acc_project
     acc__free(p);
     return ACC_ERR_NOMEM;
   }
+  if (o.logging_dir && *o.logging_dir && !(p->logging_dir = acc__strdup(o.logging_dir))) {
+    acc__free(p->project_dir);
+    acc__free(p);
+    return ACC_ERR_NOMEM;
+  }
   p->magic = ACC__MAGIC_PROJECT;
   p->automatic = o.automatic_checkpoint_naming != 0;
   p->total_limit = o.total_limit > 0 ? o.total_limit : 0;
@@ -457,12 +463,17 @@ void acc_project_config_destroy(acc_project_config *p) {
   if (!valid_project(p)) return;
   p->magic = ACC__MAGIC_DEAD;
   acc__free(p->project_dir);
+  acc__free(p->logging_dir);
   acc__free(p);
 }
 
 int64_t acc_project_config_iteration(const acc_project_config *p) { return valid_project(p) ? p->iteration : -1; }
 
 const char *acc_project_config_dir(const acc_project_config *p) { return valid_project(p) ? p->project_dir : NULL; }
+
+const char *acc_project_config_logging_dir(const acc_project_config *p) {
+  return valid_project(p) ? (p->logging_dir ? p->logging_dir : p->project_dir) : NULL;
+}
 
 acc_result acc_project_config_set_iteration(acc_project_config *p, int64_t iteration) {
   ACC_CHECK(acc__check_handle(p, ACC__HANDLE_PROJECT, "acc_project_config_set_iteration"));

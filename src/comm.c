@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "obs/profile.h"
 
 enum { OP_BARRIER = 1, OP_BROADCAST, OP_ALL_REDUCE, OP_REDUCE, OP_ALL_GATHER, OP_GATHER, OP_ALL_GATHER_BYTES };
 
@@ -103,6 +104,7 @@ static acc_result need_buf(const void *p, const char *fn, const char *what) {
 }
 
 acc_result acc_barrier(acc_state *st) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "barrier");
   call_desc d = {OP_BARRIER, 0, 0, 0, 0};
   ACC_CHECK(enter(st, "barrier", &d));
   if (st->size == 1) return ACC_OK;
@@ -110,6 +112,7 @@ acc_result acc_barrier(acc_state *st) {
 }
 
 acc_result acc_broadcast(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "broadcast");
   call_desc d = {OP_BROADCAST, dtype, (int64_t)count, root, 0};
   ACC_CHECK(enter(st, "broadcast", &d));
   if (count == 0 || st->size == 1) return ACC_OK;
@@ -119,6 +122,7 @@ acc_result acc_broadcast(acc_state *st, void *buf, size_t count, acc_dtype dtype
 
 acc_result acc_all_reduce(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
                           acc_op op) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_reduce");
   call_desc d = {OP_ALL_REDUCE, dtype, (int64_t)count, 0, op};
   ACC_CHECK(enter(st, "all_reduce", &d));
   if (count == 0) return ACC_OK;
@@ -136,6 +140,7 @@ acc_result acc_all_reduce(acc_state *st, const void *send, void *recv, size_t co
 
 acc_result acc_reduce(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
                       acc_op op, int root) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "reduce");
   call_desc d = {OP_REDUCE, dtype, (int64_t)count, root, op};
   ACC_CHECK(enter(st, "reduce", &d));
   if (count == 0) return ACC_OK;
@@ -153,6 +158,7 @@ acc_result acc_reduce(acc_state *st, const void *send, void *recv, size_t count,
 }
 
 acc_result acc_all_gather(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_gather");
   call_desc d = {OP_ALL_GATHER, dtype, (int64_t)count, 0, 0};
   ACC_CHECK(enter(st, "all_gather", &d));
   if (count == 0) return ACC_OK;
@@ -168,6 +174,7 @@ acc_result acc_all_gather(acc_state *st, const void *send, void *recv, size_t co
 
 acc_result acc_gather(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
                       int root) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "gather");
   call_desc d = {OP_GATHER, dtype, (int64_t)count, root, 0};
   ACC_CHECK(enter(st, "gather", &d));
   if (count == 0) return ACC_OK;
@@ -183,6 +190,7 @@ acc_result acc_gather(acc_state *st, const void *send, void *recv, size_t count,
 
 acc_result acc_all_gather_bytes(acc_state *st, const void *send, size_t nbytes, void **out,
                                 size_t **out_sizes) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_gather_bytes");
   if (!out || !out_sizes)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "all_gather_bytes: out and out_sizes must not be NULL");
   *out = NULL;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "grad_sync.h"
+#include "obs/profile.h"
 
 typedef struct bucket {
   size_t first, count; /* parameter indices [first, first+count) in reverse order: see params */
@@ -43,6 +44,7 @@ struct acc__grad_sync {
 };
 
 static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
+  ACC_PROF_SCOPE_ARG(ACC_PROF_COMM, "grad_sync.bucket", b - gs->buckets);
   size_t n = b->numel;
   if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
   if (b->inplace) {

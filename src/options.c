@@ -114,6 +114,7 @@ DEFINE_OPTIONS_INIT(acc_scheduler_options, ACC_SCHEDULER_OPTIONS_VERSION,
 DEFINE_OPTIONS_INIT(acc_grad_scaler_options, ACC_GRAD_SCALER_OPTIONS_VERSION,
                     ACC_GRAD_SCALER_OPTIONS_INIT, sizeof(acc_grad_scaler_options))
 DEFINE_OPTIONS_INIT(acc_project_options, ACC_PROJECT_OPTIONS_VERSION, ACC_PROJECT_OPTIONS_INIT,
-                    sizeof(acc_project_options))
+                    offsetof(acc_project_options, logging_dir), /* 1 */
+                    sizeof(acc_project_options))               /* 2 */
 DEFINE_OPTIONS_INIT(acc_load_options, ACC_LOAD_OPTIONS_VERSION, ACC_LOAD_OPTIONS_INIT,
                     sizeof(acc_load_options))

@@ -1,10 +1,10 @@
-# The Fashion-MNIST support library (IDX reader, MLP, progress bar), shared by the example, the
+# The Fashion-MNIST support library (IDX reader, MLP), shared by the example, the
 # no-library baseline (bench/) and the tests. It does not depend on libaccelerate.
 #   fmnist        MLP products through cblas_sgemm when OpenBLAS is found (USE_CBLAS)
 #   fmnist_plain  the same with the plain C loops, always available (tests cover both paths)
 if(NOT TARGET fmnist)
   set(FMNIST_DIR ${CMAKE_CURRENT_LIST_DIR})
-  set(FMNIST_SOURCES ${FMNIST_DIR}/idx.c ${FMNIST_DIR}/mlp.c ${FMNIST_DIR}/progress.c)
+  set(FMNIST_SOURCES ${FMNIST_DIR}/idx.c ${FMNIST_DIR}/mlp.c)
   find_package(PkgConfig QUIET)
   if(PKG_CONFIG_FOUND)
     pkg_check_modules(OPENBLAS QUIET IMPORTED_TARGET GLOBAL openblas)

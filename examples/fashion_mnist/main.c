@@ -20,7 +20,6 @@
 
 #include "idx.h"
 #include "mlp.h"
-#include "progress.h"
 
 #define MEAN 0.2860f /* Fashion-MNIST training-set pixel mean and std (on [0,1] pixels) */
 #define STD 0.3530f
@@ -34,6 +33,10 @@ typedef struct options {
   long save_every;        /* checkpoint every N optimizer steps (0: never) */
   int resume;             /* load the latest checkpoint of output_dir first */
   const char *output_dir; /* project directory: checkpoints/checkpoint_<i> */
+  const char *log_with;    /* trackers: tensorboard,jsonl,csv (NULL: none) */
+  const char *logging_dir; /* where runs go (default: runs) */
+  const char *run_name;    /* the run's directory under logging_dir (default: fashion_mnist-<time>) */
+  long log_every;          /* log the scalars every N optimizer steps */
 } options;
 
 static void usage(FILE *f) {
@@ -60,11 +63,16 @@ static void usage(FILE *f) {
           "  --output-dir DIR      where checkpoints go: DIR/checkpoints/checkpoint_<i> (3 kept)\n"
           "  --save-every N        save the whole training state every N optimizer steps\n"
           "  --resume              continue from the latest checkpoint in --output-dir\n"
+          "  --log-with LIST       trackers, comma-separated: tensorboard, jsonl, csv, all (none)\n"
+          "  --logging-dir DIR     where runs are written (runs)\n"
+          "  --run-name NAME       the run's directory under --logging-dir (fashion_mnist-<time>)\n"
+          "  --log-every N         log loss, accuracy, lr and throughput every N steps (50)\n"
           "  --quiet               no progress bar\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42, 0, 0, NULL};
+  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42, 0, 0, NULL,
+                 NULL, "runs", NULL, 50};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -90,6 +98,10 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--bucket-kb")) o->bucket_kb = atoi(v);
     else if (ARG("--save-every")) o->save_every = atol(v);
     else if (ARG("--output-dir")) o->output_dir = v;
+    else if (ARG("--log-with")) o->log_with = v;
+    else if (ARG("--logging-dir")) o->logging_dir = v;
+    else if (ARG("--run-name")) o->run_name = v;
+    else if (ARG("--log-every")) o->log_every = atol(v);
     else if (strcmp(a, "--resume") == 0) o->resume = 1;
     else if (strcmp(a, "--overlap") == 0) o->overlap = 1;
     else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
@@ -101,7 +113,7 @@ static int parse(int argc, char **argv, options *o) {
 #undef ARG
   }
   if (o->epochs < 1 || o->batch < 1 || o->hidden < 1 || o->layers < 0 || o->grad_accum < 1 || !(o->lr > 0) ||
-      (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0) || o->save_every < 0 ||
+      (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0) || o->save_every < 0 || o->log_every < 1 ||
       ((o->save_every > 0 || o->resume) && !o->output_dir)) {
     fprintf(stderr, "fashion_mnist: invalid option value (see --help)\n");
     return -1;
@@ -270,6 +282,33 @@ int main(int argc, char **argv) {
   acc_print(st, "training %d epoch(s): %d processes x batch %d (x%d accumulation), %s lr %g, %s\n", o.epochs,
             nprocs, o.batch, o.grad_accum, o.optimizer, o.lr, acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
 
+  /* Trackers (main process only; elsewhere they do nothing): the run's hyperparameters, then
+   * loss / accuracy / lr / throughput every --log-every steps. */
+  acc_project_options lpo = ACC_PROJECT_OPTIONS_INIT;
+  lpo.logging_dir = o.logging_dir;
+  acc_project_config *log_project;
+  TRY(acc_project_config_create(&log_project, &lpo));
+  acc_trackers *trackers;
+  TRY(acc_trackers_create(&trackers, st, o.log_with, log_project));
+  char run_name[96];
+  if (o.run_name) snprintf(run_name, sizeof run_name, "%s", o.run_name);
+  else {
+    /* every process must agree on the name: process 0's clock */
+    int64_t t = (int64_t)time(NULL);
+    TRY(acc_broadcast(st, &t, 1, ACC_I64, 0));
+    struct tm tm;
+    time_t tt = (time_t)t;
+    gmtime_r(&tt, &tm);
+    strftime(run_name, sizeof run_name, "fashion_mnist-%Y%m%d-%H%M%S", &tm);
+  }
+  acc_kv hparams[] = {ACC_KV_INT("epochs", o.epochs), ACC_KV_INT("batch_size", o.batch),
+                      ACC_KV_INT("num_processes", nprocs), ACC_KV_NUM("lr", o.lr),
+                      ACC_KV_STR("optimizer", o.optimizer), ACC_KV_NUM("momentum", o.momentum),
+                      ACC_KV_INT("hidden", o.hidden), ACC_KV_INT("layers", o.layers),
+                      ACC_KV_INT("gradient_accumulation_steps", o.grad_accum), ACC_KV_INT("seed", (int64_t)o.seed),
+                      ACC_KV_STR("mixed_precision", acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)))};
+  TRY(acc_init_trackers(trackers, run_name, hparams, sizeof hparams / sizeof *hparams));
+
   /* 4. The training loop. */
   uint16_t *scratch = compute != ACC_F32 ? malloc((size_t)o.batch * 784 * sizeof *scratch) : NULL;
   if (compute != ACC_F32 && !scratch) {
@@ -279,11 +318,13 @@ int main(int argc, char **argv) {
   double train_time = 0;
   int64_t samples = 0, steps = counters.steps;
   int stop = o.max_steps > 0 && steps >= o.max_steps;
+  double win_loss = 0, win_t0 = now_s();
+  int64_t win_batches = 0, win_correct = 0, win_samples = 0;
   for (int epoch = (int)acc_dataloader_epoch(train_dl); epoch < o.epochs && !stop; epoch++) {
-    progress bar;
+    acc_progress *bar = NULL;
     char label[32];
     snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
-    if (show) progress_start(&bar, stdout, label, (uint64_t)acc_dataloader_len(train_dl), isatty(1));
+    if (show) TRY(acc_progress_create(&bar, st, label, (uint64_t)acc_dataloader_len(train_dl), NULL));
     double t0 = now_s(), loss_sum = 0;
     int64_t nb = 0;
     const acc_batch *b;
@@ -305,25 +346,39 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fashion_mnist: %s\n", mlp_last_error());
         return 1;
       }
+      if (o.log_with) win_correct += mlp_count_correct(net, y, bs);
       TRY(acc_accelerator_backward(acc));
       if (o.clip > 0 && acc_accelerator_sync_gradients(acc)) TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, NULL));
       TRY(acc_accelerator_optimizer_step(acc, opt));
       TRY(acc_accelerator_optimizer_zero_grad(acc, opt));
+      loss_sum += loss;
+      nb++;
+      samples += bs;
+      win_loss += loss;
+      win_batches++;
+      win_samples += bs;
       if (acc_accelerator_sync_gradients(acc)) {
         steps++;
+        if (o.log_with && steps % o.log_every == 0) {
+          double dt = now_s() - win_t0;
+          acc_kv v[] = {ACC_KV_NUM("loss", win_loss / (double)win_batches),
+                        ACC_KV_NUM("accuracy", (double)win_correct / (double)win_samples),
+                        ACC_KV_NUM("lr", acc_optimizer_get_lr(opt)),
+                        ACC_KV_NUM("throughput", dt > 0 ? (double)win_samples * nprocs / dt : 0.0),
+                        ACC_KV_INT("epoch", epoch + 1)};
+          TRY(acc_tracker_log(trackers, v, sizeof v / sizeof *v, steps));
+          win_loss = 0, win_batches = win_correct = win_samples = 0, win_t0 = now_s();
+        }
         if (o.save_every > 0 && steps % o.save_every == 0) {
           counters.steps = steps;
           TRY(acc_accelerator_save_state(acc, NULL, NULL));
         }
       }
-      loss_sum += loss;
-      nb++;
-      samples += bs;
-      if (show) progress_update(&bar, (uint64_t)nb, (uint64_t)(nb * o.batch * nprocs));
+      acc_progress_update(bar, (uint64_t)nb, (uint64_t)(nb * o.batch * nprocs));
       if (o.max_steps > 0 && steps >= o.max_steps) stop = 1;
     }
     train_time += now_s() - t0;
-    if (show) progress_finish(&bar);
+    acc_progress_destroy(bar);
     float mean_loss = nb ? (float)(loss_sum / (double)nb) : 0.0f;
     TRY(acc_accelerator_all_reduce(acc, &mean_loss, &mean_loss, 1, ACC_F32, ACC_MEAN));
     acc_print(st, "epoch %d: mean training loss %.4f\n", epoch + 1, mean_loss);
@@ -358,6 +413,24 @@ int main(int argc, char **argv) {
             (long long)correct, (long long)seen);
   acc_print(st, "throughput: %.0f samples/s in total (%d processes), %.1f MiB peak resident per process\n",
             total_rate, nprocs, max_rss);
+  acc_kv final[] = {ACC_KV_NUM("test_accuracy", seen ? (double)correct / (double)seen : 0.0)};
+  TRY(acc_tracker_log(trackers, final, 1, steps));
+  TRY(acc_end_training(trackers));
+  const char *run_dir = acc_trackers_run_dir(trackers);
+  if (run_dir && o.log_with && (strstr(o.log_with, "jsonl") || strstr(o.log_with, "all"))) {
+    /* The curves of this run: loss, accuracy, lr and throughput against the step. */
+    char svg[1024], png[1024];
+    snprintf(svg, sizeof svg, "%s/curves.svg", run_dir);
+    snprintf(png, sizeof png, "%s/curves.png", run_dir);
+    int png_written = 0;
+    if (acc_plot_runs(&run_dir, 1, svg, png, &png_written) != ACC_OK)
+      fprintf(stderr, "fashion_mnist: plot: %s\n", acc_last_error());
+    else
+      acc_print(st, "curves: %s%s%s\n", svg, png_written ? " and " : "", png_written ? png : "");
+  }
+  if (run_dir) acc_print(st, "logs: %s\n", run_dir);
+  acc_trackers_destroy(trackers);
+  acc_project_config_destroy(log_project);
 
   free(scratch);
   /* Teardown: the accelerator first (it refers to what was prepared), then the prepared

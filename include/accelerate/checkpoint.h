@@ -150,7 +150,8 @@ ACC_EXTERN acc_result acc_load_checkpoint_in_model(acc_model *model, const char 
 /** Name of the marker file that makes a checkpoint directory complete. */
 #define ACC_CHECKPOINT_MARKER "COMPLETE"
 
-#define ACC_PROJECT_OPTIONS_VERSION 1
+/* 2: logging_dir appended. */
+#define ACC_PROJECT_OPTIONS_VERSION 2
 typedef struct acc_project_options {
   size_t size;                     /* set by ACC_PROJECT_OPTIONS_INIT */
   uint32_t version;                /* ACC_PROJECT_OPTIONS_VERSION */
@@ -158,8 +159,9 @@ typedef struct acc_project_options {
   int automatic_checkpoint_naming; /* 1: checkpoints go to <project_dir>/checkpoints/checkpoint_<i> */
   int total_limit;                 /* > 0: keep at most this many checkpoints; ACC_UNSET or 0: no limit */
   int64_t iteration;               /* number of the next automatic checkpoint */
+  const char *logging_dir;         /* where trackers write (acc_trackers_create); NULL: project_dir */
 } acc_project_options;
-#define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0 }
+#define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0, NULL }
 /** Fills opts with the defaults of `version` (ACC_PROJECT_OPTIONS_VERSION; for FFI). */
 ACC_EXTERN acc_result acc_project_options_init(acc_project_options *opts, uint32_t version);
 
@@ -175,6 +177,8 @@ ACC_EXTERN int64_t acc_project_config_iteration(const acc_project_config *p);
 ACC_EXTERN acc_result acc_project_config_set_iteration(acc_project_config *p, int64_t iteration);
 /** The project directory. Borrowed. */
 ACC_EXTERN const char *acc_project_config_dir(const acc_project_config *p);
+/** The logging directory (logging_dir, else the project directory). Borrowed. */
+ACC_EXTERN const char *acc_project_config_logging_dir(const acc_project_config *p);
 
 /**
  * Starts a checkpoint. With automatic naming the target is checkpoints/checkpoint_<iteration>

@@ -7,6 +7,7 @@ int acc_cli_launch(int argc, char **argv);
 int acc_cli_config(int argc, char **argv);
 int acc_cli_env(int argc, char **argv);
 int acc_cli_test(int argc, char **argv);
+int acc_cli_plot(int argc, char **argv);
 /* Hidden: the program that `accelerate test` launches on every process (`accelerate __selftest`). */
 int acc_cli_selftest(int argc, char **argv);
 
