@@ -26,4 +26,8 @@ struct acc_dataset {
   const void *mem[ACC_DATA_MAX_FIELDS]; /* acc_dataset_create_memory: borrowed arrays */
 };
 
+/* Real (non-padding) samples in the last batch of every process together, when every process
+ * yields the same number of batches (what gather_for_metrics keeps on the last batch); else -1. */
+int64_t acc__batch_shard_last_round_real(const acc_batch_shard *sh);
+
 #endif

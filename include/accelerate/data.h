@@ -101,6 +101,23 @@ typedef struct acc_batch_shard acc_batch_shard;
 ACC_EXTERN acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order,
                                              int64_t n, int64_t batch_size, int drop_last,
                                              const acc_shard_config *cfg);
+/**
+ * BatchSamplerShard over a batch sampler given as its list of batches, whose sizes may differ
+ * (e.g. length-bucketed batches for sequence models): batch k holds counts[k] indices, the
+ * batches stored back to back in `indices`. batch_size is the sampler's batch size: 0 when the
+ * batches have no fixed size (every batch then counts as full); else every count must be at most
+ * batch_size and a batch counts as full when it holds exactly batch_size. drop_last is the
+ * sampler's drop_last (it only turns the end-of-epoch padding off here). The rules are those of
+ * acc_batch_shard_create (docs/data.md lists the variable-size cases).
+ * Errors: a count < 1 or > batch_size; split_batches with batch_size 0 or not a multiple of
+ * num_processes. Ownership: acc_batch_shard_destroy; indices and counts are copied.
+ */
+ACC_EXTERN acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out,
+                                                          const int64_t *indices,
+                                                          const int64_t *counts,
+                                                          int64_t num_batches, int64_t batch_size,
+                                                          int drop_last,
+                                                          const acc_shard_config *cfg);
 /** BatchSamplerShard.__len__ (spec formula; in split mode with even_batches off it can exceed
  *  the number of batches actually yielded, as in Accelerate). */
 ACC_EXTERN int64_t acc_batch_shard_len(const acc_batch_shard *sh);
