@@ -198,6 +198,11 @@ acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler
   return ACC_OK;
 }
 
+/* The dispatching loader's broadcast: process 0's bytes to every process of the group. */
+static acc_result dispatch_broadcast(void *buf, size_t bytes, void *payload) {
+  return acc_broadcast((acc_state *)payload, buf, bytes, ACC_U8, 0);
+}
+
 acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
                                               const acc_dataloader_options *opts, acc_dataloader **out) {
   ACC_CHECK(check(acc, "prepare_dataloader"));
@@ -216,6 +221,10 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   uint64_t seed = o.seed;
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */
   o.seed = seed;
+  if (o.dispatch_batches) {
+    o.broadcast = dispatch_broadcast;
+    o.broadcast_payload = acc->st;
+  }
   if (acc->nloaders == acc->cap_loaders) {
     int nc = acc->cap_loaders ? 2 * acc->cap_loaders : 4;
     acc_dataloader **v = acc__realloc(acc->loaders, (size_t)nc * sizeof *v);

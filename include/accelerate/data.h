@@ -168,14 +168,24 @@ typedef int (*acc_collate_fn)(const void *const *samples, int64_t n, int num_fie
                               void *const *batch_fields, const size_t *batch_capacity,
                               size_t *batch_bytes, void *payload);
 
-#define ACC_DATALOADER_OPTIONS_VERSION 1u
+#define ACC_DATALOADER_OPTIONS_VERSION 2u
+
+/**
+ * Broadcast used by a dispatching loader: copies `bytes` bytes of process 0's buf into buf on
+ * every process. Collective: every process calls it in the same order. Returns ACC_OK or an error
+ * (with acc_last_error set). acc_accelerator_prepare_dataloader supplies one over the process
+ * group.
+ */
+typedef acc_result (*acc_dataloader_broadcast_fn)(void *buf, size_t bytes, void *payload);
 
 /** Options of acc_dataloader_create. Initialize with ACC_DATALOADER_OPTIONS_INIT. */
 typedef struct acc_dataloader_options {
   size_t size;                     /* sizeof(acc_dataloader_options), set by the INIT macro */
   uint32_t version;                /* ACC_DATALOADER_OPTIONS_VERSION */
-  int64_t batch_size;              /* per process; the global batch when split_batches */
-  int shuffle;                     /* map-style only: seedable random sampler */
+  int64_t batch_size;              /* per process; the global batch when split_batches; with a
+                                      batch list: the list's fixed size, 0 = none */
+  int shuffle;                     /* map-style: seedable random sampler (batch list: the order
+                                      of the batches is shuffled, each batch stays whole) */
   uint64_t seed;                   /* sampler seed; epoch e uses seed + e */
   int drop_last;
   acc_shard_config shard;          /* num_processes, process_index, split_batches, even_batches */
@@ -183,13 +193,27 @@ typedef struct acc_dataloader_options {
   acc_collate_fn collate;          /* NULL: stack each field */
   void *collate_payload;
   const size_t *collate_capacity;  /* with collate: bytes per batch field (num_fields values) */
+  /* ---- version 2 ---- */
+  /* Map-style: the batch sampler as a list of batches (sizes may differ, e.g. length-bucketed):
+   * batch k holds batch_counts[k] dataset indices, stored back to back in batch_indices. Both
+   * are copied at creation. NULL: BatchSampler(sampler order, batch_size). */
+  const int64_t *batch_indices;
+  const int64_t *batch_counts;
+  int64_t num_batches;
+  /* 1: process 0 alone reads the data (any dataset, e.g. a stream that cannot be sharded) and
+   * sends every process its slice of each global batch through `broadcast`; all processes must
+   * then call acc_dataloader_next together. Runs without the loader thread. */
+  int dispatch_batches;
+  acc_dataloader_broadcast_fn broadcast;
+  void *broadcast_payload;
 } acc_dataloader_options;
 
 #define ACC_DATALOADER_OPTIONS_INIT                                                           \
   { sizeof(acc_dataloader_options), ACC_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0,                \
-    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL }
+    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL }
 
-/** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). */
+/** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). version 1
+ *  fills only the fields of version 1 (the struct an older caller was compiled with). */
 ACC_EXTERN acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version);
 
 /** A batch handed to the program. Borrowed: valid until the next acc_dataloader_next/destroy. */
@@ -218,7 +242,10 @@ ACC_EXTERN acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *d
  * moves to the next epoch (the following call starts it). Ownership: *out is borrowed.
  */
 ACC_EXTERN acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out);
-/** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. */
+/** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. For an epoch
+ *  started with skipped batches (skip_first_batches, state_set) it is the number of batches that
+ *  epoch still yields, as the loader Accelerate's skip_first_batches returns; the following
+ *  epochs report the whole length again. */
 ACC_EXTERN int64_t acc_dataloader_len(const acc_dataloader *dl);
 /** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. */
 ACC_EXTERN int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl);
@@ -231,8 +258,9 @@ ACC_EXTERN int64_t acc_dataloader_epoch(const acc_dataloader *dl);
 /** Sets the epoch of the next iteration (abandons an epoch in progress). */
 ACC_EXTERN acc_result acc_dataloader_set_epoch(acc_dataloader *dl, int64_t epoch);
 /**
- * Skips the first n batches of the next epoch to start (only that epoch; later epochs are whole).
- * ACC_ERR_INVALID_USAGE when called mid-epoch.
+ * Accelerate's skip_first_batches on this loader: the next epoch to start yields only its batches
+ * after the first n (its acc_dataloader_len becomes the remaining count, 0 when n exceeds it);
+ * later epochs are whole again. ACC_ERR_INVALID_USAGE when called mid-epoch.
  */
 ACC_EXTERN acc_result acc_dataloader_skip_first_batches(acc_dataloader *dl, int64_t n);
 
