@@ -99,6 +99,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
       return rc;
     }
   }
+  if (acc_state_is_main_process(st)) acc__warn_old_kernel(); /* as Accelerate, once, on Linux */
   *out = acc;
   return ACC_OK;
 }
