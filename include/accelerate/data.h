@@ -1,7 +1,7 @@
 /* accelerate-c: datasets, samplers, per-process sharding exactly as Accelerate's
  * BatchSamplerShard / IterableDatasetShard, and a prefetching dataloader.
- * Everything here is per-process logic parameterized by (num_processes, process_index); nothing
- * communicates. See docs/data.md. */
+ * Everything here is per-process logic parameterized by (num_processes, process_index); only the
+ * dispatching loader communicates, through the broadcast callback it is given. See docs/data.md. */
 #ifndef ACCELERATE_DATA_H
 #define ACCELERATE_DATA_H
 
@@ -92,7 +92,7 @@ typedef struct acc_shard_config {
 typedef struct acc_batch_shard acc_batch_shard;
 
 /**
- * Applies Accelerate's BatchSamplerShard (spec 6.2) to BatchSampler(order, batch_size,
+ * Applies Accelerate's BatchSamplerShard to BatchSampler(order, batch_size,
  * drop_last): every rule of even_batches, split_batches and drop_last, padding from the start
  * of `order`. With num_processes == 1 the batch sampler is used as is (as prepare_data_loader).
  * @param order the epoch's sample order (n indices); copied.
@@ -118,7 +118,7 @@ ACC_EXTERN acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out,
                                                           int64_t num_batches, int64_t batch_size,
                                                           int drop_last,
                                                           const acc_shard_config *cfg);
-/** BatchSamplerShard.__len__ (spec formula; in split mode with even_batches off it can exceed
+/** BatchSamplerShard.__len__ (Accelerate's formula; in split mode with even_batches off it can exceed
  *  the number of batches actually yielded, as in Accelerate). */
 ACC_EXTERN int64_t acc_batch_shard_len(const acc_batch_shard *sh);
 /** Number of batches this process actually yields in the epoch. */
@@ -131,7 +131,7 @@ ACC_EXTERN acc_result acc_batch_shard_get(const acc_batch_shard *sh, int64_t i,
                                           const int64_t **indices, int64_t *count);
 ACC_EXTERN void acc_batch_shard_destroy(acc_batch_shard *sh);
 
-/** IterableDatasetShard (spec 6.3) as a push iterator over int64 items. */
+/** IterableDatasetShard as a push iterator over int64 items. */
 typedef struct acc_iterable_shard acc_iterable_shard;
 
 /**
@@ -225,7 +225,7 @@ typedef struct acc_batch {
   const int64_t *indices;     /* dataset index (map-style) or stream position of each sample */
   int64_t index;              /* batch number in this epoch, counting skipped batches */
   int64_t epoch;
-  int end_of_dataloader;      /* 1 on the last batch of the epoch (spec 6.4) */
+  int end_of_dataloader;      /* 1 on the last batch of the epoch */
 } acc_batch;
 
 typedef struct acc_dataloader acc_dataloader;
@@ -249,7 +249,7 @@ ACC_EXTERN acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **
 ACC_EXTERN int64_t acc_dataloader_len(const acc_dataloader *dl);
 /** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. */
 ACC_EXTERN int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl);
-/** 1 while the last batch of the epoch is being processed (spec 6.4). */
+/** 1 while the last batch of the epoch is being processed. */
 ACC_EXTERN int acc_dataloader_end_of_dataloader(const acc_dataloader *dl);
 /** total_dataset_length % total_batch_size, or -1 with drop_last or an unknown length. */
 ACC_EXTERN int64_t acc_dataloader_remainder(const acc_dataloader *dl);
@@ -276,7 +276,7 @@ ACC_EXTERN acc_result acc_dataloader_state_get(const acc_dataloader *dl, acc_dat
 ACC_EXTERN acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dataloader_state *st);
 
 /**
- * gather_for_metrics bookkeeping (spec 6.9): given that gathering the current batch over all
+ * gather_for_metrics bookkeeping: given that gathering the current batch over all
  * processes produced `gathered` samples, how many to keep (the padding duplicates sit at the
  * end). On the last batch with remainder > 0 that is min(remainder, gathered); else gathered.
  */
