@@ -28,11 +28,11 @@ struct acc_dataloader {
   int64_t per_bs;   /* samples in a full batch of this process */
   int64_t total_bs; /* samples in a full batch over all processes */
   int iterable;
-  int batched;                  /* map-style over a given list of batches */
-  int64_t nb, *bl_idx, *bl_counts;  /* the list as given */
+  int batched;                             /* map-style over a given list of batches */
+  int64_t nb, *bl_idx, *bl_counts;         /* the list as given */
   int64_t *bl_perm, *bl_pidx, *bl_pcounts; /* the epoch's (shuffled) list */
-  int dispatch;                 /* DataLoaderDispatcher */
-  int64_t cur_skip;             /* batches skipped at the start of the epoch in progress */
+  int dispatch;                            /* DataLoaderDispatcher */
+  int64_t cur_skip; /* batches skipped at the start of the epoch in progress */
 
   /* ring */
   int nslots;
@@ -61,7 +61,7 @@ struct acc_dataloader {
   int g_cur, g_started;
   uint8_t *first_rec;
   int64_t *first_idx, first_count;
-  int64_t src_pos;              /* map-style: next position in the epoch's order */
+  int64_t src_pos; /* map-style: next position in the epoch's order */
 
   /* consumer state */
   int64_t epoch, skip_next, yielded;
@@ -240,17 +240,20 @@ static int64_t dispatch_read(acc_dataloader *dl, int b) {
       int64_t ix = dl->order[dl->src_pos++];
       int rc = ds->fetch(ix, ptrs, ds->payload);
       if (rc != 0)
-        return perror_set(dl, ACC_ERR_INVALID_ARGUMENT,
-                          "dataloader: the dataset fetch callback returned %d for sample index %lld "
-                          "(epoch %lld)", rc, (long long)ix, (long long)dl->p_epoch);
+        return perror_set(
+            dl, ACC_ERR_INVALID_ARGUMENT,
+            "dataloader: the dataset fetch callback returned %d for sample index %lld "
+            "(epoch %lld)",
+            rc, (long long)ix, (long long)dl->p_epoch);
       dl->g_idx[b][n++] = ix;
     } else {
       if (dl->p_ended) break;
       int rc = ds->next(ptrs, ds->payload);
       if (rc < 0)
-        return perror_set(dl, ACC_ERR_INVALID_ARGUMENT,
-                          "dataloader: the dataset next callback returned %d at sample %lld of epoch %lld",
-                          rc, (long long)dl->stream_pos, (long long)dl->p_epoch);
+        return perror_set(
+            dl, ACC_ERR_INVALID_ARGUMENT,
+            "dataloader: the dataset next callback returned %d at sample %lld of epoch %lld", rc,
+            (long long)dl->stream_pos, (long long)dl->p_epoch);
       if (rc == 0) {
         dl->p_ended = 1;
         break;
@@ -266,9 +269,10 @@ static int bcast(acc_dataloader *dl, void *buf, size_t bytes, const char *what) 
   if (dl->np == 1 || bytes == 0) return 0;
   acc_result rc = dl->o.broadcast(buf, bytes, dl->o.broadcast_payload);
   if (rc != ACC_OK)
-    return perror_set(dl, rc, "dataloader (dispatch_batches): broadcasting %s of batch %lld of "
-                      "epoch %lld failed: %s", what, (long long)dl->p_batches,
-                      (long long)dl->p_epoch, acc_last_error());
+    return perror_set(dl, rc,
+                      "dataloader (dispatch_batches): broadcasting %s of batch %lld of "
+                      "epoch %lld failed: %s",
+                      what, (long long)dl->p_batches, (long long)dl->p_epoch, acc_last_error());
   return 0;
 }
 
@@ -312,16 +316,18 @@ static int produce_dispatch(acc_dataloader *dl, slot *s) {
   if (bcast(dl, hdr, sizeof hdr, "the header") != 0) return -1;
   if (hdr[2]) {
     if (p == 0) return -1; /* perr names the cause */
-    return perror_set(dl, ACC_ERR_REMOTE, "dataloader (dispatch_batches): process 0 could not "
+    return perror_set(dl, ACC_ERR_REMOTE,
+                      "dataloader (dispatch_batches): process 0 could not "
                       "read batch %lld of epoch %lld (its error names the cause)",
                       (long long)dl->p_batches, (long long)dl->p_epoch);
   }
   const int64_t count = hdr[0];
   if (count == 0) return 0;
   if (count > dl->total_bs)
-    return perror_set(dl, ACC_ERR_INTERNAL, "dataloader (dispatch_batches): process 0 sent %lld "
-                      "samples, more than the global batch of %lld", (long long)count,
-                      (long long)dl->total_bs);
+    return perror_set(dl, ACC_ERR_INTERNAL,
+                      "dataloader (dispatch_batches): process 0 sent %lld "
+                      "samples, more than the global batch of %lld",
+                      (long long)count, (long long)dl->total_bs);
   const int g = dl->g_cur;
   if (bcast(dl, dl->g_rec[g], (size_t)count * ds->record_bytes, "the samples") != 0 ||
       bcast(dl, dl->g_idx[g], (size_t)count * sizeof(int64_t), "the sample positions") != 0)
@@ -650,15 +656,17 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   int64_t max_count = 0;
   if (batched) {
     if (ds->fetch == NULL)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                        "%s: a list of batches (batch_indices/batch_counts) needs a map-style dataset", fn);
+      return acc__error(
+          ACC_ERR_INVALID_ARGUMENT,
+          "%s: a list of batches (batch_indices/batch_counts) needs a map-style dataset", fn);
     if (o.dispatch_batches)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "%s: a list of batches cannot be combined with dispatch_batches", fn);
     if (o.num_batches < 0 || (o.num_batches > 0 && (!o.batch_indices || !o.batch_counts)))
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "%s: a list of batches needs batch_indices, batch_counts and num_batches "
-                        ">= 0 (num_batches is %lld)", fn, (long long)o.num_batches);
+                        ">= 0 (num_batches is %lld)",
+                        fn, (long long)o.num_batches);
     /* Validates the list (counts, split mode) for every process of the configuration. */
     acc_batch_shard *probe = NULL;
     acc_shard_config cfg = o.shard;
@@ -679,7 +687,8 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   if (o.dispatch_batches && np > 1 && !o.broadcast)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "%s: dispatch_batches needs a broadcast callback over the processes "
-                      "(acc_accelerator_prepare_dataloader supplies it)", fn);
+                      "(acc_accelerator_prepare_dataloader supplies it)",
+                      fn);
 
   acc_dataloader *dl = acc__calloc(1, sizeof *dl);
   if (!dl) return ACC_ERR_NOMEM;
@@ -755,21 +764,33 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
     if (total) memcpy(dl->bl_idx, o.batch_indices, (size_t)total * sizeof(int64_t));
     if (o.collate) {
       dl->stage = acc__calloc((size_t)dl->per_bs, ds->record_bytes);
-      if (!dl->stage) { rc = ACC_ERR_NOMEM; goto fail; }
+      if (!dl->stage) {
+        rc = ACC_ERR_NOMEM;
+        goto fail;
+      }
     }
   } else if (dl->dispatch) {
     if (!dl->iterable) {
       dl->order = acc__malloc((size_t)(ds->length > 0 ? ds->length : 1) * sizeof(int64_t));
-      if (!dl->order) { rc = ACC_ERR_NOMEM; goto fail; }
+      if (!dl->order) {
+        rc = ACC_ERR_NOMEM;
+        goto fail;
+      }
     }
     for (int b = 0; b < 2; b++) {
       dl->g_rec[b] = acc__calloc((size_t)dl->total_bs, ds->record_bytes);
       dl->g_idx[b] = acc__calloc((size_t)dl->total_bs, sizeof(int64_t));
-      if (!dl->g_rec[b] || !dl->g_idx[b]) { rc = ACC_ERR_NOMEM; goto fail; }
+      if (!dl->g_rec[b] || !dl->g_idx[b]) {
+        rc = ACC_ERR_NOMEM;
+        goto fail;
+      }
     }
     dl->first_rec = acc__calloc((size_t)np, ds->record_bytes);
     dl->first_idx = acc__calloc((size_t)np, sizeof(int64_t));
-    if (!dl->first_rec || !dl->first_idx) { rc = ACC_ERR_NOMEM; goto fail; }
+    if (!dl->first_rec || !dl->first_idx) {
+      rc = ACC_ERR_NOMEM;
+      goto fail;
+    }
   } else if (!dl->iterable) {
     dl->order = acc__malloc((size_t)(ds->length > 0 ? ds->length : 1) * sizeof(int64_t));
     if (!dl->order) { rc = ACC_ERR_NOMEM; goto fail; }

@@ -43,14 +43,20 @@ static void emit(acc_batch_shard *sh, int owner, const int64_t *a, int64_t na, c
   if (sh->nbatches + 2 > sh->cap_batches) {
     int64_t nc = 2 * sh->cap_batches + 16;
     int64_t *v = acc__realloc(sh->start, (size_t)nc * sizeof *v);
-    if (!v) { sh->oom = 1; return; }
+    if (!v) {
+      sh->oom = 1;
+      return;
+    }
     sh->start = v;
     sh->cap_batches = nc;
   }
   if (s + na + nb > sh->cap_idx) {
     int64_t nc = 2 * sh->cap_idx + na + nb + 16;
     int64_t *v = acc__realloc(sh->idx, (size_t)nc * sizeof *v);
-    if (!v) { sh->oom = 1; return; }
+    if (!v) {
+      sh->oom = 1;
+      return;
+    }
     sh->idx = v;
     sh->cap_idx = nc;
   }
@@ -91,7 +97,8 @@ static acc_result shard_run(acc_batch_shard *sh, const bsrc *s, int64_t bs, int 
   const int64_t L = s->L;
   const int dynamic = bs == 0;
   if (np == 1) {
-    for (int64_t k = 0; k < L; k++) emit(sh, 0, bptr(s, bs, k), blen(s, bs, k), NULL, 0, blen(s, bs, k));
+    for (int64_t k = 0; k < L; k++)
+      emit(sh, 0, bptr(s, bs, k), blen(s, bs, k), NULL, 0, blen(s, bs, k));
     return ACC_OK;
   }
   if (split) {
@@ -138,7 +145,8 @@ static acc_result shard_run(acc_batch_shard *sh, const bsrc *s, int64_t bs, int 
     held[k % np] = k;
     if (k % np == np - 1 && (dynamic || blen(s, bs, k) == bs)) {
       for (int q = 0; q < np; q++) {
-        if (held[q] >= 0) emit(sh, q, bptr(s, bs, held[q]), blen(s, bs, held[q]), NULL, 0, blen(s, bs, held[q]));
+        if (held[q] >= 0)
+          emit(sh, q, bptr(s, bs, held[q]), blen(s, bs, held[q]), NULL, 0, blen(s, bs, held[q]));
         held[q] = -1;
       }
     }
@@ -147,7 +155,8 @@ static acc_result shard_run(acc_batch_shard *sh, const bsrc *s, int64_t bs, int 
   if (!drop_last && L > 0) {
     if (!even) {
       for (int q = 0; q < np; q++)
-        if (held[q] >= 0) emit(sh, q, bptr(s, bs, held[q]), blen(s, bs, held[q]), NULL, 0, blen(s, bs, held[q]));
+        if (held[q] >= 0)
+          emit(sh, q, bptr(s, bs, held[q]), blen(s, bs, held[q]), NULL, 0, blen(s, bs, held[q]));
     } else {
       for (int q = 0; q < np; q++)
         if (held[q] >= 0 && (dynamic || blen(s, bs, held[q]) == bs))
@@ -271,20 +280,24 @@ acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out, const int6
                       "%s: indices or counts is NULL, or num_batches (%lld) is negative", fn,
                       (long long)num_batches);
   if (batch_size < 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s: batch_size is %lld, expected >= 1 (or 0: the batches have no fixed size)",
-                      fn, (long long)batch_size);
+    return acc__error(
+        ACC_ERR_INVALID_ARGUMENT,
+        "%s: batch_size is %lld, expected >= 1 (or 0: the batches have no fixed size)", fn,
+        (long long)batch_size);
   const int np = cfg->num_processes;
   const int split = cfg->split_batches && np > 1, even = cfg->even_batches != 0;
   if (batch_size > ACC_DATA_MAX_GLOBAL_BATCH / np)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size %lld x num_processes %d is too large",
-                      fn, (long long)batch_size, np);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: batch_size %lld x num_processes %d is too large", fn,
+                      (long long)batch_size, np);
   if (split && (batch_size == 0 || batch_size % np != 0)) {
     if (batch_size == 0)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                        "To use `BatchSamplerShard` in `split_batches` mode, the batch size (none: "
-                        "the batches have no fixed size) needs to be a round multiple of the number "
-                        "of processes (%d).", np);
+      return acc__error(
+          ACC_ERR_INVALID_ARGUMENT,
+          "To use `BatchSamplerShard` in `split_batches` mode, the batch size (none: "
+          "the batches have no fixed size) needs to be a round multiple of the number "
+          "of processes (%d).",
+          np);
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "To use `BatchSamplerShard` in `split_batches` mode, the batch size (%lld) "
                       "needs to be a round multiple of the number of processes (%d).",
@@ -297,8 +310,9 @@ acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out, const int6
     if (counts[k] < 1 || (batch_size > 0 && counts[k] > batch_size)) {
       acc__free(off);
       if (counts[k] < 1)
-        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch %lld has %lld samples, expected >= 1",
-                          fn, (long long)k, (long long)counts[k]);
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "%s: batch %lld has %lld samples, expected >= 1", fn, (long long)k,
+                          (long long)counts[k]);
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "%s: batch %lld has %lld samples, more than the batch_size %lld (pass "
                         "batch_size 0 for batches without a fixed size)",
@@ -306,15 +320,17 @@ acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out, const int6
     }
     if (counts[k] > ACC_DATA_MAX_GLOBAL_BATCH || off[k] > ACC_DATA_MAX_GLOBAL_BATCH * 64) {
       acc__free(off);
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch %lld (%lld samples) makes the list too large",
-                        fn, (long long)k, (long long)counts[k]);
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: batch %lld (%lld samples) makes the list too large", fn, (long long)k,
+                        (long long)counts[k]);
     }
     off[k + 1] = off[k] + counts[k];
   }
   bsrc s = {indices, off, off[num_batches], num_batches};
   acc_batch_shard *sh;
   acc_result rc = shard_new(&sh, cfg, num_batches, drop_last, split, even);
-  if (rc == ACC_OK) rc = shard_finish(out, sh, shard_run(sh, &s, batch_size, drop_last, split, even));
+  if (rc == ACC_OK)
+    rc = shard_finish(out, sh, shard_run(sh, &s, batch_size, drop_last, split, even));
   acc__free(off);
   return rc;
 }

@@ -31,7 +31,8 @@ int acc__kernel_warning(const char *sysname, const char *release, char *buf, siz
   snprintf(buf, cap,
            "Detected kernel version %s, which is below the recommended minimum of 5.5.0; this can "
            "cause the process to hang. It is recommended to upgrade the kernel to the minimum "
-           "version or higher.", release);
+           "version or higher.",
+           release);
   return 1;
 }
 

@@ -118,8 +118,8 @@ ACC_EXTERN acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out,
                                                           int64_t num_batches, int64_t batch_size,
                                                           int drop_last,
                                                           const acc_shard_config *cfg);
-/** BatchSamplerShard.__len__ (Accelerate's formula; in split mode with even_batches off it can exceed
- *  the number of batches actually yielded, as in Accelerate). */
+/** BatchSamplerShard.__len__ (Accelerate's formula; in split mode with even_batches off it can
+ *  exceed the number of batches actually yielded, as in Accelerate). */
 ACC_EXTERN int64_t acc_batch_shard_len(const acc_batch_shard *sh);
 /** Number of batches this process actually yields in the epoch. */
 ACC_EXTERN int64_t acc_batch_shard_count(const acc_batch_shard *sh);

@@ -25,11 +25,16 @@ acc_mpi_flavor acc_mpi_flavor_parse(const char *out) {
 
 const char *acc_mpi_flavor_name(acc_mpi_flavor f) {
   switch (f) {
-    case ACC_MPI_OPENMPI: return "Open MPI";
-    case ACC_MPI_INTEL: return "Intel MPI";
-    case ACC_MPI_MVAPICH: return "MVAPICH";
-    case ACC_MPI_MPICH: return "MPICH";
-    default: return "unknown MPI";
+    case ACC_MPI_OPENMPI:
+      return "Open MPI";
+    case ACC_MPI_INTEL:
+      return "Intel MPI";
+    case ACC_MPI_MVAPICH:
+      return "MVAPICH";
+    case ACC_MPI_MPICH:
+      return "MPICH";
+    default:
+      return "unknown MPI";
   }
 }
 

@@ -11,7 +11,8 @@ int main(void) {
   int b = acc_print_local(st, "per machine: printed by process %d (machine %d)\n", rank,
                           rank / acc_state_local_num_processes(st));
   CHECK((a > 0) == (rank == 0), "acc_print returned %d on process %d", a, rank);
-  CHECK((b > 0) == (local == 0), "acc_print_local returned %d on process %d (local %d)", b, rank, local);
+  CHECK((b > 0) == (local == 0), "acc_print_local returned %d on process %d (local %d)", b, rank,
+        local);
   REQUIRE_OK(acc_wait_for_everyone(st));
   acc_state_destroy(st);
   return acc_test_finish("print_local");

@@ -85,8 +85,8 @@ static void test_skip_sequential(void) {
       REQUIRE_OK(acc_dataloader_next(dl, &b));
       if (!b) break;
       for (int64_t i = 0; i < b->size; i++)
-        CHECK(b->indices[i] == seq_expect(n, bs, j, i), "after skip %lld: epoch 1 batch %lld differs",
-              (long long)skip, (long long)j);
+        CHECK(b->indices[i] == seq_expect(n, bs, j, i),
+              "after skip %lld: epoch 1 batch %lld differs", (long long)skip, (long long)j);
       j++;
     }
     CHECK(j == full, "after skip %lld: next epoch has %lld batches, want %lld", (long long)skip,
@@ -141,7 +141,8 @@ static void test_skip_shuffled(void) {
 /* ---- gather every batch of an epoch through gather_for_metrics --------------------------------- */
 
 /* Runs one epoch through the accelerator; returns the kept sample ids in *out (malloc'ed). */
-static int64_t gather_epoch(acc_accelerator *acc, acc_dataloader *dl, int64_t **out, int64_t *nbatches) {
+static int64_t gather_epoch(acc_accelerator *acc, acc_dataloader *dl, int64_t **out,
+                            int64_t *nbatches) {
   int64_t cap = 4096, total = 0;
   int64_t *all = malloc((size_t)cap * sizeof *all);
   int64_t *recv = malloc((size_t)cap * sizeof *recv);
@@ -171,9 +172,17 @@ static int exactly_once(const int64_t *ids, int64_t total, const int64_t *want, 
   memcpy(a, ids, (size_t)n * sizeof *a);
   memcpy(b, want, (size_t)n * sizeof *b);
   for (int64_t i = 1; i < n; i++) /* insertion sorts: n is small */
-    for (int64_t j = i; j > 0 && a[j - 1] > a[j]; j--) { int64_t t = a[j]; a[j] = a[j - 1]; a[j - 1] = t; }
+    for (int64_t j = i; j > 0 && a[j - 1] > a[j]; j--) {
+      int64_t t = a[j];
+      a[j] = a[j - 1];
+      a[j - 1] = t;
+    }
   for (int64_t i = 1; i < n; i++)
-    for (int64_t j = i; j > 0 && b[j - 1] > b[j]; j--) { int64_t t = b[j]; b[j] = b[j - 1]; b[j - 1] = t; }
+    for (int64_t j = i; j > 0 && b[j - 1] > b[j]; j--) {
+      int64_t t = b[j];
+      b[j] = b[j - 1];
+      b[j - 1] = t;
+    }
   int ok = memcmp(a, b, (size_t)n * sizeof *a) == 0;
   free(a);
   free(b);
@@ -264,7 +273,8 @@ static int map_fetch_main_only(int64_t index, void *const *fields, void *payload
   return fx_fetch(index, fields, NULL);
 }
 
-static void check_dispatch(int64_t n, int64_t bs, int split, int drop_last, int map_style, int shuffle) {
+static void check_dispatch(int64_t n, int64_t bs, int split, int drop_last, int map_style,
+                           int shuffle) {
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.split_batches = split;
   acc_accelerator *acc;
@@ -285,14 +295,15 @@ static void check_dispatch(int64_t n, int64_t bs, int split, int drop_last, int 
   REQUIRE_OK(acc_accelerator_prepare_dataloader(acc, ds, &o, &dl));
   const int64_t G = split ? bs : bs * nprocs; /* samples per global batch */
   int64_t want_len;
-  if (split) want_len = drop_last ? n / bs : (n + bs - 1) / bs;
+  if (split)
+    want_len = drop_last ? n / bs : (n + bs - 1) / bs;
   else {
     int64_t lb = drop_last ? n / bs : (n + bs - 1) / bs;
     want_len = drop_last ? lb / nprocs : (lb + nprocs - 1) / nprocs;
   }
-  CHECK(acc_dataloader_len(dl) == want_len, "dispatch n %lld bs %lld split %d drop %d: len %lld, want %lld",
-        (long long)n, (long long)bs, split, drop_last, (long long)acc_dataloader_len(dl),
-        (long long)want_len);
+  CHECK(acc_dataloader_len(dl) == want_len,
+        "dispatch n %lld bs %lld split %d drop %d: len %lld, want %lld", (long long)n,
+        (long long)bs, split, drop_last, (long long)acc_dataloader_len(dl), (long long)want_len);
   const int64_t expect_n = drop_last ? n / G * G : n;
   int64_t order[512];
   REQUIRE_OK(acc_sampler_order(order, n, map_style && shuffle, 17, 0));
@@ -300,18 +311,22 @@ static void check_dispatch(int64_t n, int64_t bs, int split, int drop_last, int 
     int64_t *got, nb;
     int64_t total = gather_epoch(acc, dl, &got, &nb);
     if (ep == 1 && map_style && shuffle) REQUIRE_OK(acc_sampler_order(order, n, 1, 17, 1));
-    CHECK(nb == want_len, "dispatch n %lld bs %lld split %d drop %d epoch %d: %lld batches, want %lld",
+    CHECK(nb == want_len,
+          "dispatch n %lld bs %lld split %d drop %d epoch %d: %lld batches, want %lld",
           (long long)n, (long long)bs, split, drop_last, ep, (long long)nb, (long long)want_len);
     /* gather_for_metrics returns the stream in order: every sample once, the padding dropped. */
     int ok = total == expect_n && memcmp(got, order, (size_t)expect_n * sizeof(int64_t)) == 0;
-    CHECK(ok, "dispatch n %lld bs %lld split %d drop %d map %d epoch %d: gathered %lld samples, "
-          "want the first %lld of the epoch's order, in order", (long long)n, (long long)bs,
-          split, drop_last, map_style, ep, (long long)total, (long long)expect_n);
+    CHECK(ok,
+          "dispatch n %lld bs %lld split %d drop %d map %d epoch %d: gathered %lld samples, "
+          "want the first %lld of the epoch's order, in order",
+          (long long)n, (long long)bs, split, drop_last, map_style, ep, (long long)total,
+          (long long)expect_n);
     free(got);
   }
   if (rank == 0 && !map_style)
-    CHECK(s.resets == 2 && s.last_epoch == 1, "process 0's stream was reset %lld times (epoch %lld)",
-          (long long)s.resets, (long long)s.last_epoch);
+    CHECK(s.resets == 2 && s.last_epoch == 1,
+          "process 0's stream was reset %lld times (epoch %lld)", (long long)s.resets,
+          (long long)s.last_epoch);
   acc_dataloader_destroy(dl);
   acc_dataset_destroy(ds);
   acc_accelerator_destroy(acc);
@@ -369,9 +384,9 @@ static void test_dispatch(void) {
   static const int64_t sizes[] = {1, 2, 5, 12, 23, 24, 31};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
     for (int drop = 0; drop <= 1; drop++) {
-      check_dispatch(sizes[i], 2, 0, drop, 0, 0);              /* non-split, stream */
-      check_dispatch(sizes[i], 2 * nprocs, 1, drop, 0, 0);     /* split, stream */
-      check_dispatch(sizes[i], 3, 0, drop, 1, 1);              /* map-style, shuffled */
+      check_dispatch(sizes[i], 2, 0, drop, 0, 0);          /* non-split, stream */
+      check_dispatch(sizes[i], 2 * nprocs, 1, drop, 0, 0); /* split, stream */
+      check_dispatch(sizes[i], 3, 0, drop, 1, 1);          /* map-style, shuffled */
     }
   test_dispatch_slices();
 }

@@ -396,7 +396,8 @@ static void test_errors(void) {
   o.batch_size = 2;
   o.dispatch_batches = 1;
   o.shard.num_processes = 2;
-  CHECK_ERR(acc_dataloader_create(&dl, ds, &o), ACC_ERR_INVALID_ARGUMENT, "needs a broadcast callback");
+  CHECK_ERR(acc_dataloader_create(&dl, ds, &o), ACC_ERR_INVALID_ARGUMENT,
+            "needs a broadcast callback");
   acc_dataloader_options zero;
   memset(&zero, 0, sizeof zero);
   CHECK_ERR(acc_dataloader_create(&dl, ds, &zero), ACC_ERR_INVALID_USAGE, "ACC_DATALOADER_OPTIONS_INIT");

@@ -311,7 +311,6 @@ static void test_sampler(void) {
   CHECK(acc_batch_sampler_len(10, 3, 0) == 4 && acc_batch_sampler_len(10, 3, 1) == 3, "len");
 }
 
-
 /* ---- BatchSamplerShard over a given list of batches of different sizes ------------------------
  * Every expected table below was worked out by hand from the BatchSamplerShard rules (docs/data.md),
  * not produced by the code under test. Lists:
@@ -361,10 +360,22 @@ static const list_case list_cases[] = {
 
 static void list_of(char which, const int64_t **counts, int64_t *nb, int64_t *idx) {
   switch (which) {
-    case 'A': *counts = list_a_counts; *nb = 5; break;
-    case 'B': *counts = list_b_counts; *nb = 2; break;
-    case 'C': *counts = list_c_counts; *nb = 5; break;
-    default: *counts = list_d_counts; *nb = 5; break;
+    case 'A':
+      *counts = list_a_counts;
+      *nb = 5;
+      break;
+    case 'B':
+      *counts = list_b_counts;
+      *nb = 2;
+      break;
+    case 'C':
+      *counts = list_c_counts;
+      *nb = 5;
+      break;
+    default:
+      *counts = list_d_counts;
+      *nb = 5;
+      break;
   }
   for (int64_t i = 0; i < 64; i++) idx[i] = i; /* every list holds 0, 1, 2, ... in order */
 }
@@ -380,7 +391,8 @@ static void test_batch_lists(void) {
     for (int p = 0; p < k->np; p++) {
       acc_shard_config cfg = {k->np, p, k->split, k->even};
       acc_batch_shard *sh = NULL;
-      CHECK_OK(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, k->bs, k->drop_last, &cfg));
+      CHECK_OK(
+          acc_batch_shard_create_from_batches(&sh, idx, counts, nb, k->bs, k->drop_last, &cfg));
       if (!sh) continue;
       render(sh, buf, sizeof buf);
       CHECK(strcmp(buf, k->expect[p]) == 0,
@@ -408,7 +420,8 @@ static void test_batch_lists(void) {
             ACC_ERR_INVALID_ARGUMENT, "split_batches` mode, the batch size (none");
   list_of('C', &counts, &nb, idx);
   CHECK_ERR(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, 4, 0, &split3),
-            ACC_ERR_INVALID_ARGUMENT, "the batch size (4) needs to be a round multiple of the number of processes (3)");
+            ACC_ERR_INVALID_ARGUMENT,
+            "the batch size (4) needs to be a round multiple of the number of processes (3)");
   CHECK_ERR(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, 3, 0, &one),
             ACC_ERR_INVALID_ARGUMENT, "batch 0 has 4 samples, more than the batch_size 3");
   const int64_t zero[] = {2, 0, 1};
