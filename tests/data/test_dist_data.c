@@ -380,6 +380,49 @@ static void test_dispatch_slices(void) {
   acc_accelerator_destroy(acc);
 }
 
+/* A read error on process 0 reaches every process as an error (no hang); process 0's names the
+ * sample, the others' say process 0 failed. The loader restarts after set_epoch. */
+static int64_t fail_at = -1;
+static int st_next_failing(void *const *fields, void *payload) {
+  stream *s = payload;
+  if (rank != 0) return -99;
+  if (s->pos == fail_at) return -7;
+  if (s->pos >= s->n) return 0;
+  return fx_fetch(s->pos++, fields, NULL) == 0 ? 1 : -1;
+}
+
+static void test_dispatch_error(void) {
+  acc_accelerator *acc;
+  REQUIRE_OK(acc_accelerator_create(&acc, NULL));
+  stream s = {20, 0, 0, -1};
+  acc_dataset *ds;
+  REQUIRE_OK(acc_dataset_create_iterable(&ds, 20, fx_fields, 2, st_next_failing, st_reset, &s));
+  acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
+  o.batch_size = 2;
+  o.dispatch_batches = 1;
+  acc_dataloader *dl;
+  REQUIRE_OK(acc_accelerator_prepare_dataloader(acc, ds, &o, &dl));
+  fail_at = 2 * nprocs + 1; /* inside the second global batch: read ahead with the first */
+  const acc_batch *b;
+  acc_result rc = acc_accelerator_next_batch(acc, dl, &b);
+  CHECK(rc != ACC_OK, "a read error on process 0 must fail next_batch everywhere");
+  if (rank == 0)
+    CHECK(strstr(acc_last_error(), "next callback returned -7") != NULL, "process 0: %s",
+          acc_last_error());
+  else
+    CHECK(strstr(acc_last_error(), "process 0 could not read") != NULL, "process %d: %s", rank,
+          acc_last_error());
+  fail_at = -1;
+  REQUIRE_OK(acc_dataloader_set_epoch(dl, 0));
+  int64_t *got, nb;
+  int64_t total = gather_epoch(acc, dl, &got, &nb);
+  CHECK(total == 20, "after the error, a restarted epoch gathers %lld samples", (long long)total);
+  free(got);
+  acc_dataloader_destroy(dl);
+  acc_dataset_destroy(ds);
+  acc_accelerator_destroy(acc);
+}
+
 static void test_dispatch(void) {
   static const int64_t sizes[] = {1, 2, 5, 12, 23, 24, 31};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
@@ -389,6 +432,7 @@ static void test_dispatch(void) {
       check_dispatch(sizes[i], 3, 0, drop, 1, 1);          /* map-style, shuffled */
     }
   test_dispatch_slices();
+  test_dispatch_error();
 }
 
 int main(void) {
