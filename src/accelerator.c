@@ -1,6 +1,7 @@
 /* The Accelerator: ties the process state, the gradient buckets, the optimizer/scheduler/scaler
  * and the prepared data loaders together with Accelerate's rules (spec §4). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ struct acc_accelerator {
   int nscheds;
   acc_dataloader *active;     /* loader whose batch is being processed */
   int end_of_dataloader;      /* the active loader's current batch is its last */
+  acc_dataloader *joined;     /* next_batch_joined: this process ran out of this loader's epoch */
   acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
   int nloaders, cap_loaders;
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
@@ -266,6 +268,45 @@ acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, 
     acc->active = NULL;
     acc->end_of_dataloader = 0;
   }
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloader *dl,
+                                             const acc_batch **out, int *more) {
+  ACC_CHECK(check(acc, "next_batch_joined"));
+  if (!dl || !out || !more)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch_joined: NULL argument");
+  *out = NULL;
+  *more = 0;
+  const acc_batch *b = NULL;
+  acc_result rc = ACC_OK;
+  char msg[512] = "";
+  const int joined = acc->joined == dl;
+  if (!joined) {
+    rc = acc_dataloader_next(dl, &b);
+    if (rc != ACC_OK) snprintf(msg, sizeof msg, "%s", acc_last_error());
+  }
+  /* has a batch now, has one after it, failed: summed over the processes */
+  int64_t v[3] = {rc == ACC_OK && b, rc == ACC_OK && b && !b->end_of_dataloader, rc != ACC_OK};
+  ACC_CHECK(acc_all_reduce(acc->st, v, v, 3, ACC_I64, ACC_SUM));
+  if (rc != ACC_OK) return acc__error(rc, "%s", msg);
+  if (v[2] > 0)
+    return acc__error(ACC_ERR_REMOTE,
+                      "next_batch_joined: %lld other process(es) could not load their next batch",
+                      (long long)v[2]);
+  if (!joined && !b) acc->joined = dl;
+  if (v[0] == 0) { /* every process has run out: the epoch is over */
+    acc->joined = NULL;
+    if (acc->active == dl) {
+      acc->active = NULL;
+      acc->end_of_dataloader = 0;
+    }
+    return ACC_OK;
+  }
+  *more = 1;
+  *out = b;
+  acc->active = dl;
+  acc->end_of_dataloader = v[1] == 0; /* nobody has a batch after this step */
   return ACC_OK;
 }
 
