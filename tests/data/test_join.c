@@ -36,7 +36,7 @@ static void run(int64_t n, int64_t bs, int gas) {
   lo.batch_size = bs;
   acc_dataloader *dl;
   REQUIRE_OK(acc_accelerator_prepare_dataloader(acc, ds, &lo, &dl));
-  const int64_t L = (n + bs - 1) / bs;           /* batches of the epoch, all processes */
+  const int64_t L = (n + bs - 1) / bs;                  /* batches of the epoch, all processes */
   const int64_t steps_want = (L + nprocs - 1) / nprocs; /* process 0 has the most */
   for (int ep = 0; ep < 2; ep++) {
     const float w0 = w[0];
