@@ -42,6 +42,7 @@ struct acc_accelerator {
   unsigned char it_stepped[MAX_PREPARED];
   acc_dataloader *active;     /* loader whose batch is being processed */
   int end_of_dataloader;      /* the active loader's current batch is its last */
+  acc_dataloader *joined;     /* next_batch_joined: this process ran out of this loader's epoch */
   acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
   int nloaders, cap_loaders;
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
@@ -106,6 +107,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
       return rc;
     }
   }
+  if (acc_state_is_main_process(st)) acc__warn_old_kernel(); /* as Accelerate, once, on Linux */
   *out = acc;
   return ACC_OK;
 }
@@ -281,6 +283,12 @@ static void forget_loader(void *owner, acc_dataloader *dl) {
     acc->active = NULL;
     acc->end_of_dataloader = 0;
   }
+  if (acc->joined == dl) acc->joined = NULL;
+}
+
+/* The dispatching loader's broadcast: process 0's bytes to every process of the group. */
+static acc_result dispatch_broadcast(void *buf, size_t bytes, void *payload) {
+  return acc_broadcast((acc_state *)payload, buf, bytes, ACC_U8, 0);
 }
 
 acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
@@ -296,6 +304,10 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   uint64_t seed = o.seed;
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */
   o.seed = seed;
+  if (o.dispatch_batches) {
+    o.broadcast = dispatch_broadcast;
+    o.broadcast_payload = acc->st;
+  }
   if (acc->nloaders == acc->cap_loaders) {
     int nc = acc->cap_loaders ? 2 * acc->cap_loaders : 4;
     acc_dataloader **v = acc__realloc(acc->loaders, (size_t)nc * sizeof *v);
@@ -342,6 +354,45 @@ acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, 
     acc->active = NULL;
     acc->end_of_dataloader = 0;
   }
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloader *dl,
+                                             const acc_batch **out, int *more) {
+  ACC_CHECK(check(acc, "next_batch_joined"));
+  if (!dl || !out || !more)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch_joined: NULL argument");
+  *out = NULL;
+  *more = 0;
+  const acc_batch *b = NULL;
+  acc_result rc = ACC_OK;
+  char msg[512] = "";
+  const int joined = acc->joined == dl;
+  if (!joined) {
+    rc = acc_dataloader_next(dl, &b);
+    if (rc != ACC_OK) snprintf(msg, sizeof msg, "%s", acc_last_error());
+  }
+  /* has a batch now, has one after it, failed: summed over the processes */
+  int64_t v[3] = {rc == ACC_OK && b, rc == ACC_OK && b && !b->end_of_dataloader, rc != ACC_OK};
+  ACC_CHECK(acc_all_reduce(acc->st, v, v, 3, ACC_I64, ACC_SUM));
+  if (rc != ACC_OK) return acc__error(rc, "%s", msg);
+  if (v[2] > 0)
+    return acc__error(ACC_ERR_REMOTE,
+                      "next_batch_joined: %lld other process(es) could not load their next batch",
+                      (long long)v[2]);
+  if (!joined && !b) acc->joined = dl;
+  if (v[0] == 0) { /* every process has run out: the epoch is over */
+    acc->joined = NULL;
+    if (acc->active == dl) {
+      acc->active = NULL;
+      acc->end_of_dataloader = 0;
+    }
+    return ACC_OK;
+  }
+  *more = 1;
+  *out = b;
+  acc->active = dl;
+  acc->end_of_dataloader = v[1] == 0; /* nobody has a batch after this step */
   return ACC_OK;
 }
 

@@ -64,6 +64,16 @@ int acc_print(const acc_state *st, const char *fmt, ...) {
   return n;
 }
 
+int acc_print_local(const acc_state *st, const char *fmt, ...) {
+  if (!acc_state_is_local_main_process(st)) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  return n;
+}
+
 acc_result acc_split_between_processes(const acc_state *st, size_t n, int apply_padding, acc_split *out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "split_between_processes: out is NULL");
   size_t p = (size_t)acc_state_num_processes(st), i = (size_t)acc_state_process_index(st);

@@ -27,5 +27,8 @@ struct acc_dataset {
 /* A prepared loader knows its accelerator: destroying the loader first tells the accelerator to
  * forget it (forget(owner, dl)); destroying the accelerator first clears the link (owner NULL). */
 void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, acc_dataloader *dl), void *owner);
+/* Real (non-padding) samples in the last batch of every process together, when every process
+ * yields the same number of batches (what gather_for_metrics keeps on the last batch); else -1. */
+int64_t acc__batch_shard_last_round_real(const acc_batch_shard *sh);
 
 #endif

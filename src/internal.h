@@ -110,4 +110,11 @@ float acc__f16_to_f32(uint16_t h);
 uint16_t acc__f32_to_bf16(float f);
 float acc__bf16_to_f32(uint16_t b);
 
+/* Host checks (sysinfo.c): 1 when the kernel release (e.g. "5.4.0-150-generic") is below
+ * major.minor.patch, 0 when not, -1 when it cannot be parsed; the warning text for a Linux kernel
+ * below 5.5.0 (returns 1 when buf holds one); and the warning printed to stderr when it applies. */
+int acc__kernel_below(const char *release, int major, int minor, int patch);
+int acc__kernel_warning(const char *sysname, const char *release, char *buf, size_t cap);
+void acc__warn_old_kernel(void);
+
 #endif

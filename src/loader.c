@@ -1,7 +1,10 @@
-/* The dataloader: epoch plans from the seedable sampler + BatchSamplerShard (map-style) or
- * IterableDatasetShard (iterable), batches built into a ring of preallocated slots, optionally by
- * a loader thread, handed out one batch behind the producer so end_of_dataloader is known. */
+/* The dataloader: epoch plans from the seedable sampler (or a given list of batches) +
+ * BatchSamplerShard (map-style) or IterableDatasetShard (iterable), batches built into a ring of
+ * preallocated slots, optionally by a loader thread, handed out one batch behind the producer so
+ * end_of_dataloader is known. The dispatching mode (DataLoaderDispatcher) instead has process 0
+ * read every global batch and broadcast it; each process keeps its slice. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +16,7 @@ typedef struct slot {
   int64_t *indices;
   int64_t size;
   int64_t index;
+  int64_t observed; /* dispatching: samples in the global batch this slice came from */
 } slot;
 
 struct acc_dataloader {
@@ -26,6 +30,11 @@ struct acc_dataloader {
   int64_t per_bs;   /* samples in a full batch of this process */
   int64_t total_bs; /* samples in a full batch over all processes */
   int iterable;
+  int batched;                             /* map-style over a given list of batches */
+  int64_t nb, *bl_idx, *bl_counts;         /* the list as given */
+  int64_t *bl_perm, *bl_pidx, *bl_pcounts; /* the epoch's (shuffled) list */
+  int dispatch;                            /* DataLoaderDispatcher */
+  int64_t cur_skip; /* batches skipped at the start of the epoch in progress */
 
   /* ring */
   int nslots;
@@ -46,6 +55,15 @@ struct acc_dataloader {
   const void **sample_ptrs;     /* per_bs * num_fields */
   char perr[512];
   acc_result perr_rc;
+  /* dispatching: global batches (records + positions); process 0 reads one ahead into the
+   * other buffer. first_*: the first num_processes samples of the epoch's first global batch. */
+  uint8_t *g_rec[2];
+  int64_t *g_idx[2];
+  int64_t g_count[2];
+  int g_cur, g_started;
+  uint8_t *first_rec;
+  int64_t *first_idx, first_count;
+  int64_t src_pos; /* map-style: next position in the epoch's order */
 
   /* consumer state */
   int64_t epoch, skip_next, yielded;
@@ -206,8 +224,151 @@ static int produce_iter_once(acc_dataloader *dl, slot *s) {
   return build_iter_batch(dl, s, pos, n) == 0 ? 1 : -1;
 }
 
+/* ---- dispatching (process 0 reads, everyone gets a slice) --------------------------------------- */
+
+/* Process 0: reads the next global batch (up to total_bs samples) into buffer b. Returns the
+ * sample count (0 at the end; a short batch counts as the end with drop_last), -1 on error. */
+static int64_t dispatch_read(acc_dataloader *dl, int b) {
+  const acc_dataset *ds = dl->ds;
+  int64_t n = 0;
+  while (n < dl->total_bs) {
+    uint8_t *rec = dl->g_rec[b] + (size_t)n * ds->record_bytes;
+    void *ptrs[ACC_DATA_MAX_FIELDS];
+    for (int f = 0; f < ds->num_fields; f++) ptrs[f] = rec + ds->record_offset[f];
+    if (!dl->iterable) {
+      if (dl->src_pos >= ds->length) break;
+      int64_t ix = dl->order[dl->src_pos++];
+      int rc = ds->fetch(ix, ptrs, ds->payload);
+      if (rc != 0)
+        return perror_set(
+            dl, ACC_ERR_INVALID_ARGUMENT,
+            "dataloader: the dataset fetch callback returned %d for sample index %lld "
+            "(epoch %lld)",
+            rc, (long long)ix, (long long)dl->p_epoch);
+      dl->g_idx[b][n++] = ix;
+    } else {
+      if (dl->p_ended) break;
+      int rc = ds->next(ptrs, ds->payload);
+      if (rc < 0)
+        return perror_set(
+            dl, ACC_ERR_INVALID_ARGUMENT,
+            "dataloader: the dataset next callback returned %d at sample %lld of epoch %lld", rc,
+            (long long)dl->stream_pos, (long long)dl->p_epoch);
+      if (rc == 0) {
+        dl->p_ended = 1;
+        break;
+      }
+      dl->g_idx[b][n++] = dl->stream_pos++;
+    }
+  }
+  if (n < dl->total_bs && dl->o.drop_last) return 0;
+  return n;
+}
+
+static int bcast(acc_dataloader *dl, void *buf, size_t bytes, const char *what) {
+  if (dl->np == 1 || bytes == 0) return 0;
+  acc_result rc = dl->o.broadcast(buf, bytes, dl->o.broadcast_payload);
+  if (rc != ACC_OK)
+    return perror_set(dl, rc,
+                      "dataloader (dispatch_batches): broadcasting %s of batch %lld of "
+                      "epoch %lld failed: %s",
+                      what, (long long)dl->p_batches, (long long)dl->p_epoch, acc_last_error());
+  return 0;
+}
+
+/* One global batch: process 0 reads (one ahead, so the last is known) and broadcasts it; every
+ * process keeps [p*b, (p+1)*b) with b = count / num_processes. On the last batch, unless
+ * drop_last, a count not divisible by num_processes is completed with the first num_processes
+ * samples of the epoch's first global batch and b grows by one. */
+static int produce_dispatch(acc_dataloader *dl, slot *s) {
+  const acc_dataset *ds = dl->ds;
+  const int p = dl->o.shard.process_index, np = dl->np;
+  int64_t hdr[3] = {0, 0, 0}; /* count, is_last, process 0 failed */
+  if (p == 0) {
+    int64_t cur;
+    if (!dl->g_started) {
+      if (dl->iterable && ds->reset) {
+        int rc = ds->reset(dl->p_epoch, ds->payload);
+        if (rc != 0)
+          perror_set(dl, ACC_ERR_INVALID_ARGUMENT,
+                     "dataloader: the dataset reset callback returned %d for epoch %lld", rc,
+                     (long long)dl->p_epoch);
+        else
+          dl->g_count[dl->g_cur] = dispatch_read(dl, dl->g_cur);
+        if (rc != 0) dl->g_count[dl->g_cur] = -1;
+      } else {
+        dl->g_count[dl->g_cur] = dispatch_read(dl, dl->g_cur);
+      }
+      dl->g_started = 1;
+    } else {
+      dl->g_cur ^= 1; /* the batch read ahead last time */
+    }
+    cur = dl->g_count[dl->g_cur];
+    if (cur > 0) {
+      int64_t ahead = dispatch_read(dl, dl->g_cur ^ 1);
+      dl->g_count[dl->g_cur ^ 1] = ahead;
+      if (ahead < 0) cur = -1;
+      hdr[1] = ahead == 0;
+    }
+    hdr[0] = cur < 0 ? 0 : cur;
+    hdr[2] = cur < 0;
+  }
+  if (bcast(dl, hdr, sizeof hdr, "the header") != 0) return -1;
+  if (hdr[2]) {
+    if (p == 0) return -1; /* perr names the cause */
+    return perror_set(dl, ACC_ERR_REMOTE,
+                      "dataloader (dispatch_batches): process 0 could not "
+                      "read batch %lld of epoch %lld (its error names the cause)",
+                      (long long)dl->p_batches, (long long)dl->p_epoch);
+  }
+  const int64_t count = hdr[0];
+  if (count == 0) return 0;
+  if (count > dl->total_bs)
+    return perror_set(dl, ACC_ERR_INTERNAL,
+                      "dataloader (dispatch_batches): process 0 sent %lld "
+                      "samples, more than the global batch of %lld",
+                      (long long)count, (long long)dl->total_bs);
+  const int g = dl->g_cur;
+  if (bcast(dl, dl->g_rec[g], (size_t)count * ds->record_bytes, "the samples") != 0 ||
+      bcast(dl, dl->g_idx[g], (size_t)count * sizeof(int64_t), "the sample positions") != 0)
+    return -1;
+  if (dl->p_batches == 0 && !dl->o.drop_last) {
+    dl->first_count = count < np ? count : np;
+    memcpy(dl->first_rec, dl->g_rec[g], (size_t)dl->first_count * ds->record_bytes);
+    memcpy(dl->first_idx, dl->g_idx[g], (size_t)dl->first_count * sizeof(int64_t));
+  }
+  int64_t b = count / np;
+  int64_t avail = count;
+  if (hdr[1] && !dl->o.drop_last && count % np != 0) {
+    b++;
+    avail = count + dl->first_count;
+  }
+  int64_t lo = p * b, hi = (p + 1) * b;
+  if (hi > avail) hi = avail;
+  if (lo > hi) lo = hi;
+  const int64_t n = hi - lo;
+  s->size = n;
+  s->index = dl->p_batches++;
+  s->observed = count;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t j = lo + i;
+    const uint8_t *rec = j < count ? dl->g_rec[g] + (size_t)j * ds->record_bytes
+                                   : dl->first_rec + (size_t)(j - count) * ds->record_bytes;
+    s->indices[i] = j < count ? dl->g_idx[g][j] : dl->first_idx[j - count];
+    for (int f = 0; f < ds->num_fields; f++)
+      dl->sample_ptrs[i * ds->num_fields + f] = rec + ds->record_offset[f];
+  }
+  return collate_into(dl, s, n) == 0 ? 1 : -1;
+}
+
 /* Produces the next yielded batch of the epoch into s: 1 got one, 0 end, -1 error (perr). */
 static int produce(acc_dataloader *dl, slot *s) {
+  if (dl->dispatch) { /* skipped batches are still read and broadcast (as Accelerate) */
+    for (;;) {
+      int r = produce_dispatch(dl, s);
+      if (r != 1 || s->index >= dl->p_skip) return r;
+    }
+  }
   if (!dl->iterable) return produce_map(dl, s);
   for (;;) { /* iterable: skipped batches are produced but not yielded (as Accelerate) */
     int r = produce_iter_once(dl, s);
@@ -301,18 +462,54 @@ static void stop_epoch(acc_dataloader *dl) {
   dl->cur_slot = dl->ahead_slot = -1;
   dl->in_epoch = 0;
   dl->end_of_dataloader = 0;
+  dl->cur_skip = 0;
 }
 
 static acc_result begin_epoch(acc_dataloader *dl) {
   const acc_dataset *ds = dl->ds;
   dl->end_of_dataloader = 0;
   dl->remainder = -1;
-  if (!dl->o.drop_last && ds->length >= 0) dl->remainder = ds->length % dl->total_bs;
+  if (!dl->o.drop_last && ds->length >= 0 && !dl->dispatch && !dl->batched)
+    dl->remainder = ds->length % dl->total_bs;
   dl->p_epoch = dl->epoch;
   dl->p_skip = dl->skip_next;
+  dl->cur_skip = dl->skip_next;
   dl->yielded = dl->skip_next;
   dl->skip_next = 0;
-  if (!dl->iterable) {
+  if (dl->dispatch) {
+    if (!dl->iterable)
+      ACC_CHECK(acc_sampler_order(dl->order, ds->length, dl->o.shuffle, dl->o.seed, dl->epoch));
+    dl->src_pos = dl->stream_pos = dl->p_batches = 0;
+    dl->p_ended = 0;
+    dl->g_started = 0;
+    dl->g_cur = 0;
+    dl->first_count = 0;
+  } else if (dl->batched) {
+    acc_batch_shard_destroy(dl->plan);
+    dl->plan = NULL;
+    const int64_t *pidx = dl->bl_idx, *pcounts = dl->bl_counts;
+    if (dl->o.shuffle) { /* the batches in a seeded order; each batch stays whole */
+      ACC_CHECK(acc_sampler_order(dl->bl_perm, dl->nb, 1, dl->o.seed, dl->epoch));
+      int64_t *off = dl->bl_pcounts; /* reused below: first the start of every batch */
+      off[0] = 0;
+      for (int64_t k = 0; k + 1 < dl->nb; k++) off[k + 1] = off[k] + dl->bl_counts[k];
+      int64_t fill = 0;
+      for (int64_t k = 0; k < dl->nb; k++) {
+        int64_t b = dl->bl_perm[k];
+        memcpy(dl->bl_pidx + fill, dl->bl_idx + off[b], (size_t)dl->bl_counts[b] * sizeof(int64_t));
+        fill += dl->bl_counts[b];
+      }
+      for (int64_t k = 0; k < dl->nb; k++) dl->bl_pcounts[k] = dl->bl_counts[dl->bl_perm[k]];
+      pidx = dl->bl_pidx;
+      pcounts = dl->bl_pcounts;
+    }
+    acc_shard_config cfg = dl->o.shard;
+    cfg.split_batches = dl->split;
+    ACC_CHECK(acc_batch_shard_create_from_batches(&dl->plan, pidx, pcounts, dl->nb,
+                                                  dl->o.batch_size, dl->o.drop_last, &cfg));
+    if (!dl->o.drop_last) dl->remainder = acc__batch_shard_last_round_real(dl->plan);
+    dl->p_cursor = dl->p_skip;
+  } else if (!dl->iterable) {
     acc_batch_shard_destroy(dl->plan);
     dl->plan = NULL;
     ACC_CHECK(acc_sampler_order(dl->order, ds->length, dl->o.shuffle, dl->o.seed, dl->epoch));
@@ -385,6 +582,8 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
   dl->batch.index = s->index;
   dl->batch.epoch = dl->epoch;
   dl->batch.end_of_dataloader = dl->end_of_dataloader;
+  /* The dispatcher's remainder is the size of the last global batch, known at its end. */
+  if (dl->dispatch && dl->end_of_dataloader) dl->remainder = s->observed;
   dl->yielded = s->index + 1;
   *out = &dl->batch;
   return ACC_OK;
@@ -404,15 +603,17 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   ACC_CHECK(acc__check_handle(ds, ACC__HANDLE_DATASET, fn));
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
   ACC__READ_OPTIONS(o, opts, acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION, fn);
-  if (o.batch_size < 1)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size is %lld, expected >= 1", fn,
-                      (long long)o.batch_size);
+  o.size = sizeof o;
+  const int batched = o.batch_counts != NULL || o.batch_indices != NULL || o.num_batches != 0;
+  if (o.batch_size < (batched ? 0 : 1))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: batch_size is %lld, expected >= %d", fn,
+                      (long long)o.batch_size, batched ? 0 : 1);
   const int np = o.shard.num_processes;
   if (np < 1 || o.shard.process_index < 0 || o.shard.process_index >= np)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "%s: process_index %d / num_processes %d: expected 0 <= index < num_processes",
                       fn, o.shard.process_index, np);
-  if (o.shard.split_batches && np > 1 && o.batch_size % np != 0)
+  if (o.shard.split_batches && np > 1 && o.batch_size % np != 0 && !batched)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "To use a `DataLoader` in `split_batches` mode, the batch size (%lld) needs "
                       "to be a round multiple of the number of processes (%d).",
@@ -429,6 +630,42 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "%s: shuffle needs a map-style dataset; shuffle an iterable dataset in its "
                       "reset callback (it receives the epoch)", fn);
+  int64_t max_count = 0;
+  if (batched) {
+    if (ds->fetch == NULL)
+      return acc__error(
+          ACC_ERR_INVALID_ARGUMENT,
+          "%s: a list of batches (batch_indices/batch_counts) needs a map-style dataset", fn);
+    if (o.dispatch_batches)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: a list of batches cannot be combined with dispatch_batches", fn);
+    if (o.num_batches < 0 || (o.num_batches > 0 && (!o.batch_indices || !o.batch_counts)))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: a list of batches needs batch_indices, batch_counts and num_batches "
+                        ">= 0 (num_batches is %lld)",
+                        fn, (long long)o.num_batches);
+    /* Validates the list (counts, split mode) for every process of the configuration. */
+    acc_batch_shard *probe = NULL;
+    acc_shard_config cfg = o.shard;
+    ACC_CHECK(acc_batch_shard_create_from_batches(&probe, o.batch_indices, o.batch_counts,
+                                                  o.num_batches, o.batch_size, o.drop_last, &cfg));
+    acc_batch_shard_destroy(probe);
+    int64_t pos = 0;
+    for (int64_t k = 0; k < o.num_batches; k++) {
+      if (o.batch_counts[k] > max_count) max_count = o.batch_counts[k];
+      for (int64_t i = 0; i < o.batch_counts[k]; i++, pos++)
+        if (o.batch_indices[pos] < 0 || o.batch_indices[pos] >= ds->length)
+          return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                            "%s: batch %lld holds sample index %lld, outside the dataset's 0..%lld",
+                            fn, (long long)k, (long long)o.batch_indices[pos],
+                            (long long)ds->length - 1);
+    }
+  }
+  if (o.dispatch_batches && np > 1 && !o.broadcast)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: dispatch_batches needs a broadcast callback over the processes "
+                      "(acc_accelerator_prepare_dataloader supplies it)",
+                      fn);
 
   acc_dataloader *dl = acc__calloc(1, sizeof *dl);
   if (!dl) return ACC_ERR_NOMEM;
@@ -442,6 +679,16 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   dl->per_bs = dl->split ? o.batch_size / np : o.batch_size;
   dl->total_bs = dl->split ? o.batch_size : o.batch_size * np;
   dl->iterable = ds->fetch == NULL;
+  dl->batched = batched;
+  dl->dispatch = o.dispatch_batches != 0;
+  dl->o.batch_indices = dl->o.batch_counts = NULL; /* borrowed pointers: copied below */
+  dl->o.num_batches = 0;
+  if (batched) {
+    dl->nb = o.num_batches;
+    if (!dl->split) dl->per_bs = max_count > 0 ? max_count : 1;
+    if (dl->split && dl->per_bs < 1) dl->per_bs = 1;
+    if (dl->total_bs < 1) dl->total_bs = 1;
+  }
   dl->cur_slot = dl->ahead_slot = -1;
   dl->remainder = -1;
   const int nf = ds->num_fields;
@@ -477,7 +724,51 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
     }
     dl->free_stack[dl->nfree++] = i;
   }
-  if (!dl->iterable) {
+  if (batched) {
+    int64_t total = 0;
+    for (int64_t k = 0; k < dl->nb; k++) total += o.batch_counts[k];
+    size_t nbs = (size_t)(dl->nb > 0 ? dl->nb : 1), tot = (size_t)(total > 0 ? total : 1);
+    dl->bl_counts = acc__malloc(nbs * sizeof(int64_t));
+    dl->bl_pcounts = acc__malloc(nbs * sizeof(int64_t));
+    dl->bl_perm = acc__malloc(nbs * sizeof(int64_t));
+    dl->bl_idx = acc__malloc(tot * sizeof(int64_t));
+    dl->bl_pidx = acc__malloc(tot * sizeof(int64_t));
+    if (!dl->bl_counts || !dl->bl_pcounts || !dl->bl_perm || !dl->bl_idx || !dl->bl_pidx) {
+      rc = ACC_ERR_NOMEM;
+      goto fail;
+    }
+    if (dl->nb) memcpy(dl->bl_counts, o.batch_counts, (size_t)dl->nb * sizeof(int64_t));
+    if (total) memcpy(dl->bl_idx, o.batch_indices, (size_t)total * sizeof(int64_t));
+    if (o.collate) {
+      dl->stage = acc__calloc((size_t)dl->per_bs, ds->record_bytes);
+      if (!dl->stage) {
+        rc = ACC_ERR_NOMEM;
+        goto fail;
+      }
+    }
+  } else if (dl->dispatch) {
+    if (!dl->iterable) {
+      dl->order = acc__malloc((size_t)(ds->length > 0 ? ds->length : 1) * sizeof(int64_t));
+      if (!dl->order) {
+        rc = ACC_ERR_NOMEM;
+        goto fail;
+      }
+    }
+    for (int b = 0; b < 2; b++) {
+      dl->g_rec[b] = acc__calloc((size_t)dl->total_bs, ds->record_bytes);
+      dl->g_idx[b] = acc__calloc((size_t)dl->total_bs, sizeof(int64_t));
+      if (!dl->g_rec[b] || !dl->g_idx[b]) {
+        rc = ACC_ERR_NOMEM;
+        goto fail;
+      }
+    }
+    dl->first_rec = acc__calloc((size_t)np, ds->record_bytes);
+    dl->first_idx = acc__calloc((size_t)np, sizeof(int64_t));
+    if (!dl->first_rec || !dl->first_idx) {
+      rc = ACC_ERR_NOMEM;
+      goto fail;
+    }
+  } else if (!dl->iterable) {
     dl->order = acc__malloc((size_t)(ds->length > 0 ? ds->length : 1) * sizeof(int64_t));
     if (!dl->order) { rc = ACC_ERR_NOMEM; goto fail; }
     if (o.collate) {
@@ -494,7 +785,7 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
     dl->order = acc__calloc((size_t)dl->per_bs, sizeof(int64_t));
     if (!dl->rec_cur || !dl->rec_first || !dl->order) { rc = ACC_ERR_NOMEM; goto fail; }
   }
-  if (o.prefetch > 0) {
+  if (o.prefetch > 0 && !dl->dispatch) { /* dispatching calls collectives: caller's thread only */
     pthread_mutex_init(&dl->mu, NULL);
     pthread_cond_init(&dl->cv_prod, NULL);
     pthread_cond_init(&dl->cv_cons, NULL);
@@ -549,25 +840,57 @@ void acc_dataloader_destroy(acc_dataloader *dl) {
   acc__free(dl->stage);
   acc__free(dl->rec_cur);
   acc__free(dl->rec_first);
+  acc__free(dl->bl_idx);
+  acc__free(dl->bl_counts);
+  acc__free(dl->bl_perm);
+  acc__free(dl->bl_pidx);
+  acc__free(dl->bl_pcounts);
+  for (int b = 0; b < 2; b++) {
+    acc__free(dl->g_rec[b]);
+    acc__free(dl->g_idx[b]);
+  }
+  acc__free(dl->first_rec);
+  acc__free(dl->first_idx);
   acc_batch_shard_destroy(dl->plan);
   acc_iterable_shard_destroy(dl->ishard);
   dl->magic = ACC__MAGIC_DEAD;
   acc__free(dl);
 }
 
-int64_t acc_dataloader_len(const acc_dataloader *dl) {
-  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return -1;
+/* Batches per epoch, before any skipping. */
+static int64_t full_len(const acc_dataloader *dl) {
   const int64_t N = dl->ds->length;
   const int drop = dl->o.drop_last;
+  const int np = dl->np, p = dl->o.shard.process_index;
+  if (dl->batched) { /* BatchSamplerShard.__len__ over the list's batches */
+    const int64_t L = dl->nb;
+    if (np == 1 || dl->split) return L;
+    if (L % np == 0 || drop) return L / np;
+    return dl->o.shard.even_batches || p < L % np ? L / np + 1 : L / np;
+  }
   if (N < 0) return -1;
+  if (dl->dispatch) { /* DataLoaderDispatcher: the base loader's length (split), / processes */
+    if (dl->split) return acc_batch_sampler_len(N, dl->o.batch_size, drop);
+    const int64_t Lb = acc_batch_sampler_len(N, dl->o.batch_size, drop);
+    return drop ? Lb / np : (Lb + np - 1) / np;
+  }
   /* Iterable: one batch per real batch (all processes together), padded unless drop_last. */
   if (dl->iterable) return acc_batch_sampler_len(N, dl->total_bs, drop);
   /* Map-style: BatchSamplerShard.__len__ over the BatchSampler's L batches. */
   const int64_t L = acc_batch_sampler_len(N, dl->o.batch_size, drop);
-  const int np = dl->np, p = dl->o.shard.process_index;
   if (np == 1 || dl->split) return L;
   if (L % np == 0 || drop) return L / np;
   return dl->o.shard.even_batches || p < L % np ? L / np + 1 : L / np;
+}
+
+int64_t acc_dataloader_len(const acc_dataloader *dl) {
+  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return -1;
+  int64_t len = full_len(dl);
+  if (len < 0) return -1;
+  /* The epoch in progress (or about to start) skips its first batches: its length is what is
+   * left, as the loader skip_first_batches builds in Accelerate. */
+  int64_t skip = dl->in_epoch ? dl->cur_skip : dl->skip_next;
+  return len > skip ? len - skip : 0;
 }
 
 int acc_dataloader_end_of_dataloader(const acc_dataloader *dl) {

@@ -131,6 +131,19 @@ ACC_EXTERN acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, a
  */
 ACC_EXTERN acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl,
                                                  const acc_batch **out);
+/**
+ * Uneven inputs (Accelerate's join_uneven_inputs with even_batches off): the next batch of a
+ * prepared loader whose processes may have different numbers of batches. Collective: every
+ * process calls it once per step. *more is 1 while any process still has a batch this epoch;
+ * then *out is this process's batch, or NULL when it has run out: it must still run the step
+ * (accumulate, backward with zero gradients, optimizer_step, zero_grad) so that its collectives
+ * answer the others' (its zero gradients are averaged in: the mean divides by all processes).
+ * *more is 0 (and *out NULL) once every process has run out: the epoch is over everywhere. The
+ * last step of the epoch is the last for every process (gradient sync, gather_for_metrics). A
+ * load error on any process fails the call on every process.
+ */
+ACC_EXTERN acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloader *dl,
+                                                        const acc_batch **out, int *more);
 
 /* ---- a training step -------------------------------------------------------------------------- */
 

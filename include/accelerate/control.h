@@ -50,8 +50,15 @@ ACC_EXTERN int acc_on_last_process(const acc_state *st, acc_fn fn, void *payload
 ACC_EXTERN int acc_on_process(const acc_state *st, int process_index, acc_fn fn, void *payload);
 ACC_EXTERN int acc_on_local_process(const acc_state *st, int local_process_index, acc_fn fn, void *payload);
 
-/** printf on the main process only (flushes stdout). Returns printf's count, 0 elsewhere. */
+/** printf on the main process only, once overall (flushes stdout). Returns printf's count, 0
+ *  elsewhere. Accelerate's print is once per machine: see acc_print_local. */
 ACC_EXTERN int acc_print(const acc_state *st, const char *fmt, ...) ACC_PRINTF(2, 3);
+/**
+ * printf on the local main process of every machine (local process index 0), i.e. once per
+ * machine: what Accelerate's accelerator.print does. Flushes stdout. Returns printf's count, 0
+ * on the other processes.
+ */
+ACC_EXTERN int acc_print_local(const acc_state *st, const char *fmt, ...) ACC_PRINTF(2, 3);
 
 /**
  * This process's share of n items (Accelerate's split_between_processes): a contiguous

@@ -1,7 +1,7 @@
 /* accelerate-c: datasets, samplers, per-process sharding exactly as Accelerate's
  * BatchSamplerShard / IterableDatasetShard, and a prefetching dataloader.
- * Everything here is per-process logic parameterized by (num_processes, process_index); nothing
- * communicates. See docs/data.md.
+ * Everything here is per-process logic parameterized by (num_processes, process_index); only the
+ * dispatching loader communicates, through the broadcast callback it is given. See docs/data.md.
  * Threads: a dataset or loader is used from one thread at a time (a loader's own prefetch
  * thread calls the dataset callbacks, one call at a time). */
 #ifndef ACCELERATE_DATA_H
@@ -94,7 +94,7 @@ typedef struct acc_shard_config {
 typedef struct acc_batch_shard acc_batch_shard;
 
 /**
- * Applies Accelerate's BatchSamplerShard (spec 6.2) to BatchSampler(order, batch_size,
+ * Applies Accelerate's BatchSamplerShard to BatchSampler(order, batch_size,
  * drop_last): every rule of even_batches, split_batches and drop_last, padding from the start
  * of `order`. With num_processes == 1 the batch sampler is used as is (as prepare_data_loader).
  * @param order the epoch's sample order (n indices); copied.
@@ -103,8 +103,25 @@ typedef struct acc_batch_shard acc_batch_shard;
 ACC_EXTERN acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order,
                                              int64_t n, int64_t batch_size, int drop_last,
                                              const acc_shard_config *cfg);
-/** BatchSamplerShard.__len__ (spec formula; in split mode with even_batches off it can exceed
- *  the number of batches actually yielded, as in Accelerate). */
+/**
+ * BatchSamplerShard over a batch sampler given as its list of batches, whose sizes may differ
+ * (e.g. length-bucketed batches for sequence models): batch k holds counts[k] indices, the
+ * batches stored back to back in `indices`. batch_size is the sampler's batch size: 0 when the
+ * batches have no fixed size (every batch then counts as full); else every count must be at most
+ * batch_size and a batch counts as full when it holds exactly batch_size. drop_last is the
+ * sampler's drop_last (it only turns the end-of-epoch padding off here). The rules are those of
+ * acc_batch_shard_create (docs/data.md lists the variable-size cases).
+ * Errors: a count < 1 or > batch_size; split_batches with batch_size 0 or not a multiple of
+ * num_processes. Ownership: acc_batch_shard_destroy; indices and counts are copied.
+ */
+ACC_EXTERN acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out,
+                                                          const int64_t *indices,
+                                                          const int64_t *counts,
+                                                          int64_t num_batches, int64_t batch_size,
+                                                          int drop_last,
+                                                          const acc_shard_config *cfg);
+/** BatchSamplerShard.__len__ (Accelerate's formula; in split mode with even_batches off it can
+ *  exceed the number of batches actually yielded, as in Accelerate). */
 ACC_EXTERN int64_t acc_batch_shard_len(const acc_batch_shard *sh);
 /** Number of batches this process actually yields in the epoch. */
 ACC_EXTERN int64_t acc_batch_shard_count(const acc_batch_shard *sh);
@@ -116,7 +133,7 @@ ACC_EXTERN acc_result acc_batch_shard_get(const acc_batch_shard *sh, int64_t i,
                                           const int64_t **indices, int64_t *count);
 ACC_EXTERN void acc_batch_shard_destroy(acc_batch_shard *sh);
 
-/** IterableDatasetShard (spec 6.3) as a push iterator over int64 items. */
+/** IterableDatasetShard as a push iterator over int64 items. */
 typedef struct acc_iterable_shard acc_iterable_shard;
 
 /**
@@ -153,14 +170,24 @@ typedef int (*acc_collate_fn)(const void *const *samples, int64_t n, int num_fie
                               void *const *batch_fields, const size_t *batch_capacity,
                               size_t *batch_bytes, void *payload);
 
-#define ACC_DATALOADER_OPTIONS_VERSION 1u
+#define ACC_DATALOADER_OPTIONS_VERSION 2u
+
+/**
+ * Broadcast used by a dispatching loader: copies `bytes` bytes of process 0's buf into buf on
+ * every process. Collective: every process calls it in the same order. Returns ACC_OK or an error
+ * (with acc_last_error set). acc_accelerator_prepare_dataloader supplies one over the process
+ * group.
+ */
+typedef acc_result (*acc_dataloader_broadcast_fn)(void *buf, size_t bytes, void *payload);
 
 /** Options of acc_dataloader_create. Initialize with ACC_DATALOADER_OPTIONS_INIT. */
 typedef struct acc_dataloader_options {
   size_t size;                     /* sizeof(acc_dataloader_options), set by the INIT macro */
   uint32_t version;                /* ACC_DATALOADER_OPTIONS_VERSION */
-  int64_t batch_size;              /* per process; the global batch when split_batches */
-  int shuffle;                     /* map-style only: seedable random sampler */
+  int64_t batch_size;              /* per process; the global batch when split_batches; with a
+                                      batch list: the list's fixed size, 0 = none */
+  int shuffle;                     /* map-style: seedable random sampler (batch list: the order
+                                      of the batches is shuffled, each batch stays whole) */
   uint64_t seed;                   /* sampler seed; epoch e uses seed + e */
   int drop_last;
   acc_shard_config shard;          /* num_processes, process_index, split_batches, even_batches */
@@ -168,13 +195,27 @@ typedef struct acc_dataloader_options {
   acc_collate_fn collate;          /* NULL: stack each field */
   void *collate_payload;
   const size_t *collate_capacity;  /* with collate: bytes per batch field (num_fields values) */
+  /* ---- version 2 ---- */
+  /* Map-style: the batch sampler as a list of batches (sizes may differ, e.g. length-bucketed):
+   * batch k holds batch_counts[k] dataset indices, stored back to back in batch_indices. Both
+   * are copied at creation. NULL: BatchSampler(sampler order, batch_size). */
+  const int64_t *batch_indices;
+  const int64_t *batch_counts;
+  int64_t num_batches;
+  /* 1: process 0 alone reads the data (any dataset, e.g. a stream that cannot be sharded) and
+   * sends every process its slice of each global batch through `broadcast`; all processes must
+   * then call acc_dataloader_next together. Runs without the loader thread. */
+  int dispatch_batches;
+  acc_dataloader_broadcast_fn broadcast;
+  void *broadcast_payload;
 } acc_dataloader_options;
 
 #define ACC_DATALOADER_OPTIONS_INIT                                                           \
   { sizeof(acc_dataloader_options), ACC_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0,                \
-    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL }
+    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL }
 
-/** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). */
+/** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). version 1
+ *  fills only the fields of version 1 (the struct an older caller was compiled with). */
 ACC_EXTERN acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version);
 
 /** A batch handed to the program. Borrowed: valid until the next acc_dataloader_next/destroy. */
@@ -186,7 +227,7 @@ typedef struct acc_batch {
   const int64_t *indices;     /* dataset index (map-style) or stream position of each sample */
   int64_t index;              /* batch number in this epoch, counting skipped batches */
   int64_t epoch;
-  int end_of_dataloader;      /* 1 on the last batch of the epoch (spec 6.4) */
+  int end_of_dataloader;      /* 1 on the last batch of the epoch */
 } acc_batch;
 
 typedef struct acc_dataloader acc_dataloader;
@@ -203,11 +244,14 @@ ACC_EXTERN acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *d
  * moves to the next epoch (the following call starts it). Ownership: *out is borrowed.
  */
 ACC_EXTERN acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out);
-/** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. */
+/** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. For an epoch
+ *  started with skipped batches (skip_first_batches, state_set) it is the number of batches that
+ *  epoch still yields, as the loader Accelerate's skip_first_batches returns; the following
+ *  epochs report the whole length again. */
 ACC_EXTERN int64_t acc_dataloader_len(const acc_dataloader *dl);
 /** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. */
 ACC_EXTERN int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl);
-/** 1 while the last batch of the epoch is being processed (spec 6.4). */
+/** 1 while the last batch of the epoch is being processed. */
 ACC_EXTERN int acc_dataloader_end_of_dataloader(const acc_dataloader *dl);
 /** total_dataset_length % total_batch_size, or -1 with drop_last or an unknown length. */
 ACC_EXTERN int64_t acc_dataloader_remainder(const acc_dataloader *dl);
@@ -216,8 +260,9 @@ ACC_EXTERN int64_t acc_dataloader_epoch(const acc_dataloader *dl);
 /** Sets the epoch of the next iteration (abandons an epoch in progress). */
 ACC_EXTERN acc_result acc_dataloader_set_epoch(acc_dataloader *dl, int64_t epoch);
 /**
- * Skips the first n batches of the next epoch to start (only that epoch; later epochs are whole).
- * ACC_ERR_INVALID_USAGE when called mid-epoch.
+ * Accelerate's skip_first_batches on this loader: the next epoch to start yields only its batches
+ * after the first n (its acc_dataloader_len becomes the remaining count, 0 when n exceeds it);
+ * later epochs are whole again. ACC_ERR_INVALID_USAGE when called mid-epoch.
  */
 ACC_EXTERN acc_result acc_dataloader_skip_first_batches(acc_dataloader *dl, int64_t n);
 
@@ -233,7 +278,7 @@ ACC_EXTERN acc_result acc_dataloader_state_get(const acc_dataloader *dl, acc_dat
 ACC_EXTERN acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dataloader_state *st);
 
 /**
- * gather_for_metrics bookkeeping (spec 6.9): given that gathering the current batch over all
+ * gather_for_metrics bookkeeping: given that gathering the current batch over all
  * processes produced `gathered` samples, how many to keep (the padding duplicates sit at the
  * end). On the last batch with remainder > 0 that is min(remainder, gathered); else gathered.
  */

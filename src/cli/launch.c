@@ -19,6 +19,7 @@
 #include "config_file.h"
 #include "env.h"
 #include "rdzv.h"
+#include "mpirun.h"
 #include "spawn.h"
 
 extern char **environ;
@@ -515,16 +516,18 @@ static int run_mpi(const launch_args *a, long local, long port) {
   char nper[32], ntot[32];
   snprintf(nper, sizeof nper, "%ld", local);
   snprintf(ntot, sizeof ntot, "%ld", a->num_processes);
-  size_t c = 0;
-  cmd[c++] = "mpirun";
-  if (a->mpirun_hostfile) {
-    cmd[c++] = "--hostfile";
-    cmd[c++] = (char *)a->mpirun_hostfile;
-    cmd[c++] = "--npernode";
-    cmd[c++] = nper;
+  /* mpirun, else mpiexec; its --version output picks the command-line form. */
+  const char *mpirun = find_program("mpirun") == 0 ? "mpirun" : "mpiexec";
+  if (find_program(mpirun) != 0) {
+    fprintf(stderr, WHO ": mpirun or mpiexec were not found on PATH. Install Intel MPI, Open MPI "
+            "(apt-get install openmpi-bin) or MVAPICH, or launch without "
+            "--use_mpi/--mpirun_hostfile.\n");
+    free(cmd);
+    return 127;
   }
-  cmd[c++] = "-n";
-  cmd[c++] = ntot;
+  acc_mpi_flavor flavor = acc_mpi_flavor_probe(mpirun);
+  size_t c = (size_t)acc_mpirun_prefix(flavor, mpirun, a->mpirun_hostfile, nper, ntot, cmd);
+  if (!acc_mpi_flavor_exports_with_x(flavor)) nv = 0; /* Hydra passes the environment on */
   for (size_t i = 0; i < nv; i++) {
     int present = 0;
     for (size_t k = 0; k < e.n; k++)
@@ -544,11 +547,9 @@ static int run_mpi(const launch_args *a, long local, long port) {
   }
   fflush(NULL);
   environ = e.v;
-  execvp("mpirun", cmd);
-  int err = errno;
-  execvp("mpiexec", cmd);
-  fprintf(stderr, WHO ": mpirun or mpiexec were not found (%s). Install Open MPI (apt-get install "
-          "openmpi-bin) or launch without --use_mpi/--mpirun_hostfile.\n", strerror(err));
+  execvp(mpirun, cmd);
+  fprintf(stderr, WHO ": could not run %s (%s, detected as %s)\n", mpirun, strerror(errno),
+          acc_mpi_flavor_name(flavor));
   return 127;
 }
 

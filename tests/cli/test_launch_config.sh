@@ -124,8 +124,10 @@ echo "$out" | grep -qF 'You need to use at least 2 processes to use `--multi_gpu
 
 # 6. mpirun_config drives mpirun (a stand-in mpirun on PATH records its arguments and env)
 mkdir -p "$T/bin"
+# (it answers --version with \$FAKE_MPI_VERSION, Open MPI's text unless set)
 cat >"$T/bin/mpirun" <<EOF
 #!/bin/sh
+if [ "\$1" = --version ]; then printf '%s\\n' "\${FAKE_MPI_VERSION:-mpirun (Open MPI) 4.1.4}"; exit 0; fi
 echo "\$*" > "$T/mpirun.args"
 env > "$T/mpirun.env"
 EOF
@@ -158,6 +160,21 @@ case "$(cat "$T/mpirun.args")" in
   "--hostfile $T/hosts2 --npernode 1 -n 2 "*) ;;
   *) fail "flags should override mpirun_config: $(cat "$T/mpirun.args")" ;;
 esac
+case "$args" in
+  *"-n 4 --bind-to socket "*) ;;
+  *) fail "Open MPI with a hostfile binds to sockets: $args" ;;
+esac
+# Intel MPI / MVAPICH (Hydra): -f H -ppn K -n N, the environment passed on without -x.
+for v in "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 (id: c2e19c2f3e)" \
+         "OSU MVAPICH2 2.3.7-1"; do
+  FAKE_MPI_VERSION="$v" PATH="$T/bin:$PATH" "$ACC" launch -q --config_file "$T/mpi.yaml" prog a1 ||
+    fail "mpirun ($v) launch exited $?"
+  case "$(cat "$T/mpirun.args")" in
+    "-f $T/hosts -ppn 2 -n 4 prog a1") ;;
+    *) fail "Hydra form for '$v': $(cat "$T/mpirun.args")" ;;
+  esac
+  expect "$T/mpirun.env" CCL_WORKER_COUNT 3
+done
 
 # 7. bad files: status 2 and a message naming the file (and line and key)
 bad() { # bad NAME CONTENT EXPECTED-SUBSTRING [extra args]

@@ -1,5 +1,6 @@
 /* Dataloader: end_of_dataloader, remainder, len, gather_for_metrics keep-counts, skip, resume,
  * iterable datasets, custom collate, errors. */
+#include <stddef.h>
 #include "data_fixture.h"
 
 static acc_dataloader *mk(acc_dataset *ds, int64_t bs, int shuffle, int drop, int np, int p,
@@ -377,6 +378,26 @@ static void test_errors(void) {
   CHECK(init.size == sizeof init && init.batch_size == 1 && init.shard.num_processes == 1 &&
             init.shard.even_batches == 1 && init.prefetch == 2, "options_init defaults");
   CHECK_ERR(acc_dataloader_options_init(&init, 99), ACC_ERR_INVALID_ARGUMENT, "version 99");
+  /* Version 1 callers (compiled before the batch-list and dispatch fields) get only that prefix
+   * written, and a loader created from it behaves as before. */
+  unsigned char v1[sizeof(acc_dataloader_options) + 8];
+  memset(v1, 0xAB, sizeof v1);
+  CHECK_OK(acc_dataloader_options_init((acc_dataloader_options *)(void *)v1, 1));
+  const size_t v1size = offsetof(acc_dataloader_options, batch_indices);
+  CHECK(((acc_dataloader_options *)(void *)v1)->size == v1size && v1[v1size] == 0xAB,
+        "options_init(1) wrote past the version-1 struct");
+  ((acc_dataloader_options *)(void *)v1)->batch_size = 4;
+  CHECK_OK(acc_dataloader_create(&dl, ds, (acc_dataloader_options *)(void *)v1));
+  CHECK(acc_dataloader_len(dl) == 2, "v1 options: len %lld", (long long)acc_dataloader_len(dl));
+  acc_dataloader_destroy(dl);
+  dl = NULL;
+  /* dispatch_batches over several processes needs the broadcast (the accelerator supplies it) */
+  o = (acc_dataloader_options)ACC_DATALOADER_OPTIONS_INIT;
+  o.batch_size = 2;
+  o.dispatch_batches = 1;
+  o.shard.num_processes = 2;
+  CHECK_ERR(acc_dataloader_create(&dl, ds, &o), ACC_ERR_INVALID_ARGUMENT,
+            "needs a broadcast callback");
   acc_dataloader_options zero;
   memset(&zero, 0, sizeof zero);
   CHECK_ERR(acc_dataloader_create(&dl, ds, &zero), ACC_ERR_INVALID_USAGE, "ACC_DATALOADER_OPTIONS_INIT");

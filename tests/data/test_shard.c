@@ -311,6 +311,127 @@ static void test_sampler(void) {
   CHECK(acc_batch_sampler_len(10, 3, 0) == 4 && acc_batch_sampler_len(10, 3, 1) == 3, "len");
 }
 
+/* ---- BatchSamplerShard over a given list of batches of different sizes ------------------------
+ * Every expected table below was worked out by hand from the BatchSamplerShard rules (docs/data.md),
+ * not produced by the code under test. Lists:
+ *   A: [0,1,2] [3] [4,5] [6,7,8,9] [10,11]           (no fixed batch size)
+ *   B: [0,1] [2,3,4]                                 (no fixed batch size, fewer batches than processes)
+ *   C: [0,1,2,3] [4,5] [6,7,8,9] [10,11,12,13] [14,15,16]   (batch_size 4: [4,5] is short mid-list)
+ *   D: [0,1,2] [3,4,5] [6,7] [8,9,10] [11]           (batch_size 3: [6,7] closes a round short) */
+typedef struct list_case {
+  char list;
+  int64_t bs; /* the sampler's batch_size; 0 = none */
+  int np, drop_last, split, even;
+  const char *expect[4];
+  int64_t len[4];
+} list_case;
+
+static const int64_t list_a_counts[] = {3, 1, 2, 4, 2};
+static const int64_t list_b_counts[] = {2, 3};
+static const int64_t list_c_counts[] = {4, 2, 4, 4, 3};
+static const int64_t list_d_counts[] = {3, 3, 2, 3, 1};
+
+static const list_case list_cases[] = {
+    /* A, dynamic: every round is released; padding batches are whole batches of the start. */
+    {'A', 0, 2, 0, 0, 1, {"0,1,2|4,5|10,11", "3|6,7,8,9|0,1,2"}, {3, 3}},
+    {'A', 0, 2, 0, 0, 0, {"0,1,2|4,5|10,11", "3|6,7,8,9"}, {3, 2}},
+    {'A', 0, 2, 1, 0, 1, {"0,1,2|4,5", "3|6,7,8,9"}, {2, 2}},
+    {'A', 0, 3, 0, 0, 1, {"0,1,2|6,7,8,9", "3|10,11", "4,5|0,1,2"}, {2, 2, 2}},
+    {'A', 0, 3, 0, 0, 0, {"0,1,2|6,7,8,9", "3|10,11", "4,5"}, {2, 2, 1}},
+    {'A', 0, 4, 0, 0, 1, {"0,1,2|10,11", "3|0,1,2", "4,5|3", "6,7,8,9|4,5"}, {2, 2, 2, 2}},
+    /* B: fewer batches than processes; the list of initial batches is repeated. */
+    {'B', 0, 4, 0, 0, 1, {"0,1", "2,3,4", "0,1", "2,3,4"}, {1, 1, 1, 1}},
+    /* C, batch_size 4, no split: the round [0..3] [4,5] closes short, so it is never released
+     * (Accelerate drops it); the last short batch is topped up from the first batches. */
+    {'C', 4, 2, 0, 0, 1, {"6,7,8,9|14,15,16,0", "10,11,12,13|1,2,3,4"}, {3, 3}},
+    {'C', 4, 2, 0, 0, 0, {"6,7,8,9|14,15,16", "10,11,12,13"}, {3, 2}},
+    /* C, split (chunk = 4 / processes): only full batches are split, the short mid-list batch is
+     * skipped, the short last one is completed with the first batch. */
+    {'C', 4, 2, 0, 1, 1, {"0,1|6,7|10,11|14,15", "2,3|8,9|12,13|16,0"}, {5, 5}},
+    {'C', 4, 2, 0, 1, 0, {"0,1|6,7|10,11|14,15", "2,3|8,9|12,13|16"}, {5, 5}},
+    {'C', 4, 2, 1, 1, 1, {"0,1|6,7|10,11", "2,3|8,9|12,13"}, {5, 5}},
+    {'C', 4, 4, 0, 1, 1, {"0|6|10|14", "1|7|11|15", "2|8|12|16", "3|9|13|0"}, {5, 5, 5, 5}},
+    {'C', 4, 4, 0, 1, 0, {"0|6|10|14", "1|7|11|15", "2|8|12|16", "3|9|13"}, {5, 5, 5, 5}},
+    /* D, batch_size 3, 3 processes: the first round is held back by [6,7]; at the end process 2
+     * still holds [6,7] (yielded only without even_batches). */
+    {'D', 3, 3, 0, 0, 1, {"8,9,10", "11,0,1", "2,3,4"}, {2, 2, 2}},
+    {'D', 3, 3, 0, 0, 0, {"8,9,10", "11", "6,7"}, {2, 2, 1}},
+};
+
+static void list_of(char which, const int64_t **counts, int64_t *nb, int64_t *idx) {
+  switch (which) {
+    case 'A':
+      *counts = list_a_counts;
+      *nb = 5;
+      break;
+    case 'B':
+      *counts = list_b_counts;
+      *nb = 2;
+      break;
+    case 'C':
+      *counts = list_c_counts;
+      *nb = 5;
+      break;
+    default:
+      *counts = list_d_counts;
+      *nb = 5;
+      break;
+  }
+  for (int64_t i = 0; i < 64; i++) idx[i] = i; /* every list holds 0, 1, 2, ... in order */
+}
+
+static void test_batch_lists(void) {
+  char buf[1024];
+  int64_t idx[64];
+  for (size_t c = 0; c < sizeof list_cases / sizeof list_cases[0]; c++) {
+    const list_case *k = &list_cases[c];
+    const int64_t *counts;
+    int64_t nb;
+    list_of(k->list, &counts, &nb, idx);
+    for (int p = 0; p < k->np; p++) {
+      acc_shard_config cfg = {k->np, p, k->split, k->even};
+      acc_batch_shard *sh = NULL;
+      CHECK_OK(
+          acc_batch_shard_create_from_batches(&sh, idx, counts, nb, k->bs, k->drop_last, &cfg));
+      if (!sh) continue;
+      render(sh, buf, sizeof buf);
+      CHECK(strcmp(buf, k->expect[p]) == 0,
+            "list case %zu (%c bs=%lld np=%d drop=%d split=%d even=%d) p%d: got \"%s\" want \"%s\"",
+            c, k->list, (long long)k->bs, k->np, k->drop_last, k->split, k->even, p, buf,
+            k->expect[p]);
+      CHECK(acc_batch_shard_len(sh) == k->len[p], "list case %zu p%d: len %lld want %lld", c, p,
+            (long long)acc_batch_shard_len(sh), (long long)k->len[p]);
+      acc_batch_shard_destroy(sh);
+    }
+  }
+  /* One process: the list as given. */
+  const int64_t *counts;
+  int64_t nb;
+  list_of('A', &counts, &nb, idx);
+  acc_shard_config one = ACC_SHARD_CONFIG_INIT;
+  acc_batch_shard *sh = NULL;
+  CHECK_OK(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, 0, 0, &one));
+  render(sh, buf, sizeof buf);
+  CHECK(strcmp(buf, "0,1,2|3|4,5|6,7,8,9|10,11") == 0, "one process: %s", buf);
+  acc_batch_shard_destroy(sh);
+  /* Errors. */
+  acc_shard_config split2 = {2, 0, 1, 1}, split3 = {3, 0, 1, 1};
+  CHECK_ERR(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, 0, 0, &split2),
+            ACC_ERR_INVALID_ARGUMENT, "split_batches` mode, the batch size (none");
+  list_of('C', &counts, &nb, idx);
+  CHECK_ERR(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, 4, 0, &split3),
+            ACC_ERR_INVALID_ARGUMENT,
+            "the batch size (4) needs to be a round multiple of the number of processes (3)");
+  CHECK_ERR(acc_batch_shard_create_from_batches(&sh, idx, counts, nb, 3, 0, &one),
+            ACC_ERR_INVALID_ARGUMENT, "batch 0 has 4 samples, more than the batch_size 3");
+  const int64_t zero[] = {2, 0, 1};
+  CHECK_ERR(acc_batch_shard_create_from_batches(&sh, idx, zero, 3, 0, 0, &one),
+            ACC_ERR_INVALID_ARGUMENT, "batch 1 has 0 samples");
+  CHECK_ERR(acc_batch_shard_create_from_batches(&sh, NULL, counts, 2, 0, 0, &one),
+            ACC_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK(sh == NULL, "no shard on error");
+}
+
 int main(void) {
   test_tables();
   test_single_process();
@@ -319,5 +440,6 @@ int main(void) {
   test_union_is_permutation();
   test_sampler();
   test_properties();
+  test_batch_lists();
   return acc_test_finish("data_shard");
 }

@@ -308,7 +308,8 @@ static void test_mpirun(void) {
   lu_run(&r, argv, env);
   CHECK(r.status == 0, "mpirun launch exited %d: %s", r.status, r.err);
   char want[256];
-  snprintf(want, sizeof want, "running mpirun --hostfile %s --npernode 2 -n 2 -x ", hostfile);
+  snprintf(want, sizeof want, "running mpirun --hostfile %s --npernode 2 -n 2 --bind-to socket -x ",
+           hostfile);
   CHECK(strstr(r.err, want) != NULL, "command: %s", r.err);
   for (int i = 0; i < 2; i++) {
     snprintf(path, sizeof path, "%s/env.%d", dir, i);
