@@ -467,6 +467,10 @@ static int h_event_query(void *ctx, void *e, int *done) {
 /* Checks o's ranges (device or host as marked), then runs it (cpu) or queues it (fake). */
 static int submit(hostdev *h, fop *o, const int *is_dev, void *s) {
   if (!h->fake) {
+    for (int i = 0; i < o->nr; i++)
+      if (o->r[i].len && !o->r[i].p)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "cpu device: %s: argument %s is NULL (%zu bytes)",
+                          op_names[o->type], o->r[i].arg, o->r[i].len);
     run_op(o);
     return ACC_OK;
   }

@@ -154,6 +154,8 @@ static void test_cpu(void) {
   int yes = 0;
   CHECK_OK(acc__device_is_device_ptr(cpu, h, &yes));
   CHECK(yes == 1, "cpu: host memory is its device memory");
+  CHECK_ERR(acc__device_unscale(cpu, h, 4, 1.0f, NULL, NULL), ACC_ERR_INVALID_ARGUMENT,
+            "cpu device: unscale: argument found_inf is NULL");
   acc__device_close(cpu);
   CHECK_ERR(acc__device_open(&cpu, ACC__DEVICE_FAKE, 1), ACC_ERR_INVALID_ARGUMENT,
             "ordinal 1 does not exist");
