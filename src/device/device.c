@@ -283,7 +283,7 @@ acc_result acc__device_module_load(const char *name, const acc__device_ops **out
   }
   const char *file = "libaccelerate-cuda.so";
   const char *sym = ACC__DEVICE_OPS_SYMBOL("cuda");
-  char cand[4][1024];
+  char cand[5][1024];
   int nc = 0;
   const char *env = acc__env_str("ACCELERATE_CUDA_MODULE");
   if (env && *env) {
@@ -292,9 +292,14 @@ acc_result acc__device_module_load(const char *name, const acc__device_ops **out
     Dl_info info;
     if (dladdr((void *)&acc__device_module_load, &info) && info.dli_fname) {
       const char *slash = strrchr(info.dli_fname, '/');
-      if (slash)
-        snprintf(cand[nc++], sizeof cand[0], "%.*s/%s", (int)(slash - info.dli_fname),
-                 info.dli_fname, file);
+      if (slash) {
+        int dl = (int)(slash - info.dli_fname);
+        snprintf(cand[nc++], sizeof cand[0], "%.*s/%s", dl, info.dli_fname, file);
+#ifdef ACC_INSTALL_LIBDIR_REL /* a program in <prefix>/bin of a relocated install */
+        snprintf(cand[nc++], sizeof cand[0], "%.*s/../%s/%s", dl, info.dli_fname,
+                 ACC_INSTALL_LIBDIR_REL, file);
+#endif
+      }
     }
 #ifdef ACC_INSTALL_LIBDIR
     snprintf(cand[nc++], sizeof cand[0], "%s/%s", ACC_INSTALL_LIBDIR, file);

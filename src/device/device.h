@@ -91,8 +91,8 @@ acc_result acc__device_cast(acc__device *d, uint16_t *d_dst, const float *d_src,
 /* ---- the CUDA module -------------------------------------------------------------------- */
 
 /* Loads a device module by name ("cuda"): libaccelerate-<name>.so from $ACCELERATE_CUDA_MODULE,
- * next to the library (or program) holding this code, the install library directory, then the
- * dynamic loader's search path; checks its ops table. The result is cached (the module is never
+ * next to the library (or program) holding this code, in ../<libdir> from there, the install
+ * library directory, then the dynamic loader's search path; checks its ops table. The result is cached (the module is never
  * unloaded). On failure *ops = NULL and the error says every place tried. */
 acc_result acc__device_module_load(const char *name, const acc__device_ops **ops);
 /* What the CUDA module sees: fills *info (module path, versions, GPUs) and returns ACC_OK when
