@@ -249,6 +249,15 @@ static int overlap(const range *a, const range *b) {
   return pa < pb + b->len && pb < pa + a->len;
 }
 
+/* Whether a queued operation of any stream touches r. */
+static int pending_use(const fake *f, const range *r) {
+  for (const fstream *t = &f->def; t; t = t->next_stream)
+    for (const fop *q = t->head; q; q = q->next)
+      for (int j = 0; j < q->nr; j++)
+        if (overlap(r, &q->r[j])) return 1;
+  return 0;
+}
+
 /* Refuses o on stream s when a queued op of another stream writes what o touches, or touches
  * what o writes. */
 static acc_result check_order(fake *f, const fop *o, const fstream *s) {
@@ -485,6 +494,10 @@ static int submit(hostdev *h, fop *o, const int *is_dev, void *s) {
     pthread_mutex_unlock(&h->f.mu);
     return rc;
   }
+  /* The host copy of a device-to-host copy is garbage until the copy has run; unless a queued
+   * operation (same stream: legal) still reads or writes that host memory. */
+  int poison = o->type == OP_COPY && o->u.copy.kind == ACC__COPY_D2H && o->u.copy.bytes &&
+               !pending_use(&h->f, &o->r[0]);
   fop *q = acc__malloc(sizeof *q);
   if (!q) {
     pthread_mutex_unlock(&h->f.mu);
@@ -497,9 +510,7 @@ static int submit(hostdev *h, fop *o, const int *is_dev, void *s) {
   else st->head = q;
   st->tail = q;
   st->queued = q->seq;
-  /* the host copy of a device-to-host copy is garbage until the copy has run */
-  if (o->type == OP_COPY && o->u.copy.kind == ACC__COPY_D2H && o->u.copy.bytes)
-    memset(o->u.copy.dst, 0xff, o->u.copy.bytes);
+  if (poison) memset(o->u.copy.dst, 0xff, o->u.copy.bytes);
   pthread_mutex_unlock(&h->f.mu);
   return ACC_OK;
 }

@@ -1,5 +1,6 @@
 /* The fake device's rules: what a GPU would make fail (or silently corrupt) is refused with a
  * message naming the operation and the argument, and stream order is enforced. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,12 @@ static void test_deferred(void) {
   CHECK(done == 1, "event query did not complete");
   CHECK(back[7] == 7.0f && back[N - 1] == (float)(N - 1), "copy back: %g %g", (double)back[7],
         (double)back[N - 1]);
+  /* in and out of the same host buffer on one stream is legal: no poison over the pending read */
+  for (int i = 0; i < N; i++) h[i] = (float)(2 * i);
+  CHECK_OK(acc__device_copy(dev, d, h, N * sizeof(float), ACC__COPY_H2D, s));
+  CHECK_OK(acc__device_copy(dev, h, d, N * sizeof(float), ACC__COPY_D2H, s));
+  CHECK_OK(acc__dstream_sync(dev, s));
+  CHECK(h[11] == 22.0f, "round trip through one host buffer: %g", (double)h[11]);
   CHECK_OK(acc__devent_destroy(dev, e));
   CHECK_OK(acc__dstream_destroy(dev, s));
   acc__device_free(dev, d);
@@ -144,6 +151,51 @@ static void test_stream_order(void) {
   dev = outer;
 }
 
+/* Several threads, each with its own stream and buffers, on one fake device (the device's state
+ * is shared: run under ThreadSanitizer by the tsan preset). */
+enum { TN = 512, TITER = 200 };
+static char thread_msg[4][512];
+static void *worker(void *arg) {
+  int t = (int)(intptr_t)arg;
+  static float bufs[4][TN];
+  float *h = bufs[t], *d, *dcoef, coef = 0.5f;
+  acc__dstream *s;
+  if (acc__dstream_create(dev, &s) != ACC_OK) return (void *)1;
+  if (acc__device_alloc(dev, TN * sizeof(float), (void **)&d) != ACC_OK) return (void *)1;
+  if (acc__device_alloc(dev, sizeof coef, (void **)&dcoef) != ACC_OK) return (void *)1;
+  acc_result rc = acc__device_copy(dev, dcoef, &coef, sizeof coef, ACC__COPY_H2D, s);
+  for (int it = 0; it < TITER && rc == ACC_OK; it++) {
+    for (int i = 0; i < TN; i++) h[i] = (float)(i + it);
+    rc = acc__device_copy(dev, d, h, TN * sizeof(float), ACC__COPY_H2D, s);
+    if (rc == ACC_OK) rc = acc__device_scale(dev, d, TN, dcoef, s);
+    if (rc == ACC_OK) rc = acc__device_copy(dev, h, d, TN * sizeof(float), ACC__COPY_D2H, s);
+    if (rc == ACC_OK) rc = acc__dstream_sync(dev, s);
+    if (rc != ACC_OK) snprintf(thread_msg[t], sizeof thread_msg[t], "%s", acc_last_error());
+    for (int i = 0; i < TN && rc == ACC_OK; i++)
+      if (h[i] != 0.5f * (float)(i + it)) {
+        snprintf(thread_msg[t], sizeof thread_msg[t], "iteration %d element %d: %g", it, i,
+                 (double)h[i]);
+        rc = ACC_ERR_INTERNAL;
+      }
+  }
+  acc__device_free(dev, d);
+  acc__device_free(dev, dcoef);
+  acc__dstream_destroy(dev, s);
+  return rc == ACC_OK ? NULL : (void *)1;
+}
+
+static void test_threads(void) {
+  enum { T = 4 };
+  pthread_t th[T];
+  for (int t = 0; t < T; t++)
+    REQUIRE_OK(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) ? ACC_ERR_SYSTEM : ACC_OK);
+  for (int t = 0; t < T; t++) {
+    void *r = NULL;
+    pthread_join(th[t], &r);
+    CHECK(r == NULL, "thread %d: %s", t, thread_msg[t]);
+  }
+}
+
 /* The cpu device runs everything at once and takes host memory. */
 static void test_cpu(void) {
   acc__device *cpu;
@@ -167,6 +219,7 @@ int main(void) {
   test_pointer_kinds();
   test_deferred();
   test_stream_order();
+  test_threads();
   test_cpu();
   acc__device_close(dev);
   return acc_test_finish("device_fake");
