@@ -84,6 +84,7 @@ acc_result acc__device_free(acc__device *d, void *p) {
 
 acc_result acc__device_is_device_ptr(acc__device *d, const void *p, int *yes) {
   ACC_CHECK(check_dev(d, "acc__device_is_device_ptr"));
+  if (!yes) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_is_device_ptr: yes is NULL");
   *yes = 0;
   return done(d, d->ops->is_device_ptr(d->ctx, p, yes), "pointer query");
 }
@@ -253,8 +254,9 @@ static const acc__device_ops *try_load(const char *path, const char *sym, char *
   void *f = dlsym(h, sym);
   memcpy(&fn, &f, sizeof fn);
   if (!f) {
-    snprintf(why, whylen, "%.900s: no symbol %s (not an accelerate-c device module of this version)",
-             path, sym);
+    snprintf(why, whylen,
+             "%.900s: no symbol %s (not an accelerate-c device module of this version)", path,
+             sym);
     dlclose(h);
     return NULL;
   }

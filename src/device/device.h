@@ -22,7 +22,11 @@ typedef struct acc__device acc__device;
 typedef struct acc__dstream acc__dstream; /* a stream: operations run in the order queued */
 typedef struct acc__devent acc__devent;   /* a point in a stream's order */
 
-typedef enum acc__device_kind { ACC__DEVICE_CPU, ACC__DEVICE_FAKE, ACC__DEVICE_CUDA } acc__device_kind;
+typedef enum acc__device_kind {
+  ACC__DEVICE_CPU,
+  ACC__DEVICE_FAKE,
+  ACC__DEVICE_CUDA
+} acc__device_kind;
 
 /* Opens device `ordinal` of a kind (cpu and fake: ordinal 0 only). The CUDA kind loads the module
  * and fails with ACC_ERR_NOT_SUPPORTED and the reason (module not built, no driver, no GPU). */
@@ -92,8 +96,9 @@ acc_result acc__device_cast(acc__device *d, uint16_t *d_dst, const float *d_src,
 
 /* Loads a device module by name ("cuda"): libaccelerate-<name>.so from $ACCELERATE_CUDA_MODULE,
  * next to the library (or program) holding this code, in ../<libdir> from there, the install
- * library directory, then the dynamic loader's search path; checks its ops table. The result is cached (the module is never
- * unloaded). On failure *ops = NULL and the error says every place tried. */
+ * library directory, then the dynamic loader's search path; checks its ops table. The result is
+ * cached (the module is never unloaded). On failure *ops = NULL and the error says every place
+ * tried. */
 acc_result acc__device_module_load(const char *name, const acc__device_ops **ops);
 /* What the CUDA module sees: fills *info (module path, versions, GPUs) and returns ACC_OK when
  * at least one GPU is usable; else ACC_ERR_NOT_SUPPORTED with one line saying why (module not

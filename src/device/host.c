@@ -185,7 +185,8 @@ static fstream *stream_of(fake *f, void *s) { return s ? (fstream *)s : &f->def;
 static const alloc_rec *find_alloc(const fake *f, const void *p) {
   const char *c = p;
   for (size_t i = 0; i < f->nallocs; i++)
-    if (c >= f->allocs[i].base && c < f->allocs[i].base + (f->allocs[i].size ? f->allocs[i].size : 1))
+    if (c >= f->allocs[i].base &&
+        c < f->allocs[i].base + (f->allocs[i].size ? f->allocs[i].size : 1))
       return &f->allocs[i];
   return NULL;
 }
@@ -478,8 +479,9 @@ static int submit(hostdev *h, fop *o, const int *is_dev, void *s) {
   if (!h->fake) {
     for (int i = 0; i < o->nr; i++)
       if (o->r[i].len && !o->r[i].p)
-        return acc__error(ACC_ERR_INVALID_ARGUMENT, "cpu device: %s: argument %s is NULL (%zu bytes)",
-                          op_names[o->type], o->r[i].arg, o->r[i].len);
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "cpu device: %s: argument %s is NULL (%zu bytes)", op_names[o->type],
+                          o->r[i].arg, o->r[i].len);
     run_op(o);
     return ACC_OK;
   }

@@ -39,7 +39,9 @@ int acc__cuda_check(cudaError_t e, const char *what) {
 
 #define CK(call, what) ACC_CHECK((acc_result)acc__cuda_check((call), (what)))
 
-static int set_dev(const acc__cuda_ctx *c) { return acc__cuda_check(cudaSetDevice(c->dev), "cudaSetDevice"); }
+static int set_dev(const acc__cuda_ctx *c) {
+  return acc__cuda_check(cudaSetDevice(c->dev), "cudaSetDevice");
+}
 
 /* ---- probe, open, close ------------------------------------------------------------------- */
 
@@ -56,8 +58,8 @@ static int count_gpus(int *n, int *driver, int *runtime) {
                           cudaGetErrorString(e));
   if (e == cudaErrorInsufficientDriver)
     return acc__cuda_fail(ACC_ERR_NOT_SUPPORTED,
-                          "the CUDA driver is too old: it supports CUDA %d.%d, the module was built "
-                          "with CUDA %d.%d",
+                          "the CUDA driver is too old: it supports CUDA %d.%d, the module was "
+                          "built with CUDA %d.%d",
                           *driver / 1000, *driver % 1000 / 10, *runtime / 1000,
                           *runtime % 1000 / 10);
   if (e == cudaErrorNoDevice || (e == cudaSuccess && *n == 0))

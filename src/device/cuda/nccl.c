@@ -181,9 +181,11 @@ int acc__nccl_destroy(void *ctx, void *comm, int abort) {
     } else {
       ncclResult_t r = ncclCommFinalize(nc->comm);
       int timed_out = 0;
-      if (r == ncclInProgress || r == ncclSuccess) r = poll_state(nc->comm, now_s() + 60.0, &timed_out);
+      if (r == ncclInProgress || r == ncclSuccess)
+        r = poll_state(nc->comm, now_s() + 60.0, &timed_out);
       if (r != ncclSuccess || timed_out) {
-        rc = timed_out ? acc__cuda_fail(ACC_ERR_TIMEOUT, "ncclCommFinalize did not finish in 60 s")
+        rc = timed_out
+                 ? acc__cuda_fail(ACC_ERR_TIMEOUT, "ncclCommFinalize did not finish in 60 s")
                        : nccl_fail(r, nc->comm, "ncclCommFinalize");
         ncclCommAbort(nc->comm);
       } else {
