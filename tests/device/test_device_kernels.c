@@ -301,6 +301,59 @@ static void test_cast(void) {
   acc__device_free(dev, dsrc), acc__device_free(dev, dst);
 }
 
+/* Two streams ordered by an event: upload on one, AdamW + cast on the other after waiting, the
+ * results copied back on the second and awaited through an event (the pattern of a copy stream
+ * feeding a compute stream). Same bits as on the default stream. */
+static void test_streams(void) {
+  enum { N = 3000 };
+  static float w[N], g[N], got[N];
+  static uint16_t half[N], want[N];
+  for (size_t i = 0; i < N; i++) w[i] = frand(), g[i] = frand();
+  float *dw, *dg, *dm, *dv;
+  uint16_t *dh;
+  REQUIRE_OK(acc__device_alloc(dev, sizeof w, (void **)&dw));
+  REQUIRE_OK(acc__device_alloc(dev, sizeof g, (void **)&dg));
+  REQUIRE_OK(acc__device_alloc(dev, sizeof w, (void **)&dm));
+  REQUIRE_OK(acc__device_alloc(dev, sizeof w, (void **)&dv));
+  REQUIRE_OK(acc__device_alloc(dev, sizeof half, (void **)&dh));
+  acc__dstream *copy_s, *comp_s;
+  acc__devent *uploaded, *finished;
+  REQUIRE_OK(acc__dstream_create(dev, &copy_s));
+  REQUIRE_OK(acc__dstream_create(dev, &comp_s));
+  REQUIRE_OK(acc__devent_create(dev, &uploaded));
+  REQUIRE_OK(acc__devent_create(dev, &finished));
+  CHECK_OK(acc__device_copy(dev, dw, w, sizeof w, ACC__COPY_H2D, copy_s));
+  CHECK_OK(acc__device_copy(dev, dg, g, sizeof g, ACC__COPY_H2D, copy_s));
+  CHECK_OK(acc__device_memset(dev, dm, 0, sizeof w, copy_s));
+  CHECK_OK(acc__device_memset(dev, dv, 0, sizeof w, copy_s));
+  CHECK_OK(acc__devent_record(dev, uploaded, copy_s));
+  CHECK_OK(acc__dstream_wait(dev, comp_s, uploaded));
+  acc__adamw_args a = {0};
+  acc__adamw_args_set(&a, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1);
+  a.w = dw, a.g = dg, a.m = dm, a.v = dv, a.n = N;
+  CHECK_OK(acc__device_adamw(dev, &a, comp_s));
+  CHECK_OK(acc__device_cast(dev, dh, dw, N, ACC_BF16, comp_s));
+  CHECK_OK(acc__device_copy(dev, got, dw, sizeof got, ACC__COPY_D2H, comp_s));
+  CHECK_OK(acc__device_copy(dev, half, dh, sizeof half, ACC__COPY_D2H, comp_s));
+  CHECK_OK(acc__devent_record(dev, finished, comp_s));
+  CHECK_OK(acc__devent_sync(dev, finished));
+  /* the reference on the host */
+  float m[N] = {0}, v[N] = {0};
+  acc__adamw_args r = a;
+  r.w = w, r.g = g, r.m = m, r.v = v;
+  for (size_t k = 0; k < N; k++) acc__k_adamw(&r, 1.0f, k);
+  same_bits(got, w, N, "adamw on a compute stream");
+  acc_f32_to_bf16(want, w, N);
+  CHECK(memcmp(half, want, sizeof half) == 0, "bf16 cast on a compute stream differs");
+  int done = 0;
+  CHECK_OK(acc__devent_query(dev, finished, &done));
+  CHECK(done == 1, "event not complete after its synchronization");
+  acc__devent_destroy(dev, uploaded), acc__devent_destroy(dev, finished);
+  acc__dstream_destroy(dev, copy_s), acc__dstream_destroy(dev, comp_s);
+  acc__device_free(dev, dw), acc__device_free(dev, dg), acc__device_free(dev, dm);
+  acc__device_free(dev, dv), acc__device_free(dev, dh);
+}
+
 int main(int argc, char **argv) {
   const char *kind = argc > 1 ? argv[1] : "fake";
   acc__device_kind k = !strcmp(kind, "cpu")    ? ACC__DEVICE_CPU
@@ -324,6 +377,7 @@ int main(int argc, char **argv) {
   test_clip(1.0f);   /* clips */
   test_clip(1e9f);   /* does not */
   test_cast();
+  test_streams();
   acc__device_close(dev);
   return acc_test_finish("device_kernels");
 }
