@@ -199,6 +199,8 @@ acc_result acc__device_adamw(acc__device *d, const acc__adamw_args *a, acc__dstr
 acc_result acc__device_unscale(acc__device *d, float *g, size_t n, float inv_scale,
                                int32_t *found_inf, acc__dstream *s) {
   ACC_CHECK(check_dev(d, "acc__device_unscale"));
+  if (!found_inf)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_unscale: found_inf is NULL");
   return done(d, d->ops->unscale(d->ctx, g, n, inv_scale, found_inf, s), "unscale");
 }
 
@@ -211,6 +213,8 @@ acc_result acc__device_norm_partials(acc__device *d, const float *g, size_t n, d
 acc_result acc__device_norm_finish(acc__device *d, const double *partials, size_t count,
                                    float max_norm, float *norm, float *coef, acc__dstream *s) {
   ACC_CHECK(check_dev(d, "acc__device_norm_finish"));
+  if (!norm || !coef)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_norm_finish: norm or coef is NULL");
   if (!(max_norm >= 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_norm_finish: max_norm %g must be >= 0",
                       (double)max_norm);
@@ -221,6 +225,7 @@ acc_result acc__device_norm_finish(acc__device *d, const double *partials, size_
 acc_result acc__device_scale(acc__device *d, float *buf, size_t n, const float *coef,
                              acc__dstream *s) {
   ACC_CHECK(check_dev(d, "acc__device_scale"));
+  if (!coef) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_scale: coef is NULL");
   return done(d, d->ops->scale(d->ctx, buf, n, coef, s), "scale");
 }
 

@@ -44,7 +44,7 @@ static void test_pointer_kinds(void) {
   CHECK_ERR(acc__device_copy(dev, d + 8, host, sizeof host, ACC__COPY_H2D, NULL),
             ACC_ERR_INVALID_ARGUMENT, "run past the end of its 64-byte device allocation");
   CHECK_ERR(acc__device_unscale(dev, d, 16, 1.0f, NULL, NULL), ACC_ERR_INVALID_ARGUMENT,
-            "argument found_inf is NULL");
+            "found_inf is NULL");
   /* freeing: not the start, a host pointer, then a use after free and a double free */
   CHECK_ERR(acc__device_free(dev, d + 1), ACC_ERR_INVALID_ARGUMENT, "not its start");
   CHECK_ERR(acc__device_free(dev, host), ACC_ERR_INVALID_ARGUMENT, "is not device memory");
@@ -206,8 +206,8 @@ static void test_cpu(void) {
   int yes = 0;
   CHECK_OK(acc__device_is_device_ptr(cpu, h, &yes));
   CHECK(yes == 1, "cpu: host memory is its device memory");
-  CHECK_ERR(acc__device_unscale(cpu, h, 4, 1.0f, NULL, NULL), ACC_ERR_INVALID_ARGUMENT,
-            "cpu device: unscale: argument found_inf is NULL");
+  CHECK_ERR(acc__device_sgd(cpu, &(acc__sgd_args){.w = h, .n = 4}, NULL),
+            ACC_ERR_INVALID_ARGUMENT, "cpu device: sgd: argument g is NULL");
   acc__device_close(cpu);
   CHECK_ERR(acc__device_open(&cpu, ACC__DEVICE_FAKE, 1), ACC_ERR_INVALID_ARGUMENT,
             "ordinal 1 does not exist");
