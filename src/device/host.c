@@ -7,9 +7,10 @@
  *       reverse, or a range running past its allocation, is refused with a message naming the
  *       operation and the argument). Operations queue per stream and run only when the program
  *       synchronizes (stream or event sync, event query, a stream waiting on an event, free,
- *       close). Queuing an operation that touches memory a queued operation of another stream
- *       writes (or writes memory it reads) is refused: the program must order the streams with an
- *       event first. The host destination of a device-to-host copy is filled with 0xff bytes
+ *       close). Queuing an operation that touches memory an operation of another stream writes
+ *       (or writes memory it reads) is refused unless the two are ordered: by an event the stream
+ *       waited for (directly or through other streams' waits), or by the host having synchronized
+ *       with that work before queuing. The host destination of a device-to-host copy is filled with 0xff bytes
  *       (NaN for floats) when the copy is queued, so reading it before synchronizing shows. */
 #include <errno.h>
 #include <pthread.h>
@@ -154,16 +155,26 @@ static void run_op(const fop *o) {
 
 /* ---- the fake device's state ---------------------------------------------------------------- */
 
+/* Ordering is tracked with vector clocks: know[id] is the last operation (a global sequence
+ * number) of stream id that is ordered before the next operation of this stream (or, for the
+ * host, before anything it queues next). Stream ids are reused after a stream is destroyed;
+ * sequence numbers never are, so a stale entry is harmless. */
+#define MAX_STREAMS 64
+#define MAX_HISTORY 4096 /* operations kept per stream after they ran, for the order check */
+
 typedef struct fstream {
   int id; /* 0: the default stream */
-  fop *head, *tail;
+  fop *head, *tail;           /* queued, not yet run */
+  fop *done_head, *done_tail; /* ran, not yet known to the host */
+  size_t ndone;
   uint64_t queued; /* seq of the last queued op */
+  uint64_t know[MAX_STREAMS];
   struct fstream *next_stream;
 } fstream;
 
 typedef struct fevent {
-  fstream *s; /* NULL: never recorded */
-  uint64_t pos;
+  int recorded, sid;
+  uint64_t know[MAX_STREAMS]; /* what an operation waiting for the event is ordered after */
 } fevent;
 
 typedef struct alloc_rec {
@@ -176,9 +187,27 @@ typedef struct fake {
   alloc_rec *allocs;
   size_t nallocs, cap;
   fstream def; /* the default stream, head of the list of streams */
-  int next_id;
+  uint64_t used_ids; /* bit i: stream id i is in use */
   uint64_t next_seq;
+  uint64_t host_know[MAX_STREAMS];
 } fake;
+
+static void learn(uint64_t *dst, const uint64_t *src) {
+  for (int i = 0; i < MAX_STREAMS; i++)
+    if (src[i] > dst[i]) dst[i] = src[i];
+}
+
+/* Drops the history the host already knows (everything queued later is ordered after it). */
+static void prune(fake *f) {
+  for (fstream *s = &f->def; s; s = s->next_stream)
+    while (s->done_head && s->done_head->seq <= f->host_know[s->id]) {
+      fop *o = s->done_head;
+      s->done_head = o->next;
+      if (!s->done_head) s->done_tail = NULL;
+      s->ndone--;
+      free(o);
+    }
+}
 
 static fstream *stream_of(fake *f, void *s) { return s ? (fstream *)s : &f->def; }
 
@@ -236,12 +265,29 @@ static void run_stream(fstream *s, uint64_t upto) {
     run_op(o);
     s->head = o->next;
     if (!s->head) s->tail = NULL;
-    free(o);
+    o->next = NULL; /* into the history */
+    if (s->done_tail) s->done_tail->next = o;
+    else s->done_head = o;
+    s->done_tail = o;
+    if (++s->ndone > MAX_HISTORY) {
+      fop *old = s->done_head;
+      s->done_head = old->next;
+      s->ndone--;
+      free(old);
+    }
   }
 }
 
+/* The host waits for everything queued on s. */
+static void host_sync_stream(fake *f, fstream *s) {
+  run_stream(s, UINT64_MAX);
+  learn(f->host_know, s->know);
+  if (s->queued > f->host_know[s->id]) f->host_know[s->id] = s->queued;
+  prune(f);
+}
+
 static void run_all(fake *f) {
-  for (fstream *s = &f->def; s; s = s->next_stream) run_stream(s, UINT64_MAX);
+  for (fstream *s = &f->def; s; s = s->next_stream) host_sync_stream(f, s);
 }
 
 static int overlap(const range *a, const range *b) {
@@ -259,25 +305,38 @@ static int pending_use(const fake *f, const range *r) {
   return 0;
 }
 
-/* Refuses o on stream s when a queued op of another stream writes what o touches, or touches
- * what o writes. */
-static acc_result check_order(fake *f, const fop *o, const fstream *s) {
+static acc_result order_error(const fop *o, int i, const fstream *s, const fop *q, int j,
+                              const fstream *t, int ran) {
+  return acc__error(
+      ACC_ERR_INVALID_USAGE,
+      "fake device: stream order violation: %s on stream %d %s %s (%p, %zu bytes), which %s "
+      "queued on stream %d %s (argument %s)%s: record an event on stream %d after it and make "
+      "stream %d wait for that event (acc__dstream_wait) before this operation",
+      op_names[o->type], s->id, o->r[i].write ? "writes" : "reads", o->r[i].arg, o->r[i].p,
+      o->r[i].len, op_names[q->type], t->id, q->r[j].write ? "writes" : "reads", q->r[j].arg,
+      ran ? ", and nothing orders the two" : " and has not run yet", t->id, s->id);
+}
+
+static acc_result check_list(const fop *o, const fstream *s, const fop *list, const fstream *t,
+                             int ran) {
+  for (const fop *q = list; q; q = q->next) {
+    if (q->seq <= s->know[t->id]) continue; /* ordered before o */
+    for (int i = 0; i < o->nr; i++)
+      for (int j = 0; j < q->nr; j++)
+        if ((o->r[i].write || q->r[j].write) && overlap(&o->r[i], &q->r[j]))
+          return order_error(o, i, s, q, j, t, ran);
+  }
+  return ACC_OK;
+}
+
+/* Refuses o on stream s when an operation of another stream, not ordered before it, writes what
+ * o touches or touches what o writes. */
+static acc_result check_order(fake *f, const fop *o, fstream *s) {
+  learn(s->know, f->host_know); /* o comes after everything the host has waited for */
   for (const fstream *t = &f->def; t; t = t->next_stream) {
     if (t == s) continue;
-    for (const fop *q = t->head; q; q = q->next)
-      for (int i = 0; i < o->nr; i++)
-        for (int j = 0; j < q->nr; j++) {
-          if (!(o->r[i].write || q->r[j].write) || !overlap(&o->r[i], &q->r[j])) continue;
-          return acc__error(
-              ACC_ERR_INVALID_USAGE,
-              "fake device: stream order violation: %s on stream %d %s %s (%p, %zu bytes), which "
-              "%s queued on stream %d %s (argument %s) and has not run yet: record an event on "
-              "stream %d after it and make stream %d wait for that event (acc__dstream_wait) "
-              "before this operation",
-              op_names[o->type], s->id, o->r[i].write ? "writes" : "reads", o->r[i].arg,
-              o->r[i].p, o->r[i].len, op_names[q->type], t->id,
-              q->r[j].write ? "writes" : "reads", q->r[j].arg, t->id, s->id);
-        }
+    ACC_CHECK(check_list(o, s, t->done_head, t, 1));
+    ACC_CHECK(check_list(o, s, t->head, t, 0));
   }
   return ACC_OK;
 }
@@ -289,12 +348,22 @@ typedef struct hostdev {
   fake f;
 } hostdev;
 
+static void free_history(fstream *s) {
+  while (s->done_head) {
+    fop *o = s->done_head;
+    s->done_head = o->next;
+    free(o);
+  }
+  s->done_tail = NULL;
+  s->ndone = 0;
+}
+
 static int h_open_common(int is_fake, void **ctx) {
   hostdev *h = acc__calloc(1, sizeof *h);
   if (!h) return ACC_ERR_NOMEM;
   h->fake = is_fake;
   pthread_mutex_init(&h->f.mu, NULL);
-  h->f.next_id = 1;
+  h->f.used_ids = 1; /* the default stream */
   *ctx = h;
   return ACC_OK;
 }
@@ -319,8 +388,10 @@ static void h_close(void *ctx) {
     for (size_t i = 0; i < h->f.nallocs; i++) munmap(h->f.allocs[i].base, h->f.allocs[i].mapped);
     free(h->f.allocs);
     fstream *s = h->f.def.next_stream;
+    free_history(&h->f.def);
     while (s) {
       fstream *n = s->next_stream;
+      free_history(s);
       free(s);
       s = n;
     }
@@ -374,9 +445,9 @@ static int h_free(void *ctx, void *p) {
       pthread_mutex_unlock(&h->f.mu);
       return ACC_OK;
     }
-  const alloc_rec *a = find_alloc(&h->f, p);
+  int inside = find_alloc(&h->f, p) != NULL;
   pthread_mutex_unlock(&h->f.mu);
-  if (a)
+  if (inside)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "fake device: free: %p is inside a device allocation, not its start", p);
   return acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -401,7 +472,16 @@ static int h_stream_create(void *ctx, void **s) {
   fstream *n = acc__calloc(1, sizeof *n);
   if (!n) return ACC_ERR_NOMEM;
   pthread_mutex_lock(&h->f.mu);
-  n->id = h->f.next_id++;
+  int id = 1;
+  while (id < MAX_STREAMS && (h->f.used_ids >> id & 1u)) id++;
+  if (id == MAX_STREAMS) {
+    pthread_mutex_unlock(&h->f.mu);
+    free(n);
+    return acc__error(ACC_ERR_NOMEM, "fake device: more than %d streams at once",
+                      MAX_STREAMS - 1);
+  }
+  h->f.used_ids |= (uint64_t)1 << id;
+  n->id = id;
   n->next_stream = h->f.def.next_stream;
   h->f.def.next_stream = n;
   pthread_mutex_unlock(&h->f.mu);
@@ -413,21 +493,24 @@ static int h_stream_destroy(void *ctx, void *s) {
   hostdev *h = ctx;
   if (!s) return ACC_OK;
   pthread_mutex_lock(&h->f.mu);
-  run_stream(s, UINT64_MAX);
+  fstream *st = s;
+  host_sync_stream(&h->f, st);
   for (fstream **pp = &h->f.def.next_stream; *pp; pp = &(*pp)->next_stream)
-    if (*pp == s) {
-      *pp = ((fstream *)s)->next_stream;
+    if (*pp == st) {
+      *pp = st->next_stream;
       break;
     }
+  h->f.used_ids &= ~((uint64_t)1 << st->id);
   pthread_mutex_unlock(&h->f.mu);
-  free(s);
+  free_history(st);
+  free(st);
   return ACC_OK;
 }
 
 static int h_stream_sync(void *ctx, void *s) {
   hostdev *h = ctx;
   pthread_mutex_lock(&h->f.mu);
-  run_stream(stream_of(&h->f, s), UINT64_MAX);
+  host_sync_stream(&h->f, stream_of(&h->f, s));
   pthread_mutex_unlock(&h->f.mu);
   return ACC_OK;
 }
@@ -446,30 +529,50 @@ static int h_event_record(void *ctx, void *e, void *s) {
   hostdev *h = ctx;
   fevent *ev = e;
   pthread_mutex_lock(&h->f.mu);
-  ev->s = stream_of(&h->f, s);
-  ev->pos = ev->s->queued;
+  fstream *st = stream_of(&h->f, s);
+  learn(st->know, h->f.host_know);
+  memcpy(ev->know, st->know, sizeof ev->know);
+  ev->know[st->id] = st->queued;
+  ev->sid = st->id;
+  ev->recorded = 1;
   pthread_mutex_unlock(&h->f.mu);
   return ACC_OK;
 }
 
-/* Everything before the event's record point runs now (the waiting stream is then ordered after
- * it); an event never recorded is complete, as in CUDA. */
+/* Everything the event is ordered after runs now; an event never recorded is complete, as in
+ * CUDA. */
 static void run_event(fake *f, const fevent *ev) {
-  if (ev->s) run_stream(ev->s, ev->pos);
+  if (!ev->recorded) return;
+  for (fstream *t = &f->def; t; t = t->next_stream) run_stream(t, ev->know[t->id]);
 }
 
+/* Later operations of s are ordered after the event. */
 static int h_stream_wait(void *ctx, void *s, void *e) {
   hostdev *h = ctx;
+  fevent *ev = e;
   pthread_mutex_lock(&h->f.mu);
-  run_event(&h->f, e);
+  run_event(&h->f, ev);
+  if (ev->recorded) learn(stream_of(&h->f, s)->know, ev->know);
   pthread_mutex_unlock(&h->f.mu);
   return ACC_OK;
 }
 
-static int h_event_sync(void *ctx, void *e) { return h_stream_wait(ctx, NULL, e); }
+/* The host waits for the event. */
+static int h_event_sync(void *ctx, void *e) {
+  hostdev *h = ctx;
+  fevent *ev = e;
+  pthread_mutex_lock(&h->f.mu);
+  run_event(&h->f, ev);
+  if (ev->recorded) {
+    learn(h->f.host_know, ev->know);
+    prune(&h->f);
+  }
+  pthread_mutex_unlock(&h->f.mu);
+  return ACC_OK;
+}
 
 static int h_event_query(void *ctx, void *e, int *done) {
-  ACC_CHECK(h_stream_wait(ctx, NULL, e));
+  ACC_CHECK(h_event_sync(ctx, e));
   *done = 1;
   return ACC_OK;
 }

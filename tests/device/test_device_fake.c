@@ -136,6 +136,35 @@ static void test_stream_order(void) {
   CHECK_OK(acc__dstream_sync(dev, a));
   CHECK_OK(acc__dstream_sync(dev, b));
   CHECK(out2[3] == 1.0f, "second reader: %g", (double)out2[3]);
+  /* ordering is transitive, and only what waited is ordered: c writes d; b waits for c's event;
+   * a (which did not wait) touching d is refused even though c's write has run; after a waits for
+   * b's event (which carries c's), it is accepted */
+  CHECK_OK(acc__dstream_sync(dev, a));
+  acc__dstream *c;
+  acc__devent *eb;
+  REQUIRE_OK(acc__dstream_create(dev, &c));
+  REQUIRE_OK(acc__devent_create(dev, &eb));
+  CHECK_OK(acc__device_memset(dev, d, 0, sizeof h, c));
+  CHECK_OK(acc__devent_record(dev, e, c));
+  CHECK_OK(acc__dstream_wait(dev, b, e));
+  CHECK_OK(acc__device_scale(dev, d, N, dcoef, b)); /* ordered after c's memset */
+  CHECK_ERR(acc__device_copy(dev, out, d, sizeof out, ACC__COPY_D2H, a), ACC_ERR_INVALID_USAGE,
+            "nothing orders the two");
+  CHECK_OK(acc__devent_record(dev, eb, b));
+  CHECK_OK(acc__dstream_wait(dev, a, eb));
+  CHECK_OK(acc__device_copy(dev, out, d, sizeof out, ACC__COPY_D2H, a));
+  CHECK_OK(acc__dstream_sync(dev, a));
+  CHECK(out[4] == 0.0f, "after memset and scale: %g", (double)out[4]);
+  /* the host waiting for a stream orders everything queued afterwards */
+  CHECK_OK(acc__device_memset(dev, d, 0, sizeof h, c));
+  CHECK_OK(acc__dstream_sync(dev, c));
+  CHECK_OK(acc__device_scale(dev, d, N, dcoef, b));
+  CHECK_OK(acc__dstream_sync(dev, b));
+  CHECK_OK(acc__devent_destroy(dev, eb));
+  CHECK_OK(acc__dstream_destroy(dev, c));
+  CHECK_OK(acc__device_copy(dev, d, h, sizeof h, ACC__COPY_H2D, NULL)); /* back to 2 * 0.5 */
+  CHECK_OK(acc__device_scale(dev, d, N, dcoef, NULL));
+  CHECK_OK(acc__dstream_sync(dev, NULL));
   /* a write after a pending read on another stream is a hazard too */
   CHECK_OK(acc__device_copy(dev, out, d, sizeof out, ACC__COPY_D2H, a));
   CHECK_ERR(acc__device_memset(dev, d, 0, sizeof h, b), ACC_ERR_INVALID_USAGE,
