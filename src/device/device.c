@@ -321,7 +321,9 @@ acc_result acc__device_module_load(const char *name, const acc__device_ops **out
     const acc__device_ops *ops = try_load(cand[i], sym, why, sizeof why);
     if (ops) {
       cuda_ops = ops;
-      snprintf(cuda_path, sizeof cuda_path, "%.1000s", cand[i]);
+      char *real = realpath(cand[i], NULL); /* NULL for a bare name found by the loader */
+      snprintf(cuda_path, sizeof cuda_path, "%.1000s", real ? real : cand[i]);
+      free(real);
       *out = ops;
       pthread_mutex_unlock(&module_mu);
       return ACC_OK;
