@@ -76,6 +76,7 @@ ROW("ACCELERATE_LAUNCHER_STATUS_FD", INT, 0, 2147483647.0, NULL, "", LIB | SETS,
 ROW("XDG_RUNTIME_DIR", STRING, 0, 0, NULL, "", LIB | EXT, "First choice of the private directory for the rendezvous token file (must be owned by the user, mode 0700).")
 ROW("ACCELERATE_SHM_SPIN_US", INT, 0, 1000000, NULL, "20 (1 when processes outnumber CPUs)", LIB, "Microseconds a waiting process of the shared-memory backend spins before it yields.")
 ROW("ACCELERATE_SHM_YIELD_US", INT, 0, 1000000, NULL, "2000 (200 when processes outnumber CPUs)", LIB, "Microseconds a waiting process yields the CPU before it sleeps.")
+ROW("ACCELERATE_CUDA_MODULE", STRING, 0, 0, NULL, "next to the library, then the install directory", LIB, "Path of the CUDA device module (libaccelerate-cuda.so) to load instead of searching for it.")
 ROW("ACCELERATE_MPI_CHUNK", INT, 1, 1073741824, NULL, "1073741824", LIB, "Largest count (elements, or bytes for byte collectives) passed to one MPI call; larger collectives are split.")
 /* ---- logging and profiling ---- */
 ROW("ACCELERATE_LOG_LEVEL", STRING, 0, 0, NULL, "info", LIB, "Least severe level of the messages logged (a level name).")
@@ -90,7 +91,7 @@ ROW("ACCELERATE_DYNAMO_USE_FULLGRAPH", BOOL, 0, 0, NULL, "", SETS, "Set from dyn
 ROW("ACCELERATE_DYNAMO_USE_DYNAMIC", BOOL, 0, 0, NULL, "", SETS, "Set from dynamo_config; not read.")
 ROW("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", BOOL, 0, 0, NULL, "", SETS, "Set from dynamo_config; not read.")
 ROW("CCL_WORKER_COUNT", INT, 0, 65536, NULL, "", SETS, "Set from --ipex/--mpirun_ccl settings for oneCCL programs; not read.")
-ROW("CUDA_VISIBLE_DEVICES", STRING, 0, 0, NULL, "", SETS, "Set from --gpu_ids; not read (no GPU backend yet).")
+ROW("CUDA_VISIBLE_DEVICES", STRING, 0, 0, NULL, "", SETS, "Set from --gpu_ids; read by the CUDA runtime inside the CUDA module (it limits and renumbers the GPUs), not by accelerate-c itself.")
 ROW("OMP_NUM_THREADS", INT, 1, 65536, NULL, "1 when several processes share a machine", CLI | SETS, "Threads of OpenMP code; accelerate launch keeps a value that is already set.")
 ROW("OPENBLAS_NUM_THREADS", INT, 1, 65536, NULL, "same as OMP_NUM_THREADS", CLI | SETS, "Threads of OpenBLAS; same rule.")
 ROW("PATH", STRING, 0, 0, NULL, "", CLI, "Where accelerate launch looks for the program, and accelerate env for nvidia-smi.")

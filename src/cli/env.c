@@ -7,9 +7,41 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "device/device.h"
 #include "env.h"
 #include "internal.h"
 #include "module.h"
+
+static void print_version(FILE *out, const char *what, int v, int nccl) {
+  if (nccl) fprintf(out, "%s %d.%d.%d", what, v / 10000, v / 100 % 100, v % 100);
+  else fprintf(out, "%s %d.%d", what, v / 1000, v % 1000 / 10);
+}
+
+/* What the CUDA module sees: the GPUs, or one line saying why there are none. */
+static void print_cuda(FILE *out) {
+  acc__device_probe_info info;
+  acc_result rc = acc__device_cuda_probe(&info);
+  fprintf(out, "- CUDA: ");
+  if (info.module_path[0]) {
+    fprintf(out, "module %s (", info.module_path);
+    print_version(out, "CUDA runtime", info.runtime_version, 0);
+    if (info.driver_version) print_version(out, ", driver for CUDA", info.driver_version, 0);
+    if (info.nccl_version) print_version(out, ", NCCL", info.nccl_version, 1);
+    else fprintf(out, ", no NCCL");
+    fprintf(out, "): ");
+  }
+  if (rc != ACC_OK) {
+    fprintf(out, "%s\n", acc_last_error());
+    return;
+  }
+  fprintf(out, "%d GPU%s\n", info.device_count, info.device_count == 1 ? "" : "s");
+  for (int i = 0; i < info.device_count && i < ACC__MAX_GPUS; i++) {
+    const acc__gpu_info *g = &info.gpus[i];
+    fprintf(out, "\tcuda:%d: %s, %.1f GiB, compute capability %d.%d, PCI %s\n", i, g->name,
+            (double)g->total_mem / (1024.0 * 1024.0 * 1024.0), g->cc_major, g->cc_minor,
+            g->pci_bus_id);
+  }
+}
 
 static void print_gpus(FILE *out) {
   /* nvidia-smi only when it is on PATH; its absence is not an error. */
@@ -33,7 +65,7 @@ static void print_gpus(FILE *out) {
     }
     if (p) pclose(p);
     if (lines) {
-      fprintf(out, " (not used: accelerate-c has no GPU backend yet)\n");
+      fprintf(out, " (training does not use GPUs yet)\n");
       return;
     }
   }
@@ -74,7 +106,7 @@ int acc_cli_env(int argc, char **argv) {
   const char *mpi = acc__module_load("mpi", "", &mpi_mod) == ACC_OK ? "yes" : "no (module not installed)";
   acc_clear_error();
   fprintf(out, "- Backends: single, shm, MPI: %s, NCCL: no\n", mpi);
-  fprintf(out, "- Accelerator support: CUDA: no (CPU only)\n");
+  print_cuda(out);
   fprintf(out, "- CPUs: %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   if (pages > 0 && psize > 0)
