@@ -98,7 +98,7 @@ ACC_EXTERN const char *acc_safetensors_dtype_name(acc_dtype dtype);
 /**
  * Saves the model's parameters (registration order) into directory dir (created if needed):
  * one file model.safetensors when everything fits in max_shard_size bytes, otherwise shards
- * model-00001-of-0000N.safetensors plus model.safetensors.index.json (§7.2 of the spec: a tensor
+ * model-00001-of-0000N.safetensors plus model.safetensors.index.json (a tensor
  * larger than the limit gets its own shard). Stale shard files of an earlier save are removed.
  * @param st     NULL: this process writes. Otherwise only the main process writes and every
  *               process waits in a barrier at the end (then the call is collective).

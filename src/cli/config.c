@@ -133,7 +133,7 @@ static void set_int(acc_cli_value *v, long i) {
     if ((call) < 0) goto eof; \
   } while (0)
 
-/* The question flow of accelerate.md §9.2 for the types accelerate-c runs. */
+/* The question flow of Accelerate's `accelerate config`, for the types accelerate-c runs. */
 static int questionnaire(asker *a, acc_cli_cfg *c) {
   static const char *const envs[] = {"This machine", "AWS (Amazon SageMaker)"};
   static const char *const types[] = {"No distributed training", "multi-CPU", "multi-GPU"};

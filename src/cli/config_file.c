@@ -319,7 +319,7 @@ static const char *node_line_key(loader *L, const char *parent, const char *key,
   return key;
 }
 
-/* Accelerate's load-time rules (cli.md §5) and the values accelerate-c can run. */
+/* Accelerate's load-time rules and the values accelerate-c can run. */
 static acc_result finish(loader *L) {
   acc_cli_cfg *c = L->cfg;
   size_t line;

@@ -1,4 +1,4 @@
-/* `accelerate env`: what a bug report needs, paste-ready (accelerate.md §9.4). */
+/* `accelerate env`: what a bug report needs, paste-ready. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -214,7 +214,7 @@ static int parse_args(int argc, char **argv, launch_args *a) {
 
 /* ---- config file -------------------------------------------------------------------------- */
 
-/* Accelerate's merge (spec section 9.6, cli.md section 3): a config file is used when
+/* Accelerate's merge: a config file is used when
  * --config_file names one, or when the default file exists and --cpu was not passed. Scalar keys
  * fill only the options still unset (UNSET, NULL, or 0 for flags); mpirun_config's keys fill the
  * options not given on the command line (the same thing here, since a given option is never

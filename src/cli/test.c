@@ -1,6 +1,6 @@
 /* `accelerate test`: launches this executable's built-in self-test (`accelerate __selftest`) on
  * the configured number of processes through `accelerate launch`, like Accelerate's
- * test_script.py (accelerate.md §9.5), with the parts that apply to a C library: state,
+ * test_script.py, with the parts that apply to a C library: state,
  * process control, splitting, every collective against a computed reference, RNG seeding,
  * sharded data loading (every sample exactly once), a tiny training equivalence check, triggers. */
 #include <errno.h>

@@ -1,9 +1,9 @@
 /* Metrics collectives of the Accelerator, run by the launcher at 1..4 processes:
- *  - gather_for_metrics over prepared loaders (spec 6.9): for many dataset sizes, batch sizes,
+ *  - gather_for_metrics over prepared loaders: for many dataset sizes, batch sizes,
  *    shuffle and split_batches, the concatenation of every batch's gathered sample ids is exactly
  *    the epoch's sampler order (0..n-1 unshuffled, the seeded permutation shuffled): every sample
  *    once, the even_batches padding dropped; outside a prepared loader nothing is dropped;
- *  - gather, reduce (sum / mean / max with the spec's values), pad_across_processes (end and
+ *  - gather, reduce (sum / mean / max with Accelerate's documented values), pad_across_processes (end and
  *    front), and the capacity errors of gather_for_metrics and pad_across_processes. */
 #include "acc_test.h"
 
@@ -113,7 +113,7 @@ static void test_gather_for_metrics(void) {
   }
 }
 
-/* The spec's 2-process example (sizes 16 and 82 -> 32, 32, 18), checked batch by batch. */
+/* Accelerate's 2-process example (sizes 16 and 82 -> 32, 32, 18), checked batch by batch. */
 static void test_gather_for_metrics_counts(void) {
   if (nprocs != 2) return;
   acc_accelerator *acc;
@@ -161,18 +161,18 @@ static void test_gather_reduce(void) {
     if (all[2 * r] != 10 * r || all[2 * r + 1] != 10 * r + 1) bad = 1;
   CHECK(!bad, "gather is not the rank-ordered concatenation");
 
-  /* reduce: process p holds [2p+1, 2p+2] (p0=[1,2], p1=[3,4] as in the spec) */
+  /* reduce: process p holds [2p+1, 2p+2] (p0=[1,2], p1=[3,4], the example of Accelerate's reduce docstring) */
   float x[2] = {(float)(2 * rank + 1), (float)(2 * rank + 2)}, y[2];
   float n = (float)nprocs;
   REQUIRE_OK(acc_accelerator_all_reduce(acc, x, y, 2, ACC_F32, ACC_SUM));
   CHECK(y[0] == n * n && y[1] == n * n + n, "sum [%g, %g], expected [%g, %g]", y[0], y[1], n * n, n * n + n);
-  if (nprocs == 2) CHECK(y[0] == 4 && y[1] == 6, "spec: sum [4,6], got [%g,%g]", y[0], y[1]);
+  if (nprocs == 2) CHECK(y[0] == 4 && y[1] == 6, "expected sum [4,6], got [%g,%g]", y[0], y[1]);
   REQUIRE_OK(acc_accelerator_all_reduce(acc, x, y, 2, ACC_F32, ACC_MEAN));
   CHECK(y[0] == n && y[1] == n + 1, "mean [%g, %g], expected [%g, %g]", y[0], y[1], n, n + 1);
-  if (nprocs == 2) CHECK(y[0] == 2 && y[1] == 3, "spec: mean [2,3], got [%g,%g]", y[0], y[1]);
+  if (nprocs == 2) CHECK(y[0] == 2 && y[1] == 3, "expected mean [2,3], got [%g,%g]", y[0], y[1]);
   REQUIRE_OK(acc_accelerator_all_reduce(acc, x, y, 2, ACC_F32, ACC_MAX));
   CHECK(y[0] == 2 * n - 1 && y[1] == 2 * n, "max [%g, %g], expected [%g, %g]", y[0], y[1], 2 * n - 1, 2 * n);
-  if (nprocs == 2) CHECK(y[0] == 3 && y[1] == 4, "spec: max [3,4], got [%g,%g]", y[0], y[1]);
+  if (nprocs == 2) CHECK(y[0] == 3 && y[1] == 4, "expected max [3,4], got [%g,%g]", y[0], y[1]);
   /* in place */
   REQUIRE_OK(acc_accelerator_all_reduce(acc, x, x, 2, ACC_F32, ACC_SUM));
   CHECK(x[0] == n * n, "in-place sum %g", x[0]);
@@ -203,7 +203,7 @@ static void test_pad(void) {
     }
     CHECK(!bad, "pad_first %d: wrong padded contents (buf[%d] %g)", pad_first, (int)n, buf[n]);
   }
-  /* a sample of 2 i32 elements, pad value 7, the spec's i64 / f16 / bf16 conversions */
+  /* a sample of 2 i32 elements, pad value 7, Accelerate's i64 / f16 / bf16 conversions */
   {
     int32_t b2[2 * 4];
     int64_t cnt = rank == nprocs - 1 ? 3 : 1;

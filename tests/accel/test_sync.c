@@ -1,5 +1,5 @@
-/* Accelerate's gradient-synchronization rules (spec 4.6, test_sync.py) and scheduler stepping
- * rules (spec 4.4, test_scheduler.py) through a real prepared loader, run by the launcher.
+/* Accelerate's gradient-synchronization rules and scheduler stepping
+ * rules through a real prepared loader, run by the launcher.
  *  - 80 samples, batch 16, gradient_accumulation_steps 2: sync flags F,T,F,T,T on 1 process,
  *    F,T,T on 2 (3 batches each); the counter restarts every epoch;
  *  - before any accumulate() every batch syncs;
@@ -199,7 +199,7 @@ static void test_scheduler_rules(void) {
   CHECK(close_to(acc_optimizer_get_lr(s.opt), want), "optimizer lr %g", acc_optimizer_get_lr(s.opt));
   sched_setup_destroy(&s);
 
-  /* fp16: a skipped step leaves the lr unchanged (spec: 0.8 stays 0.8 on 2 processes) */
+  /* fp16: a skipped step leaves the lr unchanged (Accelerate's test: 0.8 stays 0.8 on 2 processes) */
   sched_setup_create(&s, ACC_PRECISION_FP16, 0, 1);
   train_step(&s, 0);
   CHECK(!acc_accelerator_optimizer_step_was_skipped(s.acc), "a finite step was skipped");

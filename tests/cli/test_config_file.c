@@ -33,7 +33,7 @@ static char *dump(const acc_cli_cfg *c, int json) {
 }
 
 /* What `accelerate config` writes for "No distributed training" with every default
- * (cli.md §5). */
+ *. */
 static const char *k_questionnaire_yaml =
     "compute_environment: LOCAL_MACHINE\n"
     "debug: false\n"

@@ -1,5 +1,5 @@
 /* Process control through the real launcher: state attributes, main_process_first ordering,
- * on_* helpers, split_between_processes (spec §2.5), triggers (§2.6), acc_print. */
+ * on_* helpers, split_between_processes, triggers, acc_print. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -118,7 +118,7 @@ static void check_split(size_t items, int pad, const size_t *expect_counts) {
 }
 
 static void test_split(void) {
-  /* The spec's examples: 17 items on 2 -> 9/8, 4 -> 5/4/4/4, 8 -> 3 then seven 2s; 3 on 2 -> 2/1. */
+  /* Accelerate's documented examples: 17 items on 2 -> 9/8, 4 -> 5/4/4/4, 8 -> 3 then seven 2s; 3 on 2 -> 2/1. */
   size_t c[8];
   for (int r = 0; r < n; r++) c[r] = 17 / (size_t)n + ((size_t)r < 17 % (size_t)n ? 1 : 0);
   if (n == 2) CHECK(c[0] == 9 && c[1] == 8, "17 on 2");

@@ -1,4 +1,4 @@
-/* BatchSamplerShard and IterableDatasetShard tables (spec 6.2, 6.3) at 2, 3 and 4 processes. */
+/* BatchSamplerShard and IterableDatasetShard tables at 2, 3 and 4 processes. */
 #include <stdint.h>
 #include <string.h>
 
