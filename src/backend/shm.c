@@ -14,11 +14,22 @@
  * /dev/shm entry can outlive the job, even if everything crashes later.
  *
  * Steps. Every rank keeps a local counter; all ranks make the same calls, so the counters agree.
+ * That rule is verified, not assumed: with the first step t of a collective, a rank stores the
+ * collective's tag (collcheck.h: number, operation, dtype, count, root, origin) beside its seq,
+ * in tag[t & 1], and its full description in call[t & 1] of its control block, before
+ * publishing t; once every rank has reached t, each compares all tags (on the cache lines it
+ * has just read for seq) and a difference fails the call with ACC_ERR_MISMATCH on every rank,
+ * naming each rank's call. A rank rewrites slot t & 1 at step t + 2 at the earliest, which it
+ * publishes only after every rank has published t + 1, i.e. finished comparing: the tags
+ * compared are the right ones. (Slots follow steps, not collective numbers: a collective with
+ * nothing to move, count 0, makes no step and publishes nothing.)
  * A step publishes seq = ++counter and waits until every rank's seq >= counter. Waiting spins
  * briefly, then sleeps on the shared futex word (publishers bump it and wake all when someone
  * sleeps); every 100 ms the ranks not yet arrived are checked: a robust mutex that is free or
  * returns EOWNERDEAD means the rank is gone (died, or left via destroy), which fails the call
  * with ACC_ERR_REMOTE; the collective timeout gives ACC_ERR_TIMEOUT. Nothing waits forever.
+ * A wait longer than the hang-report threshold (ACCELERATE_HANG_REPORT_S) prints one line naming
+ * the ranks not arrived and what each is doing (from their control blocks).
  *
  * Buffer rule (why double buffering is safe). A step numbered s uses buffers of parity s & 1:
  *   - slots of parity p are written only before publishing a step s with s & 1 == p, and read
@@ -76,6 +87,10 @@ typedef struct shm_be {
   int registered; /* own mutex locked */
   int unlinked;
   int joining; /* during the rendezvous step: messages talk about attaching */
+  /* call tags (see the header comment) */
+  int check_pending;        /* the next step is the first of a collective: publish, compare */
+  const char *site_file[2]; /* call site file whose text is in ctrl[me].call[p].site */
+  double hang_s;           /* hang-report threshold; 0: off */
   char name[NAME_MAX + 2];
 } shm_be;
 
@@ -240,6 +255,112 @@ static acc_result timeout_error(shm_be *s, uint64_t target) {
                     what(s), (unsigned long long)s->base.op_seq, s->me, s->timeout_s, arrived, missing);
 }
 
+/* ---- call tags and hang reports (slow paths, except the loop of check_tags) ------------------ */
+
+/* Rank r's description of the collective it published with step t (slot t & 1), or of its
+ * latest one when t is 0 or the slot holds another collective than `seq`. Returns 0 when the
+ * rank has published no collective yet. A diagnostic: a record being rewritten is retried, then
+ * taken as read. */
+static int read_call(shm_be *s, int r, uint64_t t, uint64_t seq, acc__call_rec *out) {
+  acc__shm_ctrl *c = &s->ctrl[r];
+  if (t) {
+    memcpy(out, &c->call[t & 1], sizeof *out);
+    if (out->seq == seq) return 1;
+  }
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t last = atomic_load(&c->last);
+    if (last == 0) return 0;
+    memcpy(out, &c->call[last & 1], sizeof *out);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load(&c->last) == last) break;
+  }
+  return 1;
+}
+
+static void my_call(shm_be *s, acc__call_rec *out) {
+  memset(out, 0, sizeof *out);
+  if (!s->base.call) return;
+  acc__call_rec_fields(out, s->base.call);
+  acc__call_rec_site(out, s->base.call->file);
+}
+
+/* Publishes this rank's call for its first step t: description, then tag (before the seq). */
+static void publish_call(shm_be *s, uint64_t t) {
+  const acc__call *c = s->base.call;
+  int p = (int)(t & 1);
+  acc__shm_ctrl *me = &s->ctrl[s->me];
+  acc__call_rec_fields(&me->call[p], c);
+  if (c->file != s->site_file[p]) { /* the text only when the call site changes */
+    acc__call_rec_site(&me->call[p], c->file);
+    s->site_file[p] = c->file;
+  }
+  atomic_store_explicit(&me->tag[p], c->tag, memory_order_relaxed);
+  atomic_store_explicit(&me->last, t, memory_order_release);
+}
+
+/* Compares every rank's tag of step t with this rank's. */
+static acc_result check_tags(shm_be *s, uint64_t t) {
+  int p = (int)(t & 1);
+  uint64_t mine_tag = s->base.call->tag;
+  int r = 0;
+  for (; r < s->n; r++)
+    if (atomic_load_explicit(&s->ctrl[r].tag[p], memory_order_relaxed) != mine_tag) break;
+  if (r == s->n) return ACC_OK;
+  acc__call_rec mine, *all = acc__calloc((size_t)s->n, sizeof *all);
+  if (!all) return ACC_ERR_NOMEM;
+  my_call(s, &mine);
+  for (r = 0; r < s->n; r++) {
+    if (r == s->me)
+      all[r] = mine;
+    else
+      read_call(s, r, t, mine.seq, &all[r]);
+  }
+  acc_result rc = acc__mismatch_error(what(s), s->me, &mine, all, s->n);
+  acc__free(all);
+  return rc;
+}
+
+/* One line on stderr: this rank's call, how long it waited, and for every rank not arrived what
+ * it is doing now. */
+static void hang_report(shm_be *s, uint64_t target, double waited) {
+  char line[4000], one[400];
+  acc__call_rec mine;
+  my_call(s, &mine);
+  acc__call_rec_describe(one, sizeof one, &mine);
+  size_t len = (size_t)snprintf(line, sizeof line,
+                                "accelerate: hang report: rank %d (pid %d): %s (collective #%llu) "
+                                "%s has waited %.1f s (timeout %g s, ACCELERATE_TIMEOUT);",
+                                s->me, (int)getpid(), what(s), (unsigned long long)s->base.op_seq,
+                                one, waited, s->timeout_s);
+  char missing[512];
+  rank_list(s, target, 0, missing, sizeof missing);
+  len += (size_t)snprintf(line + len, sizeof line - len, " not arrived: %s", missing);
+  for (int r = 0; r < s->n && len + 450 < sizeof line; r++) {
+    if (r == s->me || atomic_load(&s->ctrl[r].seq) >= target) continue;
+    int pid = atomic_load(&s->ctrl[r].pid);
+    peer_state ps = peer_check(s, r);
+    acc__call_rec rec;
+    int any = read_call(s, r, 0, 0, &rec);
+    if (any) acc__call_rec_describe(one, sizeof one, &rec);
+    if (ps != PEER_ALIVE)
+      len += (size_t)snprintf(line + len, sizeof line - len, "; rank %d (pid %d) is %s", r, pid,
+                              ps == PEER_DEAD ? "dead" : "gone (left the process group)");
+    else if (!any)
+      len += (size_t)snprintf(line + len, sizeof line - len,
+                              "; rank %d (pid %d) is not in a collective (it has made none yet)", r, pid);
+    else if (atomic_load(&s->ctrl[r].active))
+      len += (size_t)snprintf(line + len, sizeof line - len,
+                              "; rank %d (pid %d) is in %s (collective #%llu)", r, pid, one,
+                              (unsigned long long)rec.seq);
+    else
+      len += (size_t)snprintf(line + len, sizeof line - len,
+                              "; rank %d (pid %d) is not in a collective, its last was %s "
+                              "(collective #%llu)",
+                              r, pid, one, (unsigned long long)rec.seq);
+  }
+  acc__report_line(line);
+}
+
 /* Waits until every rank's seq >= target. */
 static acc_result wait_all(shm_be *s, uint64_t target) {
   int miss = first_missing(s, target, 0);
@@ -259,16 +380,22 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
   }
   double last_check = t0;
+  int reported = 0;
   for (;;) {
     atomic_fetch_add(&s->hdr->sleepers, 1);
     uint32_t v = atomic_load(&s->hdr->futex_word);
     if ((miss = first_missing(s, target, miss)) >= 0) futex_wait(&s->hdr->futex_word, v);
     atomic_fetch_sub(&s->hdr->sleepers, 1);
-    if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
+    /* miss < 0: everyone had arrived before the sleep (first_missing must not start at -1) */
+    if (miss < 0 || (miss = first_missing(s, target, miss)) < 0) return ACC_OK;
     double now = acc__now();
     if (now - last_check >= SHM_CHECK_PERIOD_S) {
       last_check = now;
       ACC_CHECK(check_peers(s, target));
+      if (!reported && s->hang_s > 0 && now - t0 >= s->hang_s && !s->joining) {
+        reported = 1;
+        hang_report(s, target, now - t0);
+      }
       if (now - t0 >= s->timeout_s) return timeout_error(s, target);
     }
   }
@@ -276,8 +403,15 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
 
 static acc_result step(shm_be *s) {
   uint64_t t = ++s->counter;
+  int first = s->check_pending;
+  if (first) publish_call(s, t);
   publish(s, t);
-  return wait_all(s, t);
+  acc_result rc = wait_all(s, t);
+  if (first) {
+    s->check_pending = 0;
+    if (rc == ACC_OK) rc = check_tags(s, t);
+  }
+  return rc;
 }
 
 /* ---- reductions --------------------------------------------------------------------------- */
@@ -446,9 +580,23 @@ static void shm_destroy(acc__backend *be) {
   acc__free(s);
 }
 
+/* comm.c starts a collective (be->call): its first step publishes and compares the tags. */
+static void shm_call_begin(acc__backend *be) {
+  shm_be *s = (shm_be *)be;
+  s->check_pending = 1;
+  atomic_store_explicit(&s->ctrl[s->me].active, 1, memory_order_relaxed);
+}
+
+static void shm_call_end(acc__backend *be) {
+  shm_be *s = (shm_be *)be;
+  s->check_pending = 0;
+  atomic_store_explicit(&s->ctrl[s->me].active, 0, memory_order_relaxed);
+}
+
 static const acc__backend_ops shm_ops = {
-    "shm", shm_barrier, shm_broadcast, shm_all_reduce, shm_reduce,
-    shm_all_gather, shm_gather, shm_all_gather_v, shm_destroy,
+    "shm",          shm_barrier, shm_broadcast,    shm_all_reduce, shm_reduce,
+    shm_all_gather, shm_gather,  shm_all_gather_v, shm_destroy,    shm_call_begin,
+    shm_call_end,   1,
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */
@@ -637,6 +785,11 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   int set = 0;
   if (acc__env_int("ACCELERATE_SHM_SPIN_US", &us, &set) == ACC_OK && set) s->spin_s = (double)us * 1e-6;
   if (acc__env_int("ACCELERATE_SHM_YIELD_US", &us, &set) == ACC_OK && set) s->yield_s = (double)us * 1e-6;
+  acc_result hrc = acc__hang_report_env(&s->hang_s);
+  if (hrc != ACC_OK) {
+    acc__free(s);
+    return acc__error_context(hrc, "rank %d", info->rank);
+  }
   snprintf(s->name, sizeof s->name, "/acc-%s", info->job_id);
   s->name[NAME_MAX] = '\0'; /* "/" + at most NAME_MAX - 1 characters */
   acc_result rc = s->me == 0 ? create_segment(s) : attach_segment(s);
