@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "accel_state.h"
+#include "collcheck.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -159,6 +160,7 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
   size_t np = acc_model_num_parameters(model);
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(model, i);
+    acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
     acc_result rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
     if (rc != ACC_OK) return acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
   }
@@ -214,6 +216,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   o.shard.split_batches = acc->split_batches;
   o.shard.even_batches = acc->even_batches;
   uint64_t seed = o.seed;
+  acc__comm_origin(ACC__ORIGIN_PREPARE, -1);
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */
   o.seed = seed;
   if (acc->nloaders == acc->cap_loaders) {
@@ -343,6 +346,7 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
   /* gradients were averaged, so an inf anywhere is already everywhere; the all-reduce makes the
    * decision identical on every process in every case (e.g. a program that skipped backward()). */
+  acc__comm_origin(ACC__ORIGIN_FP16_CHECK, 0);
   ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
   acc->step_was_skipped = inf != 0;
   if (!inf) {
@@ -396,6 +400,7 @@ acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *
   size_t sample_bytes = es * sample_elems;
   void *all = NULL;
   size_t *sizes = NULL;
+  acc__comm_origin(ACC__ORIGIN_GATHER_FOR_METRICS, 0);
   ACC_CHECK(acc_all_gather_bytes(acc->st, send, (size_t)n_samples * sample_bytes, &all, &sizes));
   size_t total_bytes = 0;
   int n = acc_state_num_processes(acc->st);
@@ -425,6 +430,7 @@ acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
   if (!es || !n_out || n_samples < 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "pad_across_processes: bad arguments");
   int64_t mx = n_samples;
+  acc__comm_origin(ACC__ORIGIN_PAD, 0);
   ACC_CHECK(acc_all_reduce(acc->st, &mx, &mx, 1, ACC_I64, ACC_MAX));
   if (mx > capacity)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,

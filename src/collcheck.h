@@ -28,10 +28,10 @@ enum {
 typedef enum acc__origin {
   ACC__ORIGIN_USER = 0,
   ACC__ORIGIN_GRAD_SYNC,          /* index: the gradient bucket */
-  ACC__ORIGIN_STATE_AGREE,        /* save_state/load_state exchanging status and paths */
+  ACC__ORIGIN_STATE_AGREE,        /* save/load_state; index 0 status, 1 error, 2 path */
   ACC__ORIGIN_GATHER_FOR_METRICS,
   ACC__ORIGIN_FP16_CHECK,         /* the fp16 overflow flag of optimizer_step */
-  ACC__ORIGIN_PREPARE,            /* prepare_model / prepare_dataloader broadcasts */
+  ACC__ORIGIN_PREPARE,            /* index: parameter of prepare_model; -1 loader seed */
   ACC__ORIGIN_PAD,                /* pad_across_processes */
   ACC__ORIGIN_COUNT_
 } acc__origin;
