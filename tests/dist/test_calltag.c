@@ -5,6 +5,7 @@
  *   test_calltag drive <accelerate CLI> <scenario>  runs `accelerate launch` on itself (rank
  *       role) with the scenario's process count and environment, captures stderr, and asserts on
  *       every rank's report (result, message, call sites) and on the run time;
+ *   test_calltag drive-mpi <mpiexec> <scenario>      the same under mpirun (MPI backend);
  *   test_calltag rank <scenario>                      one rank of a scenario: makes the calls and
  *       writes "[rank R] rc=NAME" + the message + "[rank R] end" in one write, and the call sites
  *       it used as "[rank R] site NAME FILE:LINE".
@@ -233,6 +234,7 @@ static void sc_hang(void) {
 
 static int rank_main(const char *sc) {
   const char *r = getenv("RANK");
+  if (!r) r = getenv("OMPI_COMM_WORLD_RANK"); /* under mpirun */
   g_rank = r ? atoi(r) : 0;
   if (strcmp(sc, "loopfail") == 0) sc_loopfail();
   else if (strcmp(sc, "origin") == 0) sc_origin();
@@ -286,13 +288,16 @@ static void expect_rank(int r, const char *rc, const char *const *subs) {
     CHECK(strstr(blk, subs[i]) != NULL, "rank %d: the message lacks \"%s\":\n%s", r, subs[i], blk);
 }
 
+static int g_mpi; /* drive-mpi: the launcher is mpiexec and the backend MPI */
+
 static void launch(const char *cli, const char *self, int np, const char *sc,
                    const char *const *env, double guard_s) {
   char n[16];
   snprintf(n, sizeof n, "%d", np);
   char *argv[] = {(char *)cli, "launch", "--num_processes", n, (char *)self, "rank", (char *)sc, NULL};
+  char *margv[] = {(char *)cli, "-np", n, "--oversubscribe", (char *)self, "rank", (char *)sc, NULL};
   double t0 = lu_now();
-  pid_t p = lu_start(argv, env);
+  pid_t p = lu_start(g_mpi ? margv : argv, env);
   lu_finish(p, t0, guard_s, &g_out);
   CHECK(g_out.status != -1, "%s: the run did not end within %g s (hang guard)", sc, guard_s);
 }
@@ -351,15 +356,20 @@ static void drive(const char *cli, const char *self, const char *sc) {
     const char *eol = strchr(line, '\n');
     char l[4096];
     snprintf(l, sizeof l, "%.*s", (int)(eol ? eol - line : (long)strlen(line)), line);
-    const char *subs[] = {"all_reduce (collective #", "all_reduce(count=1, dtype=f32, op=sum) [user call] at",
-                          mine, "not arrived: [1]", "rank 1 (pid",
-                          "is not in a collective, its last was barrier() [user call] at", site1, NULL};
+    const char *subs_shm[] = {"all_reduce (collective #", "all_reduce(count=1, dtype=f32, op=sum) [user call] at",
+                              mine, "not arrived: [1]", "rank 1 (pid",
+                              "is not in a collective, its last was barrier() [user call] at", site1, NULL};
+    /* MPI cannot see the other ranks: the report names this rank's call and says so */
+    const char *subs_mpi[] = {"rank 0 of 2", "all_reduce (collective #",
+                              "all_reduce(count=1, dtype=f32, op=sum) [user call] at", mine,
+                              "cannot see which ranks have not arrived", NULL};
+    const char *const *subs = g_mpi ? subs_mpi : subs_shm;
     for (int i = 0; subs[i]; i++) CHECK(strstr(l, subs[i]) != NULL, "hang report lacks \"%s\": %s", subs[i], l);
     const char *w = strstr(l, "has waited ");
     double waited = w ? atof(w + strlen("has waited ")) : -1;
     CHECK(waited >= hang_s && waited < hang_s + 3 * mult(), "reported after %.2f s (threshold %g s): %s",
           waited, hang_s, l);
-    const char *s0[] = {"timed out", "not arrived: [1]", NULL};
+    const char *s0[] = {"timed out", g_mpi ? "did not take part in time" : "not arrived: [1]", NULL};
     expect_rank(0, acc_result_string(ACC_ERR_TIMEOUT), s0);
   } else {
     int np = strcmp(sc, "kind") == 0 ? 3 : 2;
@@ -390,8 +400,10 @@ static void drive(const char *cli, const char *self, const char *sc) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "rank") == 0) return rank_main(argv[2]);
-  if (argc != 4 || strcmp(argv[1], "drive") != 0) {
-    fprintf(stderr, "usage: %s drive <accelerate CLI> <scenario> | rank <scenario>\n", argv[0]);
+  g_mpi = argc == 4 && strcmp(argv[1], "drive-mpi") == 0;
+  if (argc != 4 || (strcmp(argv[1], "drive") != 0 && !g_mpi)) {
+    fprintf(stderr, "usage: %s drive <accelerate CLI> <scenario> | drive-mpi <mpiexec> <scenario> | "
+            "rank <scenario>\n", argv[0]);
     return 2;
   }
   drive(argv[2], argv[0], argv[3]);
