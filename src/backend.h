@@ -28,12 +28,11 @@ typedef struct acc__backend_ops {
   acc_result (*all_gather_v)(acc__backend *be, const void *send, void *recv, const size_t *sizes);
   /* Leaves the group and frees the backend. Peers waiting on this rank learn it left. */
   void (*destroy)(acc__backend *be);
-  /* Optional (NULL: nothing to do). comm.c calls call_begin once per collective, after setting
-   * be->call and before any of the collective's backend calls, and call_end when it returns. */
-  void (*call_begin)(acc__backend *be);
+  /* Optional (NULL: nothing to do): called by comm.c when a collective it started (be->call
+   * set, size > 1) returns. */
   void (*call_end)(acc__backend *be);
-  /* 1: the backend compares every rank's be->call->tag itself (on the collective's first step)
-   * and fails with ACC_ERR_MISMATCH; 0: comm.c exchanges the tags before the call. */
+  /* 1: the backend compares every rank's be->call->tag itself (on the first step of each new
+   * be->call) and fails with ACC_ERR_MISMATCH; 0: comm.c exchanges the tags before the call. */
   int checks_tags;
 } acc__backend_ops;
 

@@ -11,53 +11,15 @@
 
 /* ---- origins ------------------------------------------------------------------------------ */
 
-/* initial-exec: one TLS access without a __tls_get_addr call, on every collective. */
-static _Thread_local int32_t tls_origin __attribute__((tls_model("initial-exec")));
-static _Thread_local int64_t tls_origin_index __attribute__((tls_model("initial-exec")));
+_Thread_local int32_t acc__tls_origin __attribute__((tls_model("initial-exec")));
+_Thread_local int64_t acc__tls_origin_index __attribute__((tls_model("initial-exec")));
 
 void acc__comm_origin(acc__origin kind, int64_t index) {
-  tls_origin = (int32_t)kind;
-  tls_origin_index = index;
-}
-
-void acc__comm_take_origin(int32_t *kind, int64_t *index) {
-  *kind = tls_origin;
-  *index = tls_origin_index;
-  tls_origin = ACC__ORIGIN_USER;
-  tls_origin_index = 0;
-}
-
-/* ---- tags --------------------------------------------------------------------------------- */
-
-static inline uint64_t mix(uint64_t h, uint64_t v) {
-  h = (h ^ v) * 0xff51afd7ed558ccdull;
-  return h ^ (h >> 29);
-}
-
-uint64_t acc__call_tag(const acc__call *c) {
-  uint64_t small = (uint64_t)(uint8_t)c->op | (uint64_t)(uint8_t)c->dtype << 8 |
-                   (uint64_t)(uint8_t)c->red << 16 | (uint64_t)(uint8_t)c->origin << 24 |
-                   (uint64_t)(uint32_t)c->root << 32;
-  uint64_t count = c->op == ACC__OP_ALL_GATHER_BYTES ? 0 : (uint64_t)c->count;
-  uint64_t h = mix(0x243f6a8885a308d3ull, c->seq);
-  h = mix(h, small);
-  h = mix(h, count);
-  return mix(h, (uint64_t)c->origin_index);
+  acc__tls_origin = (int32_t)kind;
+  acc__tls_origin_index = index;
 }
 
 /* ---- records and their text -------------------------------------------------------------- */
-
-void acc__call_rec_fields(acc__call_rec *r, const acc__call *c) {
-  r->seq = c->seq;
-  r->op = c->op;
-  r->dtype = c->dtype;
-  r->red = c->red;
-  r->root = c->root;
-  r->count = c->count;
-  r->origin = c->origin;
-  r->line = c->line;
-  r->origin_index = c->origin_index;
-}
 
 void acc__call_rec_site(acc__call_rec *r, const char *file) {
   if (!file) {

@@ -39,8 +39,18 @@ typedef enum acc__origin {
 /* Names the origin of the NEXT collective this thread calls (one-shot; consumed by it). Internal
  * callers put it on the line before their collective. */
 void acc__comm_origin(acc__origin kind, int64_t index);
+
+/* This thread's pending origin (initial-exec: no __tls_get_addr call on the collective path). */
+extern _Thread_local int32_t acc__tls_origin __attribute__((tls_model("initial-exec")));
+extern _Thread_local int64_t acc__tls_origin_index __attribute__((tls_model("initial-exec")));
+
 /* Takes (and clears) this thread's pending origin; ACC__ORIGIN_USER when none is set. */
-void acc__comm_take_origin(int32_t *kind, int64_t *index);
+static inline void acc__comm_take_origin(int32_t *kind, int64_t *index) {
+  *kind = acc__tls_origin;
+  *index = acc__tls_origin_index;
+  acc__tls_origin = ACC__ORIGIN_USER;
+  acc__tls_origin_index = 0;
+}
 
 /* One collective call, as this process made it. */
 typedef struct acc__call {
@@ -54,9 +64,21 @@ typedef struct acc__call {
   uint64_t tag;         /* acc__call_tag of the above */
 } acc__call;
 
+static inline uint64_t acc__tag_mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0xff51afd7ed558ccdull;
+  return h ^ (h >> 29);
+}
+
 /* 64-bit tag of everything every process must agree on: number, operation, dtype, count (not
  * for all_gather_bytes), root, reduction and origin. Equal calls give equal tags. */
-uint64_t acc__call_tag(const acc__call *c);
+static inline uint64_t acc__call_tag(const acc__call *c) {
+  uint64_t small = (uint64_t)(uint8_t)c->op | (uint64_t)(uint8_t)c->dtype << 8 |
+                   (uint64_t)(uint8_t)c->red << 16 | (uint64_t)(uint8_t)c->origin << 24 |
+                   (uint64_t)(uint32_t)c->root << 32;
+  uint64_t count = c->op == ACC__OP_ALL_GATHER_BYTES ? 0 : (uint64_t)c->count;
+  uint64_t h = acc__tag_mix(0x243f6a8885a308d3ull ^ c->seq, small);
+  return acc__tag_mix(h ^ count, (uint64_t)c->origin_index);
+}
 
 /* The same call as plain bytes (shared memory, exchanges): fixed size, no pointers. */
 #define ACC__SITE_CHARS 104
@@ -70,7 +92,17 @@ typedef struct acc__call_rec {
 } acc__call_rec;
 
 /* Fills everything but the site text. */
-void acc__call_rec_fields(acc__call_rec *r, const acc__call *c);
+static inline void acc__call_rec_fields(acc__call_rec *r, const acc__call *c) {
+  r->seq = c->seq;
+  r->op = c->op;
+  r->dtype = c->dtype;
+  r->red = c->red;
+  r->root = c->root;
+  r->count = c->count;
+  r->origin = c->origin;
+  r->line = c->line;
+  r->origin_index = c->origin_index;
+}
 /* Copies the call site's file into r->site (the end of the path when it is too long). */
 void acc__call_rec_site(acc__call_rec *r, const char *file);
 /* "all_reduce(count=1, dtype=f32, op=sum), a user call at prog.c:42" */

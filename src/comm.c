@@ -103,7 +103,9 @@ static acc_result enter(acc_state *st, const char *fn, acc__call *c, const char 
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: root %d is not a process index (0..%d)", fn,
                       (int)c->root, st->size - 1);
   size_t es = op == ACC__OP_BARRIER || op == ACC__OP_ALL_GATHER_BYTES ? 1 : acc_dtype_size((acc_dtype)c->dtype);
-  if (c->count < 0 || (uint64_t)c->count > SIZE_MAX / es / (size_t)st->size)
+  size_t all_bytes; /* count * es * size must fit (checked multiplies: no divisions per call) */
+  if (c->count < 0 || __builtin_mul_overflow((size_t)c->count, es, &all_bytes) ||
+      __builtin_mul_overflow(all_bytes, (size_t)st->size, &all_bytes))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: count %lld is too large", fn, (long long)c->count);
   acc__backend *be = st->be;
   c->seq = ++be->op_seq;
@@ -112,8 +114,7 @@ static acc_result enter(acc_state *st, const char *fn, acc__call *c, const char 
   be->op_name = fn;
   if (st->size == 1) return ACC_OK;
   c->tag = acc__call_tag(c);
-  be->call = c;
-  if (be->ops->call_begin) be->ops->call_begin(be);
+  be->call = c; /* the backend publishes it with the collective's first step */
   *began = 1;
   if (!be->ops->checks_tags && op != ACC__OP_BARRIER) /* a barrier IS the tag exchange */
     ACC_CHECK(tag_exchange(st, c, fn));

@@ -88,7 +88,10 @@ typedef struct shm_be {
   int unlinked;
   int joining; /* during the rendezvous step: messages talk about attaching */
   /* call tags (see the header comment) */
-  int check_pending;        /* the next step is the first of a collective: publish, compare */
+  int check_pending;        /* in the first step of a collective: first_missing compares tags */
+  uint64_t published_seq;   /* number of the last collective published (publish_call) */
+  int tag_bad;              /* a rank's tag differed from my_tag (found by first_missing) */
+  uint64_t my_tag;
   const char *site_file[2]; /* call site file whose text is in ctrl[me].call[p].site */
   double hang_s;           /* hang-report threshold; 0: off */
   char name[NAME_MAX + 2];
@@ -164,9 +167,15 @@ static void publish(shm_be *s, uint64_t value) {
 }
 
 /* First rank whose seq < target, or -1 when all arrived (acquire: their writes are visible). */
+/* On the first step of a collective it also compares the tag of every rank it finds arrived,
+ * on the cache line it has just read (later, that line may already be the rank's next step). */
 static inline int first_missing(shm_be *s, uint64_t target, int from) {
-  for (int r = from; r < s->n; r++)
+  for (int r = from; r < s->n; r++) {
     if (atomic_load_explicit(&s->ctrl[r].seq, memory_order_acquire) < target) return r;
+    if (s->check_pending &&
+        atomic_load_explicit(&s->ctrl[r].tag[target & 1], memory_order_relaxed) != s->my_tag)
+      s->tag_bad = 1;
+  }
   return -1;
 }
 
@@ -296,16 +305,15 @@ static void publish_call(shm_be *s, uint64_t t) {
   }
   atomic_store_explicit(&me->tag[p], c->tag, memory_order_relaxed);
   atomic_store_explicit(&me->last, t, memory_order_release);
+  atomic_store_explicit(&me->active, 1, memory_order_relaxed);
+  s->published_seq = c->seq;
+  s->my_tag = c->tag;
+  s->tag_bad = 0;
 }
 
-/* Compares every rank's tag of step t with this rank's. */
-static acc_result check_tags(shm_be *s, uint64_t t) {
-  int p = (int)(t & 1);
-  uint64_t mine_tag = s->base.call->tag;
-  int r = 0;
-  for (; r < s->n; r++)
-    if (atomic_load_explicit(&s->ctrl[r].tag[p], memory_order_relaxed) != mine_tag) break;
-  if (r == s->n) return ACC_OK;
+/* The mismatch error of step t (first_missing found a tag that differs): every rank's call. */
+static acc_result tag_mismatch(shm_be *s, uint64_t t) {
+  int r;
   acc__call_rec mine, *all = acc__calloc((size_t)s->n, sizeof *all);
   if (!all) return ACC_ERR_NOMEM;
   my_call(s, &mine);
@@ -403,13 +411,15 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
 
 static acc_result step(shm_be *s) {
   uint64_t t = ++s->counter;
-  int first = s->check_pending;
+  /* the first step of the collective comm.c described in base.call */
+  int first = s->base.call && s->base.call->seq != s->published_seq;
   if (first) publish_call(s, t);
+  s->check_pending = first;
   publish(s, t);
   acc_result rc = wait_all(s, t);
   if (first) {
     s->check_pending = 0;
-    if (rc == ACC_OK) rc = check_tags(s, t);
+    if (rc == ACC_OK && s->tag_bad) rc = tag_mismatch(s, t);
   }
   return rc;
 }
@@ -580,23 +590,16 @@ static void shm_destroy(acc__backend *be) {
   acc__free(s);
 }
 
-/* comm.c starts a collective (be->call): its first step publishes and compares the tags. */
-static void shm_call_begin(acc__backend *be) {
-  shm_be *s = (shm_be *)be;
-  s->check_pending = 1;
-  atomic_store_explicit(&s->ctrl[s->me].active, 1, memory_order_relaxed);
-}
-
+/* comm.c ends a collective: this rank is no longer in one (hang reports). */
 static void shm_call_end(acc__backend *be) {
   shm_be *s = (shm_be *)be;
-  s->check_pending = 0;
   atomic_store_explicit(&s->ctrl[s->me].active, 0, memory_order_relaxed);
 }
 
 static const acc__backend_ops shm_ops = {
     "shm",          shm_barrier, shm_broadcast,    shm_all_reduce, shm_reduce,
-    shm_all_gather, shm_gather,  shm_all_gather_v, shm_destroy,    shm_call_begin,
-    shm_call_end,   1,
+    shm_all_gather, shm_gather,  shm_all_gather_v, shm_destroy,    shm_call_end,
+    1,
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */
