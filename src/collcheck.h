@@ -64,20 +64,19 @@ typedef struct acc__call {
   uint64_t tag;         /* acc__call_tag of the above */
 } acc__call;
 
-static inline uint64_t acc__tag_mix(uint64_t h, uint64_t v) {
-  h = (h ^ v) * 0xff51afd7ed558ccdull;
-  return h ^ (h >> 29);
-}
-
 /* 64-bit tag of everything every process must agree on: number, operation, dtype, count (not
- * for all_gather_bytes), root, reduction and origin. Equal calls give equal tags. */
+ * for all_gather_bytes), root, reduction and origin. Equal calls give equal tags; calls that
+ * differ in one field always differ (the small fields are packed, and the number, the count and
+ * the origin index are multiplied by different odd constants, which is injective), in several
+ * fields at once they collide with probability ~2^-64. A few instructions: it is computed for
+ * every collective. */
 static inline uint64_t acc__call_tag(const acc__call *c) {
   uint64_t small = (uint64_t)(uint8_t)c->op | (uint64_t)(uint8_t)c->dtype << 8 |
                    (uint64_t)(uint8_t)c->red << 16 | (uint64_t)(uint8_t)c->origin << 24 |
                    (uint64_t)(uint32_t)c->root << 32;
   uint64_t count = c->op == ACC__OP_ALL_GATHER_BYTES ? 0 : (uint64_t)c->count;
-  uint64_t h = acc__tag_mix(0x243f6a8885a308d3ull ^ c->seq, small);
-  return acc__tag_mix(h ^ count, (uint64_t)c->origin_index);
+  return small ^ c->seq * 0x9e3779b97f4a7c15ull ^ count * 0xff51afd7ed558ccdull ^
+         (uint64_t)c->origin_index * 0xc4ceb9fe1a85ec53ull;
 }
 
 /* The same call as plain bytes (shared memory, exchanges): fixed size, no pointers. */

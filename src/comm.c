@@ -31,7 +31,9 @@ static void to_rec(acc__call_rec *r, const acc__call *c) {
 
 /* Every process's full call record, to name them all in the mismatch error (every process
  * reaches this together: they all saw the same tags). */
-static acc_result exchange_records(acc_state *st, const acc__call *c, const char *fn) {
+#define ACC_COLD __attribute__((noinline, cold)) /* off the path of a matching call */
+
+static ACC_COLD acc_result exchange_records(acc_state *st, const acc__call *c, const char *fn) {
   int n = st->size;
   acc__call_rec mine, *all = acc__calloc((size_t)n, sizeof *all);
   if (!all) return ACC_ERR_NOMEM;
@@ -44,7 +46,7 @@ static acc_result exchange_records(acc_state *st, const acc__call *c, const char
 
 /* Tag check for backends that do not compare tags themselves: min over processes of (tag, ~tag)
  * equals (tag, ~tag) on a process exactly when every tag equals its own. Also a barrier. */
-static acc_result tag_exchange(acc_state *st, const acc__call *c, const char *fn) {
+static ACC_COLD acc_result tag_exchange(acc_state *st, const acc__call *c, const char *fn) {
   int64_t v[2] = {(int64_t)c->tag, (int64_t)~c->tag};
   acc_result rc = st->be->ops->all_reduce(st->be, v, v, 2, ACC_I64, ACC_MIN);
   if (rc != ACC_OK) return fail_remote(st, rc);
@@ -53,7 +55,7 @@ static acc_result tag_exchange(acc_state *st, const acc__call *c, const char *fn
 }
 
 /* Debug mode: every process's descriptor is gathered and compared field by field. */
-static acc_result debug_check(acc_state *st, const acc__call *c) {
+static ACC_COLD acc_result debug_check(acc_state *st, const acc__call *c) {
   int n = st->size;
   acc__call_rec mine, *all = acc__calloc((size_t)n, sizeof *all);
   if (!all) return ACC_ERR_NOMEM;

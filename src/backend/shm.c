@@ -159,6 +159,10 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
 static void publish(shm_be *s, uint64_t value) {
   s->cpu = sched_getcpu();
   atomic_store_explicit(&s->ctrl[s->me].cpu, s->cpu, memory_order_relaxed);
+  /* the call tag of a collective's first step, next to the seq store: one ownership transfer of
+   * the line that the waiting ranks are reading */
+  if (s->check_pending)
+    atomic_store_explicit(&s->ctrl[s->me].tag[value & 1], s->my_tag, memory_order_relaxed);
   atomic_store(&s->ctrl[s->me].seq, value); /* seq_cst: ordered before the sleepers load */
   if (atomic_load(&s->hdr->sleepers) > 0) {
     atomic_fetch_add(&s->hdr->futex_word, 1);
@@ -293,7 +297,7 @@ static void my_call(shm_be *s, acc__call_rec *out) {
   acc__call_rec_site(out, s->base.call->file);
 }
 
-/* Publishes this rank's call for its first step t: description, then tag (before the seq). */
+/* Describes this rank's call for its first step t (publish() then stores the tag with the seq). */
 static void publish_call(shm_be *s, uint64_t t) {
   const acc__call *c = s->base.call;
   int p = (int)(t & 1);
@@ -303,7 +307,6 @@ static void publish_call(shm_be *s, uint64_t t) {
     acc__call_rec_site(&me->call[p], c->file);
     s->site_file[p] = c->file;
   }
-  atomic_store_explicit(&me->tag[p], c->tag, memory_order_relaxed);
   atomic_store_explicit(&me->last, t, memory_order_release);
   atomic_store_explicit(&me->active, 1, memory_order_relaxed);
   s->published_seq = c->seq;
@@ -415,7 +418,7 @@ static acc_result step(shm_be *s) {
   int first = s->base.call && s->base.call->seq != s->published_seq;
   if (first) publish_call(s, t);
   s->check_pending = first;
-  publish(s, t);
+  publish(s, t); /* with the tag when first */
   acc_result rc = wait_all(s, t);
   if (first) {
     s->check_pending = 0;
