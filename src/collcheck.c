@@ -48,13 +48,17 @@ const char *acc__op_name(int32_t op) {
 void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) {
   switch (origin) {
     case ACC__ORIGIN_USER: snprintf(buf, cap, "user call"); return;
-    case ACC__ORIGIN_GRAD_SYNC: snprintf(buf, cap, "gradient sync bucket %lld", (long long)index); return;
+    case ACC__ORIGIN_GRAD_SYNC:
+      snprintf(buf, cap, "gradient sync bucket %lld", (long long)index);
+      return;
     case ACC__ORIGIN_STATE_AGREE:
       snprintf(buf, cap, "save_state/load_state agreement: %s",
                index == 0 ? "status exchange" : index == 1 ? "error broadcast" : "path broadcast");
       return;
     case ACC__ORIGIN_GATHER_FOR_METRICS: snprintf(buf, cap, "gather_for_metrics"); return;
-    case ACC__ORIGIN_FP16_CHECK: snprintf(buf, cap, "fp16 overflow check of optimizer_step"); return;
+    case ACC__ORIGIN_FP16_CHECK:
+      snprintf(buf, cap, "fp16 overflow check of optimizer_step");
+      return;
     case ACC__ORIGIN_PREPARE:
       if (index >= 0)
         snprintf(buf, cap, "prepare_model: parameter %lld from process 0", (long long)index);

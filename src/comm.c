@@ -96,19 +96,22 @@ static acc_result enter(acc_state *st, const char *fn, acc__call *c, const char 
                       "%s: the process group is broken by an earlier failure and cannot be used: %s",
                       fn, st->broken_msg);
   int op = c->op;
-  if (op != ACC__OP_BARRIER && op != ACC__OP_ALL_GATHER_BYTES && acc_dtype_size((acc_dtype)c->dtype) == 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an acc_dtype", fn, (int)c->dtype);
+  int shapeless = op == ACC__OP_BARRIER || op == ACC__OP_ALL_GATHER_BYTES;
+  if (!shapeless && acc_dtype_size((acc_dtype)c->dtype) == 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an acc_dtype", fn,
+                      (int)c->dtype);
   if ((op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE) && (c->red < 0 || c->red >= ACC_OP_COUNT_))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: op %d is not an acc_op", fn, (int)c->red);
   if ((op == ACC__OP_BROADCAST || op == ACC__OP_REDUCE || op == ACC__OP_GATHER) &&
       (c->root < 0 || c->root >= st->size))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: root %d is not a process index (0..%d)", fn,
                       (int)c->root, st->size - 1);
-  size_t es = op == ACC__OP_BARRIER || op == ACC__OP_ALL_GATHER_BYTES ? 1 : acc_dtype_size((acc_dtype)c->dtype);
+  size_t es = shapeless ? 1 : acc_dtype_size((acc_dtype)c->dtype);
   size_t all_bytes; /* count * es * size must fit (checked multiplies: no divisions per call) */
   if (c->count < 0 || __builtin_mul_overflow((size_t)c->count, es, &all_bytes) ||
       __builtin_mul_overflow(all_bytes, (size_t)st->size, &all_bytes))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: count %lld is too large", fn, (long long)c->count);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: count %lld is too large", fn,
+                      (long long)c->count);
   acc__backend *be = st->be;
   c->seq = ++be->op_seq;
   c->file = file;
@@ -203,7 +206,8 @@ static acc_result reduce_body(acc_state *st, const void *send, void *recv, size_
 
 acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
                          acc_op op, int root, const char *file, int line) {
-  acc__call c = {.op = ACC__OP_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op, .root = root};
+  acc__call c = {
+      .op = ACC__OP_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op, .root = root};
   int began;
   acc_result rc = enter(st, "reduce", &c, file, line, &began);
   if (rc == ACC_OK) rc = reduce_body(st, send, recv, count, dtype, op, root);

@@ -358,7 +358,8 @@ static void hang_report(shm_be *s, uint64_t target, double waited) {
                               ps == PEER_DEAD ? "dead" : "gone (left the process group)");
     else if (!any)
       len += (size_t)snprintf(line + len, sizeof line - len,
-                              "; rank %d (pid %d) is not in a collective (it has made none yet)", r, pid);
+                              "; rank %d (pid %d) is not in a collective (it has made none yet)",
+                              r, pid);
     else if (atomic_load(&s->ctrl[r].active))
       len += (size_t)snprintf(line + len, sizeof line - len,
                               "; rank %d (pid %d) is in %s (collective #%llu)", r, pid, one,
