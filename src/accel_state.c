@@ -17,6 +17,7 @@
 #include "obs/profile.h"
 #include "ckpt_dir.h"
 #include "json_util.h"
+#include "collcheck.h"
 
 #define STATE_FORMAT "accelerate-c-state"
 #define STATE_VERSION 1
@@ -131,12 +132,18 @@ acc_result acc_accelerator_register_for_checkpointing_limit(acc_accelerator *acc
 static acc_result agree(acc_state *st, acc_result local, const char *what) {
   int rank = acc_state_process_index(st);
   int32_t who = local != ACC_OK ? rank + 1 : 0;
+  acc__comm_origin(ACC__ORIGIN_STATE_AGREE, 0);
   acc_result rc = acc_all_reduce(st, &who, &who, 1, ACC_I32, ACC_MAX);
   if (rc != ACC_OK) {
     if (local != ACC_OK) return local;
     return acc__error_context(rc, "%s: exchanging the status with the other processes", what);
   }
   if (who == 0) return ACC_OK;
+  if (who < 0 || who > acc_state_num_processes(st)) /* another exchange paired with this one */
+    return acc__error(ACC_ERR_MISMATCH,
+                      "%s: the processes are out of step (run with --debug): the status exchange "
+                      "returned %ld, which is not a process index + 1 (1..%d)",
+                      what, (long)who, acc_state_num_processes(st));
   struct {
     int32_t rc;
     char msg[1020];
@@ -146,6 +153,7 @@ static acc_result agree(acc_state *st, acc_result local, const char *what) {
     e.rc = (int32_t)local;
     snprintf(e.msg, sizeof e.msg, "%s", acc_last_error());
   }
+  acc__comm_origin(ACC__ORIGIN_STATE_AGREE, 1);
   rc = acc_broadcast(st, &e, sizeof e, ACC_U8, who - 1);
   if (local != ACC_OK) return local;
   if (rc != ACC_OK) return acc__error_context(rc, "%s failed on process %d", what, who - 1);
@@ -155,6 +163,7 @@ static acc_result agree(acc_state *st, acc_result local, const char *what) {
 
 /* Process 0's string (a path) to every process. */
 static acc_result bcast_path(acc_state *st, char buf[PATH_BUF]) {
+  acc__comm_origin(ACC__ORIGIN_STATE_AGREE, 2);
   return acc_broadcast(st, buf, PATH_BUF, ACC_U8, 0);
 }
 

@@ -9,6 +9,7 @@
 #include "accel_state.h"
 #include "data_internal.h"
 #include "obs/profile.h"
+#include "collcheck.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -189,6 +190,7 @@ static acc_result broadcast_parameters(acc_accelerator *acc, acc_model *model) {
   for (size_t i = 0; i < np && rc == ACC_OK;) {
     const acc_param *p = acc_model_parameter(model, i);
     if (p->numel >= cap) {
+      acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
       rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
       if (rc != ACC_OK) rc = acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
       i++;
@@ -199,6 +201,7 @@ static acc_result broadcast_parameters(acc_accelerator *acc, acc_model *model) {
     if (!pack && !(pack = acc__malloc(cap * sizeof(float)))) return ACC_ERR_NOMEM;
     for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
       memcpy(pack + off, acc_model_parameter(model, k)->data, acc_model_parameter(model, k)->numel * sizeof(float));
+    acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
     rc = acc_broadcast(acc->st, pack, n, ACC_F32, 0);
     if (rc != ACC_OK) {
       rc = acc__error_context(rc, "prepare_model: broadcasting parameters '%s' to '%s'", p->name,
@@ -302,6 +305,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
   o.shard.split_batches = acc->split_batches;
   o.shard.even_batches = acc->even_batches;
   uint64_t seed = o.seed;
+  acc__comm_origin(ACC__ORIGIN_PREPARE, -1);
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */
   o.seed = seed;
   if (o.dispatch_batches) {
@@ -504,6 +508,7 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   if (!acc->it_agreed) {
     ACC_CHECK(acc_accelerator_unscale_gradients(acc));
     int32_t inf = acc_grad_scaler_found_inf(acc->scaler) ? 1 : 0;
+    acc__comm_origin(ACC__ORIGIN_FP16_CHECK, 0);
     ACC_CHECK(acc_all_reduce(acc->st, &inf, &inf, 1, ACC_I32, ACC_MAX));
     acc->it_inf = inf;
     acc->it_agreed = 1;
@@ -579,6 +584,7 @@ acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *
   int64_t counts_small[16], *counts = n <= 16 ? counts_small : acc__calloc((size_t)n, sizeof *counts);
   if (!counts) return ACC_ERR_NOMEM;
   int64_t mine = n_samples, total = 0, mx = 0;
+  acc__comm_origin(ACC__ORIGIN_GATHER_FOR_METRICS, 0);
   acc_result rc = acc_all_gather(acc->st, &mine, counts, 1, ACC_I64);
   for (int r = 0; rc == ACC_OK && r < n; r++) {
     if (counts[r] < 0 || (sample_bytes && counts[r] > (int64_t)(SIZE_MAX / 2 / sample_bytes) / n))
@@ -607,13 +613,18 @@ acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *
   }
   /* a local failure (capacity, memory) on one process must not leave the others in the gather */
   int32_t bad = rc != ACC_OK;
-  acc_result arc = acc_all_reduce(acc->st, &bad, &bad, 1, ACC_I32, ACC_MAX);
+  acc_result arc = ACC_OK;
+  if (rc != ACC_ERR_MISMATCH && rc != ACC_ERR_REMOTE && rc != ACC_ERR_TIMEOUT && rc != ACC_ERR_BACKEND) {
+    acc__comm_origin(ACC__ORIGIN_GATHER_FOR_METRICS, 1); /* the group is usable: tell the others */
+    arc = acc_all_reduce(acc->st, &bad, &bad, 1, ACC_I32, ACC_MAX);
+  }
   if (rc == ACC_OK && arc != ACC_OK) rc = arc;
   if (rc == ACC_OK && bad)
     rc = acc__error(ACC_ERR_REMOTE, "gather_for_metrics failed on another process (see its error)");
   if (rc == ACC_OK && mx > 0) {
     unsigned char *mine_buf = acc->metrics_buf, *all = mine_buf + (size_t)mx * sample_bytes;
     if (n_samples) memcpy(mine_buf, send, (size_t)n_samples * sample_bytes);
+    acc__comm_origin(ACC__ORIGIN_GATHER_FOR_METRICS, 2);
     rc = acc_all_gather(acc->st, mine_buf, all, (size_t)mx * sample_bytes, ACC_U8);
     int64_t off = 0;
     for (int r = 0; rc == ACC_OK && r < n && off < keep; r++) {
@@ -636,6 +647,7 @@ acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
   if (!es || !n_out || n_samples < 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "pad_across_processes: bad arguments");
   int64_t mx = n_samples;
+  acc__comm_origin(ACC__ORIGIN_PAD, 0);
   ACC_CHECK(acc_all_reduce(acc->st, &mx, &mx, 1, ACC_I64, ACC_MAX));
   if (mx > capacity)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,

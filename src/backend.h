@@ -28,6 +28,12 @@ typedef struct acc__backend_ops {
   acc_result (*all_gather_v)(acc__backend *be, const void *send, void *recv, const size_t *sizes);
   /* Leaves the group and frees the backend. Peers waiting on this rank learn it left. */
   void (*destroy)(acc__backend *be);
+  /* Optional (NULL: nothing to do): called by comm.c when a collective it started (be->call
+   * set, size > 1) returns. */
+  void (*call_end)(acc__backend *be);
+  /* 1: the backend compares every rank's be->call->tag itself (on the first step of each new
+   * be->call) and fails with ACC_ERR_MISMATCH; 0: comm.c exchanges the tags before the call. */
+  int checks_tags;
 } acc__backend_ops;
 
 struct acc__backend {
@@ -37,6 +43,8 @@ struct acc__backend {
   /* Set by comm.c before each call, for error messages: "all_reduce" and its number. */
   const char *op_name;
   uint64_t op_seq;
+  /* The collective being run (descriptor, call site, tag; collcheck.h), or NULL between calls. */
+  const struct acc__call *call;
 };
 
 /* What a backend needs to join the group. */

@@ -1,101 +1,139 @@
-/* The collective API: argument checks, debug-mode call matching, MEAN, broken-group handling,
- * then one call into the backend table. */
+/* The collective API: argument checks, the call descriptor and its tag (mismatch detection,
+ * always on), debug-mode call matching, MEAN, broken-group handling, then the backend table.
+ *
+ * Every collective is numbered and described (operation, dtype, count, root, reduction, origin,
+ * call site; collcheck.h). Its 64-bit tag is compared across processes before any data is
+ * used: by the backend itself on the collective's first step when it can do so for free (shm:
+ * the tag sits beside the arrival counter), otherwise by a 16-byte all_reduce here, the first
+ * operation of every collective (so that mismatched calls always pair as the same operation in
+ * the backend; a barrier is that exchange alone). A mismatch fails on every process with
+ * ACC_ERR_MISMATCH listing every process's call and call site. */
 #include <stdio.h>
 #include <string.h>
 
+#include "collcheck.h"
 #include "state.h"
 #include "obs/profile.h"
 
-enum { OP_BARRIER = 1, OP_BROADCAST, OP_ALL_REDUCE, OP_REDUCE, OP_ALL_GATHER, OP_GATHER, OP_ALL_GATHER_BYTES };
-
-static const char *op_names[] = {"?", "barrier", "broadcast", "all_reduce", "reduce",
-                                 "all_gather", "gather", "all_gather_bytes"};
-
-/* What a rank called, exchanged in debug mode. */
-typedef struct call_desc {
-  int64_t op, dtype, count, root, red;
-} call_desc;
-
-static void describe_call(char *buf, size_t cap, const call_desc *d) {
-  int op = (d->op >= 1 && d->op <= OP_ALL_GATHER_BYTES) ? (int)d->op : 0;
-  int n = snprintf(buf, cap, "%s(", op_names[op]);
-  if (op == OP_BARRIER) {
-    snprintf(buf + n, cap - (size_t)n, ")");
-    return;
-  }
-  if (op == OP_ALL_GATHER_BYTES) {
-    snprintf(buf + n, cap - (size_t)n, "bytes)");
-    return;
-  }
-  n += snprintf(buf + n, cap - (size_t)n, "count=%lld, dtype=%s", (long long)d->count,
-                acc_dtype_name((acc_dtype)d->dtype));
-  if (op == OP_ALL_REDUCE || op == OP_REDUCE)
-    n += snprintf(buf + n, cap - (size_t)n, ", op=%s", acc_op_name((acc_op)d->red));
-  if (op == OP_BROADCAST || op == OP_REDUCE || op == OP_GATHER)
-    n += snprintf(buf + n, cap - (size_t)n, ", root=%lld", (long long)d->root);
-  snprintf(buf + n, cap - (size_t)n, ")");
-}
-
 static acc_result fail_remote(acc_state *st, acc_result rc) {
-  if (rc == ACC_ERR_REMOTE || rc == ACC_ERR_TIMEOUT || rc == ACC_ERR_BACKEND) {
+  if (rc == ACC_ERR_REMOTE || rc == ACC_ERR_TIMEOUT || rc == ACC_ERR_BACKEND ||
+      rc == ACC_ERR_MISMATCH) {
     st->broken = 1;
     snprintf(st->broken_msg, sizeof st->broken_msg, "%s", acc_last_error());
   }
   return rc;
 }
 
-static acc_result debug_check(acc_state *st, const call_desc *mine) {
-  int n = st->size;
-  call_desc all[n];
-  st->be->op_name = "debug-mode check";
-  acc_result rc = st->be->ops->all_gather(st->be, mine, all, sizeof *mine);
-  if (rc != ACC_OK) return fail_remote(st, rc);
-  int same = 1;
-  for (int r = 0; r < n; r++) {
-    const call_desc *o = &all[r];
-    if (o->op != mine->op || (mine->op != OP_ALL_GATHER_BYTES &&
-                              (o->dtype != mine->dtype || o->count != mine->count ||
-                               o->root != mine->root || o->red != mine->red)))
-      same = 0;
-  }
-  if (same) return ACC_OK;
-  char msg[1800];
-  int len = snprintf(msg, sizeof msg,
-                     "debug mode: the processes called different collectives as call #%llu; every "
-                     "process must make the same collective calls in the same order:",
-                     (unsigned long long)st->be->op_seq);
-  for (int r = 0; r < n && len < (int)sizeof msg - 80; r++) {
-    char one[160];
-    describe_call(one, sizeof one, &all[r]);
-    len += snprintf(msg + len, sizeof msg - (size_t)len, "\n  - process %d: %s", r, one);
-  }
-  return acc__error(ACC_ERR_MISMATCH, "%s", msg);
+static void to_rec(acc__call_rec *r, const acc__call *c) {
+  memset(r, 0, sizeof *r);
+  acc__call_rec_fields(r, c);
+  acc__call_rec_site(r, c->file);
 }
 
-/* Common entry: validates the state, refuses broken groups, numbers the call, runs the debug
- * check. Returns 1 in *skip when nothing has to be communicated. */
-static acc_result enter(acc_state *st, const char *fn, const call_desc *d) {
+/* Every process's full call record, to name them all in the mismatch error (every process
+ * reaches this together: they all saw the same tags). */
+#define ACC_COLD __attribute__((noinline, cold)) /* off the path of a matching call */
+
+static ACC_COLD acc_result exchange_records(acc_state *st, const acc__call *c, const char *fn) {
+  int n = st->size;
+  acc__call_rec mine, *all = acc__calloc((size_t)n, sizeof *all);
+  if (!all) return ACC_ERR_NOMEM;
+  to_rec(&mine, c);
+  acc_result rc = st->be->ops->all_gather(st->be, &mine, all, sizeof mine);
+  if (rc == ACC_OK) rc = acc__mismatch_error(fn, st->rank, &mine, all, n);
+  acc__free(all);
+  return fail_remote(st, rc);
+}
+
+/* Tag check for backends that do not compare tags themselves: min over processes of (tag, ~tag)
+ * equals (tag, ~tag) on a process exactly when every tag equals its own. Also a barrier. */
+static ACC_COLD acc_result tag_exchange(acc_state *st, const acc__call *c, const char *fn) {
+  int64_t v[2] = {(int64_t)c->tag, (int64_t)~c->tag};
+  acc_result rc = st->be->ops->all_reduce(st->be, v, v, 2, ACC_I64, ACC_MIN);
+  if (rc != ACC_OK) return fail_remote(st, rc);
+  if (v[0] == (int64_t)c->tag && v[1] == (int64_t)~c->tag) return ACC_OK;
+  return exchange_records(st, c, fn);
+}
+
+/* Debug mode: every process's descriptor is gathered and compared field by field. */
+static ACC_COLD acc_result debug_check(acc_state *st, const acc__call *c) {
+  int n = st->size;
+  acc__call_rec mine, *all = acc__calloc((size_t)n, sizeof *all);
+  if (!all) return ACC_ERR_NOMEM;
+  to_rec(&mine, c);
+  const char *fn = st->be->op_name;
+  st->be->op_name = "debug-mode check";
+  acc_result rc = st->be->ops->all_gather(st->be, &mine, all, sizeof mine);
+  st->be->op_name = fn;
+  if (rc != ACC_OK) {
+    acc__free(all);
+    return fail_remote(st, rc);
+  }
+  int same = 1;
+  for (int r = 0; r < n; r++) {
+    const acc__call_rec *o = &all[r];
+    if (o->seq != mine.seq || o->op != mine.op || o->origin != mine.origin ||
+        o->origin_index != mine.origin_index ||
+        (mine.op != ACC__OP_ALL_GATHER_BYTES &&
+         (o->dtype != mine.dtype || o->count != mine.count || o->root != mine.root ||
+          o->red != mine.red)))
+      same = 0;
+  }
+  if (!same) rc = fail_remote(st, acc__mismatch_error(fn, st->rank, &mine, all, n));
+  acc__free(all);
+  return rc;
+}
+
+/* Common entry: takes this thread's pending origin, validates the state and the arguments,
+ * refuses broken groups, numbers and describes the call, publishes it to the backend (*began:
+ * leave() must follow), checks the tags where the backend does not, runs the debug check. */
+static acc_result enter(acc_state *st, const char *fn, acc__call *c, const char *file, int line,
+                        int *began) {
+  acc__comm_take_origin(&c->origin, &c->origin_index);
+  *began = 0;
   ACC_CHECK(acc__state_check(st, fn));
   if (st->broken)
     return acc__error(ACC_ERR_REMOTE,
                       "%s: the process group is broken by an earlier failure and cannot be used: %s",
                       fn, st->broken_msg);
-  if (d->op != OP_BARRIER && d->op != OP_ALL_GATHER_BYTES && acc_dtype_size((acc_dtype)d->dtype) == 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dtype %lld is not an acc_dtype", fn,
-                      (long long)d->dtype);
-  if ((d->op == OP_ALL_REDUCE || d->op == OP_REDUCE) && (d->red < 0 || d->red >= ACC_OP_COUNT_))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: op %lld is not an acc_op", fn, (long long)d->red);
-  if ((d->op == OP_BROADCAST || d->op == OP_REDUCE || d->op == OP_GATHER) &&
-      (d->root < 0 || d->root >= st->size))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: root %lld is not a process index (0..%d)", fn,
-                      (long long)d->root, st->size - 1);
-  size_t es = d->op == OP_BARRIER || d->op == OP_ALL_GATHER_BYTES ? 1 : acc_dtype_size((acc_dtype)d->dtype);
-  if (d->count < 0 || (uint64_t)d->count > SIZE_MAX / es / (size_t)st->size)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: count %lld is too large", fn, (long long)d->count);
-  st->be->op_seq++;
-  if (st->debug && st->size > 1) ACC_CHECK(debug_check(st, d));
-  st->be->op_name = fn;
+  int op = c->op;
+  int shapeless = op == ACC__OP_BARRIER || op == ACC__OP_ALL_GATHER_BYTES;
+  if (!shapeless && acc_dtype_size((acc_dtype)c->dtype) == 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an acc_dtype", fn,
+                      (int)c->dtype);
+  if ((op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE) && (c->red < 0 || c->red >= ACC_OP_COUNT_))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: op %d is not an acc_op", fn, (int)c->red);
+  if ((op == ACC__OP_BROADCAST || op == ACC__OP_REDUCE || op == ACC__OP_GATHER) &&
+      (c->root < 0 || c->root >= st->size))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: root %d is not a process index (0..%d)", fn,
+                      (int)c->root, st->size - 1);
+  size_t es = shapeless ? 1 : acc_dtype_size((acc_dtype)c->dtype);
+  size_t all_bytes; /* count * es * size must fit (checked multiplies: no divisions per call) */
+  if (c->count < 0 || __builtin_mul_overflow((size_t)c->count, es, &all_bytes) ||
+      __builtin_mul_overflow(all_bytes, (size_t)st->size, &all_bytes))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: count %lld is too large", fn,
+                      (long long)c->count);
+  acc__backend *be = st->be;
+  c->seq = ++be->op_seq;
+  c->file = file;
+  c->line = line;
+  be->op_name = fn;
+  if (st->size == 1) return ACC_OK;
+  c->tag = acc__call_tag(c);
+  be->call = c; /* the backend publishes it with the collective's first step */
+  *began = 1;
+  if (!be->ops->checks_tags && op != ACC__OP_BARRIER) /* a barrier IS the tag exchange */
+    ACC_CHECK(tag_exchange(st, c, fn));
+  if (st->debug) ACC_CHECK(debug_check(st, c));
   return ACC_OK;
+}
+
+static acc_result leave(acc_state *st, int began, acc_result rc) {
+  if (began) {
+    if (st->be->ops->call_end) st->be->ops->call_end(st->be);
+    st->be->call = NULL;
+  }
+  return rc;
 }
 
 static acc_result need_buf(const void *p, const char *fn, const char *what) {
@@ -103,28 +141,34 @@ static acc_result need_buf(const void *p, const char *fn, const char *what) {
   return ACC_OK;
 }
 
-acc_result acc_barrier(acc_state *st) {
+/* ---- the collectives ---------------------------------------------------------------------- */
+
+acc_result acc_barrier_at(acc_state *st, const char *file, int line) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "barrier");
-  call_desc d = {OP_BARRIER, 0, 0, 0, 0};
-  ACC_CHECK(enter(st, "barrier", &d));
-  if (st->size == 1) return ACC_OK;
-  return fail_remote(st, st->be->ops->barrier(st->be));
+  acc__call c = {.op = ACC__OP_BARRIER};
+  int began;
+  acc_result rc = enter(st, "barrier", &c, file, line, &began);
+  if (rc == ACC_OK && st->size > 1)
+    rc = fail_remote(st, st->be->ops->checks_tags ? st->be->ops->barrier(st->be)
+                                                  : tag_exchange(st, &c, "barrier"));
+  return leave(st, began, rc);
 }
 
-acc_result acc_broadcast(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root) {
+acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root,
+                            const char *file, int line) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "broadcast");
-  call_desc d = {OP_BROADCAST, dtype, (int64_t)count, root, 0};
-  ACC_CHECK(enter(st, "broadcast", &d));
-  if (count == 0 || st->size == 1) return ACC_OK;
-  ACC_CHECK(need_buf(buf, "broadcast", "buf"));
-  return fail_remote(st, st->be->ops->broadcast(st->be, buf, count * acc_dtype_size(dtype), root));
+  acc__call c = {.op = ACC__OP_BROADCAST, .dtype = dtype, .count = (int64_t)count, .root = root};
+  int began;
+  acc_result rc = enter(st, "broadcast", &c, file, line, &began);
+  if (rc != ACC_OK || count == 0 || st->size == 1) return leave(st, began, rc);
+  rc = need_buf(buf, "broadcast", "buf");
+  if (rc == ACC_OK)
+    rc = fail_remote(st, st->be->ops->broadcast(st->be, buf, count * acc_dtype_size(dtype), root));
+  return leave(st, began, rc);
 }
 
-acc_result acc_all_reduce(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
-                          acc_op op) {
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_reduce");
-  call_desc d = {OP_ALL_REDUCE, dtype, (int64_t)count, 0, op};
-  ACC_CHECK(enter(st, "all_reduce", &d));
+static acc_result all_reduce_body(acc_state *st, const void *send, void *recv, size_t count,
+                                  acc_dtype dtype, acc_op op) {
   if (count == 0) return ACC_OK;
   ACC_CHECK(need_buf(send, "all_reduce", "send"));
   ACC_CHECK(need_buf(recv, "all_reduce", "recv"));
@@ -138,11 +182,18 @@ acc_result acc_all_reduce(acc_state *st, const void *send, void *recv, size_t co
   return ACC_OK;
 }
 
-acc_result acc_reduce(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
-                      acc_op op, int root) {
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "reduce");
-  call_desc d = {OP_REDUCE, dtype, (int64_t)count, root, op};
-  ACC_CHECK(enter(st, "reduce", &d));
+acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
+                             acc_dtype dtype, acc_op op, const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_reduce");
+  acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op};
+  int began;
+  acc_result rc = enter(st, "all_reduce", &c, file, line, &began);
+  if (rc == ACC_OK) rc = all_reduce_body(st, send, recv, count, dtype, op);
+  return leave(st, began, rc);
+}
+
+static acc_result reduce_body(acc_state *st, const void *send, void *recv, size_t count,
+                              acc_dtype dtype, acc_op op, int root) {
   if (count == 0) return ACC_OK;
   ACC_CHECK(need_buf(send, "reduce", "send"));
   if (st->rank == root) ACC_CHECK(need_buf(recv, "reduce", "recv (on the root)"));
@@ -157,10 +208,19 @@ acc_result acc_reduce(acc_state *st, const void *send, void *recv, size_t count,
   return ACC_OK;
 }
 
-acc_result acc_all_gather(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype) {
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_gather");
-  call_desc d = {OP_ALL_GATHER, dtype, (int64_t)count, 0, 0};
-  ACC_CHECK(enter(st, "all_gather", &d));
+acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
+                         acc_op op, int root, const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "reduce");
+  acc__call c = {
+      .op = ACC__OP_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op, .root = root};
+  int began;
+  acc_result rc = enter(st, "reduce", &c, file, line, &began);
+  if (rc == ACC_OK) rc = reduce_body(st, send, recv, count, dtype, op, root);
+  return leave(st, began, rc);
+}
+
+static acc_result all_gather_body(acc_state *st, const void *send, void *recv, size_t count,
+                                  acc_dtype dtype) {
   if (count == 0) return ACC_OK;
   ACC_CHECK(need_buf(send, "all_gather", "send"));
   ACC_CHECK(need_buf(recv, "all_gather", "recv"));
@@ -172,11 +232,18 @@ acc_result acc_all_gather(acc_state *st, const void *send, void *recv, size_t co
   return fail_remote(st, st->be->ops->all_gather(st->be, send, recv, nbytes));
 }
 
-acc_result acc_gather(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
-                      int root) {
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "gather");
-  call_desc d = {OP_GATHER, dtype, (int64_t)count, root, 0};
-  ACC_CHECK(enter(st, "gather", &d));
+acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t count,
+                             acc_dtype dtype, const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_gather");
+  acc__call c = {.op = ACC__OP_ALL_GATHER, .dtype = dtype, .count = (int64_t)count};
+  int began;
+  acc_result rc = enter(st, "all_gather", &c, file, line, &began);
+  if (rc == ACC_OK) rc = all_gather_body(st, send, recv, count, dtype);
+  return leave(st, began, rc);
+}
+
+static acc_result gather_body(acc_state *st, const void *send, void *recv, size_t count,
+                              acc_dtype dtype, int root) {
   if (count == 0) return ACC_OK;
   ACC_CHECK(need_buf(send, "gather", "send"));
   if (st->rank == root) ACC_CHECK(need_buf(recv, "gather", "recv (on the root)"));
@@ -188,47 +255,64 @@ acc_result acc_gather(acc_state *st, const void *send, void *recv, size_t count,
   return fail_remote(st, st->be->ops->gather(st->be, send, st->rank == root ? recv : NULL, nbytes, root));
 }
 
-acc_result acc_all_gather_bytes(acc_state *st, const void *send, size_t nbytes, void **out,
-                                size_t **out_sizes) {
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_gather_bytes");
-  if (!out || !out_sizes)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "all_gather_bytes: out and out_sizes must not be NULL");
-  *out = NULL;
-  *out_sizes = NULL;
-  call_desc d = {OP_ALL_GATHER_BYTES, 0, (int64_t)nbytes, 0, 0};
-  ACC_CHECK(enter(st, "all_gather_bytes", &d));
+acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
+                         int root, const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "gather");
+  acc__call c = {.op = ACC__OP_GATHER, .dtype = dtype, .count = (int64_t)count, .root = root};
+  int began;
+  acc_result rc = enter(st, "gather", &c, file, line, &began);
+  if (rc == ACC_OK) rc = gather_body(st, send, recv, count, dtype, root);
+  return leave(st, began, rc);
+}
+
+/* Sizes, then data. The size exchange carries every process's call tag, so a process that made a
+ * different call is caught here even where the backend does not compare tags, and the sizes are
+ * validated (no overflowing sum, nothing beyond what this process can hold) before anything is
+ * allocated or copied. */
+static acc_result all_gather_bytes_body(acc_state *st, const acc__call *c, const void *send,
+                                        size_t nbytes, void **out, size_t **out_sizes) {
   if (nbytes) ACC_CHECK(need_buf(send, "all_gather_bytes", "send"));
   int n = st->size;
   size_t *sizes = acc__calloc((size_t)n, sizeof *sizes);
   if (!sizes) return ACC_ERR_NOMEM;
-  uint64_t mine = nbytes;
-  uint64_t all[n];
-  acc_result rc = ACC_OK;
-  if (n > 1) {
-    st->be->op_name = "all_gather_bytes (sizes)";
-    rc = fail_remote(st, st->be->ops->all_gather(st->be, &mine, all, sizeof mine));
-  } else {
-    all[0] = mine;
-  }
-  if (rc != ACC_OK) {
-    acc__free(sizes);
-    return rc;
-  }
   size_t total = 0;
-  for (int r = 0; r < n; r++) {
-    sizes[r] = (size_t)all[r];
-    total += sizes[r];
-  }
-  void *buf = acc__malloc(total);
-  if (!buf) {
-    acc__free(sizes);
-    return ACC_ERR_NOMEM;
-  }
+  void *buf = NULL;
+  acc_result rc = ACC_OK;
   if (n == 1) {
-    if (nbytes) memcpy(buf, send, nbytes);
-  } else if (total > 0) {
-    st->be->op_name = "all_gather_bytes";
-    rc = fail_remote(st, st->be->ops->all_gather_v(st->be, send, buf, sizes));
+    sizes[0] = nbytes;
+    total = nbytes;
+  } else {
+    uint64_t(*pairs)[2] = acc__calloc((size_t)n, sizeof *pairs);
+    uint64_t *reported = acc__calloc((size_t)n, sizeof *reported);
+    if (!pairs || !reported) rc = ACC_ERR_NOMEM;
+    if (rc == ACC_OK) {
+      uint64_t mine[2] = {nbytes, c->tag};
+      st->be->op_name = "all_gather_bytes (sizes)";
+      rc = fail_remote(st, st->be->ops->all_gather(st->be, mine, pairs, sizeof mine));
+      st->be->op_name = "all_gather_bytes";
+    }
+    int same = 1;
+    for (int r = 0; rc == ACC_OK && r < n; r++) {
+      reported[r] = pairs[r][0];
+      if (pairs[r][1] != c->tag) same = 0;
+    }
+    if (rc == ACC_OK && !same) rc = exchange_records(st, c, "all_gather_bytes");
+    if (rc == ACC_OK)
+      rc = fail_remote(st, acc__gather_layout(reported, n, st->rank, nbytes, acc__gather_limit(),
+                                              sizes, NULL, &total));
+    acc__free(pairs);
+    acc__free(reported);
+  }
+  if (rc == ACC_OK) {
+    buf = acc__malloc(total ? total : 1);
+    if (!buf) rc = ACC_ERR_NOMEM;
+  }
+  if (rc == ACC_OK) {
+    if (n == 1) {
+      if (nbytes) memcpy(buf, send, nbytes);
+    } else if (total > 0) {
+      rc = fail_remote(st, st->be->ops->all_gather_v(st->be, send, buf, sizes));
+    }
   }
   if (rc != ACC_OK) {
     acc__free(buf);
@@ -238,4 +322,55 @@ acc_result acc_all_gather_bytes(acc_state *st, const void *send, size_t nbytes, 
   *out = buf;
   *out_sizes = sizes;
   return ACC_OK;
+}
+
+acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbytes, void **out,
+                                   size_t **out_sizes, const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_gather_bytes");
+  if (!out || !out_sizes) {
+    int32_t k;
+    int64_t i;
+    acc__comm_take_origin(&k, &i);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "all_gather_bytes: out and out_sizes must not be NULL");
+  }
+  *out = NULL;
+  *out_sizes = NULL;
+  acc__call c = {.op = ACC__OP_ALL_GATHER_BYTES, .count = (int64_t)nbytes};
+  int began;
+  acc_result rc = enter(st, "all_gather_bytes", &c, file, line, &began);
+  if (rc == ACC_OK) rc = all_gather_bytes_body(st, &c, send, nbytes, out, out_sizes);
+  return leave(st, began, rc);
+}
+
+/* The plain entry points (no call site): for programs that take their address or cannot use the
+ * macros of comm.h. The parentheses keep the macros from expanding. */
+acc_result (acc_barrier)(acc_state *st) { return acc_barrier_at(st, NULL, 0); }
+
+acc_result (acc_broadcast)(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root) {
+  return acc_broadcast_at(st, buf, count, dtype, root, NULL, 0);
+}
+
+acc_result (acc_all_reduce)(acc_state *st, const void *send, void *recv, size_t count,
+                           acc_dtype dtype, acc_op op) {
+  return acc_all_reduce_at(st, send, recv, count, dtype, op, NULL, 0);
+}
+
+acc_result (acc_reduce)(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
+                       acc_op op, int root) {
+  return acc_reduce_at(st, send, recv, count, dtype, op, root, NULL, 0);
+}
+
+acc_result (acc_all_gather)(acc_state *st, const void *send, void *recv, size_t count,
+                           acc_dtype dtype) {
+  return acc_all_gather_at(st, send, recv, count, dtype, NULL, 0);
+}
+
+acc_result (acc_gather)(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
+                       int root) {
+  return acc_gather_at(st, send, recv, count, dtype, root, NULL, 0);
+}
+
+acc_result (acc_all_gather_bytes)(acc_state *st, const void *send, size_t nbytes, void **out,
+                                 size_t **out_sizes) {
+  return acc_all_gather_bytes_at(st, send, nbytes, out, out_sizes, NULL, 0);
 }

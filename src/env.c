@@ -68,7 +68,7 @@ ROW("ACCELERATE_DEBUG_MODE", BOOL, 0, 0, NULL, "false", LIB | SETS, "Check that 
 ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi", "auto", LIB, "Communication backend when the program does not choose one.")
 ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a collective waits for the other processes before it fails; the only bound on a stopped or hung peer.")
 ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")
-ROW("ACCELERATE_HANG_REPORT_S", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds a collective waits before it reports which processes have not arrived.")
+ROW("ACCELERATE_HANG_REPORT_S", DOUBLE, 0, 31536000, NULL, "60", LIB, "Seconds a collective waits before every waiting process prints one line naming the processes not arrived and what each is doing; 0: off.")
 ROW("ACCELERATE_SHM_CHUNK_BYTES", INT, 4096, 67108864, NULL, "524288", LIB, "Bytes per step of the shared-memory backend (a multiple of 64).")
 ROW("ACCELERATE_MODULE_DIR", STRING, 0, 0, NULL, "next to libaccelerate, then the install directory", LIB, "Directory searched first for the optional modules (libaccelerate-mpi.so).")
 ROW("ACCELERATE_RENDEZVOUS_TOKEN", STRING, 0, 0, NULL, "", LIB | SETS, "Secret part of the shared-memory segment name (16..64 characters of [0-9A-Za-z_-]), exported by accelerate launch for each attempt; unset: rank 0 writes one to a 0600 file in a private runtime directory.")

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collcheck.h"
 #include "grad_sync.h"
 #include "obs/profile.h"
 
@@ -48,6 +49,7 @@ static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   size_t n = b->numel;
   if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
   if (b->inplace) {
+    acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
     ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
     for (size_t i = 0; i < n; i++) b->inplace[i] *= gs->inv_world;
     return ACC_OK;
@@ -59,6 +61,7 @@ static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
     memcpy(s + off, p->grad, p->numel * sizeof(float));
     off += p->numel;
   }
+  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
   ACC_CHECK(acc_all_reduce(gs->st, s, s, n, ACC_F32, ACC_SUM));
   off = 0;
   for (size_t k = b->first; k < b->first + b->count; k++) {

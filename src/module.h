@@ -22,8 +22,9 @@
 #include <stdarg.h>
 
 #include "backend.h"
+#include "collcheck.h"
 
-#define ACC__MODULE_ABI_VERSION 1u
+#define ACC__MODULE_ABI_VERSION 2u
 #define ACC__MODULE_ENTRY_SYMBOL "acc_module_entry_v1"
 
 /* Services the library gives a module. */
@@ -39,6 +40,11 @@ typedef struct acc__module_host {
   double (*now)(void);
   void (*reduce_inplace)(void *dst, const void *src, size_t count, acc_dtype dtype, acc_op op);
   acc_result (*env_int)(const char *name, long *out, int *was_set);
+  /* 2: call descriptors and hang reports (src/collcheck.h) */
+  void (*call_rec_site)(acc__call_rec *r, const char *file);
+  void (*call_rec_describe)(char *buf, size_t cap, const acc__call_rec *r);
+  acc_result (*hang_report_env)(double *seconds);
+  void (*report_line)(const char *line);
 } acc__module_host;
 
 /* What a module offers. Fields a module does not provide are NULL. */

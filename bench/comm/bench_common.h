@@ -43,7 +43,7 @@ static void bench_header(const char *impl, int n) {
 
 static void bench_row(const char *op, size_t bytes, size_t count, double med_s, int n) {
   double alg = med_s > 0 ? (double)bytes / med_s / 1e9 : 0;
-  printf("%-11s %12zu %12zu %12.2f %10.3f %10.3f\n", op, bytes, count, med_s * 1e6, alg,
+  printf("%-11s %12zu %12zu %12.3f %10.3f %10.3f\n", op, bytes, count, med_s * 1e6, alg,
          alg * bench_bus_factor(op, n));
   fflush(stdout);
 }

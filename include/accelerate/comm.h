@@ -1,8 +1,16 @@
 /* accelerate-c: collective operations on raw buffers. Every function here is collective: every
- * process of the group must call it, in the same order, with matching dtype/count/root
- * (debug mode checks this). With one process they copy (or do nothing). A peer that dies makes
- * the call fail with ACC_ERR_REMOTE naming the rank; a late peer, ACC_ERR_TIMEOUT after the
- * state's timeout. After such a failure the group is broken: later collectives fail at once.
+ * process of the group must call it, in the same order, with matching dtype/count/root/op.
+ * This is always checked: when the processes' calls differ, every process fails with
+ * ACC_ERR_MISMATCH naming each process's call and call site. With one process they copy (or do
+ * nothing). A peer that dies makes the call fail with ACC_ERR_REMOTE naming the rank; a late
+ * peer, ACC_ERR_TIMEOUT after the state's timeout. After such a failure (or a mismatch) the
+ * group is broken: later collectives fail at once.
+ *
+ * Call sites: each function has an `_at` variant taking the caller's file and line (they only
+ * appear in messages: mismatches, hang reports). The macros at the end of this header make
+ * every call `acc_all_reduce(...)` pass __FILE__ and __LINE__; the functions themselves keep
+ * their names (take their address, or `(acc_all_reduce)(...)`, to call them without a site).
+ * Define ACC_NO_CALL_SITE_MACROS before including to turn the macros off.
  * Threads: collectives of one process are issued from one thread at a time, in program order. */
 #ifndef ACCELERATE_COMM_H
 #define ACCELERATE_COMM_H
@@ -13,25 +21,25 @@
 extern "C" {
 #endif
 
-ACC_EXTERN acc_result acc_barrier(acc_state *st);
+ACC_EXTERN acc_result (acc_barrier)(acc_state *st);
 
 /** Broadcasts count elements of buf from process root to every process (in place). */
-ACC_EXTERN acc_result acc_broadcast(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root);
+ACC_EXTERN acc_result (acc_broadcast)(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root);
 
 /** recv[i] = op over processes of send[i]. send == recv is allowed (in place). */
-ACC_EXTERN acc_result acc_all_reduce(acc_state *st, const void *send, void *recv, size_t count,
+ACC_EXTERN acc_result (acc_all_reduce)(acc_state *st, const void *send, void *recv, size_t count,
                                      acc_dtype dtype, acc_op op);
 
 /** Like acc_all_reduce, but only root's recv is written (recv may be NULL elsewhere). */
-ACC_EXTERN acc_result acc_reduce(acc_state *st, const void *send, void *recv, size_t count,
+ACC_EXTERN acc_result (acc_reduce)(acc_state *st, const void *send, void *recv, size_t count,
                                  acc_dtype dtype, acc_op op, int root);
 
 /** recv (count * num_processes elements) = the send buffers of all processes in rank order. */
-ACC_EXTERN acc_result acc_all_gather(acc_state *st, const void *send, void *recv, size_t count,
+ACC_EXTERN acc_result (acc_all_gather)(acc_state *st, const void *send, void *recv, size_t count,
                                      acc_dtype dtype);
 
 /** Like acc_all_gather, but only root's recv is written (recv may be NULL elsewhere). */
-ACC_EXTERN acc_result acc_gather(acc_state *st, const void *send, void *recv, size_t count,
+ACC_EXTERN acc_result (acc_gather)(acc_state *st, const void *send, void *recv, size_t count,
                                  acc_dtype dtype, int root);
 
 /**
@@ -39,8 +47,35 @@ ACC_EXTERN acc_result acc_gather(acc_state *st, const void *send, void *recv, si
  * *out receives the concatenation in rank order, *out_sizes num_processes sizes.
  * Ownership: free both with acc_free.
  */
-ACC_EXTERN acc_result acc_all_gather_bytes(acc_state *st, const void *send, size_t nbytes,
+ACC_EXTERN acc_result (acc_all_gather_bytes)(acc_state *st, const void *send, size_t nbytes,
                                            void **out, size_t **out_sizes);
+
+/* The same with the caller's call site (file may be NULL: unknown). */
+ACC_EXTERN acc_result acc_barrier_at(acc_state *st, const char *file, int line);
+ACC_EXTERN acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dtype,
+                                       int root, const char *file, int line);
+ACC_EXTERN acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
+                                        acc_dtype dtype, acc_op op, const char *file, int line);
+ACC_EXTERN acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
+                                    acc_dtype dtype, acc_op op, int root, const char *file,
+                                    int line);
+ACC_EXTERN acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t count,
+                                        acc_dtype dtype, const char *file, int line);
+ACC_EXTERN acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t count,
+                                    acc_dtype dtype, int root, const char *file, int line);
+ACC_EXTERN acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbytes,
+                                              void **out, size_t **out_sizes, const char *file,
+                                              int line);
+
+#ifndef ACC_NO_CALL_SITE_MACROS
+#define acc_barrier(...) acc_barrier_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_broadcast(...) acc_broadcast_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_all_reduce(...) acc_all_reduce_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_reduce(...) acc_reduce_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_all_gather(...) acc_all_gather_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_gather(...) acc_gather_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_all_gather_bytes(...) acc_all_gather_bytes_at(__VA_ARGS__, __FILE__, __LINE__)
+#endif
 
 #ifdef __cplusplus
 }

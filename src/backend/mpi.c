@@ -21,8 +21,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../backend.h"
+#include "../collcheck.h"
 
 #define ACC_MPI_CHUNK_MAX ((size_t)1 << 30) /* elements or bytes per MPI call */
 
@@ -32,6 +34,7 @@ typedef struct mpi_backend {
   int we_initialized;
   size_t chunk; /* ACC_MPI_CHUNK_MAX; ACCELERATE_MPI_CHUNK lowers it (tests: to split calls) */
   double timeout_s; /* collective timeout; <= 0: none */
+  double hang_s;    /* hang-report threshold (ACCELERATE_HANG_REPORT_S); 0: off */
   int broken;       /* a collective failed or timed out: the group cannot be used */
   char broken_why[256];
   MPI_Datatype f16_type, bf16_type;
@@ -65,6 +68,28 @@ static acc_result check_usable(acc__backend *be) {
                     be->rank, m->broken_why);
 }
 
+/* The hang report of a wait longer than the threshold. MPI shows nothing of the other ranks while
+ * a collective is pending, so the line names this rank's call only; every rank that waits prints
+ * one, and the ranks without a line are the ones the others wait for. */
+static void hang_report(acc__backend *be, const char *call, double waited) {
+  char one[400] = "", line[1200];
+  if (be->call) {
+    acc__call_rec r;
+    memset(&r, 0, sizeof r);
+    acc__call_rec_fields(&r, be->call);
+    acc__call_rec_site(&r, be->call->file);
+    acc__call_rec_describe(one, sizeof one, &r);
+  }
+  snprintf(line, sizeof line,
+           "accelerate: hang report: rank %d of %d (pid %d): %s (collective #%llu) %s has waited "
+           "%.1f s in %s (timeout %g s, ACCELERATE_TIMEOUT); the MPI backend cannot see which "
+           "ranks have not arrived or what they do: each waiting rank prints such a line, the "
+           "ranks without one are missing",
+           be->rank, be->size, (int)getpid(), be->op_name ? be->op_name : "collective",
+           (unsigned long long)be->op_seq, one, waited, call, as_mpi(be)->timeout_s);
+  acc__report_line(line);
+}
+
 /* Completes *req, polling MPI_Test until it is done or the collective timeout passes. The
  * first polls are back to back (latency), then the wait yields (50 ms) and then sleeps up to 1 ms
  * between polls, so a rank waiting for a late peer does not take a core from it. */
@@ -72,6 +97,7 @@ static acc_result mpi_wait(acc__backend *be, MPI_Request *req, const char *call)
   mpi_backend *m = (mpi_backend *)be;
   const double t0 = acc__now();
   long sleep_ns = 50000;
+  int reported = 0;
   for (unsigned long polls = 0;; polls++) {
     int done = 0;
     int err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -83,6 +109,10 @@ static acc_result mpi_wait(acc__backend *be, MPI_Request *req, const char *call)
     if (done) return ACC_OK;
     if (polls < 256) continue;
     double waited = acc__now() - t0;
+    if (!reported && m->hang_s > 0 && waited >= m->hang_s) {
+      reported = 1;
+      hang_report(be, call, waited);
+    }
     if (m->timeout_s > 0 && waited >= m->timeout_s) {
       acc_result rc = acc__error(
           ACC_ERR_TIMEOUT,
@@ -337,9 +367,11 @@ static void mpi_destroy(acc__backend *be) {
   acc__free(m);
 }
 
+/* Tags: comm.c compares them with a 16-byte all_reduce before each collective (checks_tags 0). */
 static const acc__backend_ops mpi_ops = {
     "mpi",          mpi_barrier, mpi_broadcast,    mpi_all_reduce, mpi_reduce,
-    mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,
+    mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,    NULL,
+    0,
 };
 
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info) {
@@ -359,6 +391,10 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
   m->comm = MPI_COMM_NULL;
   m->chunk = ACC_MPI_CHUNK_MAX;
   m->timeout_s = info->timeout_s;
+  if (acc__hang_report_env(&m->hang_s) != ACC_OK) {
+    acc__free(m);
+    return acc__error_context(ACC_ERR_INVALID_ARGUMENT, "rank %d", info->rank);
+  }
   long chunk = 0;
   int chunk_set = 0;
   if (acc__env_int("ACCELERATE_MPI_CHUNK", &chunk, &chunk_set) != ACC_OK) {

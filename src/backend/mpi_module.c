@@ -4,6 +4,7 @@
  * into the library (ACC_MPI_MODULE=OFF) mpi.c calls the library's own functions.
  * A new library function used by mpi.c needs a field in acc__module_host and a forwarder here. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../module.h"
@@ -22,7 +23,23 @@ acc_result acc__error(acc_result rc, const char *fmt, ...) {
   return rc;
 }
 
+acc_result acc__error_context(acc_result rc, const char *fmt, ...) {
+  char prev[1024], head[1024];
+  snprintf(prev, sizeof prev, "%s", H->last_error());
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(head, sizeof head, fmt, ap);
+  va_end(ap);
+  return acc__error(rc, "%s: %s", head, prev);
+}
+
 const char *acc_last_error(void) { return H->last_error(); }
+void acc__call_rec_site(acc__call_rec *r, const char *file) { H->call_rec_site(r, file); }
+void acc__call_rec_describe(char *buf, size_t cap, const acc__call_rec *r) {
+  H->call_rec_describe(buf, cap, r);
+}
+acc_result acc__hang_report_env(double *seconds) { return H->hang_report_env(seconds); }
+void acc__report_line(const char *line) { H->report_line(line); }
 void *acc__malloc(size_t n) { return H->malloc(n); }
 void *acc__calloc(size_t count, size_t size) { return H->calloc(count, size); }
 void *acc__realloc(void *p, size_t n) { return H->realloc(p, n); }

@@ -21,12 +21,23 @@
  * attaching is learnt from the launcher's board at once.
  *
  * Steps. Every rank keeps a local counter; all ranks make the same calls, so the counters agree.
+ * That rule is verified, not assumed: with the first step t of a collective, a rank stores the
+ * collective's tag (collcheck.h: number, operation, dtype, count, root, origin) beside its seq,
+ * in tag[t & 1], and its full description in call[t & 1] of its control block, before
+ * publishing t; once every rank has reached t, each compares all tags (on the cache lines it
+ * has just read for seq) and a difference fails the call with ACC_ERR_MISMATCH on every rank,
+ * naming each rank's call. A rank rewrites slot t & 1 at step t + 2 at the earliest, which it
+ * publishes only after every rank has published t + 1, i.e. finished comparing: the tags
+ * compared are the right ones. (Slots follow steps, not collective numbers: a collective with
+ * nothing to move, count 0, makes no step and publishes nothing.)
  * A step publishes seq = ++counter and waits until every rank's seq >= counter. Waiting spins
  * briefly, then sleeps on the shared futex word (publishers bump it and wake all when someone
  * sleeps); every 100 ms, in every phase (spin, yield, futex: the first two are bounded to 1 s),
  * the ranks not yet arrived are checked: a robust mutex that is free or returns EOWNERDEAD means
  * the rank is gone (died, or left via destroy), which fails the call with ACC_ERR_REMOTE; the
  * collective timeout gives ACC_ERR_TIMEOUT. Nothing waits forever.
+ * A wait longer than the hang-report threshold (ACCELERATE_HANG_REPORT_S) prints one line naming
+ * the ranks not arrived and what each is doing (from their control blocks).
  *
  * Buffer rule (why double buffering is safe). A step numbered s uses buffers of parity s & 1:
  *   - slots of parity p are written only before publishing a step s with s & 1 == p, and read
@@ -94,6 +105,13 @@ typedef struct shm_be {
   int token_published;   /* rank 0 wrote token_path */
   char token[80];        /* unpredictable part of the name */
   char token_path[PATH_MAX]; /* token file (empty when the launcher exported the token) */
+  /* call tags (see the header comment) */
+  int check_pending;        /* in the first step of a collective: first_missing compares tags */
+  uint64_t published_seq;   /* number of the last collective published (publish_call) */
+  int tag_bad;              /* a rank's tag differed from my_tag (found by first_missing) */
+  uint64_t my_tag;
+  const char *site_file[2]; /* call site file whose text is in ctrl[me].call[p].site */
+  double hang_s;           /* hang-report threshold; 0: off */
   char name[NAME_MAX + 2];
 } shm_be;
 
@@ -159,6 +177,10 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
 static void publish(shm_be *s, uint64_t value) {
   s->cpu = sched_getcpu();
   atomic_store_explicit(&s->ctrl[s->me].cpu, s->cpu, memory_order_relaxed);
+  /* the call tag of a collective's first step, next to the seq store: one ownership transfer of
+   * the line that the waiting ranks are reading */
+  if (s->check_pending)
+    atomic_store_explicit(&s->ctrl[s->me].tag[value & 1], s->my_tag, memory_order_relaxed);
   atomic_store(&s->ctrl[s->me].seq, value); /* seq_cst: ordered before the sleepers load */
   if (atomic_load(&s->hdr->sleepers) > 0) {
     atomic_fetch_add(&s->hdr->futex_word, 1);
@@ -167,9 +189,15 @@ static void publish(shm_be *s, uint64_t value) {
 }
 
 /* First rank whose seq < target, or -1 when all arrived (acquire: their writes are visible). */
+/* On the first step of a collective it also compares the tag of every rank it finds arrived,
+ * on the cache line it has just read (later, that line may already be the rank's next step). */
 static inline int first_missing(shm_be *s, uint64_t target, int from) {
-  for (int r = from; r < s->n; r++)
+  for (int r = from; r < s->n; r++) {
     if (atomic_load_explicit(&s->ctrl[r].seq, memory_order_acquire) < target) return r;
+    if (s->check_pending &&
+        atomic_load_explicit(&s->ctrl[r].tag[target & 1], memory_order_relaxed) != s->my_tag)
+      s->tag_bad = 1;
+  }
   return -1;
 }
 
@@ -259,6 +287,111 @@ static acc_result timeout_error(shm_be *s, uint64_t target) {
                     what(s), (unsigned long long)s->base.op_seq, s->me, s->timeout_s, arrived, missing);
 }
 
+/* ---- call tags and hang reports (slow paths, except the loop of check_tags) ------------------ */
+
+/* Rank r's description of the collective it published with step t (slot t & 1), or of its
+ * latest one when t is 0 or the slot holds another collective than `seq`. Returns 0 when the
+ * rank has published no collective yet. A diagnostic: a record being rewritten is retried, then
+ * taken as read. */
+static int read_call(shm_be *s, int r, uint64_t t, uint64_t seq, acc__call_rec *out) {
+  acc__shm_ctrl *c = &s->ctrl[r];
+  if (t) {
+    memcpy(out, &c->call[t & 1], sizeof *out);
+    if (out->seq == seq) return 1;
+  }
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t last = atomic_load(&c->last);
+    if (last == 0) return 0;
+    memcpy(out, &c->call[last & 1], sizeof *out);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load(&c->last) == last) break;
+  }
+  return 1;
+}
+
+static void my_call(shm_be *s, acc__call_rec *out) {
+  memset(out, 0, sizeof *out);
+  if (!s->base.call) return;
+  acc__call_rec_fields(out, s->base.call);
+  acc__call_rec_site(out, s->base.call->file);
+}
+
+/* Describes this rank's call for its first step t (publish() then stores the tag with the seq). */
+static void publish_call(shm_be *s, uint64_t t) {
+  const acc__call *c = s->base.call;
+  int p = (int)(t & 1);
+  acc__shm_ctrl *me = &s->ctrl[s->me];
+  acc__call_rec_fields(&me->call[p], c);
+  if (c->file != s->site_file[p]) { /* the text only when the call site changes */
+    acc__call_rec_site(&me->call[p], c->file);
+    s->site_file[p] = c->file;
+  }
+  atomic_store_explicit(&me->last, t, memory_order_release);
+  atomic_store_explicit(&me->active, 1, memory_order_relaxed);
+  s->published_seq = c->seq;
+  s->my_tag = c->tag;
+  s->tag_bad = 0;
+}
+
+/* The mismatch error of step t (first_missing found a tag that differs): every rank's call. */
+static acc_result tag_mismatch(shm_be *s, uint64_t t) {
+  int r;
+  acc__call_rec mine, *all = acc__calloc((size_t)s->n, sizeof *all);
+  if (!all) return ACC_ERR_NOMEM;
+  my_call(s, &mine);
+  for (r = 0; r < s->n; r++) {
+    if (r == s->me)
+      all[r] = mine;
+    else
+      read_call(s, r, t, mine.seq, &all[r]);
+  }
+  acc_result rc = acc__mismatch_error(what(s), s->me, &mine, all, s->n);
+  acc__free(all);
+  return rc;
+}
+
+/* One line on stderr: this rank's call, how long it waited, and for every rank not arrived what
+ * it is doing now. */
+static void hang_report(shm_be *s, uint64_t target, double waited) {
+  char line[4000], one[400];
+  acc__call_rec mine;
+  my_call(s, &mine);
+  acc__call_rec_describe(one, sizeof one, &mine);
+  size_t len = (size_t)snprintf(line, sizeof line,
+                                "accelerate: hang report: rank %d (pid %d): %s (collective #%llu) "
+                                "%s has waited %.1f s (timeout %g s, ACCELERATE_TIMEOUT);",
+                                s->me, (int)getpid(), what(s), (unsigned long long)s->base.op_seq,
+                                one, waited, s->timeout_s);
+  char missing[512];
+  rank_list(s, target, 0, missing, sizeof missing);
+  len += (size_t)snprintf(line + len, sizeof line - len, " not arrived: %s", missing);
+  for (int r = 0; r < s->n && len + 450 < sizeof line; r++) {
+    if (r == s->me || atomic_load(&s->ctrl[r].seq) >= target) continue;
+    int pid = atomic_load(&s->ctrl[r].pid);
+    peer_state ps = peer_check(s, r);
+    acc__call_rec rec;
+    int any = read_call(s, r, 0, 0, &rec);
+    if (any) acc__call_rec_describe(one, sizeof one, &rec);
+    if (ps != PEER_ALIVE)
+      len += (size_t)snprintf(line + len, sizeof line - len, "; rank %d (pid %d) is %s", r, pid,
+                              ps == PEER_DEAD ? "dead" : "gone (left the process group)");
+    else if (!any)
+      len += (size_t)snprintf(line + len, sizeof line - len,
+                              "; rank %d (pid %d) is not in a collective (it has made none yet)",
+                              r, pid);
+    else if (atomic_load(&s->ctrl[r].active))
+      len += (size_t)snprintf(line + len, sizeof line - len,
+                              "; rank %d (pid %d) is in %s (collective #%llu)", r, pid, one,
+                              (unsigned long long)rec.seq);
+    else
+      len += (size_t)snprintf(line + len, sizeof line - len,
+                              "; rank %d (pid %d) is not in a collective, its last was %s "
+                              "(collective #%llu)",
+                              r, pid, one, (unsigned long long)rec.seq);
+  }
+  acc__report_line(line);
+}
+
 /* During the rendezvous: a rank that the launcher saw exit will never attach. */
 static acc_result board_check(shm_be *s) {
   acc__board_entry e;
@@ -282,10 +415,15 @@ static acc_result board_check(shm_be *s) {
 
 /* Low-frequency checks of every waiting phase: dead peers, the launcher's board during the
  * rendezvous, the deadline. */
-static acc_result wait_check(shm_be *s, uint64_t target, double t0, double now, double *last) {
+static acc_result wait_check(shm_be *s, uint64_t target, double t0, double now, double *last,
+                             int *reported) {
   if (now - *last < SHM_CHECK_PERIOD_S) return ACC_OK;
   *last = now;
   ACC_CHECK(check_peers(s, target));
+  if (!*reported && s->hang_s > 0 && now - t0 >= s->hang_s && !s->joining) {
+    *reported = 1;
+    hang_report(s, target, now - t0);
+  }
   if (s->joining) {
     ACC_CHECK(board_check(s));
     if (now - s->rdzv_t0 >= s->rdzv_timeout_s) return timeout_error(s, target);
@@ -300,6 +438,7 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
   int miss = first_missing(s, target, 0);
   if (miss < 0) return ACC_OK;
   double t0 = acc__now(), last_check = t0, now;
+  int reported = 0; /* the hang report is printed once per wait */
   /* 1. spin: the peer is usually running on another core and arrives within microseconds;
    * but not when it last ran on this very CPU (it cannot run while we spin) */
   for (unsigned i = 1; atomic_load_explicit(&s->ctrl[miss].cpu, memory_order_relaxed) != s->cpu; i++) {
@@ -307,13 +446,13 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
     if ((i & 63) == 0) {
       if ((now = acc__now()) - t0 > s->spin_s) break;
-      ACC_CHECK(wait_check(s, target, t0, now, &last_check));
+      ACC_CHECK(wait_check(s, target, t0, now, &last_check, &reported));
     }
   }
   /* 2. yield: lets a peer that shares this core run, without the futex wake-up that makes the
    * scheduler pull both processes onto one core (measured: ~28 us per step instead of 0.2) */
   while ((now = acc__now()) - t0 < s->yield_s) {
-    ACC_CHECK(wait_check(s, target, t0, now, &last_check));
+    ACC_CHECK(wait_check(s, target, t0, now, &last_check, &reported));
     sched_yield();
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
   }
@@ -322,15 +461,25 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
     uint32_t v = atomic_load(&s->hdr->futex_word);
     if ((miss = first_missing(s, target, miss)) >= 0) futex_wait(&s->hdr->futex_word, v);
     atomic_fetch_sub(&s->hdr->sleepers, 1);
-    if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
-    ACC_CHECK(wait_check(s, target, t0, acc__now(), &last_check));
+    /* miss < 0: everyone had arrived before the sleep (first_missing must not start at -1) */
+    if (miss < 0 || (miss = first_missing(s, target, miss)) < 0) return ACC_OK;
+    ACC_CHECK(wait_check(s, target, t0, acc__now(), &last_check, &reported));
   }
 }
 
 static acc_result step(shm_be *s) {
   uint64_t t = ++s->counter;
-  publish(s, t);
-  return wait_all(s, t);
+  /* the first step of the collective comm.c described in base.call */
+  int first = s->base.call && s->base.call->seq != s->published_seq;
+  if (first) publish_call(s, t);
+  s->check_pending = first;
+  publish(s, t); /* with the tag when first */
+  acc_result rc = wait_all(s, t);
+  if (first) {
+    s->check_pending = 0;
+    if (rc == ACC_OK && s->tag_bad) rc = tag_mismatch(s, t);
+  }
+  return rc;
 }
 
 /* ---- reductions --------------------------------------------------------------------------- */
@@ -499,9 +648,16 @@ static void shm_destroy(acc__backend *be) {
   acc__free(s);
 }
 
+/* comm.c ends a collective: this rank is no longer in one (hang reports). */
+static void shm_call_end(acc__backend *be) {
+  shm_be *s = (shm_be *)be;
+  atomic_store_explicit(&s->ctrl[s->me].active, 0, memory_order_relaxed);
+}
+
 static const acc__backend_ops shm_ops = {
-    "shm", shm_barrier, shm_broadcast, shm_all_reduce, shm_reduce,
-    shm_all_gather, shm_gather, shm_all_gather_v, shm_destroy,
+    "shm",          shm_barrier, shm_broadcast,    shm_all_reduce, shm_reduce,
+    shm_all_gather, shm_gather,  shm_all_gather_v, shm_destroy,    shm_call_end,
+    1,
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */
@@ -814,6 +970,7 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->spin_s = enough_cores ? 20e-6 : 1e-6;
   s->yield_s = enough_cores ? 2e-3 : 200e-6;
   acc_result rc = read_env(s);
+  if (rc == ACC_OK) rc = acc__hang_report_env(&s->hang_s);
   if (rc == ACC_OK) {
     s->board_fd = acc__board_open();
     rc = setup_token(s, info->job_id);

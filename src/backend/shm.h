@@ -7,8 +7,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../collcheck.h"
+
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 2u
+#define ACC_SHM_VERSION 3u
 #define ACC_SHM_LINE 64
 
 /* Segment header (first bytes of the mapping). */
@@ -27,15 +29,26 @@ typedef struct acc__shm_header {
   _Atomic uint32_t sleepers;
 } acc__shm_header;
 
-/* Per-rank control block: the arrival counter alone on a cache line, then the rest. */
+/* Per-rank control block: the arrival counter with the call tags on one cache line, then the
+ * rest. */
 typedef struct acc__shm_ctrl {
   _Alignas(ACC_SHM_LINE) _Atomic uint64_t seq;
   _Atomic int32_t cpu; /* CPU the rank last published from (same line: one miss per step) */
+  /* Tag of the rank's collective whose first step is t in tag[t & 1], stored before seq = t; a
+   * waiter compares it on the line it has just read for seq (mismatch detection). */
+  _Atomic uint64_t tag[2];
   _Alignas(ACC_SHM_LINE) _Atomic int32_t pid;
   _Atomic int32_t registered; /* locked its liveness mutex */
   _Atomic int32_t departed;   /* left cleanly (destroy) */
   _Atomic int32_t dead;       /* found dead by a peer (robust mutex EOWNERDEAD) */
   pthread_mutex_t lock;       /* robust, process-shared; held by the rank while it lives */
+  /* What the rank is doing, read by the others only for mismatch messages and hang reports:
+   * its collective whose first step is t is described in call[t & 1] (the site text rewritten
+   * only when the call site changes), `last` is the first step of the latest one described,
+   * `active` is 1 while the rank is inside a collective. */
+  _Alignas(ACC_SHM_LINE) _Atomic uint64_t last;
+  _Atomic uint32_t active;
+  acc__call_rec call[2];
 } acc__shm_ctrl;
 
 static inline uint64_t acc__shm_round(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }

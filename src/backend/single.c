@@ -50,6 +50,7 @@ static void single_destroy(acc__backend *be) { acc__free(be); }
 static const acc__backend_ops single_ops = {
     "single",      single_barrier, single_broadcast,    single_all_reduce, single_reduce,
     single_all_gather, single_gather, single_all_gather_v, single_destroy,
+    NULL, 1, /* one process: nothing to compare */
 };
 
 acc_result acc__backend_single_create(acc__backend **out) {

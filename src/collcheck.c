@@ -1,0 +1,192 @@
+/* Collective call descriptors, tags and their messages; origins set by internal layers; the
+ * all_gather_bytes size validation; the hang-report threshold. See collcheck.h. */
+#include "collcheck.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- origins ------------------------------------------------------------------------------ */
+
+_Thread_local int32_t acc__tls_origin __attribute__((tls_model("initial-exec")));
+_Thread_local int64_t acc__tls_origin_index __attribute__((tls_model("initial-exec")));
+
+void acc__comm_origin(acc__origin kind, int64_t index) {
+  acc__tls_origin = (int32_t)kind;
+  acc__tls_origin_index = index;
+}
+
+/* ---- records and their text -------------------------------------------------------------- */
+
+void acc__call_rec_site(acc__call_rec *r, const char *file) {
+  if (!file) {
+    r->site[0] = '\0';
+    return;
+  }
+  size_t len = strlen(file);
+  if (len < sizeof r->site) {
+    memcpy(r->site, file, len + 1);
+    return;
+  }
+  /* keep the end of the path, which names the file */
+  size_t keep = sizeof r->site - 4;
+  memcpy(r->site, "...", 3);
+  memcpy(r->site + 3, file + len - keep, keep + 1);
+}
+
+static const char *op_names[ACC__OP_COUNT_] = {"?",          "barrier",    "broadcast",
+                                               "all_reduce", "reduce",     "all_gather",
+                                               "gather",     "all_gather_bytes"};
+
+const char *acc__op_name(int32_t op) {
+  return op > 0 && op < ACC__OP_COUNT_ ? op_names[op] : "unknown collective";
+}
+
+void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) {
+  switch (origin) {
+    case ACC__ORIGIN_USER: snprintf(buf, cap, "user call"); return;
+    case ACC__ORIGIN_GRAD_SYNC:
+      snprintf(buf, cap, "gradient sync bucket %lld", (long long)index);
+      return;
+    case ACC__ORIGIN_STATE_AGREE:
+      snprintf(buf, cap, "save_state/load_state agreement: %s",
+               index == 0 ? "status exchange" : index == 1 ? "error broadcast" : "path broadcast");
+      return;
+    case ACC__ORIGIN_GATHER_FOR_METRICS: snprintf(buf, cap, "gather_for_metrics"); return;
+    case ACC__ORIGIN_FP16_CHECK:
+      snprintf(buf, cap, "fp16 overflow check of optimizer_step");
+      return;
+    case ACC__ORIGIN_PREPARE:
+      if (index >= 0)
+        snprintf(buf, cap, "prepare_model: parameter %lld from process 0", (long long)index);
+      else
+        snprintf(buf, cap, "prepare_dataloader: seed from process 0");
+      return;
+    case ACC__ORIGIN_PAD: snprintf(buf, cap, "pad_across_processes"); return;
+    default: snprintf(buf, cap, "unknown origin %d", (int)origin); return;
+  }
+}
+
+void acc__call_rec_describe(char *buf, size_t cap, const acc__call_rec *r) {
+  if (cap == 0) return;
+  char shape[160], origin[64];
+  int op = r->op > 0 && r->op < ACC__OP_COUNT_ ? r->op : 0;
+  size_t n = (size_t)snprintf(shape, sizeof shape, "%s(", acc__op_name(r->op));
+  if (op == ACC__OP_ALL_GATHER_BYTES) {
+    n += (size_t)snprintf(shape + n, sizeof shape - n, "bytes=%lld", (long long)r->count);
+  } else if (op != ACC__OP_BARRIER && op != 0) {
+    n += (size_t)snprintf(shape + n, sizeof shape - n, "count=%lld, dtype=%s", (long long)r->count,
+                          acc_dtype_name((acc_dtype)r->dtype));
+    if (op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE)
+      n += (size_t)snprintf(shape + n, sizeof shape - n, ", op=%s", acc_op_name((acc_op)r->red));
+    if (op == ACC__OP_BROADCAST || op == ACC__OP_REDUCE || op == ACC__OP_GATHER)
+      n += (size_t)snprintf(shape + n, sizeof shape - n, ", root=%d", (int)r->root);
+  }
+  if (n < sizeof shape) snprintf(shape + n, sizeof shape - n, ")");
+  acc__origin_describe(origin, sizeof origin, r->origin, r->origin_index);
+  char site[ACC__SITE_CHARS];
+  memcpy(site, r->site, sizeof site);
+  site[sizeof site - 1] = '\0'; /* a record read from another process may be torn */
+  if (site[0])
+    snprintf(buf, cap, "%s [%s] at %s:%d", shape, origin, site, (int)r->line);
+  else
+    snprintf(buf, cap, "%s [%s] at an unknown call site", shape, origin);
+}
+
+static int same_call(const acc__call_rec *a, const acc__call_rec *b) {
+  return a->seq == b->seq && a->op == b->op && a->dtype == b->dtype && a->red == b->red &&
+         a->root == b->root && a->origin == b->origin && a->origin_index == b->origin_index &&
+         (a->op == ACC__OP_ALL_GATHER_BYTES || a->count == b->count);
+}
+
+acc_result acc__mismatch_error(const char *what, int me, const acc__call_rec *mine,
+                               const acc__call_rec *recs, int n) {
+  char msg[2000];
+  size_t len = (size_t)snprintf(
+      msg, sizeof msg,
+      "%s (collective #%llu) on rank %d: the processes made different collective calls (every "
+      "process must make the same collective calls in the same order; they are out of step):",
+      what, (unsigned long long)mine->seq, me);
+  /* in rank order; with many processes, those whose call differs from this one's first */
+  int shown = 0, few = n <= 6;
+  for (int pass = 0; pass < (few ? 1 : 2); pass++) {
+    for (int r = 0; r < n; r++) {
+      if (!few && (pass == 0) == (same_call(&recs[r], mine) && r != me)) continue;
+      if (len + 260 >= sizeof msg) break;
+      char one[400], num[48] = "";
+      acc__call_rec_describe(one, sizeof one, &recs[r]);
+      if (recs[r].seq != mine->seq)
+        snprintf(num, sizeof num, " (at its collective #%llu)", (unsigned long long)recs[r].seq);
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "\n  - process %d%s: %s", r, num, one);
+      shown++;
+    }
+  }
+  if (shown < n && len + 40 < sizeof msg)
+    snprintf(msg + len, sizeof msg - len, "\n  - ... and %d more processes", n - shown);
+  return acc__error(ACC_ERR_MISMATCH, "%s", msg);
+}
+
+/* ---- all_gather_bytes sizes -------------------------------------------------------------- */
+
+acc_result acc__gather_layout(const uint64_t *reported, int n, int me, uint64_t mine,
+                              uint64_t limit, size_t *sizes, size_t *disp, size_t *total) {
+  if (n < 1 || me < 0 || me >= n)
+    return acc__error(ACC_ERR_INTERNAL, "all_gather_bytes: rank %d of %d", me, n);
+  if (limit > SIZE_MAX) limit = SIZE_MAX;
+  if (reported[me] != mine)
+    return acc__error(ACC_ERR_MISMATCH,
+                      "all_gather_bytes on rank %d: the size exchange returned %llu bytes for this "
+                      "process instead of its %llu; the processes are out of step (run with "
+                      "--debug)",
+                      me, (unsigned long long)reported[me], (unsigned long long)mine);
+  uint64_t sum = 0;
+  for (int r = 0; r < n; r++) {
+    uint64_t next;
+    if (__builtin_add_overflow(sum, reported[r], &next) || next > limit)
+      return acc__error(ACC_ERR_MISMATCH,
+                        "all_gather_bytes on rank %d: process %d reported %llu bytes, which makes "
+                        "the total exceed the %llu bytes this process can hold; the processes are "
+                        "out of step (run with --debug) or the sizes are wrong",
+                        me, r, (unsigned long long)reported[r], (unsigned long long)limit);
+    if (disp) disp[r] = (size_t)sum;
+    sizes[r] = (size_t)reported[r];
+    sum = next;
+  }
+  *total = (size_t)sum;
+  return ACC_OK;
+}
+
+uint64_t acc__gather_limit(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t half = (uint64_t)(SIZE_MAX / 2);
+  if (pages <= 0 || page <= 0) return half;
+  uint64_t mem = (uint64_t)pages * (uint64_t)page;
+  return mem < half ? mem : half;
+}
+
+/* ---- hang reports ------------------------------------------------------------------------ */
+
+acc_result acc__hang_report_env(double *seconds) {
+  *seconds = ACC__HANG_REPORT_DEFAULT_S;
+  double x = 0;
+  int set = 0;
+  ACC_CHECK(acc__env_double("ACCELERATE_HANG_REPORT_S", &x, &set)); /* range from src/env.c */
+  if (set) *seconds = x;
+  return ACC_OK;
+}
+
+void acc__report_line(const char *line) {
+  char buf[4096];
+  int len = snprintf(buf, sizeof buf, "%s\n", line);
+  if (len < 0) return;
+  if ((size_t)len >= sizeof buf) {
+    len = (int)sizeof buf - 1;
+    buf[len - 1] = '\n';
+  }
+  ssize_t w = write(2, buf, (size_t)len);
+  (void)w;
+}
