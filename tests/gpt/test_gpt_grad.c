@@ -113,7 +113,7 @@ static void check_accumulation_and_hook(void) {
     REQUIRE(gpt_backward(m, 0.5f) == 0);
   }
   double worst = 0;
-  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(gpt_grads(m)[i] - once[i]) / fmax(fabs(once[i]), 1e-6));
+  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(gpt_grads(m)[i] - once[i]) / fmax(fabs(once[i]), 1e-4));
   CHECK(worst < 1e-5, "two backward passes at scale 1/2 differ from one at scale 1 by %.3g (relative)", worst);
   const int nt = gpt_num_tensors(m);
   for (int t = 0; t < nt; t++) CHECK(hook_calls[t] == 2, "tensor %d marked %d times in two backward passes", t, hook_calls[t]);
