@@ -152,7 +152,7 @@ def main():
     offsets = torch.arange(T + 1)
     micro = 0
     tokens = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for step in range(1, a.max_steps + 1):
         losses = []
         for k in range(a.grad_accum):
@@ -178,14 +178,15 @@ def main():
             dist.all_reduce(m)
             if rank == 0:
                 print(f"step {step}: loss {m.item() / world:.4f}, grad norm {float(norm):.3f}", flush=True)
-    elapsed = time.perf_counter() - t0
-    figures = torch.tensor([tokens / elapsed], dtype=torch.float64)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    figures = torch.tensor([tokens / elapsed, tokens / cpu], dtype=torch.float64)
     dist.all_reduce(figures)
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0], dtype=torch.float64)
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(f"throughput: {figures.item():.0f} tokens/s in total ({world} processes), "
+        print(f"throughput: {figures[0].item():.0f} tokens/s in total ({world} processes), "
               f"{rss.item():.1f} MiB peak resident per process", flush=True)
+        print(f"cpu: {figures[1].item() / world:.0f} tokens per CPU-second per process", flush=True)
     dist.destroy_process_group()
 
 

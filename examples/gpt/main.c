@@ -151,11 +151,12 @@ static int parse(int argc, char **argv, options *o) {
     }                                                          \
   } while (0)
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 /* The training loop's own counters, saved with the checkpoint (register_for_checkpointing). */
 typedef struct run_counters {
@@ -374,8 +375,8 @@ int main(int argc, char **argv) {
   }
 
   acc_print(st, "%s", acc_state_describe(st));
-  acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters\n", o.layers,
-            o.heads, o.width, T, gpt_num_params(net));
+  acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
+            o.heads, o.width, T, gpt_num_params(net), gpt_matmul_backend());
   acc_print(st, "data: %zu bytes (%lld training windows, %lld validation windows)\n", text.len,
             (long long)train_w.count, (long long)val_w.count);
   acc_print(st, "training %ld steps: %d processes x %d sequences x %d bytes x %d accumulation = "
@@ -396,9 +397,10 @@ int main(int argc, char **argv) {
   /* 8. The training loop: one forward/backward per batch, one optimizer step per `accum`. */
   double t_data = 0, t_model = 0, t_sync = 0, t_opt = 0, train_time = 0;
   int64_t tokens = 0, steps = counters.steps;
-  double loss_sum = 0;
+  double loss_sum = 0, cpu_time = 0;
   int loss_n = 0;
   while (steps < o.max_steps) {
+    double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     const acc_batch *b;
     double t0 = now_s();
     TRY(acc_accelerator_next_batch(acc, train_dl, &b));
@@ -429,6 +431,7 @@ int main(int argc, char **argv) {
     t_sync += t3 - t2;
     t_opt += t4 - t3;
     train_time += t4 - t0;
+    cpu_time += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     tokens += b->size * T;
     loss_sum += loss;
     loss_n++;
@@ -452,8 +455,11 @@ int main(int argc, char **argv) {
   }
 
   /* 9. Figures, summed or maxed over processes. */
-  double rate = train_time > 0 ? (double)tokens / train_time : 0, total_rate = rate;
-  TRY(acc_accelerator_reduce(acc, &total_rate, &total_rate, 1, ACC_F64, ACC_SUM));
+  /* tokens per second of wall time, summed over processes; and per CPU-second of each process
+   * (a figure that time-sharing with other programs does not change much) */
+  double rates[2] = {train_time > 0 ? (double)tokens / train_time : 0, cpu_time > 0 ? (double)tokens / cpu_time : 0};
+  TRY(acc_accelerator_reduce(acc, rates, rates, 2, ACC_F64, ACC_SUM));
+  const double total_rate = rates[0];
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double max_rss = (double)ru.ru_maxrss / 1024.0;
@@ -464,6 +470,7 @@ int main(int argc, char **argv) {
   if (all <= 0) all = 1;
   acc_print(st, "throughput: %.0f tokens/s in total (%d processes), %.1f MiB peak resident per process\n",
             total_rate, nprocs, max_rss);
+  acc_print(st, "cpu: %.0f tokens per CPU-second per process\n", rates[1] / nprocs);
   acc_print(st, "time per step: model %.1f%%, gradient sync %.1f%%, optimizer+clip+schedule %.1f%%, data %.1f%%\n",
             100 * shares[0] / all, 100 * shares[1] / all, 100 * shares[2] / all, 100 * shares[3] / all);
 

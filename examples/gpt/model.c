@@ -198,6 +198,16 @@ const gpt_tensor *gpt_tensor_at(const gpt *m, int i) {
 }
 const float *gpt_logits(const gpt *m) { return m ? m->logits : NULL; }
 
+const char *gpt_matmul_backend(void) {
+#ifdef USE_CBLAS
+  static _Thread_local char name[96];
+  snprintf(name, sizeof name, "OpenBLAS, %s kernels", openblas_get_corename());
+  return name;
+#else
+  return "plain C loops";
+#endif
+}
+
 /* ---- initialization ----------------------------------------------------------------------- */
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -350,17 +360,21 @@ static void layernorm_bwd(float *dx, float *dw, float *db, const float *dout, co
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
+/* tanh through one expf: several times faster than tanhf, within a few float ulps of 1 - |t|
+ * (the only use, 1 + tanh, needs no more). Saturates correctly: expf overflows to inf or 0. */
+static inline float fast_tanh(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
+
 static void gelu_fwd(float *out, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
-    out[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
+    out[i] = 0.5f * v * (1.0f + fast_tanh(GELU_K * (v + 0.044715f * v * v * v)));
   }
 }
 
 /* d[i] *= gelu'(x[i]) */
 static void gelu_bwd(float *d, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    float v = x[i], th = tanhf(GELU_K * (v + 0.044715f * v * v * v));
+    float v = x[i], th = fast_tanh(GELU_K * (v + 0.044715f * v * v * v));
     float dg = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
     d[i] *= dg;
   }

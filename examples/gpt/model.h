@@ -106,6 +106,11 @@ int gpt_backward(gpt *m, float scale);
  */
 int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint64_t seed);
 
+/** What computes the matrix products: "OpenBLAS, <core> kernels" or "plain C loops". OpenBLAS
+ *  names the kernels it chose for this CPU; "Prescott" on a recent CPU means it did not recognize
+ *  it and fell back to its slowest kernels (set OPENBLAS_CORETYPE, see docs/examples.md). */
+const char *gpt_matmul_backend(void);
+
 /** Why the last gpt_* call on this thread failed. Never NULL. */
 const char *gpt_last_error(void);
 
