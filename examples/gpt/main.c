@@ -43,12 +43,12 @@ static void usage(FILE *f) {
           "  --context N         context length in bytes (256)\n"
           "training:\n"
           "  --batch N           sequences per process per forward pass (4)\n"
-          "  --batch-tokens N    target global batch in tokens per optimizer step (16384);\n"
+          "  --batch-tokens N    target global batch in tokens per optimizer step (8192);\n"
           "                      reached by gradient accumulation\n"
           "  --grad-accum K      accumulation steps (overrides --batch-tokens)\n"
-          "  --max-steps N       optimizer steps (300)\n"
-          "  --lr X              peak learning rate (1e-3)\n"
-          "  --warmup N          warmup steps of the cosine schedule (30)\n"
+          "  --max-steps N       optimizer steps (100)\n"
+          "  --lr X              peak learning rate (2e-3)\n"
+          "  --warmup N          warmup steps of the cosine schedule (10)\n"
           "  --weight-decay X    AdamW weight decay of the matrices (0.1)\n"
           "  --beta2 X           AdamW beta2 (0.95)\n"
           "  --clip X            clip the global gradient norm to X (1.0; 0: off)\n"
@@ -56,8 +56,8 @@ static void usage(FILE *f) {
           "  --seed N            initialization and shuffling seed (1337)\n"
           "  --data FILE         training text (" TEXT_DEFAULT_PATH ")\n"
           "evaluation, checkpoints, output:\n"
-          "  --eval-every N      validation loss every N steps (100; 0: only at the start and end)\n"
-          "  --val-windows N     validation windows used (256; 0: all)\n"
+          "  --eval-every N      validation loss every N steps (25; 0: only at the start and end)\n"
+          "  --val-windows N     validation windows used (128; 0: all)\n"
           "  --output-dir DIR    where checkpoints go: DIR/checkpoints/checkpoint_<i> (3 kept)\n"
           "  --save-every N      save the whole training state every N optimizer steps\n"
           "  --resume            continue from the latest checkpoint in --output-dir\n"
@@ -76,9 +76,9 @@ static void usage(FILE *f) {
 
 static int parse(int argc, char **argv, options *o) {
   *o = (options){.layers = 4, .heads = 4, .width = 256, .context = 256, .batch = 4,
-                 .grad_accum = 0, .prefetch = -1, .batch_tokens = 16384, .max_steps = 300,
-                 .warmup = 30, .eval_every = 100, .val_windows = 256, .log_every = 10,
-                 .lr = 1e-3, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.95,
+                 .grad_accum = 0, .prefetch = -1, .batch_tokens = 8192, .max_steps = 100,
+                 .warmup = 10, .eval_every = 25, .val_windows = 128, .log_every = 10,
+                 .lr = 2e-3, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.95,
                  .sample_bytes = 300, .temperature = 0.8, .seed = 1337};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
