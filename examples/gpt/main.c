@@ -160,7 +160,8 @@ static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 /* The training loop's own counters, saved with the checkpoint (register_for_checkpointing). */
 typedef struct run_counters {
-  int64_t steps, tokens;
+  int64_t steps;  /* optimizer steps taken */
+  int64_t tokens; /* tokens trained on, over all processes (nominal: full batches) */
 } run_counters;
 
 static acc_result counters_save(void *obj, void *buf, size_t cap, size_t *len) {
@@ -314,9 +315,9 @@ int main(int argc, char **argv) {
   aw.beta2 = o.beta2;
   aw.weight_decay = o.weight_decay;
   acc_optimizer *opt;
-#if defined(ACC_HAVE_PARAM_GROUPS)
-  const char **names = malloc((size_t)ntensors * sizeof *names);
+  const char **names = malloc((size_t)ntensors * sizeof *names); /* kept while the optimizer lives */
   if (!names) return 1;
+#if defined(ACC_HAVE_PARAM_GROUPS)
   size_t n_decay = 0, n_plain = 0;
   for (int i = 0; i < ntensors; i++) /* matrices first, the rest from the end */
     if (gpt_tensor_at(net, i)->is_matrix) names[n_decay++] = gpt_tensor_at(net, i)->name;
@@ -324,7 +325,6 @@ int main(int argc, char **argv) {
     if (!gpt_tensor_at(net, i)->is_matrix) names[n_decay + n_plain++] = gpt_tensor_at(net, i)->name;
   acc_param_group groups[2] = {{names, n_decay, -1.0, -1.0}, {names + n_decay, n_plain, -1.0, 0.0}};
   TRY(acc_optimizer_create_adamw_groups(&opt, model, groups, 2, &aw));
-  free(names);
 #else
   /* This library version has no parameter groups: one group over every parameter, so the weight
    * decay also applies to biases, norms and embeddings. */
@@ -438,6 +438,7 @@ int main(int argc, char **argv) {
     if (!sync) continue;
     steps++;
     counters.steps = steps;
+    counters.tokens += per_forward * accum;
     if (o.log_every > 0 && (steps % o.log_every == 0 || steps == 1)) {
       float mean = (float)(loss_sum / loss_n);
       TRY(acc_accelerator_reduce(acc, &mean, &mean, 1, ACC_F32, ACC_MEAN));
@@ -497,6 +498,7 @@ int main(int argc, char **argv) {
   acc_dataset_destroy(val_ds);
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
+  free(names);
   acc_model_destroy(model);
   gpt_destroy(net);
   text_corpus_free(&text);
