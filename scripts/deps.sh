@@ -8,7 +8,8 @@ PACKAGES=(
   libjansson-dev libyaml-dev zlib1g-dev libdlpack-dev  # library dependencies
   libopenblas-dev                   # fast sgemm for the example (optional at build time)
   openmpi-bin libopenmpi-dev        # MPI backend and the Open MPI comparison benchmark
-  dataset-fashion-mnist             # the example's data
+  dataset-fashion-mnist             # the Fashion-MNIST example's data
+  jargon-text                       # the GPT example's text (the Jargon File)
   clang libclang-rt-14-dev          # libFuzzer and sanitizer runtimes
   python3 iproute2 procps           # test helpers, network namespaces, ps
   protobuf-compiler python3-crc32c  # independent readers of the TensorBoard files (tests)

@@ -1,0 +1,645 @@
+/* GPT forward and backward, from the equations in model.h. Rows are tokens: an activation is
+ * [batch * T, width], row-major. Matrix products go through gemm(): cblas_sgemm with USE_CBLAS,
+ * else plain loops that the compiler vectorizes. */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef USE_CBLAS
+#include <cblas.h>
+#endif
+
+#define LN_EPS 1e-5f
+#define ATT_BLOCK 64 /* attention rows per product: only the causal part is computed */
+
+/* Indices of a block's tensors, relative to the block's first tensor. */
+enum { LN1_W, LN1_B, QKV_W, QKV_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, MPROJ_W, MPROJ_B,
+       PER_BLOCK };
+
+typedef struct layer_acts {
+  float *ln1_mean, *ln1_rstd, *ln1_out; /* [N], [N], [N, C] */
+  float *qkv;                           /* [N, 3C]: q, k, v of every head */
+  float *att;                           /* [batch, heads, T, T]: softmax probabilities */
+  float *atty;                          /* [N, C]: attention output, heads side by side */
+  float *res2;                          /* [N, C]: residual stream after the attention */
+  float *ln2_mean, *ln2_rstd, *ln2_out; /* [N], [N], [N, C] */
+  float *fch, *fcg;                     /* [N, 4C]: before and after GELU */
+} layer_acts;
+
+struct gpt {
+  gpt_config cfg;
+  int ntensors;
+  gpt_tensor *tensors;
+  size_t nparams;
+  float *params, *grads;
+  int bf16;
+  const float *weights;   /* matrices read from here in bf16 mode (NULL: params) */
+  float **x;              /* x[l], l = 0..n_layer: the residual stream entering block l, [N, C] */
+  layer_acts *acts;
+  float *lnf_mean, *lnf_rstd, *lnf_out, *logits;
+  float *dx, *dln, *d4, *dqkv, *datty, *dP; /* backward scratch */
+  const uint8_t *tokens, *targets;          /* of the last forward / loss (borrowed) */
+  size_t stride;
+  int B, T, have_probs;
+  gpt_grad_hook hook;
+  void *hook_payload;
+};
+
+static _Thread_local char gpt_err[512];
+const char *gpt_last_error(void) { return gpt_err; }
+
+static int fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(gpt_err, sizeof gpt_err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+void gpt_set_grad_hook(gpt *m, gpt_grad_hook hook, void *payload) {
+  if (!m) return;
+  m->hook = hook;
+  m->hook_payload = payload;
+}
+
+void gpt_set_bf16(gpt *m, int on, const float *weights) {
+  if (!m) return;
+  m->bf16 = on != 0;
+  m->weights = weights;
+}
+
+/* ---- allocation --------------------------------------------------------------------------- */
+
+/* Every buffer is touched at creation, so the resident size is reached before training. */
+static float *alloc_floats(size_t n) {
+  float *p = malloc(n * sizeof *p);
+  if (p) memset(p, 0, n * sizeof *p);
+  return p;
+}
+
+void gpt_destroy(gpt *m) {
+  if (!m) return;
+  free(m->tensors);
+  free(m->params);
+  free(m->grads);
+  if (m->x)
+    for (int l = 0; l <= m->cfg.n_layer; l++) free(m->x[l]);
+  free(m->x);
+  if (m->acts)
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+      layer_acts *a = &m->acts[l];
+      float *bufs[] = {a->ln1_mean, a->ln1_rstd, a->ln1_out, a->qkv, a->att, a->atty,
+                       a->res2, a->ln2_mean, a->ln2_rstd, a->ln2_out, a->fch, a->fcg};
+      for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    }
+  free(m->acts);
+  float *bufs[] = {m->lnf_mean, m->lnf_rstd, m->lnf_out, m->logits, m->dx,
+                   m->dln, m->d4, m->dqkv, m->datty, m->dP};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+  free(m);
+}
+
+static void add_tensor(gpt *m, size_t *off, const char *name, int ndim, int64_t d0, int64_t d1,
+                       int is_matrix) {
+  gpt_tensor *t = &m->tensors[m->ntensors++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->offset = *off;
+  t->ndim = ndim;
+  t->shape[0] = d0;
+  t->shape[1] = ndim == 2 ? d1 : 0;
+  t->numel = (size_t)d0 * (ndim == 2 ? (size_t)d1 : 1);
+  t->is_matrix = is_matrix;
+  *off += t->numel;
+}
+
+int gpt_create(gpt **out, const gpt_config *cfg) {
+  if (!out || !cfg) return fail("gpt_create: out or cfg is NULL");
+  *out = NULL;
+  if (cfg->vocab_size < 2 || cfg->vocab_size > 256 || cfg->block_size < 1 ||
+      cfg->block_size > 4096 || cfg->n_layer < 1 || cfg->n_layer > 64 || cfg->n_head < 1 ||
+      cfg->n_embd < 1 || cfg->n_embd > 8192 || cfg->n_embd % cfg->n_head != 0 ||
+      cfg->max_batch < 1 || cfg->max_batch > 4096)
+    return fail("gpt_create: invalid config vocab_size=%d block_size=%d n_layer=%d n_head=%d "
+                "n_embd=%d max_batch=%d (expected vocab 2..256, block_size 1..4096, n_layer "
+                "1..64, n_embd 1..8192 divisible by n_head, max_batch 1..4096)",
+                cfg->vocab_size, cfg->block_size, cfg->n_layer, cfg->n_head, cfg->n_embd,
+                cfg->max_batch);
+  gpt *m = calloc(1, sizeof *m);
+  if (!m) return fail("gpt_create: out of memory");
+  m->cfg = *cfg;
+  const int L = cfg->n_layer;
+  const int64_t C = cfg->n_embd, V = cfg->vocab_size, T = cfg->block_size;
+  m->tensors = calloc((size_t)(4 + PER_BLOCK * L), sizeof *m->tensors);
+  if (!m->tensors) {
+    gpt_destroy(m);
+    return fail("gpt_create: out of memory");
+  }
+  size_t off = 0;
+  char name[48];
+  add_tensor(m, &off, "tok_emb.weight", 2, V, C, 0);
+  add_tensor(m, &off, "pos_emb.weight", 2, T, C, 0);
+  for (int l = 0; l < L; l++) {
+    static const struct { const char *suffix; int ndim, rows, cols, is_matrix; } parts[] = {
+        {"ln1.weight", 1, 1, 0, 0},       {"ln1.bias", 1, 1, 0, 0},
+        {"attn.qkv.weight", 2, 3, 1, 1},  {"attn.qkv.bias", 1, 3, 0, 0},
+        {"attn.proj.weight", 2, 1, 1, 1}, {"attn.proj.bias", 1, 1, 0, 0},
+        {"ln2.weight", 1, 1, 0, 0},       {"ln2.bias", 1, 1, 0, 0},
+        {"mlp.fc.weight", 2, 4, 1, 1},    {"mlp.fc.bias", 1, 4, 0, 0},
+        {"mlp.proj.weight", 2, 1, 4, 1},  {"mlp.proj.bias", 1, 1, 0, 0}};
+    for (int j = 0; j < PER_BLOCK; j++) {
+      snprintf(name, sizeof name, "blocks.%d.%s", l, parts[j].suffix);
+      add_tensor(m, &off, name, parts[j].ndim, parts[j].rows * C, parts[j].cols * C,
+                 parts[j].is_matrix);
+    }
+  }
+  add_tensor(m, &off, "ln_f.weight", 1, C, 0, 0);
+  add_tensor(m, &off, "ln_f.bias", 1, C, 0, 0);
+  m->nparams = off;
+
+  const size_t N = (size_t)cfg->max_batch * (size_t)T, c = (size_t)C;
+  const size_t att = (size_t)cfg->max_batch * (size_t)cfg->n_head * (size_t)T * (size_t)T;
+  int ok = (m->params = alloc_floats(off)) && (m->grads = alloc_floats(off)) &&
+           (m->x = calloc((size_t)L + 1, sizeof *m->x)) && (m->acts = calloc((size_t)L, sizeof *m->acts));
+  for (int l = 0; ok && l <= L; l++) ok = (m->x[l] = alloc_floats(N * c)) != NULL;
+  for (int l = 0; ok && l < L; l++) {
+    layer_acts *a = &m->acts[l];
+    ok = (a->ln1_mean = alloc_floats(N)) && (a->ln1_rstd = alloc_floats(N)) &&
+         (a->ln1_out = alloc_floats(N * c)) && (a->qkv = alloc_floats(3 * N * c)) &&
+         (a->att = alloc_floats(att)) && (a->atty = alloc_floats(N * c)) &&
+         (a->res2 = alloc_floats(N * c)) && (a->ln2_mean = alloc_floats(N)) &&
+         (a->ln2_rstd = alloc_floats(N)) && (a->ln2_out = alloc_floats(N * c)) &&
+         (a->fch = alloc_floats(4 * N * c)) && (a->fcg = alloc_floats(4 * N * c));
+  }
+  ok = ok && (m->lnf_mean = alloc_floats(N)) && (m->lnf_rstd = alloc_floats(N)) &&
+       (m->lnf_out = alloc_floats(N * c)) && (m->logits = alloc_floats(N * (size_t)V)) &&
+       (m->dx = alloc_floats(N * c)) && (m->dln = alloc_floats(N * c)) &&
+       (m->d4 = alloc_floats(4 * N * c)) && (m->dqkv = alloc_floats(3 * N * c)) &&
+       (m->datty = alloc_floats(N * c)) && (m->dP = alloc_floats((size_t)T * (size_t)T));
+  if (!ok) {
+    gpt_destroy(m);
+    return fail("gpt_create: out of memory for %zu parameters and %zu tokens of activations",
+                off, N);
+  }
+  *out = m;
+  return 0;
+}
+
+const gpt_config *gpt_get_config(const gpt *m) { return m ? &m->cfg : NULL; }
+size_t gpt_num_params(const gpt *m) { return m ? m->nparams : 0; }
+float *gpt_params(gpt *m) { return m ? m->params : NULL; }
+float *gpt_grads(gpt *m) { return m ? m->grads : NULL; }
+int gpt_num_tensors(const gpt *m) { return m ? m->ntensors : 0; }
+const gpt_tensor *gpt_tensor_at(const gpt *m, int i) {
+  return m && i >= 0 && i < m->ntensors ? &m->tensors[i] : NULL;
+}
+const float *gpt_logits(const gpt *m) { return m ? m->logits : NULL; }
+
+const char *gpt_matmul_backend(void) {
+#ifdef USE_CBLAS
+  static _Thread_local char name[96];
+  snprintf(name, sizeof name, "OpenBLAS, %s kernels", openblas_get_corename());
+  return name;
+#else
+  return "plain C loops";
+#endif
+}
+
+/* ---- initialization ----------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1]. */
+static double uniform(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53; }
+
+static float normal(uint64_t *s) {
+  double u = uniform(s), v = uniform(s);
+  return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+void gpt_init(gpt *m, uint64_t seed) {
+  if (!m) return;
+  uint64_t s = seed;
+  const float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    float *p = m->params + t->offset;
+    const char *leaf = strrchr(t->name, '.') + 1;
+    int is_norm = strstr(t->name, "ln") != NULL;
+    if (t->ndim == 2) {
+      float std = strstr(t->name, "proj.weight") ? resid_std : 0.02f;
+      for (size_t k = 0; k < t->numel; k++) p[k] = std * normal(&s);
+    } else {
+      float v = is_norm && strcmp(leaf, "weight") == 0 ? 1.0f : 0.0f;
+      for (size_t k = 0; k < t->numel; k++) p[k] = v;
+    }
+  }
+  gpt_zero_grad(m);
+  m->have_probs = 0;
+  m->B = 0;
+}
+
+void gpt_zero_grad(gpt *m) {
+  if (m) memset(m->grads, 0, m->nparams * sizeof *m->grads);
+}
+
+/* ---- kernels ------------------------------------------------------------------------------ */
+
+/* C[M, N] = alpha op(A) op(B) + beta C, row-major; op transposes when ta / tb. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+#ifdef USE_CBLAS
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+  for (int i = 0; i < M; i++) {
+    float *restrict c = C + (size_t)i * ldc;
+    if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof *c);
+    else if (beta != 1.0f)
+      for (int j = 0; j < N; j++) c[j] *= beta;
+    if (!tb) {
+      for (int p = 0; p < K; p++) {
+        float a = alpha * (ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p]);
+        if (a == 0.0f) continue;
+        const float *restrict b = B + (size_t)p * ldb;
+        for (int j = 0; j < N; j++) c[j] += a * b[j];
+      }
+    } else {
+      for (int j = 0; j < N; j++) {
+        const float *restrict b = B + (size_t)j * ldb;
+        float s = 0.0f;
+        if (!ta) {
+          const float *restrict a = A + (size_t)i * lda;
+          for (int p = 0; p < K; p++) s += a[p] * b[p];
+        } else {
+          for (int p = 0; p < K; p++) s += A[(size_t)p * lda + i] * b[p];
+        }
+        c[j] += alpha * s;
+      }
+    }
+  }
+#endif
+}
+
+/* Rounds to the nearest bfloat16 (ties to even), kept in a float. */
+static void round_bf16(float *x, size_t n) {
+  uint32_t *u = (uint32_t *)x;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = u[i];
+    if ((v & 0x7f800000u) != 0x7f800000u) v = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    u[i] = v;
+  }
+}
+
+/* out[N, OC] = in[N, IC] W[OC, IC]^T + b */
+static void linear_fwd(float *out, const float *in, const float *W, const float *b, int N, int IC,
+                       int OC) {
+  for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof *b);
+  gemm(0, 1, N, OC, IC, 1.0f, in, IC, W, IC, 1.0f, out, OC);
+}
+
+/* dW += dout^T in, db += column sums of dout, din = dout W (when din is not NULL). */
+static void linear_bwd(float *din, float *dW, float *db, const float *dout, const float *in,
+                       const float *W, int N, int IC, int OC) {
+  gemm(1, 0, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dW, IC);
+  for (int i = 0; i < N; i++) {
+    const float *restrict d = dout + (size_t)i * OC;
+    for (int o = 0; o < OC; o++) db[o] += d[o];
+  }
+  if (din) gemm(0, 0, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, din, IC);
+}
+
+static void layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, int N, int C) {
+  for (int i = 0; i < N; i++) {
+    const float *xi = x + (size_t)i * C;
+    float *o = out + (size_t)i * C;
+    float mu = 0.0f, var = 0.0f;
+    for (int k = 0; k < C; k++) mu += xi[k];
+    mu /= (float)C;
+    for (int k = 0; k < C; k++) var += (xi[k] - mu) * (xi[k] - mu);
+    float r = 1.0f / sqrtf(var / (float)C + LN_EPS);
+    for (int k = 0; k < C; k++) o[k] = (xi[k] - mu) * r * w[k] + b[k];
+    mean[i] = mu;
+    rstd[i] = r;
+  }
+}
+
+/* dx += d(layernorm)/dx . dout; dw, db += their gradients. */
+static void layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
+                          const float *mean, const float *rstd, const float *w, int N, int C) {
+  for (int i = 0; i < N; i++) {
+    const float *xi = x + (size_t)i * C, *d = dout + (size_t)i * C;
+    float *dxi = dx + (size_t)i * C;
+    const float mu = mean[i], r = rstd[i];
+    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+    for (int k = 0; k < C; k++) {
+      float xhat = (xi[k] - mu) * r, dxhat = d[k] * w[k];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * xhat;
+      dw[k] += d[k] * xhat;
+      db[k] += d[k];
+    }
+    sum_dxhat /= (float)C;
+    sum_dxhat_xhat /= (float)C;
+    for (int k = 0; k < C; k++) {
+      float xhat = (xi[k] - mu) * r;
+      dxi[k] += r * (d[k] * w[k] - sum_dxhat - xhat * sum_dxhat_xhat);
+    }
+  }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+
+/* exp(x) in plain arithmetic that the compiler vectorizes (libm's expf is a call per element):
+ * x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor series to degree 7 (truncation below
+ * 6e-9 relative, under float rounding), times 2^n through the exponent bits. x is clamped to
+ * [-87, 88], where 2^n stays a normal float: exp(-87) = 1.6e-38 stands in for anything smaller. */
+static inline float exp_fast(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  const float fn = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
+  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;          /* ln2 in two parts */
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  bits += (int32_t)fn * (1 << 23);
+  memcpy(&p, &bits, sizeof p);
+  return p;
+}
+
+/* tanh from one exp; saturates to +-1 (the only use, 1 + tanh, needs no more accuracy). */
+static inline float fast_tanh(float u) { return 1.0f - 2.0f / (1.0f + exp_fast(2.0f * u)); }
+
+static void gelu_fwd(float *out, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    out[i] = 0.5f * v * (1.0f + fast_tanh(GELU_K * (v + 0.044715f * v * v * v)));
+  }
+}
+
+/* d[i] *= gelu'(x[i]) */
+static void gelu_bwd(float *d, const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i], th = fast_tanh(GELU_K * (v + 0.044715f * v * v * v));
+    float dg = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+    d[i] *= dg;
+  }
+}
+
+/* Causal self-attention of one layer: qkv [B*T, 3C] -> y [B*T, C], probabilities in att. */
+static void attention_fwd(gpt *m, float *y, float *att, const float *qkv, int B, int T) {
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      const float *Q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *K = Q + C, *V = Q + 2 * C;
+      float *P = att + ((size_t)b * NH + (size_t)h) * T * T, *Y = y + (size_t)b * T * C + (size_t)h * hs;
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        gemm(0, 1, r1 - r0, r1, hs, scale, Q + (size_t)r0 * C3, C3, K, C3, 0.0f, P + (size_t)r0 * T, T);
+      }
+      for (int t = 0; t < T; t++) {
+        float *row = P + (size_t)t * T, mx = row[0], sum = 0.0f;
+        for (int s = 1; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
+        for (int s = 0; s <= t; s++) {
+          row[s] = exp_fast(row[s] - mx);
+          sum += row[s];
+        }
+        float inv = 1.0f / sum;
+        for (int s = 0; s <= t; s++) row[s] *= inv;
+        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        if (m->bf16) round_bf16(row, (size_t)t + 1);
+      }
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        gemm(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, V, C3, 0.0f, Y + (size_t)r0 * C, C);
+      }
+    }
+}
+
+/* Backward of attention_fwd: dy [B*T, C] -> dqkv [B*T, 3C] (overwritten). */
+static void attention_bwd(gpt *m, float *dqkv, const float *dy, const float *att, const float *qkv,
+                          int B, int T) {
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  float *dS = m->dP;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      const size_t qo = (size_t)b * T * C3 + (size_t)h * hs;
+      const float *Q = qkv + qo, *K = Q + C, *V = Q + 2 * C;
+      float *dQ = dqkv + qo, *dK = dQ + C, *dV = dQ + 2 * C;
+      const float *P = att + ((size_t)b * NH + (size_t)h) * T * T;
+      const float *dY = dy + (size_t)b * T * C + (size_t)h * hs;
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        /* dP = dY V^T (causal part); dV[s] = sum over t >= s of P[t, s] dY[t] */
+        gemm(0, 1, r1 - r0, r1, hs, 1.0f, dY + (size_t)r0 * C, C, V, C3, 0.0f, dS + (size_t)r0 * T, T);
+        gemm(1, 0, r1 - r0, hs, T - r0, 1.0f, P + (size_t)r0 * T + r0, T, dY + (size_t)r0 * C, C,
+             0.0f, dV + (size_t)r0 * C3, C3);
+      }
+      for (int t = 0; t < T; t++) { /* softmax backward, with the score scale */
+        const float *p = P + (size_t)t * T;
+        float *d = dS + (size_t)t * T, dot = 0.0f;
+        for (int s = 0; s <= t; s++) dot += p[s] * d[s];
+        for (int s = 0; s <= t; s++) d[s] = p[s] * (d[s] - dot) * scale;
+        for (int s = t + 1; s < T; s++) d[s] = 0.0f;
+      }
+      for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+        gemm(0, 0, r1 - r0, hs, r1, 1.0f, dS + (size_t)r0 * T, T, K, C3, 0.0f, dQ + (size_t)r0 * C3, C3);
+        gemm(1, 0, r1 - r0, hs, T - r0, 1.0f, dS + (size_t)r0 * T + r0, T, Q + (size_t)r0 * C3, C3,
+             0.0f, dK + (size_t)r0 * C3, C3);
+      }
+    }
+}
+
+/* ---- forward, loss, backward -------------------------------------------------------------- */
+
+static const float *tensor(const gpt *m, const float *base, int block, int j) {
+  return base + m->tensors[2 + PER_BLOCK * block + j].offset;
+}
+
+int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride) {
+  if (!m || !tokens) return fail("gpt_forward: model or tokens is NULL");
+  if (batch < 1 || batch > m->cfg.max_batch || T < 1 || T > m->cfg.block_size || stride < (size_t)T)
+    return fail("gpt_forward: batch %d x T %d (stride %zu) is outside 1..%d x 1..%d", batch, T,
+                stride, m->cfg.max_batch, m->cfg.block_size);
+  const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = batch * T;
+  const float *P = m->params, *W = m->bf16 && m->weights ? m->weights : m->params;
+  const float *wte = P + m->tensors[0].offset, *wpe = P + m->tensors[1].offset;
+  for (int b = 0; b < batch; b++)
+    for (int t = 0; t < T; t++) {
+      int tok = tokens[(size_t)b * stride + (size_t)t];
+      if (tok >= V) return fail("gpt_forward: token %d at (%d, %d) is outside the vocabulary of %d", tok, b, t, V);
+      float *x = m->x[0] + ((size_t)b * T + (size_t)t) * C;
+      const float *e = wte + (size_t)tok * C, *p = wpe + (size_t)t * C;
+      for (int k = 0; k < C; k++) x[k] = e[k] + p[k];
+    }
+  const size_t NC = (size_t)N * C;
+  for (int l = 0; l < L; l++) {
+    layer_acts *a = &m->acts[l];
+    const float *x = m->x[l];
+    float *xo = m->x[l + 1];
+    layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, tensor(m, P, l, LN1_W), tensor(m, P, l, LN1_B), N, C);
+    if (m->bf16) round_bf16(a->ln1_out, NC);
+    linear_fwd(a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
+    if (m->bf16) round_bf16(a->qkv, 3 * NC);
+    attention_fwd(m, a->atty, a->att, a->qkv, batch, T);
+    if (m->bf16) round_bf16(a->atty, NC);
+    linear_fwd(a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
+    if (m->bf16) round_bf16(a->res2, NC);
+    for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
+    layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, tensor(m, P, l, LN2_W), tensor(m, P, l, LN2_B), N, C);
+    if (m->bf16) round_bf16(a->ln2_out, NC);
+    linear_fwd(a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
+    if (m->bf16) round_bf16(a->fch, 4 * NC);
+    gelu_fwd(a->fcg, a->fch, 4 * NC);
+    if (m->bf16) round_bf16(a->fcg, 4 * NC);
+    linear_fwd(xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
+    if (m->bf16) round_bf16(xo, NC);
+    for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
+  }
+  const gpt_tensor *lnf = &m->tensors[2 + PER_BLOCK * L];
+  layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], P + lnf[0].offset, P + lnf[1].offset, N, C);
+  if (m->bf16) round_bf16(m->lnf_out, NC);
+  gemm(0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
+  if (m->bf16) round_bf16(m->logits, (size_t)N * V);
+  m->tokens = tokens;
+  m->stride = stride;
+  m->B = batch;
+  m->T = T;
+  m->have_probs = 0;
+  return 0;
+}
+
+int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *row_loss) {
+  if (!m || !targets || !loss) return fail("gpt_loss: model, targets or loss is NULL");
+  if (!m->B || m->have_probs) return fail("gpt_loss: call gpt_forward first (once per gpt_loss)");
+  if (stride != m->stride) return fail("gpt_loss: stride %zu differs from the forward's %zu", stride, m->stride);
+  const int V = m->cfg.vocab_size, T = m->T;
+  double total = 0.0;
+  for (int b = 0; b < m->B; b++) {
+    double seq = 0.0;
+    for (int t = 0; t < T; t++) {
+      int y = targets[(size_t)b * stride + (size_t)t];
+      if (y >= V) return fail("gpt_loss: target %d at (%d, %d) is outside the vocabulary of %d", y, b, t, V);
+      float *z = m->logits + ((size_t)b * T + (size_t)t) * V, mx = z[0];
+      for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
+      float zy = z[y], sum = 0.0f;
+      for (int c = 0; c < V; c++) {
+        z[c] = exp_fast(z[c] - mx);
+        sum += z[c];
+      }
+      float inv = 1.0f / sum;
+      for (int c = 0; c < V; c++) z[c] *= inv;
+      seq += log((double)sum) + mx - zy;
+    }
+    if (row_loss) row_loss[b] = (float)(seq / T);
+    total += seq;
+  }
+  *loss = (float)(total / ((double)m->B * T));
+  m->targets = targets;
+  m->have_probs = 1;
+  return 0;
+}
+
+int gpt_backward(gpt *m, float scale) {
+  if (!m) return fail("gpt_backward: model is NULL");
+  if (!m->have_probs) return fail("gpt_backward: call gpt_forward and gpt_loss first (once per backward)");
+  const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, T = m->T, N = m->B * T;
+  const size_t NC = (size_t)N * C;
+  const float *P = m->params, *W = m->bf16 && m->weights ? m->weights : m->params;
+  float *G = m->grads;
+  /* d(mean loss)/d(logits) = (softmax - onehot) / N, in place over the probabilities */
+  const float k = scale / (float)N;
+  for (int b = 0; b < m->B; b++)
+    for (int t = 0; t < T; t++) {
+      float *d = m->logits + ((size_t)b * T + (size_t)t) * V;
+      d[m->targets[(size_t)b * m->stride + (size_t)t]] -= 1.0f;
+      for (int c = 0; c < V; c++) d[c] *= k;
+    }
+  /* tied output projection: logits = ln_f_out tok_emb^T */
+  gemm(0, 0, N, C, V, 1.0f, m->logits, V, W + m->tensors[0].offset, C, 0.0f, m->dln, C);
+  gemm(1, 0, V, C, N, 1.0f, m->logits, V, m->lnf_out, C, 1.0f, G + m->tensors[0].offset, C);
+  const int f = 2 + PER_BLOCK * L;
+  memset(m->dx, 0, NC * sizeof *m->dx);
+  layernorm_bwd(m->dx, G + m->tensors[f].offset, G + m->tensors[f + 1].offset, m->dln, m->x[L],
+                m->lnf_mean, m->lnf_rstd, P + m->tensors[f].offset, N, C);
+  if (m->hook) m->hook(f, 2, m->hook_payload);
+  for (int l = L - 1; l >= 0; l--) {
+    layer_acts *a = &m->acts[l];
+    float *g = G + m->tensors[2 + PER_BLOCK * l].offset, *gt[PER_BLOCK];
+    for (int j = 0; j < PER_BLOCK; j++) gt[j] = g + (m->tensors[2 + PER_BLOCK * l + j].offset - m->tensors[2 + PER_BLOCK * l].offset);
+    /* x_out = res2 + mlp(ln2(res2)): dx flows to res2 unchanged, plus the MLP's share */
+    linear_bwd(m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
+    gelu_bwd(m->d4, a->fch, 4 * NC);
+    linear_bwd(m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
+    layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd,
+                  tensor(m, P, l, LN2_W), N, C);
+    /* res2 = x + proj(attention(ln1(x))) */
+    linear_bwd(m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
+    attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T);
+    linear_bwd(m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
+    layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd,
+                  tensor(m, P, l, LN1_W), N, C);
+    if (m->hook) m->hook(2 + PER_BLOCK * l, PER_BLOCK, m->hook_payload);
+  }
+  float *dwte = G + m->tensors[0].offset, *dwpe = G + m->tensors[1].offset;
+  for (int b = 0; b < m->B; b++)
+    for (int t = 0; t < T; t++) {
+      const float *d = m->dx + ((size_t)b * T + (size_t)t) * C;
+      float *e = dwte + (size_t)m->tokens[(size_t)b * m->stride + (size_t)t] * C, *p = dwpe + (size_t)t * C;
+      for (int c = 0; c < C; c++) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  if (m->hook) m->hook(0, 2, m->hook_payload);
+  m->have_probs = 0;
+  return 0;
+}
+
+/* ---- sampling ----------------------------------------------------------------------------- */
+
+int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint64_t seed) {
+  if (!m || !text || len < 1 || n < 0 || !(temperature > 0.0f))
+    return fail("gpt_generate: needs a model, a prompt of at least one byte, n >= 0 and temperature > 0");
+  const int V = m->cfg.vocab_size;
+  uint64_t s = seed;
+  for (int i = 0; i < n; i++) {
+    int T = len < m->cfg.block_size ? len : m->cfg.block_size;
+    if (gpt_forward(m, text + len - T, 1, T, (size_t)T)) return -1;
+    const float *z = m->logits + (size_t)(T - 1) * V;
+    float mx = z[0];
+    for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
+    double sum = 0.0, p[256];
+    for (int c = 0; c < V; c++) sum += p[c] = exp((double)(z[c] - mx) / temperature);
+    double u = uniform(&s) * sum, acc = 0.0;
+    int pick = V - 1;
+    for (int c = 0; c < V; c++)
+      if ((acc += p[c]) >= u) {
+        pick = c;
+        break;
+      }
+    text[len++] = (uint8_t)pick;
+  }
+  m->B = 0;
+  return 0;
+}

@@ -1,0 +1,120 @@
+/* A small decoder-only transformer (GPT) over bytes, forward and backward written in plain C.
+ *
+ *   x      = tok_emb[token] + pos_emb[position]
+ *   block  : x += proj(causal_self_attention(ln1(x)));  x += mlp.proj(gelu(mlp.fc(ln2(x))))
+ *   logits = ln_f(x) . tok_emb^T              (the output projection is the token embedding)
+ *   loss   = mean cross-entropy of the next byte
+ *
+ * All parameters live in one contiguous float buffer and all gradients in another, tensor after
+ * tensor in the order and under the names a PyTorch module of the same shape would use
+ * (tok_emb.weight, pos_emb.weight, blocks.0.ln1.weight, ..., ln_f.bias), so each tensor can be
+ * registered with acc_model_add_parameter. Activations are allocated once for max_batch rows
+ * of block_size tokens.
+ *
+ * Independent of libaccelerate: fallible functions return 0 or -1 with the reason in
+ * gpt_last_error(). Built with USE_CBLAS, the matrix products call cblas_sgemm. */
+#ifndef GPT_MODEL_H
+#define GPT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt_config {
+  int vocab_size; /* 256 for bytes */
+  int block_size; /* context length: the longest sequence forward accepts */
+  int n_layer;    /* transformer blocks */
+  int n_head;     /* attention heads; must divide n_embd */
+  int n_embd;     /* width */
+  int max_batch;  /* most sequences per forward (activations are sized once) */
+} gpt_config;
+
+/** One parameter tensor inside the contiguous buffers. */
+typedef struct gpt_tensor {
+  char name[48];   /* "blocks.0.attn.qkv.weight", ... */
+  size_t offset;   /* index of its first float in gpt_params() / gpt_grads() */
+  size_t numel;
+  int ndim;        /* 2 for matrices [out, in] and embeddings [rows, width], 1 otherwise */
+  int64_t shape[2];
+  int is_matrix;   /* 1 for the weights of linear layers (the ones weight decay applies to) */
+} gpt_tensor;
+
+typedef struct gpt gpt;
+
+/* Called during gpt_backward each time some tensors' gradients are final, in backward order
+ * (ln_f first, then the blocks from last to first, the embeddings last): tensors
+ * [first, first + count) of gpt_tensor_at. Lets a caller start reducing them early. */
+typedef void (*gpt_grad_hook)(int first, int count, void *payload);
+void gpt_set_grad_hook(gpt *m, gpt_grad_hook hook, void *payload);
+
+/** Allocates the model (parameters zero until gpt_init). Ownership: gpt_destroy. */
+int gpt_create(gpt **out, const gpt_config *cfg);
+void gpt_destroy(gpt *m);
+
+const gpt_config *gpt_get_config(const gpt *m);
+size_t gpt_num_params(const gpt *m);
+/** The contiguous parameter / gradient buffers (gpt_num_params floats). Borrowed. */
+float *gpt_params(gpt *m);
+float *gpt_grads(gpt *m);
+int gpt_num_tensors(const gpt *m);
+/** Tensor i (< gpt_num_tensors), or NULL. Borrowed. */
+const gpt_tensor *gpt_tensor_at(const gpt *m, int i);
+
+/** GPT-2's initialization: weights and embeddings normal(0, 0.02), the two residual output
+ *  projections of each block normal(0, 0.02 / sqrt(2 n_layer)), biases 0, norms 1 and 0.
+ *  Same seed, same parameters everywhere. Zeroes the gradients. */
+void gpt_init(gpt *m, uint64_t seed);
+void gpt_zero_grad(gpt *m);
+
+/**
+ * bf16 compute (what autocast does to these operations): when on, the operands and results of
+ * every matrix product are rounded to bfloat16; norms, softmax, GELU, the loss, the residual
+ * stream and the gradients stay float32. Weights are read from `weights` (laid out as
+ * gpt_params, e.g. the parameters rounded to bf16, refreshed by the caller after each update);
+ * NULL reads gpt_params(). Off by default.
+ */
+void gpt_set_bf16(gpt *m, int on, const float *weights);
+
+/**
+ * Forward pass of batch sequences of T tokens (1 <= T <= block_size): token t of sequence b is
+ * tokens[b * stride + t]. Keeps the activations for gpt_backward; logits at gpt_logits().
+ */
+int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride);
+/** Logits of the last forward, [batch * T, vocab_size]. Borrowed; gpt_loss overwrites them. */
+const float *gpt_logits(const gpt *m);
+
+/**
+ * Cross-entropy of the last forward against targets (target of token (b, t) is
+ * targets[b * stride + t]): *loss gets the mean over all batch * T tokens, row_loss (may be
+ * NULL) the mean of each sequence. Keeps the probabilities for gpt_backward.
+ */
+int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *row_loss);
+
+/**
+ * Backward pass of the last gpt_forward + gpt_loss: ADDS scale * d(mean loss)/d(param) to the
+ * gradients (accumulation). The accelerator passes 1/gradient_accumulation_steps.
+ */
+int gpt_backward(gpt *m, float scale);
+
+/**
+ * Appends n bytes to text (len bytes of prompt already there, len >= 1; text holds len + n),
+ * each drawn from the softmax of the logits / temperature given the last block_size bytes.
+ * Uses the activation buffers (the last forward is lost).
+ */
+int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint64_t seed);
+
+/** What computes the matrix products: "OpenBLAS, <core> kernels" or "plain C loops". OpenBLAS
+ *  names the kernels it chose for this CPU; "Prescott" on a recent CPU means it did not recognize
+ *  it and fell back to its slowest kernels (set OPENBLAS_CORETYPE, see docs/examples.md). */
+const char *gpt_matmul_backend(void);
+
+/** Why the last gpt_* call on this thread failed. Never NULL. */
+const char *gpt_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

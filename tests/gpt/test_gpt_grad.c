@@ -1,0 +1,170 @@
+/* The GPT example's backward pass against central finite differences of its forward pass, for
+ * every element of every parameter tensor of a tiny model; then the same over a context longer
+ * than the attention's row block (sampled elements), gradient accumulation (two backward passes
+ * with scale 1/2 equal one with scale 1), the gradient-ready hook (every tensor exactly once,
+ * in backward order), and the data windows. Built with the plain loops and with OpenBLAS. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "model.h"
+
+static int failures;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);      \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+      failures++;                                          \
+    }                                                      \
+  } while (0)
+#define REQUIRE(cond)                                                              \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      fprintf(stderr, "%s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, gpt_last_error()); \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+static uint64_t rng = 12345;
+static double urand(void) { /* [0, 1) */
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng >> 11) * 0x1.0p-53;
+}
+
+static float loss_of(gpt *m, const uint8_t *seq, int B, int T) {
+  float loss;
+  REQUIRE(gpt_forward(m, seq, B, T, (size_t)T + 1) == 0);
+  REQUIRE(gpt_loss(m, seq + 1, (size_t)T + 1, &loss, NULL) == 0);
+  return loss;
+}
+
+/* Checks every `every`-th element of every tensor; returns the worst error seen. */
+static double check_grads(gpt_config cfg, int every, const char *what) {
+  gpt *m;
+  REQUIRE(gpt_create(&m, &cfg) == 0);
+  gpt_init(m, 7);
+  float *p = gpt_params(m), *g = gpt_grads(m);
+  /* larger than the init's 0.02 so that every path carries a gradient worth measuring */
+  for (size_t i = 0; i < gpt_num_params(m); i++) p[i] += (float)(0.6 * (urand() - 0.5));
+  const int B = cfg.max_batch, T = cfg.block_size;
+  uint8_t *seq = malloc((size_t)B * (T + 1));
+  for (int i = 0; i < B * (T + 1); i++) seq[i] = (uint8_t)(urand() * cfg.vocab_size);
+  loss_of(m, seq, B, T);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  double worst = 0;
+  const float h = 1e-2f;
+  for (int t = 0; t < gpt_num_tensors(m); t++) {
+    const gpt_tensor *tn = gpt_tensor_at(m, t);
+    double tensor_worst = 0, gmax = 0;
+    for (size_t k = 0; k < tn->numel; k += (size_t)every) {
+      float *x = p + tn->offset + k, saved = *x;
+      *x = saved + h;
+      double up = loss_of(m, seq, B, T);
+      *x = saved - h;
+      double down = loss_of(m, seq, B, T);
+      *x = saved;
+      double fd = (up - down) / (2.0 * h), an = g[tn->offset + k];
+      /* error relative to the tensor's gradient scale, so near-zero entries do not dominate */
+      double err = fabs(fd - an);
+      if (err > tensor_worst) tensor_worst = err;
+      if (fabs(an) > gmax) gmax = fabs(an);
+    }
+    double rel = tensor_worst / fmax(gmax, 1e-3);
+    CHECK(rel < 2e-2, "%s: %s: finite differences differ from the backward pass by %.3g "
+                      "(largest gradient %.3g)", what, tn->name, tensor_worst, gmax);
+    CHECK(gmax > 0, "%s: %s has no gradient at all", what, tn->name);
+    if (rel > worst) worst = rel;
+  }
+  gpt_destroy(m);
+  free(seq);
+  return worst;
+}
+
+static int hook_calls[64], hook_order[64], hook_n;
+static void hook(int first, int count, void *payload) {
+  (void)payload;
+  for (int t = first; t < first + count; t++) {
+    hook_calls[t]++;
+    hook_order[hook_n++] = t;
+  }
+}
+
+static void check_accumulation_and_hook(void) {
+  gpt_config cfg = {32, 6, 2, 2, 8, 3};
+  gpt *m;
+  REQUIRE(gpt_create(&m, &cfg) == 0);
+  gpt_init(m, 3);
+  uint8_t seq[3 * 7];
+  for (size_t i = 0; i < sizeof seq; i++) seq[i] = (uint8_t)(urand() * 32);
+  size_t n = gpt_num_params(m);
+  float *once = malloc(n * sizeof *once);
+  loss_of(m, seq, 3, 6);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  memcpy(once, gpt_grads(m), n * sizeof *once);
+  gpt_zero_grad(m);
+  gpt_set_grad_hook(m, hook, NULL);
+  for (int r = 0; r < 2; r++) {
+    loss_of(m, seq, 3, 6);
+    REQUIRE(gpt_backward(m, 0.5f) == 0);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(gpt_grads(m)[i] - once[i]) / fmax(fabs(once[i]), 1e-4));
+  CHECK(worst < 1e-5, "two backward passes at scale 1/2 differ from one at scale 1 by %.3g (relative)", worst);
+  const int nt = gpt_num_tensors(m);
+  for (int t = 0; t < nt; t++) CHECK(hook_calls[t] == 2, "tensor %d marked %d times in two backward passes", t, hook_calls[t]);
+  CHECK(hook_n == 2 * nt && hook_order[0] == nt - 2 && hook_order[nt - 1] == 1,
+        "hook order: ln_f first, the embeddings last (got %d first, %d last)", hook_order[0], hook_order[nt - 1]);
+  REQUIRE(gpt_backward(m, 1.0f) != 0); /* a second backward without a forward is refused */
+  CHECK(strstr(gpt_last_error(), "gpt_forward") != NULL, "error names the missing call: %s", gpt_last_error());
+  free(once);
+  gpt_destroy(m);
+}
+
+static void check_data(void) {
+  char path[] = "/tmp/gpt_text_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  char text[1000];
+  for (int i = 0; i < 1000; i++) text[i] = (char)('a' + i % 26);
+  REQUIRE(write(fd, text, sizeof text) == (ssize_t)sizeof text);
+  close(fd);
+  text_corpus c;
+  REQUIRE(text_load(path, 10, 9, &c) == 0);
+  CHECK(c.len == 1000 && c.train_len == 900, "split: %zu bytes, %zu training", c.len, c.train_len);
+  text_windows w = text_windows_of(&c, 0, c.train_len, 9, 0);
+  CHECK(w.count == 899 / 8, "training windows: %lld", (long long)w.count);
+  uint8_t a[9], b[9];
+  void *fa[1] = {a}, *fb[1] = {b};
+  for (int64_t i = 0; i + 1 < w.count; i++) {
+    REQUIRE(text_window_fetch(i, fa, &w) == 0 && text_window_fetch(i + 1, fb, &w) == 0);
+    CHECK(a[8] == b[0] && a[0] == (uint8_t)text[i * 8], "window %lld: each window's last byte starts the next", (long long)i);
+  }
+  text_windows v = text_windows_of(&c, c.train_len, c.len, 9, 5);
+  CHECK(v.count == 5 && (size_t)(v.count - 1) * v.step + 9 <= 100, "5 validation windows fit: step %zu", v.step);
+  CHECK(text_window_fetch(v.count, fa, &v) != 0, "a window past the end is an error");
+  text_corpus_free(&c);
+  CHECK(text_load(path, 10, 200, &c) != 0 && strstr(text_last_error(), "too short"), "short text: %s", text_last_error());
+  unlink(path);
+  CHECK(text_load(path, 10, 9, &c) != 0 && strstr(text_last_error(), "jargon-text") &&
+        strstr(text_last_error(), path), "missing file names the file and the package: %s", text_last_error());
+}
+
+int main(void) {
+  gpt_config tiny = {16, 5, 2, 2, 8, 2};
+  double w1 = check_grads(tiny, 1, "tiny model, every element");
+  gpt_config longer = {16, 70, 1, 2, 8, 1}; /* more rows than one attention block */
+  double w2 = check_grads(longer, 3, "context 70, every third element");
+  printf("worst relative gradient error: %.3g (tiny), %.3g (context 70)\n", w1, w2);
+  check_accumulation_and_hook();
+  check_data();
+  gpt_config bad = {16, 5, 2, 3, 8, 2};
+  gpt *m = NULL;
+  CHECK(gpt_create(&m, &bad) != 0 && strstr(gpt_last_error(), "n_head") && !m, "width not divisible by heads: %s", gpt_last_error());
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
