@@ -185,15 +185,23 @@ acc_result acc__env_bool(const char *name, int *out, int *was_set) {
   return ACC_OK;
 }
 
-acc_result acc__env_int(const char *name, long *out, int *was_set) {
-  const acc__env_var *row;
-  *was_set = 0;
-  ACC_CHECK(row_of(name, &row));
-  if (row->type != ACC__ENV_INT && row->type != ACC__ENV_DOUBLE)
+/* The row of a numeric variable and its value (*v NULL when unset or empty). */
+static acc_result numeric_value(const char *name, const acc__env_var **row, const char **v) {
+  ACC_CHECK(row_of(name, row));
+  if ((*row)->type != ACC__ENV_INT && (*row)->type != ACC__ENV_DOUBLE)
     return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table",
                       name);
-  const char *v = getenv(name);
-  if (!v || !*v) return ACC_OK;
+  *v = getenv(name);
+  if (*v && !**v) *v = NULL;
+  return ACC_OK;
+}
+
+acc_result acc__env_int(const char *name, long *out, int *was_set) {
+  const acc__env_var *row;
+  const char *v;
+  *was_set = 0;
+  ACC_CHECK(numeric_value(name, &row, &v));
+  if (!v) return ACC_OK;
   ACC_CHECK(acc__env_parse_int(row, v, out));
   *was_set = 1;
   return ACC_OK;
@@ -201,13 +209,10 @@ acc_result acc__env_int(const char *name, long *out, int *was_set) {
 
 acc_result acc__env_double(const char *name, double *out, int *was_set) {
   const acc__env_var *row;
+  const char *v;
   *was_set = 0;
-  ACC_CHECK(row_of(name, &row));
-  if (row->type != ACC__ENV_INT && row->type != ACC__ENV_DOUBLE)
-    return acc__error(ACC_ERR_INTERNAL, "environment variable %s is not numeric in the table",
-                      name);
-  const char *v = getenv(name);
-  if (!v || !*v) return ACC_OK;
+  ACC_CHECK(numeric_value(name, &row, &v));
+  if (!v) return ACC_OK;
   ACC_CHECK(acc__env_parse_double(row, v, out));
   *was_set = 1;
   return ACC_OK;
