@@ -33,8 +33,20 @@ typedef struct custom_obj {
   uint64_t max_bytes; /* a larger custom_checkpoint_<i>.bin is refused before it is read */
 } custom_obj;
 
+typedef struct state_hook {
+  uint64_t id;
+  int load; /* 0: save_state pre-hook, 1: load_state pre-hook */
+  acc_state_hook_fn fn;
+  void *payload;
+  char name[64];
+} state_hook;
+
 struct acc__accel_ckpt {
   acc_project_config *project;
+  state_hook *hooks; /* in registration order */
+  int nhooks, hooks_cap;
+  uint64_t next_hook_id; /* the last id issued */
+  int in_hook;           /* a hook is running: registering or removing hooks is refused */
   int automatic;   /* the project uses automatic checkpoint naming */
   int total_limit; /* > 0: keep this many checkpoints; pruned after a commit, not before */
   custom_obj *custom;
@@ -45,6 +57,7 @@ void acc__accel_ckpt_free(acc__accel_ckpt *c) {
   if (!c) return;
   acc_project_config_destroy(c->project);
   acc__free(c->custom);
+  acc__free(c->hooks);
   acc__free(c);
 }
 
@@ -122,6 +135,86 @@ acc_result acc_accelerator_register_for_checkpointing_limit(acc_accelerator *acc
   }
   c->custom[c->ncustom++] = (custom_obj){obj, save, load, max_bytes};
   return ACC_OK;
+}
+
+/* ---- save / load pre-hooks -------------------------------------------------------------------- */
+
+static acc_result register_hook(acc_accelerator *acc, int load, acc_state_hook_fn fn, void *payload, const char *name,
+                                uint64_t *id) {
+  const char *what = load ? "register_load_state_pre_hook" : "register_save_state_pre_hook";
+  if (id) *id = 0;
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  if (!fn) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the hook function is NULL", what);
+  acc__accel_ckpt *c;
+  ACC_CHECK(get_ckpt(&p, &c));
+  if (c->in_hook) return acc__error(ACC_ERR_INVALID_USAGE, "%s: called from inside a save/load pre-hook", what);
+  if (c->nhooks == c->hooks_cap) {
+    int nc = c->hooks_cap ? c->hooks_cap * 2 : 4;
+    state_hook *v = acc__realloc(c->hooks, (size_t)nc * sizeof *v);
+    if (!v) return ACC_ERR_NOMEM;
+    c->hooks = v;
+    c->hooks_cap = nc;
+  }
+  state_hook *h = &c->hooks[c->nhooks++];
+  h->id = ++c->next_hook_id;
+  h->load = load;
+  h->fn = fn;
+  h->payload = payload;
+  if (name)
+    snprintf(h->name, sizeof h->name, "'%s'", name);
+  else
+    snprintf(h->name, sizeof h->name, "#%llu", (unsigned long long)h->id);
+  if (id) *id = h->id;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_register_save_state_pre_hook(acc_accelerator *acc, acc_state_hook_fn fn, void *payload,
+                                                        const char *name, uint64_t *id) {
+  return register_hook(acc, 0, fn, payload, name, id);
+}
+
+acc_result acc_accelerator_register_load_state_pre_hook(acc_accelerator *acc, acc_state_hook_fn fn, void *payload,
+                                                        const char *name, uint64_t *id) {
+  return register_hook(acc, 1, fn, payload, name, id);
+}
+
+acc_result acc_accelerator_remove_state_hook(acc_accelerator *acc, uint64_t id) {
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  acc__accel_ckpt *c = *p.ckpt;
+  uint64_t issued = c ? c->next_hook_id : 0;
+  if (id == 0 || id > issued)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "remove_state_hook: no hook was registered with id %llu (ids issued "
+                      "so far: 1..%llu)", (unsigned long long)id, (unsigned long long)issued);
+  if (c->in_hook) return acc__error(ACC_ERR_INVALID_USAGE, "remove_state_hook: called from inside a save/load pre-hook");
+  for (int i = 0; i < c->nhooks; i++) {
+    if (c->hooks[i].id != id) continue;
+    memmove(&c->hooks[i], &c->hooks[i + 1], (size_t)(c->nhooks - i - 1) * sizeof *c->hooks);
+    c->nhooks--;
+    break;
+  }
+  return ACC_OK; /* already removed: nothing to do, as with a removable handle */
+}
+
+/* Runs this process's save (load 0) or load (load 1) pre-hooks in order; the first failure
+ * stops the others and names the hook. Local: the caller combines the result with the other
+ * processes' through agree(). */
+static acc_result run_hooks(acc_accelerator *acc, acc__accel_ckpt *c, int load, const char *dir) {
+  if (!c) return ACC_OK;
+  acc_result rc = ACC_OK;
+  c->in_hook = 1;
+  for (int i = 0; i < c->nhooks && rc == ACC_OK; i++) {
+    const state_hook *h = &c->hooks[i];
+    if (h->load != load) continue;
+    acc_clear_error();
+    rc = h->fn(acc, dir, h->payload);
+    if (rc != ACC_OK)
+      rc = acc__callback_result(rc, "%s: pre-hook %s (id %llu)", load ? "load_state" : "save_state", h->name,
+                                (unsigned long long)h->id);
+  }
+  c->in_hook = 0;
+  return rc;
 }
 
 /* ---- collective helpers ------------------------------------------------------------------------ */
@@ -461,9 +554,17 @@ acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_d
       }
     }
   }
-  rc = agree(p.st, rc, "save_state (creating the checkpoint directory)");
-  if (rc == ACC_OK) rc = bcast_path(p.st, tmp);
-  if (rc == ACC_OK) rc = bcast_path(p.st, target);
+  /* The paths go out first (empty when the main process could not create the directory); the
+   * pre-hooks run on every process before anything is written, and their results travel with
+   * the directory creation's in one agreement: a failing hook leaves nothing behind. */
+  acc_result bc = bcast_path(p.st, tmp);
+  if (bc == ACC_OK) bc = bcast_path(p.st, target);
+  if (bc != ACC_OK) {
+    acc_checkpoint_abort(c);
+    return rc != ACC_OK ? rc : bc;
+  }
+  if (rc == ACC_OK && tmp[0]) rc = run_hooks(acc, *p.ckpt, 0, tmp);
+  rc = agree(p.st, rc, "save_state (creating the checkpoint directory and running the pre-hooks)");
   if (rc != ACC_OK) {
     acc_checkpoint_abort(c);
     return rc;
@@ -867,8 +968,14 @@ acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_di
     if (rc == ACC_OK) strcpy(dir, d);
     acc_free(d);
   }
-  rc = agree(p.st, rc, "load_state (finding the checkpoint)");
-  if (rc == ACC_OK) rc = bcast_path(p.st, dir);
+  if (rc != ACC_OK) dir[0] = 0; /* an empty path tells the others not to run the hooks */
+  /* The path goes out first; the pre-hooks run on every process before anything is read, and
+   * their results travel with the checkpoint lookup's in one agreement: a failing hook leaves
+   * every process's state untouched. */
+  acc_result bc = bcast_path(p.st, dir);
+  if (bc != ACC_OK) return rc != ACC_OK ? rc : bc;
+  if (rc == ACC_OK && dir[0]) rc = run_hooks(acc, *p.ckpt, 1, dir);
+  rc = agree(p.st, rc, "load_state (finding the checkpoint and running the pre-hooks)");
   if (rc != ACC_OK) return rc;
   rc = agree(p.st, load_all(&p, dir), "load_state");
   if (rc == ACC_OK) rc = check_positions(&p, dir);

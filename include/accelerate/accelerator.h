@@ -314,6 +314,36 @@ ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing_limit(acc_accel
                                                                        uint64_t max_bytes);
 
 /**
+ * A save_state / load_state pre-hook (Accelerate's register_save_state_pre_hook /
+ * register_load_state_pre_hook). dir: for save_state, the directory being written (files the
+ * hook writes there become part of the checkpoint when the save completes; it is renamed to the
+ * final directory afterwards); for load_state, the checkpoint directory about to be loaded.
+ * Return ACC_OK, or an error (say why with acc_error_set): the save or load is aborted on
+ * every process with an error naming the hook. A hook must not register or remove hooks.
+ */
+typedef acc_result (*acc_state_hook_fn)(acc_accelerator *acc, const char *dir, void *payload);
+
+/**
+ * Registers a hook run at the start of every acc_accelerator_save_state, on every process, after
+ * the checkpoint directory is chosen and before any file is written; hooks run in registration
+ * order. name (copied, at most 63 bytes kept; NULL: "#<id>") names the hook in error messages.
+ * @param id NULL, or receives the hook's id for acc_accelerator_remove_state_hook (ids start at
+ *           1 and are never reused by one accelerator).
+ * Not collective, but register the same hooks on every process.
+ */
+ACC_EXTERN acc_result acc_accelerator_register_save_state_pre_hook(acc_accelerator *acc, acc_state_hook_fn fn,
+                                                                   void *payload, const char *name, uint64_t *id);
+/** The same for acc_accelerator_load_state: run after the checkpoint is found, before it is read. */
+ACC_EXTERN acc_result acc_accelerator_register_load_state_pre_hook(acc_accelerator *acc, acc_state_hook_fn fn,
+                                                                   void *payload, const char *name, uint64_t *id);
+/**
+ * Removes a save or load pre-hook by the id its registration returned (Accelerate's
+ * RemovableHandle.remove()). Removing a hook already removed does nothing and returns ACC_OK;
+ * an id this accelerator never issued is ACC_ERR_INVALID_ARGUMENT.
+ */
+ACC_EXTERN acc_result acc_accelerator_remove_state_hook(acc_accelerator *acc, uint64_t id);
+
+/**
  * Saves the whole training state into a crash-safe checkpoint directory: the model
  * (model.safetensors), every prepared optimizer (optimizer[_i].safetensors + optimizer[_i].json),
  * scheduler (scheduler[_i].json), the GradScaler (scaler.json), every process's global RNG,

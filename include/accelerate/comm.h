@@ -77,6 +77,28 @@ ACC_EXTERN acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, s
 #define acc_all_gather_bytes(...) acc_all_gather_bytes_at(__VA_ARGS__, __FILE__, __LINE__)
 #endif
 
+/**
+ * Accelerate's gather_object for serialized objects: every process passes its blob (len bytes,
+ * may be 0 and may differ between processes) and receives every process's blob.
+ * @param out  receives the blobs concatenated in process order (blob r starts at the sum of
+ *             lens[0..r-1]). Ownership: acc_free.
+ * @param lens receives num_processes sizes. Ownership: acc_free.
+ * Collective: yes (built on acc_all_gather_bytes). One process: a copy of its own blob.
+ */
+ACC_EXTERN acc_result acc_gather_object(acc_state *st, const void *send, size_t len, void **out, size_t **lens);
+
+/**
+ * Accelerate's broadcast_object_list for a serialized object: root's blob (*buf, *len; *buf may
+ * be NULL when *len is 0) reaches every process. The size travels first, so the other
+ * processes need not know it. On root *buf and *len are left as they are (still the caller's);
+ * on every other process *buf is set to a new buffer holding the bytes (never NULL on success,
+ * even for 0 bytes) and *len to its size. Ownership: on non-root processes free *buf with
+ * acc_free. A root with a NULL buffer and a non-zero size, or a receiver that cannot allocate
+ * the size, is an error on every process (no hang); on error non-root *buf is NULL.
+ * Collective: yes (three collectives: size, allocation check, bytes).
+ */
+ACC_EXTERN acc_result acc_broadcast_object(acc_state *st, void **buf, size_t *len, int root);
+
 #ifdef __cplusplus
 }
 #endif

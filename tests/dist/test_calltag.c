@@ -175,11 +175,19 @@ static void sc_agree(void) {
   if (g_rank == 0) {
     rc = acc_accelerator_save_state(acc, dir, NULL);
   } else {
+    /* save_state starts with two path broadcasts (temporary and final directory), then the
+     * status exchange: forge all three */
+    static char path[4096];
+    rc = ACC_OK;
+    for (int k = 0; k < 2 && rc == ACC_OK; k++) {
+      acc__comm_origin(ACC__ORIGIN_STATE_AGREE, 2);
+      rc = acc_broadcast(acc_accelerator_state(acc), path, sizeof path, ACC_U8, 0);
+    }
     float f = 1.23f;
     int32_t bits;
     memcpy(&bits, &f, sizeof bits);
     acc__comm_origin(ACC__ORIGIN_STATE_AGREE, 0);
-    rc = acc_all_reduce(acc_accelerator_state(acc), &bits, &bits, 1, ACC_I32, ACC_MAX);
+    if (rc == ACC_OK) rc = acc_all_reduce(acc_accelerator_state(acc), &bits, &bits, 1, ACC_I32, ACC_MAX);
   }
   report(rc);
   acc_accelerator_destroy(acc);
