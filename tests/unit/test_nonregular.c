@@ -170,6 +170,7 @@ int main(int argc, char **argv) {
   CHECK(acc__is_file(index) && acc__is_file(shard), "sharded save: no %s or %s", index, shard);
   REQUIRE_OK(acc_barrier(st));
   REQUIRE_OK(acc_load_checkpoint_in_model(model, shards, NULL, NULL));
+  REQUIRE_OK(acc_barrier(st)); /* every process read the intact files before process 0 swaps one */
   static const char *const sharded[] = {"model.safetensors.index.json", "model-00001-of-00002.safetensors"};
   for (int i = 0; i < 2; i++) {
     swap_in(shards, sharded[i], 0);
