@@ -404,11 +404,11 @@ static acc_result save_process(acc__accel_parts *p, const char *dir) {
     if (rc != ACC_OK) break;
     char seed[32];
     snprintf(seed, sizeof seed, "%" PRIu64, ds.seed);
-    /* round_batches: base batches one batch of every process consumes (num_processes, 1 with
-     * split_batches); a resume on another number of processes maps the position with it. */
+    /* round_units: samples one batch of every process consumes (batches of a given list); a
+     * resume on another number of processes maps the position with it. */
     if (json_array_append_new(loaders, json_pack("{s:s, s:I, s:I, s:I}", "seed", seed, "epoch", (json_int_t)ds.epoch,
-                                                 "batches", (json_int_t)ds.batches, "round_batches",
-                                                 (json_int_t)acc__dataloader_round_batches(p->loaders[i]))) != 0)
+                                                 "batches", (json_int_t)ds.batches, "round_units",
+                                                 (json_int_t)acc__dataloader_round_units(p->loaders[i]))) != 0)
       rc = ACC_ERR_NOMEM;
   }
   json_t *j = json_pack("{s:i, s:I, s:s, s:o}", "process_index", rank, "step", (json_int_t)*p->step, "rng", hex,
@@ -772,19 +772,26 @@ static acc_result load_process(acc__accel_parts *p, const char *dir, remap_note 
                       (long long)ds[i].batches, (long long)MAX_COUNTER);
     if (rc != ACC_OK || !remap) continue;
     /* Another number of processes: keep the global position in the epoch. The processes
-     * together consumed batches x round_batches base batches (batch_size samples each) of the
-     * epoch's order, which does not depend on the number of processes; the new layout consumes
-     * round_now per batch, so it continues at the last full round at or before that position
-     * (rounding down: nothing is skipped, the rest is seen again). */
-    json_t *rbj = json_object_get(l, "round_batches");
-    int64_t now_rb = acc__dataloader_round_batches(p->loaders[i]);
-    int64_t saved_rb = now_rb == 1 ? 1 : saved_np; /* checkpoints written before the key existed */
-    if (rbj && (!json_is_integer(rbj) || json_integer_value(rbj) < 1 || json_integer_value(rbj) > 1 << 20))
-      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"round_batches\" must be an integer 1..%d", path, i,
-                      1 << 20);
+     * together consumed batches x round_units samples of the epoch's order (the order does not
+     * depend on the number of processes); the new layout consumes round_units_now per batch, so
+     * it continues at the last full round at or before that position (rounding down: nothing is
+     * skipped, the rest of the position is seen a second time). */
+    json_t *ru = json_object_get(l, "round_units");
+    const int64_t now_ru = acc__dataloader_round_units(p->loaders[i]);
+    if (!ru)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d has no \"round_units\" (a checkpoint written before "
+                      "resuming on another number of processes was supported): resume it with --num_processes %lld",
+                      path, i, (long long)saved_np);
+    else if (!json_is_integer(ru) || json_integer_value(ru) < 1 || json_integer_value(ru) > MAX_COUNTER)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"round_units\" must be an integer 1..%lld", path, i,
+                      (long long)MAX_COUNTER);
     if (rc != ACC_OK) continue;
-    if (rbj) saved_rb = (int64_t)json_integer_value(rbj);
-    int64_t global = ds[i].batches * saved_rb, nb = global / now_rb, again = global - nb * now_rb;
+    const int64_t saved_ru = (int64_t)json_integer_value(ru);
+    if (ds[i].batches > MAX_COUNTER / saved_ru)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: batches %lld x round_units %lld is out of range",
+                      path, i, (long long)ds[i].batches, (long long)saved_ru);
+    if (rc != ACC_OK) continue;
+    int64_t global = ds[i].batches * saved_ru, nb = global / now_ru, again = global - nb * now_ru;
     int64_t len = acc__dataloader_full_len(p->loaders[i]);
     if (len >= 0 && nb > len) { /* saved at the very end of the epoch (a padded last round) */
       nb = len;
@@ -792,11 +799,11 @@ static acc_result load_process(acc__accel_parts *p, const char *dir, remap_note 
     }
     if (rank == 0) {
       note_add(note, "%sdata loader %d (epoch %lld) continues at batch %lld per process instead of %lld (global "
-               "base batch %lld%s", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb,
-               (long long)ds[i].batches, (long long)(nb * now_rb), nb * now_rb == global ? ", unchanged)" : "");
-      if (nb * now_rb != global)
-        note_add(note, " instead of %lld: not a multiple of %lld, so the %lld base batch(es) after it are seen "
-                 "a second time this epoch)", (long long)global, (long long)now_rb, (long long)again);
+               "position %lld%s", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb,
+               (long long)ds[i].batches, (long long)(nb * now_ru), nb * now_ru == global ? ", unchanged)" : "");
+      if (nb * now_ru != global)
+        note_add(note, " instead of %lld: not a multiple of %lld, so %lld sample(s)/list batch(es) of the epoch "
+                 "are seen a second time)", (long long)global, (long long)now_ru, (long long)again);
     }
     ds[i].batches = nb;
   }
@@ -811,13 +818,18 @@ static acc_result load_process(acc__accel_parts *p, const char *dir, remap_note 
     }
   }
   if (rc == ACC_OK && remap && rank == 0) {
-    if (now < saved_np)
-      note_add(note, "%sRNG states of process%s %d..%lld dropped (processes 0..%d keep their own)", p->nloaders ? "; " : "",
-               saved_np - now > 1 ? "es" : "", now, (long long)saved_np - 1, now - 1);
+    const char *sep = p->nloaders ? "; " : "";
+    char range[64];
+    const int64_t lo = now < saved_np ? now : saved_np, hi = (now < saved_np ? saved_np : now) - 1;
+    if (lo == hi)
+      snprintf(range, sizeof range, "process %lld", (long long)lo);
     else
-      note_add(note, "%sprocess%s %lld..%d got RNG states derived from process 0's (processes 0..%lld keep "
-               "their own)", p->nloaders ? "; " : "", now - saved_np > 1 ? "es" : "", (long long)saved_np, now - 1,
-               (long long)saved_np - 1);
+      snprintf(range, sizeof range, "processes %lld..%lld", (long long)lo, (long long)hi);
+    if (now < saved_np)
+      note_add(note, "%sthe RNG state of %s dropped (processes 0..%d keep their own)", sep, range, now - 1);
+    else
+      note_add(note, "%s%s got RNG states derived from process 0's (processes 0..%lld keep their own)", sep,
+               range, (long long)saved_np - 1);
   }
   /* Everything parsed: now change the state. */
   if (rc == ACC_OK) rc = acc_rng_state_set(acc_rng_global(), rng, sizeof rng);

@@ -883,9 +883,9 @@ static int64_t full_len(const acc_dataloader *dl) {
   return dl->o.shard.even_batches || p < L % np ? L / np + 1 : L / np;
 }
 
-int64_t acc__dataloader_round_batches(const acc_dataloader *dl) {
+int64_t acc__dataloader_round_units(const acc_dataloader *dl) {
   if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return 1;
-  return dl->split ? 1 : dl->np;
+  return (dl->split ? 1 : dl->np) * (dl->batched ? 1 : dl->o.batch_size);
 }
 
 int64_t acc__dataloader_full_len(const acc_dataloader *dl) {
