@@ -18,6 +18,8 @@
 #include "ckpt_dir.h"
 #include "json_util.h"
 #include "collcheck.h"
+#include "data_internal.h"
+#include "obs/obs_internal.h"
 
 #define STATE_FORMAT "accelerate-c-state"
 #define STATE_VERSION 1
@@ -51,6 +53,7 @@ struct acc__accel_ckpt {
   int total_limit; /* > 0: keep this many checkpoints; pruned after a commit, not before */
   custom_obj *custom;
   int ncustom, cap;
+  int strict_processes; /* refuse a checkpoint saved by another number of processes */
 };
 
 void acc__accel_ckpt_free(acc__accel_ckpt *c) {
@@ -107,6 +110,15 @@ acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_pr
 acc_project_config *acc_accelerator_project_config(const acc_accelerator *acc) {
   acc__accel_ckpt *c = acc__accelerator_ckpt(acc);
   return c ? c->project : NULL;
+}
+
+acc_result acc_accelerator_set_strict_process_count(acc_accelerator *acc, int strict) {
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  acc__accel_ckpt *c;
+  ACC_CHECK(get_ckpt(&p, &c));
+  c->strict_processes = strict != 0;
+  return ACC_OK;
 }
 
 acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj, acc_checkpoint_save_fn save,
@@ -485,8 +497,11 @@ static acc_result save_process(acc__accel_parts *p, const char *dir) {
     if (rc != ACC_OK) break;
     char seed[32];
     snprintf(seed, sizeof seed, "%" PRIu64, ds.seed);
-    if (json_array_append_new(loaders, json_pack("{s:s, s:I, s:I}", "seed", seed, "epoch", (json_int_t)ds.epoch,
-                                                 "batches", (json_int_t)ds.batches)) != 0)
+    /* round_units: samples one batch of every process consumes (batches of a given list); a
+     * resume on another number of processes maps the position with it. */
+    if (json_array_append_new(loaders, json_pack("{s:s, s:I, s:I, s:I}", "seed", seed, "epoch", (json_int_t)ds.epoch,
+                                                 "batches", (json_int_t)ds.batches, "round_units",
+                                                 (json_int_t)acc__dataloader_round_units(p->loaders[i]))) != 0)
       rc = ACC_ERR_NOMEM;
   }
   json_t *j = json_pack("{s:i, s:I, s:s, s:o}", "process_index", rank, "step", (json_int_t)*p->step, "rng", hex,
@@ -608,7 +623,23 @@ static acc_result expect_count(const json_t *meta, const char *path, const char 
   return ACC_OK;
 }
 
-static acc_result check_meta(acc__accel_parts *p, const char *dir) {
+/* What a resume on another number of processes changed, for the one line process 0 logs. */
+typedef struct remap_note {
+  int64_t saved_np; /* processes that saved the checkpoint */
+  char text[1536];
+} remap_note;
+
+static void note_add(remap_note *n, const char *fmt, ...) ACC_PRINTF(2, 3);
+static void note_add(remap_note *n, const char *fmt, ...) {
+  size_t len = strlen(n->text);
+  if (len + 1 >= sizeof n->text) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(n->text + len, sizeof n->text - len, fmt, ap);
+  va_end(ap);
+}
+
+static acc_result check_meta(acc__accel_parts *p, const char *dir, remap_note *note) {
   char *path = acc__path_join(dir, "checkpoint.json");
   if (!path) return ACC_ERR_NOMEM;
   json_t *m = NULL;
@@ -625,12 +656,16 @@ static acc_result check_meta(acc__accel_parts *p, const char *dir) {
                       (long long)version, STATE_VERSION);
     if (rc == ACC_OK) rc = get_int(m, path, "num_processes", &nprocs);
     int now = acc_state_num_processes(p->st);
-    if (rc == ACC_OK && nprocs != now)
-      rc = acc__error(ACC_ERR_MISMATCH,
-                      "checkpoint '%s' was saved by %lld processes but %d %s running now: every process's "
-                      "random state and data position is saved, so resume with --num_processes %lld",
-                      dir, (long long)nprocs, now, now == 1 ? "is" : "are", (long long)nprocs);
     acc__accel_ckpt *c = *p->ckpt;
+    if (rc == ACC_OK && (nprocs < 1 || nprocs > 1 << 20))
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': \"num_processes\" is %lld (expected 1..%d)", path, (long long)nprocs,
+                      1 << 20);
+    if (rc == ACC_OK && nprocs != now && c && c->strict_processes)
+      rc = acc__error(ACC_ERR_MISMATCH,
+                      "checkpoint '%s' was saved by %lld processes but %d %s running now, and a strict process "
+                      "count is set (acc_accelerator_set_strict_process_count): resume with --num_processes %lld",
+                      dir, (long long)nprocs, now, now == 1 ? "is" : "are", (long long)nprocs);
+    if (rc == ACC_OK) note->saved_np = nprocs;
     if (rc == ACC_OK) rc = expect_count(m, path, "models", p->model ? 1 : 0, "model(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "optimizers", p->nopts, "optimizer(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "schedulers", p->nscheds, "scheduler(s)");
@@ -781,10 +816,15 @@ static acc_result load_custom(const custom_obj *c, const char *dir, int i) {
   return rc;
 }
 
-static acc_result load_process(acc__accel_parts *p, const char *dir) {
-  int rank = acc_state_process_index(p->st);
+/* Process `rank` of the M running now restores from random_states_<src>.json: its own when the
+ * checkpoint has it (rank < N, the processes that saved), else process 0's (rank >= N). */
+static acc_result load_process(acc__accel_parts *p, const char *dir, remap_note *note) {
+  const int rank = acc_state_process_index(p->st), now = acc_state_num_processes(p->st);
+  const int64_t saved_np = note->saved_np;
+  const int remap = saved_np != now;
+  const int src = rank < saved_np ? rank : 0;
   char name[64];
-  snprintf(name, sizeof name, "random_states_%d.json", rank);
+  snprintf(name, sizeof name, "random_states_%d.json", src);
   char *path = acc__path_join(dir, name);
   if (!path) return ACC_ERR_NOMEM;
   json_t *j = NULL;
@@ -792,8 +832,8 @@ static acc_result load_process(acc__accel_parts *p, const char *dir) {
   int64_t step = 0, idx = -1;
   uint8_t rng[ACC_RNG_STATE_SIZE];
   if (rc == ACC_OK) rc = get_int(j, path, "process_index", &idx);
-  if (rc == ACC_OK && idx != rank)
-    rc = acc__error(ACC_ERR_FORMAT, "'%s' holds the state of process %lld, not %d", path, (long long)idx, rank);
+  if (rc == ACC_OK && idx != src)
+    rc = acc__error(ACC_ERR_FORMAT, "'%s' holds the state of process %lld, not %d", path, (long long)idx, src);
   if (rc == ACC_OK) rc = get_int(j, path, "step", &step);
   if (rc == ACC_OK && (step < 0 || step > MAX_COUNTER))
     rc = acc__error(ACC_ERR_FORMAT, "'%s': \"step\" is %lld (expected 0..%lld)", path, (long long)step,
@@ -831,6 +871,66 @@ static acc_result load_process(acc__accel_parts *p, const char *dir) {
     if (rc == ACC_OK && (ds[i].batches < 0 || ds[i].batches > MAX_COUNTER))
       rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"batches\" is %lld (expected 0..%lld)", path, i,
                       (long long)ds[i].batches, (long long)MAX_COUNTER);
+    if (rc != ACC_OK || !remap) continue;
+    /* Another number of processes: keep the global position in the epoch. The processes
+     * together consumed batches x round_units samples of the epoch's order (the order does not
+     * depend on the number of processes); the new layout consumes round_units_now per batch, so
+     * it continues at the last full round at or before that position (rounding down: nothing is
+     * skipped, the rest of the position is seen a second time). */
+    json_t *ru = json_object_get(l, "round_units");
+    const int64_t now_ru = acc__dataloader_round_units(p->loaders[i]);
+    if (!ru)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d has no \"round_units\" (a checkpoint written before "
+                      "resuming on another number of processes was supported): resume it with --num_processes %lld",
+                      path, i, (long long)saved_np);
+    else if (!json_is_integer(ru) || json_integer_value(ru) < 1 || json_integer_value(ru) > MAX_COUNTER)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: \"round_units\" must be an integer 1..%lld", path, i,
+                      (long long)MAX_COUNTER);
+    if (rc != ACC_OK) continue;
+    const int64_t saved_ru = (int64_t)json_integer_value(ru);
+    if (ds[i].batches > MAX_COUNTER / saved_ru)
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': data loader %d: batches %lld x round_units %lld is out of range",
+                      path, i, (long long)ds[i].batches, (long long)saved_ru);
+    if (rc != ACC_OK) continue;
+    int64_t global = ds[i].batches * saved_ru, nb = global / now_ru, again = global - nb * now_ru;
+    int64_t len = acc__dataloader_full_len(p->loaders[i]);
+    if (len >= 0 && nb > len) { /* saved at the very end of the epoch (a padded last round) */
+      nb = len;
+      again = 0;
+    }
+    if (rank == 0) {
+      note_add(note, "%sdata loader %d (epoch %lld) continues at batch %lld per process instead of %lld (global "
+               "position %lld%s", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb,
+               (long long)ds[i].batches, (long long)(nb * now_ru), nb * now_ru == global ? ", unchanged)" : "");
+      if (nb * now_ru != global)
+        note_add(note, " instead of %lld: not a multiple of %lld, so %lld sample(s)/list batch(es) of the epoch "
+                 "are seen a second time)", (long long)global, (long long)now_ru, (long long)again);
+    }
+    ds[i].batches = nb;
+  }
+  if (rc == ACC_OK && remap && rank >= saved_np) {
+    /* No saved generator for this process: one derived from process 0's state and the rank. */
+    acc_rng base;
+    rc = acc_rng_state_set(&base, rng, sizeof rng);
+    if (rc == ACC_OK) {
+      acc_rng derived;
+      acc_rng_seed(&derived, acc_rng_u64(&base) ^ (0x9E3779B97F4A7C15ull * (uint64_t)(rank + 1)));
+      acc_rng_state_get(&derived, rng);
+    }
+  }
+  if (rc == ACC_OK && remap && rank == 0) {
+    const char *sep = p->nloaders ? "; " : "";
+    char range[64];
+    const int64_t lo = now < saved_np ? now : saved_np, hi = (now < saved_np ? saved_np : now) - 1;
+    if (lo == hi)
+      snprintf(range, sizeof range, "process %lld", (long long)lo);
+    else
+      snprintf(range, sizeof range, "processes %lld..%lld", (long long)lo, (long long)hi);
+    if (now < saved_np)
+      note_add(note, "%sthe RNG state of %s dropped (processes 0..%d keep their own)", sep, range, now - 1);
+    else
+      note_add(note, "%s%s got RNG states derived from process 0's (processes 0..%lld keep their own)", sep,
+               range, (long long)saved_np - 1);
   }
   /* Everything parsed: now change the state. */
   if (rc == ACC_OK) rc = acc_rng_state_set(acc_rng_global(), rng, sizeof rng);
@@ -891,8 +991,8 @@ static acc_result check_positions(acc__accel_parts *p, const char *dir) {
   return rc;
 }
 
-static acc_result load_all(acc__accel_parts *p, const char *dir) {
-  ACC_CHECK(check_meta(p, dir));
+static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *note) {
+  ACC_CHECK(check_meta(p, dir, note));
   if (p->model) {
     char *path = acc__path_join(dir, "model.safetensors");
     if (!path) return ACC_ERR_NOMEM;
@@ -949,7 +1049,7 @@ static acc_result load_all(acc__accel_parts *p, const char *dir) {
   }
   acc__accel_ckpt *c = *p->ckpt;
   for (int i = 0; c && i < c->ncustom; i++) ACC_CHECK(load_custom(&c->custom[i], dir, i));
-  return load_process(p, dir);
+  return load_process(p, dir, note);
 }
 
 acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir) {
@@ -977,9 +1077,15 @@ acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_di
   if (rc == ACC_OK && dir[0]) rc = run_hooks(acc, *p.ckpt, 1, dir);
   rc = agree(p.st, rc, "load_state (finding the checkpoint and running the pre-hooks)");
   if (rc != ACC_OK) return rc;
-  rc = agree(p.st, load_all(&p, dir), "load_state");
+  remap_note note;
+  memset(&note, 0, sizeof note);
+  rc = agree(p.st, load_all(&p, dir, &note), "load_state");
   if (rc == ACC_OK) rc = check_positions(&p, dir);
   if (rc != ACC_OK) return rc;
+  if (note.saved_np != acc_state_num_processes(p.st))
+    acc__log(ACC_LOG_WARNING, "load_state: resumed a %lld-process checkpoint '%s' on %d process%s: %s; model, "
+             "optimizer, scheduler and scaler states loaded as saved", (long long)note.saved_np, dir,
+             acc_state_num_processes(p.st), acc_state_num_processes(p.st) == 1 ? "" : "es", note.text);
   /* The low-precision copy computes the next forward passes: it must hold the loaded weights. */
   ACC_CHECK(acc_accelerator_refresh_low_precision(acc));
   ACC_CHECK(acc_project_checkpoint_loaded(proj, dir)); /* the next save continues after it */

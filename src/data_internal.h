@@ -30,5 +30,12 @@ void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, a
 /* Real (non-padding) samples in the last batch of every process together, when every process
  * yields the same number of batches (what gather_for_metrics keeps on the last batch); else -1. */
 int64_t acc__batch_shard_last_round_real(const acc_batch_shard *sh);
+/* The position units one batch of every process together consumes from the epoch's order:
+ * batch_size x num_processes samples (batch_size with split_batches); a loader over a given list
+ * of batches counts the list's batches (num_processes, or 1 with split_batches). load_state maps
+ * a loader position saved by N processes onto M processes with it. */
+int64_t acc__dataloader_round_units(const acc_dataloader *dl);
+/* Batches per epoch of this process before any skipping; -1 when unknown (iterable, no length). */
+int64_t acc__dataloader_full_len(const acc_dataloader *dl);
 
 #endif

@@ -883,6 +883,15 @@ static int64_t full_len(const acc_dataloader *dl) {
   return dl->o.shard.even_batches || p < L % np ? L / np + 1 : L / np;
 }
 
+int64_t acc__dataloader_round_units(const acc_dataloader *dl) {
+  if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return 1;
+  return (dl->split ? 1 : dl->np) * (dl->batched ? 1 : dl->o.batch_size);
+}
+
+int64_t acc__dataloader_full_len(const acc_dataloader *dl) {
+  return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? full_len(dl) : -1;
+}
+
 int64_t acc_dataloader_len(const acc_dataloader *dl) {
   if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return -1;
   int64_t len = full_len(dl);

@@ -364,9 +364,10 @@ ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const cha
 /**
  * Restores everything save_state saved, bit for bit, into the prepared objects (prepare them
  * first, in the same order), then refreshes the low-precision copy. input_dir NULL: the latest
- * complete checkpoint (automatic naming; ACC_ERR_NOT_FOUND when there is none). An incomplete
- * checkpoint, a different number of processes, or a different set of prepared objects is an
- * error naming saved vs current; a missing key or an out-of-range value is ACC_ERR_FORMAT naming
+ * complete checkpoint (automatic naming; ACC_ERR_NOT_FOUND when there is none). A checkpoint
+ * saved by another number of processes is resumed at the same global sample of the epoch
+ * (acc_accelerator_set_strict_process_count refuses it instead). An incomplete checkpoint or a
+ * different set of prepared objects is an error naming saved vs current; a missing key or an out-of-range value is ACC_ERR_FORMAT naming
  * the file and key; processes that restored different positions from their random_states_<p>.json
  * all get ACC_ERR_MISMATCH naming the file. Afterwards the next automatic checkpoint number is
  * the loaded one's plus one.
@@ -374,6 +375,15 @@ ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const cha
  * Collective: yes.
  */
 ACC_EXTERN acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir);
+
+/**
+ * strict != 0: load_state refuses (ACC_ERR_MISMATCH) a checkpoint saved by another number of
+ * processes, as Accelerate does. Default 0: it resumes it, keeping the global position in every
+ * data loader's epoch and remapping the per-process random states (docs/checkpointing.md,
+ * "Resuming on another number of processes"), and logs one warning line of what changed.
+ * Not collective; set it on every process alike.
+ */
+ACC_EXTERN acc_result acc_accelerator_set_strict_process_count(acc_accelerator *acc, int strict);
 
 #ifdef __cplusplus
 }
