@@ -102,7 +102,7 @@ static void add_dir(dir_list *l, const char *a, const char *b) {
   if (len > 0 && len < PATH_MAX) l->n++; /* a path too long for the system is skipped */
 }
 
-static acc_result find_and_open(const char *name, const char *hint, const acc__module_ops **out) {
+acc_result acc__module_find(const char *name, const char *hint, char *path, size_t cap) {
   char file[64];
   snprintf(file, sizeof file, "libaccelerate-%s.so", name);
   dir_list dirs = {.n = 0};
@@ -122,15 +122,21 @@ static acc_result find_and_open(const char *name, const char *hint, const acc__m
   char tried[2048] = "";
   size_t used = 0;
   for (int i = 0; i < dirs.n; i++) {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dirs.dir[i], file);
-    if (access(path, F_OK) == 0) return open_module(path, name, out);
+    int len = snprintf(path, cap, "%s/%s", dirs.dir[i], file);
+    if (len > 0 && (size_t)len < cap && access(path, F_OK) == 0) return ACC_OK;
     int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", path);
     if (n > 0 && (size_t)n < sizeof tried - used) used += (size_t)n;
   }
+  if (cap) path[0] = '\0';
   return acc__error(ACC_ERR_NOT_SUPPORTED,
                     "the %s module %s is not installed (looked for %s%s): %s",
                     name, file, tried, env && env[0] ? ", from ACCELERATE_MODULE_DIR" : "", hint);
+}
+
+static acc_result find_and_open(const char *name, const char *hint, const acc__module_ops **out) {
+  char path[PATH_MAX + 64];
+  ACC_CHECK(acc__module_find(name, hint, path, sizeof path));
+  return open_module(path, name, out);
 }
 
 acc_result acc__module_load(const char *name, const char *hint, const acc__module_ops **out) {

@@ -66,4 +66,9 @@ typedef const acc__module_ops *(*acc__module_entry_fn)(const acc__module_host *h
  * `hint` (what to install). Thread-safe. */
 acc_result acc__module_load(const char *name, const char *hint, const acc__module_ops **out);
 
+/* Where acc__module_load looks for libaccelerate-<name>.so, for modules with an entry protocol of
+ * their own (the CUDA device module, src/device/device.c): writes the path of the first file
+ * found, or fails like acc__module_load naming every path tried and `hint`. Thread-safe. */
+acc_result acc__module_find(const char *name, const char *hint, char *path, size_t cap);
+
 #endif

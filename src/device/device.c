@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../env.h"
+#include "../module.h"
 #include "device_impl.h"
 #include "kernels.h"
 
@@ -290,32 +291,21 @@ acc_result acc__device_module_load(const char *name, const acc__device_ops **out
   }
   const char *file = "libaccelerate-cuda.so";
   const char *sym = ACC__DEVICE_OPS_SYMBOL("cuda");
-  char cand[5][1024];
+  char cand[5][1024], not_found[1100] = "";
   int nc = 0;
   const char *env = acc__env_str("ACCELERATE_CUDA_MODULE");
   if (env && *env) {
     snprintf(cand[nc++], sizeof cand[0], "%s", env);
   } else {
-    Dl_info info;
-    if (dladdr((void *)&acc__device_module_load, &info) && info.dli_fname) {
-      const char *slash = strrchr(info.dli_fname, '/');
-      if (slash) {
-        int dl = (int)(slash - info.dli_fname);
-        snprintf(cand[nc++], sizeof cand[0], "%.*s/%s", dl, info.dli_fname, file);
-#ifdef ACC_INSTALL_LIBDIR_REL /* a program in <prefix>/bin of a relocated install */
-        snprintf(cand[nc++], sizeof cand[0], "%.*s/../%s/%s", dl, info.dli_fname,
-                 ACC_INSTALL_LIBDIR_REL, file);
-#endif
-      }
-    }
-#ifdef ACC_INSTALL_FULL_LIBDIR
-    snprintf(cand[nc++], sizeof cand[0], "%s/%s", ACC_INSTALL_FULL_LIBDIR, file);
-#endif
+    /* the same search as every other module (src/module.c), then the system's library path */
+    if (acc__module_find("cuda", "then the system library path", cand[nc], sizeof cand[0]) == ACC_OK)
+      nc++;
+    else
+      snprintf(not_found, sizeof not_found, "%.1000s; ", acc_last_error());
     snprintf(cand[nc++], sizeof cand[0], "%s", file);
   }
   char msg[4096];
-  size_t len = 0;
-  msg[0] = '\0';
+  size_t len = (size_t)snprintf(msg, sizeof msg, "%s", not_found);
   for (int i = 0; i < nc; i++) {
     char why[1024];
     const acc__device_ops *ops = try_load(cand[i], sym, why, sizeof why);
