@@ -1,0 +1,204 @@
+/* ZeRO stage 1 through the real launcher.
+ *
+ *   test_zero train STAGE   every process trains a small model (AdamW with two parameter
+ *                           groups, a warmup + linear scheduler, global-norm clipping, a frozen
+ *                           parameter, sizes that do not divide by the number of processes)
+ *                           with the accelerator at zero_stage STAGE, and compares every step's
+ *                           gradient norm and the final weights with a reference computed in
+ *                           this process without any communication: the plain optimizer on the
+ *                           gradient averaged over every process's data (what stage 0 computes).
+ *                           It also checks the optimizer state held per process (1/N at stage 1).
+ *   test_zero errors        zero_stage 2 and out-of-range stages are refused with a clear error,
+ *                           from the option and from ACCELERATE_ZERO_STAGE; an optimizer that is
+ *                           not prepared cannot step under ZeRO.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acc_test.h"
+#include "accelerate.h"
+#include "internal.h"
+
+enum { NW = 35, NB = 7, NC = 13, NF = 3, STEPS = 8 };
+
+typedef struct net {
+  float w[NW], b[NB], c[NC], f[NF];
+  float gw[NW], gb[NB], gc[NC];
+  acc_model *m;
+  acc_optimizer *opt;
+  acc_scheduler *sched;
+} net;
+
+static float target(int r, size_t k, int step) {
+  return 3.0f * (float)sin(0.37 * (double)k + 1.3 * r + 0.11 * step);
+}
+
+/* This process's gradient of 2 * sum (p - target)^2 over every trainable element. */
+static void local_grad(float *g, const float *p, size_t n, size_t base, int r, int step) {
+  for (size_t k = 0; k < n; k++) g[k] = 4.0f * (p[k] - target(r, base + k, step));
+}
+
+static void build(net *t) {
+  int64_t sw[2] = {5, 7}, sb[1] = {NB}, sc[1] = {NC}, sf[1] = {NF};
+  for (size_t k = 0; k < NW; k++) t->w[k] = 0.1f * (float)k - 1.0f;
+  for (size_t k = 0; k < NB; k++) t->b[k] = 0.5f - 0.05f * (float)k;
+  for (size_t k = 0; k < NC; k++) t->c[k] = (float)cos((double)k);
+  for (size_t k = 0; k < NF; k++) t->f[k] = 7.0f + (float)k;
+  REQUIRE_OK(acc_model_create(&t->m));
+  REQUIRE_OK(acc_model_add_parameter(t->m, "w", t->w, t->gw, 2, sw));
+  REQUIRE_OK(acc_model_add_parameter(t->m, "frozen", t->f, NULL, 1, sf));
+  REQUIRE_OK(acc_model_add_parameter(t->m, "b", t->b, t->gb, 1, sb));
+  REQUIRE_OK(acc_model_add_parameter(t->m, "c", t->c, t->gc, 1, sc));
+  const char *g0[] = {"w", "c"}, *g1[] = {"b"};
+  acc_param_group groups[2] = {{g0, 2, -1.0, 0.01}, {g1, 1, 0.2, 0.0}};
+  acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
+  ao.lr = 0.05;
+  REQUIRE_OK(acc_optimizer_create_adamw_groups(&t->opt, t->m, groups, 2, &ao));
+  acc_scheduler_options so = ACC_SCHEDULER_OPTIONS_INIT;
+  so.kind = ACC_SCHEDULER_LINEAR_WITH_WARMUP;
+  so.num_warmup_steps = 2;
+  so.num_training_steps = 64;
+  REQUIRE_OK(acc_scheduler_create(&t->sched, t->opt, &so));
+}
+
+static void destroy(net *t) {
+  acc_scheduler_destroy(t->sched);
+  acc_optimizer_destroy(t->opt);
+  acc_model_destroy(t->m);
+}
+
+static void all_grads(net *t, int r, int step) {
+  local_grad(t->gw, t->w, NW, 0, r, step);
+  local_grad(t->gb, t->b, NB, NW, r, step);
+  local_grad(t->gc, t->c, NC, NW + NB, r, step);
+}
+
+/* Stage 0's arithmetic without communication: the sum over processes in process order, times
+ * 1/N, clipping, the step, and N scheduler steps per optimizer step (one per process's batch). */
+static void reference(net *ref, int n, float norms[STEPS]) {
+  build(ref);
+  net tmp;
+  for (int s = 0; s < STEPS; s++) {
+    float sw[NW] = {0}, sb[NB] = {0}, sc[NC] = {0};
+    for (int r = 0; r < n; r++) {
+      memcpy(tmp.w, ref->w, sizeof tmp.w), memcpy(tmp.b, ref->b, sizeof tmp.b), memcpy(tmp.c, ref->c, sizeof tmp.c);
+      all_grads(&tmp, r, s);
+      for (size_t k = 0; k < NW; k++) sw[k] = r ? sw[k] + tmp.gw[k] : tmp.gw[k];
+      for (size_t k = 0; k < NB; k++) sb[k] = r ? sb[k] + tmp.gb[k] : tmp.gb[k];
+      for (size_t k = 0; k < NC; k++) sc[k] = r ? sc[k] + tmp.gc[k] : tmp.gc[k];
+    }
+    const float inv = n > 1 ? 1.0f / (float)n : 1.0f;
+    for (size_t k = 0; k < NW; k++) ref->gw[k] = sw[k] * inv;
+    for (size_t k = 0; k < NB; k++) ref->gb[k] = sb[k] * inv;
+    for (size_t k = 0; k < NC; k++) ref->gc[k] = sc[k] * inv;
+    REQUIRE_OK(acc_clip_grad_norm(ref->m, 1.0f, 2.0, &norms[s]));
+    REQUIRE_OK(acc_optimizer_step(ref->opt));
+    for (int r = 0; r < n; r++) REQUIRE_OK(acc_scheduler_step(ref->sched));
+  }
+}
+
+static int close_to(float a, float b) { return fabsf(a - b) <= 2e-5f * (1.0f + fabsf(b)); }
+
+static void compare(const char *what, const float *got, const float *want, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    CHECK(close_to(got[k], want[k]), "%s[%zu] = %.9g, reference %.9g", what, k, (double)got[k],
+          (double)want[k]);
+}
+
+static int train(int stage) {
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.zero_stage = stage;
+  acc_accelerator *acc = NULL;
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  acc_state *st = acc_accelerator_state(acc);
+  int n = acc_state_num_processes(st), r = acc_state_process_index(st);
+  acc_test_rank = r;
+  CHECK(acc_accelerator_zero_stage(acc) == stage, "zero stage %d, expected %d", acc_accelerator_zero_stage(acc), stage);
+  net t;
+  build(&t);
+  REQUIRE_OK(acc_accelerator_prepare_model(acc, t.m));
+  REQUIRE_OK(acc_accelerator_prepare_optimizer(acc, t.opt));
+  REQUIRE_OK(acc_accelerator_prepare_scheduler(acc, t.sched));
+
+  /* Optimizer state per process: exp_avg and exp_avg_sq of the elements it updates. */
+  const size_t trainable = NW + NB + NC, shard = (trainable + (size_t)n - 1) / (size_t)n;
+  size_t held = acc__optimizer_state_floats(t.opt);
+  if (stage == 1) {
+    size_t lo = (size_t)r * shard, hi = lo + shard < trainable ? lo + shard : trainable;
+    size_t mine = hi > lo ? hi - lo : 0;
+    CHECK(held == 2 * mine, "stage 1: %zu state floats on process %d, expected 2 * %zu", held, r, mine);
+    int64_t total = (int64_t)held;
+    CHECK_OK(acc_accelerator_all_reduce(acc, &total, &total, 1, ACC_I64, ACC_SUM));
+    CHECK(total == 2 * (int64_t)trainable, "stage 1: %lld state floats in all, expected %zu", (long long)total,
+          2 * trainable);
+  } else {
+    CHECK(held == 2 * trainable, "stage 0: %zu state floats, expected %zu", held, 2 * trainable);
+  }
+  /* The state accessors refuse a sharded optimizer instead of reading past its buffers. */
+  if (stage == 1) CHECK_ERR(acc_optimizer_state_get(t.opt, 0, NULL, NULL, NULL, NULL, NULL), ACC_ERR_INVALID_USAGE, "sharded");
+
+  float norms[STEPS];
+  for (int s = 0; s < STEPS; s++) {
+    CHECK_OK(acc_accelerator_accumulate(acc));
+    all_grads(&t, r, s);
+    CHECK_OK(acc_accelerator_backward(acc));
+    CHECK_OK(acc_accelerator_clip_grad_norm(acc, 1.0f, 2.0, &norms[s]));
+    CHECK_OK(acc_accelerator_optimizer_step(acc, t.opt));
+    CHECK_OK(acc_accelerator_scheduler_step(acc, t.sched));
+    CHECK_OK(acc_accelerator_optimizer_zero_grad(acc, t.opt));
+  }
+  net ref;
+  float ref_norms[STEPS];
+  reference(&ref, n, ref_norms);
+  for (int s = 0; s < STEPS; s++)
+    CHECK(close_to(norms[s], ref_norms[s]), "step %d: gradient norm %.9g, reference %.9g", s, (double)norms[s],
+          (double)ref_norms[s]);
+  CHECK(ref_norms[0] > 1.5f, "the reference norm %g does not exercise clipping", (double)ref_norms[0]);
+  compare("w", t.w, ref.w, NW);
+  compare("b", t.b, ref.b, NB);
+  compare("c", t.c, ref.c, NC);
+  for (size_t k = 0; k < NF; k++) CHECK(t.f[k] == 7.0f + (float)k, "the frozen parameter changed");
+  CHECK(fabs(acc_optimizer_group_lr(t.opt, 1) - acc_optimizer_group_lr(ref.opt, 1)) < 1e-12, "group 1 lr %g vs %g",
+        acc_optimizer_group_lr(t.opt, 1), acc_optimizer_group_lr(ref.opt, 1));
+  destroy(&ref);
+  destroy(&t);
+  acc_accelerator_destroy(acc);
+  return acc_test_finish("zero train");
+}
+
+static int errors(void) {
+  acc_accelerator *acc = NULL;
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.zero_stage = 2;
+  CHECK_ERR(acc_accelerator_create(&acc, &o), ACC_ERR_NOT_SUPPORTED, "zero_stage 2 is not implemented yet");
+  o.zero_stage = 3;
+  CHECK_ERR(acc_accelerator_create(&acc, &o), ACC_ERR_INVALID_ARGUMENT, "zero_stage is 3");
+  o.zero_stage = ACC_UNSET;
+  setenv("ACCELERATE_ZERO_STAGE", "2", 1);
+  CHECK_ERR(acc_accelerator_create(&acc, &o), ACC_ERR_NOT_SUPPORTED, "zero_stage 2 is not implemented yet");
+  setenv("ACCELERATE_ZERO_STAGE", "7", 1);
+  CHECK_ERR(acc_accelerator_create(&acc, &o), ACC_ERR_INVALID_ARGUMENT, "ACCELERATE_ZERO_STAGE");
+  setenv("ACCELERATE_ZERO_STAGE", "1", 1);
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  CHECK(acc_accelerator_zero_stage(acc) == 1, "ACCELERATE_ZERO_STAGE=1 gave stage %d", acc_accelerator_zero_stage(acc));
+  net t;
+  build(&t);
+  REQUIRE_OK(acc_accelerator_prepare_model(acc, t.m));
+  CHECK_OK(acc_accelerator_accumulate(acc));
+  all_grads(&t, 0, 0);
+  CHECK_OK(acc_accelerator_backward(acc));
+  CHECK_ERR(acc_accelerator_optimizer_step(acc, t.opt), ACC_ERR_INVALID_USAGE, "must be prepared");
+  destroy(&t);
+  acc_accelerator_destroy(acc);
+  unsetenv("ACCELERATE_ZERO_STAGE");
+  return acc_test_finish("zero errors");
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "train") == 0) return train(atoi(argv[2]));
+  if (argc >= 2 && strcmp(argv[1], "errors") == 0) return errors();
+  fprintf(stderr, "usage: %s train STAGE | errors\n", argv[0]);
+  return 2;
+}
