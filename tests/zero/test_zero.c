@@ -8,6 +8,11 @@
  *                           this process without any communication: the plain optimizer on the
  *                           gradient averaged over every process's data (what stage 0 computes).
  *                           It also checks the optimizer state held per process (1/N at stage 1).
+ *   test_zero save|resume STAGE DIR
+ *                           the same training, saving the state half way (save) or starting from
+ *                           that state (resume, a new process group): the files hold full tensors,
+ *                           so a run saved at stage 1 resumes at stage 0 or 1 and ends like the
+ *                           reference.
  *   test_zero errors        zero_stage 2 and out-of-range stages are refused with a clear error,
  *                           from the option and from ACCELERATE_ZERO_STAGE; an optimizer that is
  *                           not prepared cannot step under ZeRO.
@@ -107,7 +112,9 @@ static void compare(const char *what, const float *got, const float *want, size_
           (double)want[k]);
 }
 
-static int train(int stage) {
+/* mode: NULL (train STEPS steps), "save" (save_state to dir after STEPS / 2 steps, then go on)
+ * or "resume" (load_state from dir, then the last STEPS / 2 steps). */
+static int train(int stage, const char *mode, const char *dir) {
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
   o.zero_stage = stage;
   acc_accelerator *acc = NULL;
@@ -140,7 +147,22 @@ static int train(int stage) {
   if (stage == 1) CHECK_ERR(acc_optimizer_state_get(t.opt, 0, NULL, NULL, NULL, NULL, NULL), ACC_ERR_INVALID_USAGE, "sharded");
 
   float norms[STEPS];
-  for (int s = 0; s < STEPS; s++) {
+  int first = 0;
+  if (mode && strcmp(mode, "resume") == 0) {
+    REQUIRE_OK(acc_accelerator_load_state(acc, dir, NULL));
+    first = STEPS / 2;
+    CHECK(acc_optimizer_step_count(t.opt) == first, "resumed at optimizer step %lld, expected %d",
+          (long long)acc_optimizer_step_count(t.opt), first);
+    CHECK(acc__optimizer_state_floats(t.opt) == held, "load_state changed the state held: %zu floats, %zu before",
+          acc__optimizer_state_floats(t.opt), held);
+  }
+  for (int s = 0; s < first; s++) norms[s] = 0.0f;
+  for (int s = first; s < STEPS; s++) {
+    if (mode && strcmp(mode, "save") == 0 && s == STEPS / 2) {
+      REQUIRE_OK(acc_accelerator_save_state(acc, dir, NULL));
+      CHECK(acc__optimizer_state_floats(t.opt) == held, "save_state left %zu state floats, %zu before",
+            acc__optimizer_state_floats(t.opt), held);
+    }
     CHECK_OK(acc_accelerator_accumulate(acc));
     all_grads(&t, r, s);
     CHECK_OK(acc_accelerator_backward(acc));
@@ -152,7 +174,7 @@ static int train(int stage) {
   net ref;
   float ref_norms[STEPS];
   reference(&ref, n, ref_norms);
-  for (int s = 0; s < STEPS; s++)
+  for (int s = first; s < STEPS; s++)
     CHECK(close_to(norms[s], ref_norms[s]), "step %d: gradient norm %.9g, reference %.9g", s, (double)norms[s],
           (double)ref_norms[s]);
   CHECK(ref_norms[0] > 1.5f, "the reference norm %g does not exercise clipping", (double)ref_norms[0]);
@@ -197,7 +219,9 @@ static int errors(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 3 && strcmp(argv[1], "train") == 0) return train(atoi(argv[2]));
+  if (argc >= 3 && strcmp(argv[1], "train") == 0) return train(atoi(argv[2]), NULL, NULL);
+  if (argc >= 4 && (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "resume") == 0))
+    return train(atoi(argv[2]), argv[1], argv[3]);
   if (argc >= 2 && strcmp(argv[1], "errors") == 0) return errors();
   fprintf(stderr, "usage: %s train STAGE | errors\n", argv[0]);
   return 2;
