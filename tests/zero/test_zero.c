@@ -8,6 +8,8 @@
  *                           this process without any communication: the plain optimizer on the
  *                           gradient averaged over every process's data (what stage 0 computes).
  *                           It also checks the optimizer state held per process (1/N at stage 1).
+ *   test_zero train_env STAGE  the same, with the stage left to ACCELERATE_ZERO_STAGE (exported
+ *                           by `accelerate launch --zero_stage` or the config file's zero_stage)
  *   test_zero save|resume STAGE DIR
  *                           the same training, saving the state half way (save) or starting from
  *                           that state (resume, a new process group): the files hold full tensors,
@@ -117,6 +119,7 @@ static void compare(const char *what, const float *got, const float *want, size_
 static int train(int stage, const char *mode, const char *dir) {
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
   o.zero_stage = stage;
+  if (mode && strcmp(mode, "env") == 0) o.zero_stage = ACC_UNSET, mode = NULL; /* the launcher's */
   acc_accelerator *acc = NULL;
   REQUIRE_OK(acc_accelerator_create(&acc, &o));
   acc_state *st = acc_accelerator_state(acc);
@@ -220,6 +223,7 @@ static int errors(void) {
 
 int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "train") == 0) return train(atoi(argv[2]), NULL, NULL);
+  if (argc >= 3 && strcmp(argv[1], "train_env") == 0) return train(atoi(argv[2]), "env", NULL);
   if (argc >= 4 && (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "resume") == 0))
     return train(atoi(argv[2]), argv[1], argv[3]);
   if (argc >= 2 && strcmp(argv[1], "errors") == 0) return errors();
