@@ -302,17 +302,16 @@ static acc_result zero_reduce_grads(acc_accelerator *acc) {
   float *f = acc->zflat;
   size_t lo, hi;
   zero_range(acc, &lo, &hi);
+  if (n == 1) return ACC_OK; /* one process owns everything: the gradients are the shard */
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(acc->model, i);
     if (acc->zoff[i] != SIZE_MAX) memcpy(f + acc->zoff[i], p->grad, p->numel * sizeof(float));
   }
   memset(f + acc->ztotal, 0, (acc->zshard * n - acc->ztotal) * sizeof(float));
-  if (n > 1) {
-    acc__comm_origin(ACC__ORIGIN_ZERO, 0);
-    ACC_CHECK(acc_reduce_scatter(acc->st, f, f + lo, acc->zshard, ACC_F32, ACC_SUM));
-    const float inv = 1.0f / (float)n;
-    for (size_t k = lo; k < hi; k++) f[k] *= inv;
-  }
+  acc__comm_origin(ACC__ORIGIN_ZERO, 0);
+  ACC_CHECK(acc_reduce_scatter(acc->st, f, f + lo, acc->zshard, ACC_F32, ACC_SUM));
+  const float inv = 1.0f / (float)n;
+  for (size_t k = lo; k < hi; k++) f[k] *= inv;
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(acc->model, i);
     if (acc->zoff[i] == SIZE_MAX) continue;
