@@ -125,6 +125,10 @@ static int train(int stage, const char *mode, const char *dir) {
   acc_state *st = acc_accelerator_state(acc);
   int n = acc_state_num_processes(st), r = acc_state_process_index(st);
   acc_test_rank = r;
+  const char *want_be = getenv("ACCELERATE_BACKEND");
+  if (n > 1 && want_be && *want_be && strcmp(want_be, "auto") != 0)
+    CHECK(strcmp(acc_state_backend_name(st), want_be) == 0, "backend %s, expected %s", acc_state_backend_name(st),
+          want_be);
   CHECK(acc_accelerator_zero_stage(acc) == stage, "zero stage %d, expected %d", acc_accelerator_zero_stage(acc), stage);
   net t;
   build(&t);
