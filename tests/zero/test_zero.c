@@ -15,6 +15,8 @@
  *                           that state (resume, a new process group): the files hold full tensors,
  *                           so a run saved at stage 1 resumes at stage 0 or 1 and ends like the
  *                           reference.
+ *   test_zero fp16          fp16 with loss-scale overflows and a one-process inf: stage 1 and
+ *                           stage 0 side by side skip the same steps and end alike
  *   test_zero errors        zero_stage 2 and out-of-range stages are refused with a clear error,
  *                           from the option and from ACCELERATE_ZERO_STAGE; an optimizer that is
  *                           not prepared cannot step under ZeRO.
@@ -197,6 +199,62 @@ static int train(int stage, const char *mode, const char *dir) {
   return acc_test_finish("zero train");
 }
 
+/* fp16 under both stages side by side in one process group (two accelerators share the process
+ * state): the loss scale starts too high, so the first steps overflow and are skipped, and at
+ * step 6 the last process alone sees an inf in the first element (owned by process 0 at stage 1):
+ * every process must skip together, at both stages, and end with the same weights and scale. */
+static int fp16(void) {
+  acc_accelerator *acc[2] = {NULL, NULL};
+  net t[2];
+  for (int z = 0; z < 2; z++) {
+    acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+    o.zero_stage = z;
+    o.mixed_precision = ACC_PRECISION_FP16;
+    REQUIRE_OK(acc_accelerator_create(&acc[z], &o));
+    build(&t[z]);
+    REQUIRE_OK(acc_accelerator_prepare_model(acc[z], t[z].m));
+    REQUIRE_OK(acc_accelerator_prepare_optimizer(acc[z], t[z].opt));
+    REQUIRE_OK(acc_accelerator_prepare_scheduler(acc[z], t[z].sched));
+  }
+  acc_state *st = acc_accelerator_state(acc[0]);
+  int n = acc_state_num_processes(st), r = acc_state_process_index(st);
+  acc_test_rank = r;
+  int skipped[2] = {0, 0};
+  for (int s = 0; s < 24; s++) {
+    int was[2];
+    float norms[2];
+    for (int z = 0; z < 2; z++) {
+      CHECK_OK(acc_accelerator_accumulate(acc[z]));
+      all_grads(&t[z], r, s);
+      float scale = acc_accelerator_backward_scale(acc[z]);
+      for (size_t k = 0; k < NW; k++) t[z].gw[k] *= scale;
+      for (size_t k = 0; k < NB; k++) t[z].gb[k] *= scale;
+      for (size_t k = 0; k < NC; k++) t[z].gc[k] *= scale;
+      if (s == 16 && r == n - 1) t[z].gw[0] = INFINITY;
+      CHECK_OK(acc_accelerator_backward(acc[z]));
+      CHECK_OK(acc_accelerator_clip_grad_norm(acc[z], 1.0f, 2.0, &norms[z]));
+      CHECK_OK(acc_accelerator_optimizer_step(acc[z], t[z].opt));
+      CHECK_OK(acc_accelerator_scheduler_step(acc[z], t[z].sched));
+      CHECK_OK(acc_accelerator_optimizer_zero_grad(acc[z], t[z].opt));
+      was[z] = acc_accelerator_optimizer_step_was_skipped(acc[z]);
+      skipped[z] += was[z];
+    }
+    CHECK(was[0] == was[1], "step %d: skipped %d at stage 0, %d at stage 1", s, was[0], was[1]);
+    if (s == 16) CHECK(was[1], "step 16: the inf on process %d did not make stage 1 skip", n - 1);
+    if (!was[0]) CHECK(close_to(norms[1], norms[0]), "step %d: norm %g at stage 1, %g at stage 0", s, (double)norms[1], (double)norms[0]);
+  }
+  CHECK(skipped[0] >= 2 && skipped[0] < 20, "%d skipped steps (the test needs some, not all)", skipped[0]);
+  compare("w", t[1].w, t[0].w, NW);
+  compare("b", t[1].b, t[0].b, NB);
+  compare("c", t[1].c, t[0].c, NC);
+  CHECK(acc_optimizer_step_count(t[1].opt) == acc_optimizer_step_count(t[0].opt), "optimizer steps differ");
+  for (int z = 1; z >= 0; z--) {
+    destroy(&t[z]);
+    acc_accelerator_destroy(acc[z]);
+  }
+  return acc_test_finish("zero fp16");
+}
+
 static int errors(void) {
   acc_accelerator *acc = NULL;
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
@@ -231,6 +289,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "resume") == 0))
     return train(atoi(argv[2]), argv[1], argv[3]);
   if (argc >= 2 && strcmp(argv[1], "errors") == 0) return errors();
+  if (argc >= 2 && strcmp(argv[1], "fp16") == 0) return fp16();
   fprintf(stderr, "usage: %s train STAGE | errors\n", argv[0]);
   return 2;
 }
