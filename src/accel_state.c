@@ -542,7 +542,7 @@ static acc_result prune(const char *project_dir, int limit, long newest) {
   return rc;
 }
 
-acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
+static acc_result save_state_body(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
   ACC_PROF_SCOPE(ACC_PROF_CKPT, "save_state");
   if (saved_dir) *saved_dir = NULL;
   acc__accel_parts p;
@@ -1052,7 +1052,7 @@ static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *not
   return load_process(p, dir, note);
 }
 
-acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir) {
+static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, char **loaded_dir) {
   if (loaded_dir) *loaded_dir = NULL;
   acc__accel_parts p;
   ACC_CHECK(acc__accelerator_parts(acc, &p));
@@ -1094,4 +1094,23 @@ acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_di
     if (!*loaded_dir) return ACC_ERR_NOMEM;
   }
   return ACC_OK;
+}
+
+/* ZeRO stage 1: the optimizer state is gathered to full tensors around save and load, so the
+ * files are the same as without ZeRO (independent of the stage and of the number of
+ * processes), then each process keeps its shard again. */
+acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
+  if (saved_dir) *saved_dir = NULL;
+  ACC_CHECK(acc__accelerator_zero_unshard(acc));
+  acc_result rc = save_state_body(acc, output_dir, saved_dir);
+  acc_result r2 = acc__accelerator_zero_reshard(acc);
+  return rc != ACC_OK ? rc : r2;
+}
+
+acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir) {
+  if (loaded_dir) *loaded_dir = NULL;
+  ACC_CHECK(acc__accelerator_zero_unshard(acc));
+  acc_result rc = load_state_body(acc, input_dir, loaded_dir);
+  acc_result r2 = acc__accelerator_zero_reshard(acc);
+  return rc != ACC_OK ? rc : r2;
 }

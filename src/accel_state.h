@@ -31,5 +31,10 @@ void acc__accel_ckpt_free(acc__accel_ckpt *c);
 acc_result acc__callback_result(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
 /* fp16: ends the current iteration (the pending loss-scale update) before a save. */
 acc_result acc__accelerator_end_iteration(acc_accelerator *acc);
+/* ZeRO stage 1 around save_state / load_state (no-ops otherwise): unshard all-gathers every
+ * prepared optimizer's state back to full tensors (collective), reshard keeps this process's
+ * shard again, so the files hold full tensors whatever the stage and the number of processes. */
+acc_result acc__accelerator_zero_unshard(acc_accelerator *acc);
+acc_result acc__accelerator_zero_reshard(acc_accelerator *acc);
 
 #endif

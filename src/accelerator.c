@@ -49,7 +49,15 @@ struct acc_accelerator {
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
   void *metrics_buf;          /* gather_for_metrics' receive buffer, reused across calls */
   size_t metrics_cap;
+  /* ZeRO stage 1: the parameters with a gradient laid end to end (registration order), padded
+   * to zshard * N elements; this process owns [rank * zshard, (rank + 1) * zshard). */
+  int zero;
+  size_t *zoff;   /* per parameter: first element in the layout; SIZE_MAX without a gradient */
+  size_t ztotal, zshard;
+  float *zflat;   /* zshard * N floats: the reduce-scatter and all-gather buffer */
 };
+
+static acc_result zero_layout(acc_accelerator *acc, acc_model *m);
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
@@ -75,6 +83,19 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "unknown mixed_precision %d: choose between ACC_PRECISION_NO, _FP16, _BF16",
                       o.mixed_precision);
+  long zero = o.zero_stage;
+  if (zero == ACC_UNSET) {
+    long v = 0;
+    set = 0;
+    ACC_CHECK(acc__env_int("ACCELERATE_ZERO_STAGE", &v, &set));
+    zero = set ? v : 0;
+  }
+  if (zero == 2)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "zero_stage 2 is not implemented yet (stage 1 shards the optimizer state; use "
+                      "zero_stage 1 or 0)");
+  if (zero < 0 || zero > 2)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "zero_stage is %ld; it must be 0, 1 or 2", zero);
   acc_state_options so = ACC_STATE_OPTIONS_INIT;
   so.cpu = o.cpu;
   /* The process state reports the precision the accelerator runs (acc_state_describe); a state
@@ -101,6 +122,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   acc->overlap = o.overlap_grad_sync;
   acc->sync_gradients = 1;
   acc->want_low_precision = o.low_precision_params && acc->mp != ACC_PRECISION_NO;
+  acc->zero = zero;
   if (acc->mp == ACC_PRECISION_FP16) {
     acc_result rc = acc_grad_scaler_create(&acc->scaler, o.scaler);
     if (rc != ACC_OK) {
@@ -122,6 +144,8 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->low_precision);
   acc__free(acc->metrics_buf);
+  acc__free(acc->zoff);
+  acc__free(acc->zflat);
   acc_state_destroy(acc->st);
   acc->magic = ACC__MAGIC_DEAD;
   acc__free(acc);
@@ -224,6 +248,7 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "prepare_model: this accelerator already has a prepared model; use one model");
   ACC_CHECK(broadcast_parameters(acc, model));
+  if (acc->zero) ACC_CHECK(zero_layout(acc, model));
   ACC_CHECK(acc__grad_sync_create(&acc->gs, acc->st, model, acc->bucket_cap, acc->overlap));
   acc->model = model;
   if (acc->want_low_precision) {
@@ -231,6 +256,156 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
     if (!acc->low_precision) return ACC_ERR_NOMEM;
     ACC_CHECK(refresh_low_precision(acc));
   }
+  return ACC_OK;
+}
+
+/* ---- ZeRO stage 1 ------------------------------------------------------------------------- */
+
+static acc_result zero_layout(acc_accelerator *acc, acc_model *m) {
+  size_t np = acc_model_num_parameters(m), n = (size_t)acc_state_num_processes(acc->st), t = 0;
+  acc->zoff = acc__malloc((np ? np : 1) * sizeof *acc->zoff);
+  if (!acc->zoff) return ACC_ERR_NOMEM;
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    acc->zoff[i] = p->grad ? t : SIZE_MAX;
+    if (p->grad) t += p->numel;
+  }
+  acc->ztotal = t;
+  acc->zshard = t ? (t + n - 1) / n : 1; /* padded, never refused */
+  acc->zflat = acc__calloc(acc->zshard * n, sizeof(float));
+  return acc->zflat ? ACC_OK : ACC_ERR_NOMEM;
+}
+
+static void zero_range(const acc_accelerator *acc, size_t *lo, size_t *hi) {
+  *lo = (size_t)acc_state_process_index(acc->st) * acc->zshard;
+  *hi = *lo + acc->zshard;
+}
+
+/* The part of parameter i inside this process's shard, in the parameter's elements. */
+static size_t zero_part(const acc_accelerator *acc, size_t i, size_t *a) {
+  size_t lo, hi, off = acc->zoff[i];
+  zero_range(acc, &lo, &hi);
+  if (off == SIZE_MAX) return 0;
+  size_t end = off + acc_model_parameter(acc->model, i)->numel;
+  size_t b0 = off > lo ? off : lo, b1 = end < hi ? end : hi;
+  if (b1 <= b0) return 0;
+  *a = b0 - off;
+  return b1 - b0;
+}
+
+/* The gradient sync of stage 1: every gradient packed into the flat buffer (zero padding),
+ * reduce-scattered (sum, then * 1/N as the all-reduce path does), and only this process's shard
+ * kept: the gradients outside it are zeroed, so clipping, the fp16 inf check and the optimizer
+ * see exactly the shard. */
+static acc_result zero_reduce_grads(acc_accelerator *acc) {
+  size_t np = acc_model_num_parameters(acc->model), n = (size_t)acc_state_num_processes(acc->st);
+  float *f = acc->zflat;
+  size_t lo, hi;
+  zero_range(acc, &lo, &hi);
+  if (n == 1) return ACC_OK; /* one process owns everything: the gradients are the shard */
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(acc->model, i);
+    if (acc->zoff[i] != SIZE_MAX) memcpy(f + acc->zoff[i], p->grad, p->numel * sizeof(float));
+  }
+  memset(f + acc->ztotal, 0, (acc->zshard * n - acc->ztotal) * sizeof(float));
+  acc__comm_origin(ACC__ORIGIN_ZERO, 0);
+  ACC_CHECK(acc_reduce_scatter(acc->st, f, f + lo, acc->zshard, ACC_F32, ACC_SUM));
+  const float inv = 1.0f / (float)n;
+  for (size_t k = lo; k < hi; k++) f[k] *= inv;
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(acc->model, i);
+    if (acc->zoff[i] == SIZE_MAX) continue;
+    size_t a = 0, len = zero_part(acc, i, &a);
+    memset(p->grad, 0, p->numel * sizeof(float));
+    if (len) memcpy(p->grad + a, f + acc->zoff[i] + a, len * sizeof(float));
+  }
+  return ACC_OK;
+}
+
+/* After a step of the shard: every process's updated shard is all-gathered into place. */
+static acc_result zero_gather_params(acc_accelerator *acc) {
+  size_t np = acc_model_num_parameters(acc->model);
+  float *f = acc->zflat;
+  size_t lo, hi;
+  zero_range(acc, &lo, &hi);
+  if (acc_state_num_processes(acc->st) == 1) return ACC_OK;
+  for (size_t i = 0; i < np; i++) {
+    size_t a = 0, len = zero_part(acc, i, &a);
+    if (len) memcpy(f + acc->zoff[i] + a, acc_model_parameter(acc->model, i)->data + a, len * sizeof(float));
+  }
+  acc__comm_origin(ACC__ORIGIN_ZERO, 1);
+  ACC_CHECK(acc_all_gather(acc->st, f + lo, f, acc->zshard, ACC_F32));
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(acc->model, i);
+    if (acc->zoff[i] != SIZE_MAX) memcpy(p->data, f + acc->zoff[i], p->numel * sizeof(float));
+  }
+  return ACC_OK;
+}
+
+/* Global-norm clipping over the shards: this process's gradients are zero outside its shard,
+ * so the local sum of squares (or max) is the shard's; one all-reduce makes it global. */
+static acc_result zero_clip_norm(acc_accelerator *acc, float max_norm, double norm_type, float *out) {
+  int inf_norm = isinf(norm_type) && norm_type > 0;
+  if (!inf_norm && norm_type != 2.0)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "clip_grad_norm: norm_type %g is not supported (use 2 or INFINITY)",
+                      norm_type);
+  if (!(max_norm >= 0.0f))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
+  size_t np = acc_model_num_parameters(acc->model);
+  double a = 0.0;
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(acc->model, i);
+    if (!p->grad) continue;
+    for (size_t k = 0; k < p->numel; k++) {
+      double g = (double)p->grad[k];
+      if (inf_norm) {
+        double v = fabs(g);
+        if (v > a || isnan(v)) a = v;
+      } else {
+        a += g * g;
+      }
+    }
+  }
+  acc__comm_origin(ACC__ORIGIN_ZERO, 2);
+  ACC_CHECK(acc_all_reduce(acc->st, &a, &a, 1, ACC_F64, inf_norm ? ACC_MAX : ACC_SUM));
+  float total = inf_norm ? (float)a : (float)sqrt(a);
+  if (out) *out = total;
+  float coef = max_norm / (total + 1e-6f);
+  if (coef < 1.0f)
+    for (size_t i = 0; i < np; i++) {
+      const acc_param *p = acc_model_parameter(acc->model, i);
+      if (!p->grad) continue;
+      for (size_t k = 0; k < p->numel; k++) p->grad[k] *= coef;
+    }
+  return ACC_OK;
+}
+
+static acc_result zero_check_opt(const acc_accelerator *acc, const acc_optimizer *opt) {
+  if (acc__optimizer_is_restricted(opt)) return ACC_OK;
+  return acc__error(ACC_ERR_INVALID_USAGE,
+                    "optimizer_step: with zero_stage 1 the optimizer must be prepared "
+                    "(acc_accelerator_prepare_optimizer) so that it updates this process's shard");
+}
+
+int acc_accelerator_zero_stage(const acc_accelerator *acc) {
+  return acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) ? acc->zero : 0;
+}
+
+acc_result acc__accelerator_zero_unshard(acc_accelerator *acc) {
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || !acc->zero || !acc->model) return ACC_OK;
+  size_t lo, hi;
+  zero_range(acc, &lo, &hi);
+  for (int k = 0; k < acc->nopts; k++)
+    ACC_CHECK(acc__optimizer_unrestrict(acc->opts[k], acc->st, acc->zoff, acc->zflat, acc->zshard));
+  return ACC_OK;
+}
+
+acc_result acc__accelerator_zero_reshard(acc_accelerator *acc) {
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || !acc->zero || !acc->model) return ACC_OK;
+  size_t lo, hi;
+  zero_range(acc, &lo, &hi);
+  for (int k = 0; k < acc->nopts; k++)
+    ACC_CHECK(acc__optimizer_restrict(acc->opts[k], acc->zoff, lo, hi));
   return ACC_OK;
 }
 
@@ -260,6 +435,15 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
                           "optimizers must update disjoint parameters (for different learning rates or weight "
                           "decay, use parameter groups: acc_optimizer_create_*_groups)",
                           acc_model_parameter(m, i)->name, k);
+  }
+  if (acc->zero) {
+    if (!acc->model || m != acc->model)
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "prepare_optimizer: with zero_stage 1, prepare the model first and create "
+                        "the optimizer over that model");
+    size_t lo, hi;
+    zero_range(acc, &lo, &hi);
+    ACC_CHECK(acc__optimizer_restrict(opt, acc->zoff, lo, hi));
   }
   acc->opts[acc->nopts++] = opt;
   return ACC_OK;
@@ -427,6 +611,7 @@ acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index) {
   if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "grad_ready: prepare the model first");
   if (!acc->sync_gradients) return ACC_OK;
   if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
+  if (acc->zero) return ACC_OK; /* one reduce-scatter in backward() */
   return acc__grad_sync_mark_ready(acc->gs, index);
 }
 
@@ -446,6 +631,7 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
   if (!acc->sync_gradients) return ACC_OK;
   ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
   if (acc->mp == ACC_PRECISION_FP16) round_grads_f16(acc->model);
+  if (acc->zero) return zero_reduce_grads(acc);
   return acc__grad_sync_finish(acc->gs);
 }
 
@@ -469,7 +655,10 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
   }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   float norm = 0;
-  ACC_CHECK(acc_clip_grad_norm(acc->model, max_norm, norm_type, &norm));
+  if (acc->zero)
+    ACC_CHECK(zero_clip_norm(acc, max_norm, norm_type, &norm));
+  else
+    ACC_CHECK(acc_clip_grad_norm(acc->model, max_norm, norm_type, &norm));
   if (total_norm) *total_norm = norm;
   return ACC_OK;
 }
@@ -487,9 +676,11 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   ACC_CHECK(check(acc, "optimizer_step"));
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_step: optimizer is NULL");
   if (!acc->sync_gradients) return ACC_OK;
+  if (acc->zero) ACC_CHECK(zero_check_opt(acc, opt));
   if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) {
     acc->step_was_skipped = 0;
     ACC_CHECK(acc_optimizer_step(opt));
+    if (acc->zero) ACC_CHECK(zero_gather_params(acc));
     return refresh_low_precision(acc);
   }
   int k = find_ptr((void *const *)acc->opts, acc->nopts, opt);
@@ -516,6 +707,7 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   }
   if (!acc->it_inf) {
     ACC_CHECK(acc_optimizer_step(opt));
+    if (acc->zero) ACC_CHECK(zero_gather_params(acc));
     ACC_CHECK(refresh_low_precision(acc));
   }
   acc->it_stepped[k] = 1;

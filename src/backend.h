@@ -34,6 +34,12 @@ typedef struct acc__backend_ops {
   /* 1: the backend compares every rank's be->call->tag itself (on the first step of each new
    * be->call) and fails with ACC_ERR_MISMATCH; 0: comm.c exchanges the tags before the call. */
   int checks_tags;
+  /* Optional (NULL: comm.c runs an all_reduce into a temporary and copies this rank's block).
+   * send holds size * count elements, recv count: recv = op over ranks of block `rank` of send.
+   * count > 0; op is SUM, MIN or MAX; recv may be send + rank * count elements (in place),
+   * otherwise they do not overlap. */
+  acc_result (*reduce_scatter)(acc__backend *be, const void *send, void *recv, size_t count,
+                               acc_dtype dtype, acc_op op);
 } acc__backend_ops;
 
 struct acc__backend {

@@ -40,7 +40,8 @@ void acc__call_rec_site(acc__call_rec *r, const char *file) {
 
 static const char *op_names[ACC__OP_COUNT_] = {"?",          "barrier",    "broadcast",
                                                "all_reduce", "reduce",     "all_gather",
-                                               "gather",     "all_gather_bytes"};
+                                               "gather",     "all_gather_bytes",
+                                               "reduce_scatter"};
 
 const char *acc__op_name(int32_t op) {
   return op > 0 && op < ACC__OP_COUNT_ ? op_names[op] : "unknown collective";
@@ -67,6 +68,13 @@ void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) 
         snprintf(buf, cap, "prepare_dataloader: seed from process 0");
       return;
     case ACC__ORIGIN_PAD: snprintf(buf, cap, "pad_across_processes"); return;
+    case ACC__ORIGIN_ZERO:
+      snprintf(buf, cap, "ZeRO %s",
+               index == 0   ? "gradient reduce-scatter"
+               : index == 1 ? "parameter all-gather"
+               : index == 2 ? "gradient norm"
+                            : "optimizer state gather/scatter");
+      return;
     default: snprintf(buf, cap, "unknown origin %d", (int)origin); return;
   }
 }
@@ -81,7 +89,7 @@ void acc__call_rec_describe(char *buf, size_t cap, const acc__call_rec *r) {
   } else if (op != ACC__OP_BARRIER && op != 0) {
     n += (size_t)snprintf(shape + n, sizeof shape - n, "count=%lld, dtype=%s", (long long)r->count,
                           acc_dtype_name((acc_dtype)r->dtype));
-    if (op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE)
+    if (op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE || op == ACC__OP_REDUCE_SCATTER)
       n += (size_t)snprintf(shape + n, sizeof shape - n, ", op=%s", acc_op_name((acc_op)r->red));
     if (op == ACC__OP_BROADCAST || op == ACC__OP_REDUCE || op == ACC__OP_GATHER)
       n += (size_t)snprintf(shape + n, sizeof shape - n, ", root=%d", (int)r->root);

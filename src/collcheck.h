@@ -20,6 +20,7 @@ enum {
   ACC__OP_ALL_GATHER,
   ACC__OP_GATHER,
   ACC__OP_ALL_GATHER_BYTES,
+  ACC__OP_REDUCE_SCATTER,
   ACC__OP_COUNT_
 };
 
@@ -33,6 +34,8 @@ typedef enum acc__origin {
   ACC__ORIGIN_FP16_CHECK,         /* the fp16 overflow flag of optimizer_step */
   ACC__ORIGIN_PREPARE,            /* index: parameter of prepare_model; -1 loader seed */
   ACC__ORIGIN_PAD,                /* pad_across_processes */
+  ACC__ORIGIN_ZERO,               /* ZeRO: 0 gradient reduce-scatter, 1 parameter all-gather,
+                                     2 norm, 3 state gather/scatter */
   ACC__ORIGIN_COUNT_
 } acc__origin;
 

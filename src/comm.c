@@ -101,7 +101,8 @@ static acc_result enter(acc_state *st, const char *fn, acc__call *c, const char 
   if (!shapeless && acc_dtype_size((acc_dtype)c->dtype) == 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dtype %d is not an acc_dtype", fn,
                       (int)c->dtype);
-  if ((op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE) && (c->red < 0 || c->red >= ACC_OP_COUNT_))
+  if ((op == ACC__OP_ALL_REDUCE || op == ACC__OP_REDUCE || op == ACC__OP_REDUCE_SCATTER) &&
+      (c->red < 0 || c->red >= ACC_OP_COUNT_))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: op %d is not an acc_op", fn, (int)c->red);
   if ((op == ACC__OP_BROADCAST || op == ACC__OP_REDUCE || op == ACC__OP_GATHER) &&
       (c->root < 0 || c->root >= st->size))
@@ -216,6 +217,55 @@ acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t cou
   int began;
   acc_result rc = enter(st, "reduce", &c, file, line, &began);
   if (rc == ACC_OK) rc = reduce_body(st, send, recv, count, dtype, op, root);
+  return leave(st, began, rc);
+}
+
+/* Backends without a reduce_scatter of their own: the whole buffer is all-reduced into a
+ * temporary and this process keeps its block. */
+static acc_result reduce_scatter_fallback(acc_state *st, const void *send, void *recv, size_t count,
+                                          acc_dtype dtype, acc_op op) {
+  size_t es = acc_dtype_size(dtype), n = (size_t)st->size;
+  uint8_t *tmp = acc__malloc(count * es * n);
+  if (!tmp) return acc__error(ACC_ERR_NOMEM, "reduce_scatter: cannot allocate %zu bytes",
+                              count * es * n);
+  acc_result rc = st->be->ops->all_reduce(st->be, send, tmp, count * n, dtype, op);
+  if (rc == ACC_OK) memmove(recv, tmp + (size_t)st->rank * count * es, count * es);
+  acc__free(tmp);
+  return rc;
+}
+
+static acc_result reduce_scatter_body(acc_state *st, const void *send, void *recv, size_t count,
+                                      acc_dtype dtype, acc_op op) {
+  if (count == 0) return ACC_OK;
+  ACC_CHECK(need_buf(send, "reduce_scatter", "send"));
+  ACC_CHECK(need_buf(recv, "reduce_scatter", "recv"));
+  size_t es = acc_dtype_size(dtype), n = (size_t)st->size;
+  const uint8_t *s0 = send, *own = s0 + (size_t)st->rank * count * es;
+  const uint8_t *r0 = recv;
+  if (r0 != own && r0 < s0 + count * es * n && s0 < r0 + count * es)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "reduce_scatter: recv overlaps send but is not this process's block of it "
+                      "(send + rank * count elements, the in-place form)");
+  if (st->size == 1) {
+    if (send != recv) memmove(recv, send, count * es);
+    return ACC_OK;
+  }
+  acc_op bop = op == ACC_MEAN ? ACC_SUM : op;
+  acc_result rc = st->be->ops->reduce_scatter
+                      ? st->be->ops->reduce_scatter(st->be, send, recv, count, dtype, bop)
+                      : reduce_scatter_fallback(st, send, recv, count, dtype, bop);
+  ACC_CHECK(fail_remote(st, rc));
+  if (op == ACC_MEAN) acc__divide(recv, count, dtype, st->size);
+  return ACC_OK;
+}
+
+acc_result acc_reduce_scatter_at(acc_state *st, const void *send, void *recv, size_t count,
+                                 acc_dtype dtype, acc_op op, const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "reduce_scatter");
+  acc__call c = {.op = ACC__OP_REDUCE_SCATTER, .dtype = dtype, .count = (int64_t)count, .red = op};
+  int began;
+  acc_result rc = enter(st, "reduce_scatter", &c, file, line, &began);
+  if (rc == ACC_OK) rc = reduce_scatter_body(st, send, recv, count, dtype, op);
   return leave(st, began, rc);
 }
 
@@ -358,6 +408,11 @@ acc_result (acc_all_reduce)(acc_state *st, const void *send, void *recv, size_t 
 acc_result (acc_reduce)(acc_state *st, const void *send, void *recv, size_t count, acc_dtype dtype,
                        acc_op op, int root) {
   return acc_reduce_at(st, send, recv, count, dtype, op, root, NULL, 0);
+}
+
+acc_result (acc_reduce_scatter)(acc_state *st, const void *send, void *recv, size_t count,
+                               acc_dtype dtype, acc_op op) {
+  return acc_reduce_scatter_at(st, send, recv, count, dtype, op, NULL, 0);
 }
 
 acc_result (acc_all_gather)(acc_state *st, const void *send, void *recv, size_t count,

@@ -117,4 +117,16 @@ int acc__kernel_below(const char *release, int major, int minor, int patch);
 int acc__kernel_warning(const char *sysname, const char *release, char *buf, size_t cap);
 void acc__warn_old_kernel(void);
 
+/* ZeRO (src/optim.c). The parameters with a gradient are laid out end to end in registration
+ * order: offset[i] is parameter i's first element in that flat layout (SIZE_MAX: not in it).
+ * restrict keeps only elements [lo, hi) of the layout: the step updates only them and the state
+ * buffers shrink to them (not collective). unrestrict all-gathers the state back to full
+ * tensors (collective; flat holds shard * num_processes floats, this process's shard being
+ * [rank * shard, (rank + 1) * shard)). */
+size_t acc__optimizer_state_floats(const acc_optimizer *o);
+int acc__optimizer_is_restricted(const acc_optimizer *o);
+acc_result acc__optimizer_restrict(acc_optimizer *o, const size_t *offset, size_t lo, size_t hi);
+acc_result acc__optimizer_unrestrict(acc_optimizer *o, acc_state *st, const size_t *offset,
+                                     float *flat, size_t shard);
+
 #endif

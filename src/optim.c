@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collcheck.h"
 #include "internal.h"
 
 enum { MAX_BUFS = 2 };
@@ -13,6 +14,9 @@ typedef struct slot {
   float *buf[MAX_BUFS];  /* numel floats each, allocated on first need */
   int has[MAX_BUFS];     /* present in the state (SGD momentum: after the first step) */
   int group;             /* the parameter group; -1: not updated by this optimizer */
+  size_t lo, hi;         /* elements [lo, hi) of the parameter are updated here and the buffers
+                            hold hi - lo floats: [0, numel) unless ZeRO restricted the optimizer
+                            to this process's shard (acc__optimizer_restrict) */
 } slot;
 
 /* One parameter group's hyperparameters; its scalar names for groups after the first. */
@@ -40,6 +44,7 @@ struct acc_optimizer {
   size_t *state_index;
   size_t nstate;
   int state_dirty;
+  int restricted; /* ZeRO: the buffers cover this process's shard only */
 };
 
 static const char *const sgd_bufs[] = {"momentum_buffer"};
@@ -156,6 +161,7 @@ static acc_result optimizer_new(acc_optimizer **out, acc_model *m, acc_optimizer
   }
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(m, i);
+    o->slots[i].hi = p->numel;
     if (o->slots[i].group < 0) continue;
     for (int b = 0; b < nbufs(o); b++) {
       size_t len = strlen(p->name) + strlen(buf_name(o, b)) + 8;
@@ -324,7 +330,7 @@ acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr) {
 
 static float *ensure_buf(acc_optimizer *o, size_t i, int b) {
   if (!o->slots[i].buf[b]) {
-    size_t n = acc_model_parameter(o->model, i)->numel;
+    size_t n = o->slots[i].hi - o->slots[i].lo;
     o->slots[i].buf[b] = acc__calloc(n ? n : 1, sizeof(float));
   }
   return o->slots[i].buf[b];
@@ -398,6 +404,12 @@ acc_result acc_optimizer_step(acc_optimizer *o) {
     slot *sl = &o->slots[i];
     if (!p->grad || sl->group < 0) continue;
     const group *gr = &o->groups[sl->group];
+    /* the elements this process updates (all of them without ZeRO) */
+    acc_param q = *p;
+    q.data += sl->lo;
+    q.grad += sl->lo;
+    q.numel = sl->hi - sl->lo;
+    p = &q;
     if (o->kind == ACC_OPTIMIZER_SGD) {
       sgd_param(o, gr, p, sl, sl->buf[0]);
       if (o->momentum != 0.0 && !sl->has[0]) {
@@ -456,6 +468,10 @@ size_t acc_optimizer_state_count(const acc_optimizer *o) {
 acc_result acc_optimizer_state_get(const acc_optimizer *o, size_t idx, const char **name, const float **data,
                                    size_t *numel, int *ndim, const int64_t **shape) {
   ACC_CHECK(check_opt(o, "acc_optimizer_state_get"));
+  if (o->restricted)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_optimizer_state_get: this optimizer is sharded by ZeRO (each process holds "
+                      "its shard of the state); acc_accelerator_save_state gathers the full tensors");
   ACC_CHECK(state_index(o));
   if (idx >= o->nstate)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_optimizer_state_get: index %zu is out of range (%zu tensors)",
@@ -484,6 +500,10 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
   const char *fn = "acc_optimizer_state_set";
   ACC_CHECK(check_opt(o, fn));
   ACC_CHECK(check_model_unchanged(o, fn));
+  if (o->restricted)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "%s: this optimizer is sharded by ZeRO (each process holds its shard of the "
+                      "state); acc_accelerator_load_state scatters the full tensors", fn);
   if (!name || (numel && !data) || ndim < 0 || ndim > ACC_MAX_DIMS || (ndim > 0 && !shape))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: NULL name/data/shape or ndim %d out of range", fn, ndim);
   for (size_t i = 0; i < o->nparams; i++) {
@@ -592,6 +612,81 @@ acc_result acc_optimizer_scalar_set(acc_optimizer *o, const char *name, double v
   if (rc != ACC_OK) *slotp = saved;
   else if (o->kind == ACC_OPTIMIZER_SGD && i == 5) *slotp = value != 0.0 ? 1.0 : 0.0;
   return rc;
+}
+
+/* ---- ZeRO -------------------------------------------------------------------------------- */
+
+size_t acc__optimizer_state_floats(const acc_optimizer *o) {
+  size_t n = 0;
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER)) return 0;
+  for (size_t i = 0; i < o->nparams; i++)
+    for (int b = 0; b < MAX_BUFS; b++)
+      if (o->slots[i].buf[b]) n += o->slots[i].hi - o->slots[i].lo;
+  return n;
+}
+
+int acc__optimizer_is_restricted(const acc_optimizer *o) {
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) && o->restricted;
+}
+
+acc_result acc__optimizer_restrict(acc_optimizer *o, const size_t *offset, size_t lo, size_t hi) {
+  ACC_CHECK(check_opt(o, "ZeRO"));
+  ACC_CHECK(check_model_unchanged(o, "ZeRO"));
+  if (o->restricted) return ACC_OK;
+  for (size_t i = 0; i < o->nparams; i++) {
+    slot *sl = &o->slots[i];
+    size_t a = 0, z = 0; /* the range of parameter i inside [lo, hi), in its own elements */
+    if (offset[i] != SIZE_MAX) {
+      size_t n = acc_model_parameter(o->model, i)->numel, s0 = offset[i], s1 = offset[i] + n;
+      size_t b0 = s0 > lo ? s0 : lo, b1 = s1 < hi ? s1 : hi;
+      if (b1 > b0) a = b0 - s0, z = b1 - s0;
+    }
+    for (int b = 0; b < MAX_BUFS; b++) {
+      if (!sl->buf[b]) continue;
+      float *nb = acc__calloc(z > a ? z - a : 1, sizeof(float));
+      if (!nb) return ACC_ERR_NOMEM;
+      memcpy(nb, sl->buf[b] + a, (z - a) * sizeof(float)); /* buffers are full-size here */
+      acc__free(sl->buf[b]);
+      sl->buf[b] = nb;
+    }
+    sl->lo = a, sl->hi = z;
+  }
+  o->restricted = 1;
+  return ACC_OK;
+}
+
+acc_result acc__optimizer_unrestrict(acc_optimizer *o, acc_state *st, const size_t *offset,
+                                     float *flat, size_t shard) {
+  ACC_CHECK(check_opt(o, "ZeRO"));
+  if (!o->restricted) return ACC_OK;
+  int rank = acc_state_process_index(st);
+  for (int b = 0; b < nbufs(o); b++) {
+    float *mine = flat + (size_t)rank * shard;
+    memset(mine, 0, shard * sizeof(float));
+    for (size_t i = 0; i < o->nparams; i++) {
+      slot *sl = &o->slots[i];
+      if (offset[i] == SIZE_MAX || !sl->buf[b] || sl->hi == sl->lo) continue;
+      memcpy(flat + offset[i] + sl->lo, sl->buf[b], (sl->hi - sl->lo) * sizeof(float));
+    }
+    acc__comm_origin(ACC__ORIGIN_ZERO, 3);
+    ACC_CHECK(acc_all_gather(st, mine, flat, shard, ACC_F32));
+    for (size_t i = 0; i < o->nparams; i++) {
+      slot *sl = &o->slots[i];
+      if (!sl->buf[b] && !(sl->has[b] && offset[i] != SIZE_MAX)) continue;
+      size_t n = acc_model_parameter(o->model, i)->numel;
+      float *nb = acc__calloc(n ? n : 1, sizeof(float));
+      if (!nb) return ACC_ERR_NOMEM;
+      if (offset[i] != SIZE_MAX) memcpy(nb, flat + offset[i], n * sizeof(float));
+      acc__free(sl->buf[b]);
+      sl->buf[b] = nb;
+    }
+  }
+  for (size_t i = 0; i < o->nparams; i++) {
+    o->slots[i].lo = 0;
+    o->slots[i].hi = acc_model_parameter(o->model, i)->numel;
+  }
+  o->restricted = 0;
+  return ACC_OK;
 }
 
 /* ---- clipping ---------------------------------------------------------------------------- */

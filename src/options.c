@@ -102,7 +102,8 @@ DEFINE_OPTIONS_INIT(acc_state_options, ACC_STATE_OPTIONS_VERSION, ACC_STATE_OPTI
 DEFINE_OPTIONS_INIT(acc_accelerator_options, ACC_ACCELERATOR_OPTIONS_VERSION,
                     ACC_ACCELERATOR_OPTIONS_INIT,
                     offsetof(acc_accelerator_options, low_precision_params), /* 1 */
-                    sizeof(acc_accelerator_options))                         /* 2 */
+                    offsetof(acc_accelerator_options, zero_stage),           /* 2 */
+                    sizeof(acc_accelerator_options))                         /* 3 */
 DEFINE_OPTIONS_INIT(acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION,
                     ACC_DATALOADER_OPTIONS_INIT,
                     offsetof(acc_dataloader_options, batch_indices), /* 1 */

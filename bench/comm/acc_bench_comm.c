@@ -13,6 +13,7 @@ static acc_result run_op(const char *op, float *buf, float *big, size_t count) {
   if (strcmp(op, "all_reduce") == 0) return acc_all_reduce(st, buf, buf, count, ACC_F32, ACC_SUM);
   if (strcmp(op, "broadcast") == 0) return acc_broadcast(st, buf, count, ACC_F32, 0);
   if (strcmp(op, "all_gather") == 0) return acc_all_gather(st, buf, big, count, ACC_F32);
+  if (strcmp(op, "reduce_scatter") == 0) return acc_reduce_scatter(st, big, buf, count, ACC_F32, ACC_SUM);
   return acc_barrier(st);
 }
 
@@ -33,8 +34,8 @@ int main(int argc, char **argv) {
   float *buf = calloc(maxb / 4 + 1, 4), *big = calloc((maxb / 4 + 1) * (size_t)n, 4);
   double *t = malloc(sizeof(double) * 2000);
   if (rank == 0) bench_header("accelerate-c shm", n);
-  const char *ops[] = {"barrier", "all_reduce", "broadcast", "all_gather"};
-  for (int o = 0; o < 4; o++) {
+  const char *ops[] = {"barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter"};
+  for (int o = 0; o < 5; o++) {
     for (size_t bytes = 4; bytes <= maxb; bytes *= (o == 0 ? maxb : 4)) {
       size_t count = bytes / 4;
       int it = bench_iters(bytes);

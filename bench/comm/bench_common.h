@@ -27,10 +27,11 @@ static int bench_iters(size_t bytes) {
   return 12;
 }
 
-/* Bus bandwidth factor (nccl-tests): all_reduce 2(n-1)/n, all_gather (n-1)/n, broadcast 1. */
+/* Bus bandwidth factor (nccl-tests): all_reduce 2(n-1)/n, all_gather and reduce_scatter
+ * (n-1)/n, broadcast 1. For all_gather and reduce_scatter the size is the per-process block. */
 static double bench_bus_factor(const char *op, int n) {
   if (strcmp(op, "all_reduce") == 0) return 2.0 * (n - 1) / n;
-  if (strcmp(op, "all_gather") == 0) return (double)(n - 1) / n;
+  if (strcmp(op, "all_gather") == 0 || strcmp(op, "reduce_scatter") == 0) return (double)(n - 1) / n;
   return 1.0;
 }
 

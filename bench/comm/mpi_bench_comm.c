@@ -1,5 +1,5 @@
 /* mpi_bench_comm: the same table as acc_bench_comm with MPI_Allreduce / MPI_Bcast /
- * MPI_Allgather / MPI_Barrier, for comparison. Run: mpirun -np 2 mpi_bench_comm [max_bytes] */
+ * MPI_Allgather / MPI_Reduce_scatter_block / MPI_Barrier, for comparison. Run: mpirun -np 2 mpi_bench_comm [max_bytes] */
 #include <mpi.h>
 
 #include "bench_common.h"
@@ -10,6 +10,8 @@ static int run_op(const char *op, float *buf, float *big, size_t count) {
   if (strcmp(op, "broadcast") == 0) return MPI_Bcast(buf, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (strcmp(op, "all_gather") == 0)
     return MPI_Allgather(buf, (int)count, MPI_FLOAT, big, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
+  if (strcmp(op, "reduce_scatter") == 0)
+    return MPI_Reduce_scatter_block(big, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   return MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -22,8 +24,8 @@ int main(int argc, char **argv) {
   float *buf = calloc(maxb / 4 + 1, 4), *big = calloc((maxb / 4 + 1) * (size_t)n, 4);
   double *t = malloc(sizeof(double) * 2000);
   if (rank == 0) bench_header("Open MPI", n);
-  const char *ops[] = {"barrier", "all_reduce", "broadcast", "all_gather"};
-  for (int o = 0; o < 4; o++) {
+  const char *ops[] = {"barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter"};
+  for (int o = 0; o < 5; o++) {
     for (size_t bytes = 4; bytes <= maxb; bytes *= 4) {
       size_t count = bytes / 4;
       int it = bench_iters(bytes);

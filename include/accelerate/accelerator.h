@@ -20,8 +20,8 @@ extern "C" {
 
 typedef struct acc_accelerator acc_accelerator;
 
-/* 2: low_precision_params appended. */
-#define ACC_ACCELERATOR_OPTIONS_VERSION 2
+/* 2: low_precision_params appended. 3: zero_stage appended. */
+#define ACC_ACCELERATOR_OPTIONS_VERSION 3
 
 /**
  * Options of acc_accelerator_create. Initialize with ACC_ACCELERATOR_OPTIONS_INIT; fields left
@@ -45,11 +45,14 @@ typedef struct acc_accelerator_options {
   int low_precision_params;         /* 1 (fp16/bf16 only): keep a copy of the parameters in the
                                        autocast dtype, refreshed after every optimizer step and at
                                        prepare_model (acc_accelerator_low_precision_params) */
+  int zero_stage;                   /* ACC_UNSET: ACCELERATE_ZERO_STAGE, else 0. 1: ZeRO stage 1,
+                                       the optimizer state is sharded across processes
+                                       (docs/zero.md); 2 is not implemented yet (an error) */
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
   { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_PRECISION_UNSET,        \
-    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0 }
+    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0, ACC_UNSET }
 /** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). */
 ACC_EXTERN acc_result acc_accelerator_options_init(acc_accelerator_options *opts, uint32_t version);
 
@@ -67,6 +70,8 @@ ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
 /** The precision the accelerator runs (its option, else ACCELERATE_MIXED_PRECISION). The process
  * state created by the accelerator reports the same in acc_state_describe. */
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
+/** The ZeRO stage the accelerator runs (0 or 1; 0 for an invalid handle). */
+ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
 ACC_EXTERN int acc_accelerator_gradient_accumulation_steps(const acc_accelerator *acc);

@@ -34,7 +34,20 @@ ACC_EXTERN acc_result (acc_all_reduce)(acc_state *st, const void *send, void *re
 ACC_EXTERN acc_result (acc_reduce)(acc_state *st, const void *send, void *recv, size_t count,
                                  acc_dtype dtype, acc_op op, int root);
 
-/** recv (count * num_processes elements) = the send buffers of all processes in rank order. */
+/**
+ * Reduce-scatter in equal blocks (like MPI_Reduce_scatter_block): send holds count *
+ * num_processes elements, block r being elements [r * count, (r + 1) * count); every process
+ * receives in recv (count elements) op over processes of its own block. A length that does not
+ * divide by the number of processes is padded by the caller to count * num_processes. recv may
+ * be send + rank * count elements (in place: the process's own block of send is overwritten);
+ * any other overlap is refused. Every acc_op applies (MEAN divides by num_processes).
+ * One process: a copy. Used by ZeRO for the gradients (docs/zero.md).
+ */
+ACC_EXTERN acc_result (acc_reduce_scatter)(acc_state *st, const void *send, void *recv, size_t count,
+                                         acc_dtype dtype, acc_op op);
+
+/** recv (count * num_processes elements) = the send buffers of all processes in rank order.
+ * In place: send may be recv + rank * count elements. */
 ACC_EXTERN acc_result (acc_all_gather)(acc_state *st, const void *send, void *recv, size_t count,
                                      acc_dtype dtype);
 
@@ -59,6 +72,9 @@ ACC_EXTERN acc_result acc_all_reduce_at(acc_state *st, const void *send, void *r
 ACC_EXTERN acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
                                     acc_dtype dtype, acc_op op, int root, const char *file,
                                     int line);
+ACC_EXTERN acc_result acc_reduce_scatter_at(acc_state *st, const void *send, void *recv,
+                                            size_t count, acc_dtype dtype, acc_op op,
+                                            const char *file, int line);
 ACC_EXTERN acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t count,
                                         acc_dtype dtype, const char *file, int line);
 ACC_EXTERN acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t count,
@@ -72,6 +88,7 @@ ACC_EXTERN acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, s
 #define acc_broadcast(...) acc_broadcast_at(__VA_ARGS__, __FILE__, __LINE__)
 #define acc_all_reduce(...) acc_all_reduce_at(__VA_ARGS__, __FILE__, __LINE__)
 #define acc_reduce(...) acc_reduce_at(__VA_ARGS__, __FILE__, __LINE__)
+#define acc_reduce_scatter(...) acc_reduce_scatter_at(__VA_ARGS__, __FILE__, __LINE__)
 #define acc_all_gather(...) acc_all_gather_at(__VA_ARGS__, __FILE__, __LINE__)
 #define acc_gather(...) acc_gather_at(__VA_ARGS__, __FILE__, __LINE__)
 #define acc_all_gather_bytes(...) acc_all_gather_bytes_at(__VA_ARGS__, __FILE__, __LINE__)

@@ -228,6 +228,41 @@ static acc_result mpi_reduce(acc__backend *be, const void *send, void *recv, siz
   return mpi_reduce_common(be, send, recv, count, dtype, op, root, 0);
 }
 
+/* MPI_Reduce_scatter_block. Directly when the buffers are apart and count fits one call;
+ * otherwise (in place, or more than the chunk limit) piece by piece through a packed temporary
+ * (piece k of every block, MPI_IN_PLACE), whose first piece is this rank's result. */
+static acc_result mpi_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
+                                     acc_dtype dtype, acc_op op) {
+  ACC_CHECK(check_usable(be));
+  mpi_backend *m = as_mpi(be);
+  MPI_Datatype t;
+  MPI_Op o;
+  map_types(m, dtype, op, &t, &o);
+  size_t es = acc_dtype_size(dtype), n = (size_t)be->size;
+  const char *s = send;
+  char *r = recv;
+  int overlap = r < s + count * es * n && s < r + count * es;
+  if (!overlap && count <= m->chunk) {
+    MPI_RUN(be, "MPI_Ireduce_scatter_block",
+            MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, m->comm, &acc__req_));
+    return ACC_OK;
+  }
+  size_t pe = count < m->chunk ? count : m->chunk;
+  if (pe * n > (size_t)INT_MAX) pe = (size_t)INT_MAX / n;
+  char *tmp = acc__malloc(pe * n * es);
+  if (!tmp) return acc__error(ACC_ERR_NOMEM, "MPI backend: reduce_scatter: cannot allocate %zu bytes", pe * n * es);
+  for (size_t off = 0; off < count; off += pe) {
+    size_t len = count - off < pe ? count - off : pe;
+    for (size_t q = 0; q < n; q++) memcpy(tmp + q * len * es, s + (q * count + off) * es, len * es);
+    /* after a failure MPI may still use tmp: it is left allocated (the group is unusable) */
+    MPI_RUN(be, "MPI_Ireduce_scatter_block",
+            MPI_Ireduce_scatter_block(MPI_IN_PLACE, tmp, (int)len, t, o, m->comm, &acc__req_));
+    memcpy(r + off * es, tmp, len * es);
+  }
+  acc__free(tmp);
+  return ACC_OK;
+}
+
 /* All-gather or gather of nbytes per rank. Each chunk of a rank's block lands at
  * recv + r * nbytes + off: a datatype of the chunk's length, resized to an extent of nbytes,
  * places every rank's piece with one call and int-sized counts. */
@@ -371,7 +406,7 @@ static void mpi_destroy(acc__backend *be) {
 static const acc__backend_ops mpi_ops = {
     "mpi",          mpi_barrier, mpi_broadcast,    mpi_all_reduce, mpi_reduce,
     mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,    NULL,
-    0,
+    0,              mpi_reduce_scatter,
 };
 
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info) {

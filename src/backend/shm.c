@@ -574,6 +574,40 @@ static acc_result shm_reduce(acc__backend *be, const void *send, void *recv, siz
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, root);
 }
 
+/* Reduce-scatter: step k carries piece k of every block. Each rank writes, into its slot, piece k
+ * of block r at element r * pe (pe = chunk / es / n, the piece length), and after the step
+ * reduces piece k of its own block from every slot straight into recv: every rank reduces at
+ * once, one step per piece, no result area (the reads happen after step s and before s + 1,
+ * as for any slot). In place (recv = send + me * count) is safe: piece k of the own block has
+ * been copied to the slot before recv's piece k is written, and later steps read later pieces. */
+static acc_result shm_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
+                                     acc_dtype dt, acc_op op) {
+  shm_be *s = (shm_be *)be;
+  size_t es = acc_dtype_size(dt), n = (size_t)s->n;
+  size_t pe = s->chunk / es / n;
+  if (pe >= 16) pe &= ~(size_t)15; /* pieces start on 64-byte boundaries for f32 */
+  if (pe == 0) { /* more ranks than elements in a slot: all-reduce the lot, keep the block */
+    uint8_t *tmp = acc__malloc(count * es * n);
+    if (!tmp) return acc__error(ACC_ERR_NOMEM, "reduce_scatter: cannot allocate %zu bytes",
+                                count * es * n);
+    acc_result rc = reduce_common(s, send, tmp, count * n, dt, op, -1);
+    if (rc == ACC_OK) memmove(recv, tmp + (size_t)s->me * count * es, count * es);
+    acc__free(tmp);
+    return rc;
+  }
+  const uint8_t *in = send;
+  uint8_t *o = recv;
+  for (size_t off = 0; off < count; off += pe) {
+    size_t len = count - off < pe ? count - off : pe;
+    int p = next_parity(s);
+    uint8_t *mine = slot(s, s->me, p);
+    for (size_t r = 0; r < n; r++) copy_bytes(mine + r * pe * es, in + (r * count + off) * es, len * es);
+    ACC_CHECK(step(s));
+    reduce_slots(s, o + off * es, p, (size_t)s->me * pe, len, dt, op);
+  }
+  return ACC_OK;
+}
+
 /* Gathers sizes[r] bytes from every rank into recv at displacement disp[r]; only when `out`. */
 static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, const size_t *sizes,
                                 const size_t *disp, int out) {
@@ -657,7 +691,7 @@ static void shm_call_end(acc__backend *be) {
 static const acc__backend_ops shm_ops = {
     "shm",          shm_barrier, shm_broadcast,    shm_all_reduce, shm_reduce,
     shm_all_gather, shm_gather,  shm_all_gather_v, shm_destroy,    shm_call_end,
-    1,
+    1,              shm_reduce_scatter,
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */

@@ -53,6 +53,7 @@ static const key_def k_keys[] = {
     K(tpu_use_sudo, NULL, ACC_CLI_BOOL),
     K(tpu_zone, NULL, ACC_CLI_STR),
     K(use_cpu, NULL, ACC_CLI_BOOL),
+    K(zero_stage, NULL, ACC_CLI_INT),
 };
 #define N_KEYS (sizeof k_keys / sizeof *k_keys)
 

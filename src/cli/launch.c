@@ -41,6 +41,7 @@ typedef struct launch_args {
   int use_mpi;
   const char *mpirun_hostfile;
   long mpirun_ccl;
+  long zero_stage;
   const acc_cli_cfg *cfg; /* the config file used, or NULL */
   char **prog; /* program and its arguments, NULL-terminated */
 } launch_args;
@@ -95,6 +96,9 @@ static const option_def options[] = {
      "run under mpirun --hostfile F --npernode K -n N (implies --use_mpi; cfg mpirun_config.mpirun_hostfile)"},
     {"--mpirun_ccl", NULL, INT, OFF(mpirun_ccl), "none",
      "oneCCL worker threads under mpirun, exported as CCL_WORKER_COUNT (cfg mpirun_config.mpirun_ccl)"},
+    {"--zero_stage", NULL, INT, OFF(zero_stage), "none",
+     "ZeRO stage: 0 off, 1 optimizer state sharded across processes; exported as "
+     "ACCELERATE_ZERO_STAGE (cfg zero_stage; 2 is not implemented yet)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -265,6 +269,7 @@ static int apply_config_file(launch_args *a) {
   if (!a->same_network && c->same_network.set) a->same_network = c->same_network.i != 0;
   if (!a->mpirun_hostfile && c->mpirun_hostfile.set && c->mpirun_hostfile.s[0]) a->mpirun_hostfile = c->mpirun_hostfile.s;
   if (a->mpirun_ccl == UNSET && c->mpirun_ccl.set) a->mpirun_ccl = c->mpirun_ccl.i;
+  if (a->zero_stage == UNSET && c->zero_stage.set) a->zero_stage = c->zero_stage.i;
   return 0;
 }
 
@@ -293,6 +298,13 @@ static int validate(launch_args *a) {
     return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
   if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
     return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
+  if (a->zero_stage == 2)
+    return usage_error("--zero_stage 2 (config zero_stage) is not implemented yet: stage 1 shards the "
+                       "optimizer state; use 0 or 1%s%s", "", "");
+  if (a->zero_stage != UNSET && (a->zero_stage < 0 || a->zero_stage > 2)) {
+    snprintf(buf, sizeof buf, "%ld", a->zero_stage);
+    return usage_error("--zero_stage (config zero_stage) must be 0 or 1, got %s%s", buf, "");
+  }
   if (!a->mixed_precision) a->mixed_precision = "no";
   if (a->num_processes < 1) {
     snprintf(buf, sizeof buf, "%ld", a->num_processes);
@@ -456,6 +468,10 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     rc |= env_set(e, "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",
                   c && c->dynamo_use_regional_compilation.set && c->dynamo_use_regional_compilation.i ? "True" : "False");
   }
+  if (a->zero_stage != UNSET) {
+    snprintf(b, sizeof b, "%ld", a->zero_stage);
+    rc |= env_set(e, "ACCELERATE_ZERO_STAGE", b);
+  }
   if (a->use_mpi && a->mpirun_ccl != UNSET) {
     snprintf(b, sizeof b, "%ld", a->mpirun_ccl);
     rc |= env_set(e, "CCL_WORKER_COUNT", b);
@@ -495,7 +511,8 @@ static const char *const mpi_vars[] = {"ACCELERATE_USE_CPU", "ACCELERATE_MIXED_P
                                        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                        "ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_DYNAMO_MODE",
                                        "ACCELERATE_DYNAMO_USE_FULLGRAPH", "ACCELERATE_DYNAMO_USE_DYNAMIC",
-                                       "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "CCL_WORKER_COUNT"};
+                                       "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "CCL_WORKER_COUNT",
+                                       "ACCELERATE_ZERO_STAGE"};
 
 static int run_mpi(const launch_args *a, long local, long port) {
   envlist e = {0};
@@ -573,6 +590,7 @@ int acc_cli_launch(int argc, char **argv) {
   a.num_cpu_threads_per_process = UNSET;
   a.max_restarts = UNSET;
   a.mpirun_ccl = UNSET;
+  a.zero_stage = UNSET;
   a.monitor_interval = NAN;
   int rc = parse_args(argc, argv, &a);
   if (rc < 0) return 0;

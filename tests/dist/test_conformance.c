@@ -129,6 +129,43 @@ static void test_reductions(acc_state *st, acc_dtype dt, size_t count, int salt)
   free(send), free(recv), free(want), free(want_own);
 }
 
+/* reduce_scatter: count elements per process, send holds count * N; out of place and in place
+ * (recv = this process's block of send). The expected block is the all-reduce reference's. */
+static void test_reduce_scatter(acc_state *st, acc_dtype dt, size_t count, int salt) {
+  size_t es = acc_dtype_size(dt), nb = count * es, total = count * (size_t)N;
+  uint8_t *send = malloc(total * es + 1), *recv = malloc(nb + 1), *want = malloc(total * es + 1);
+  uint8_t *orig = malloc(total * es + 1);
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    acc_op op = ops[k];
+    ref_reduce(dt, op, want, total, salt + (int)k);
+    const uint8_t *mine = want + (size_t)R * nb;
+    fill(dt, send, total, R, salt + (int)k);
+    memcpy(orig, send, total * es);
+    memset(recv, 0xAB, nb + 1);
+    CHECK_OK(acc_reduce_scatter(st, send, recv, count, dt, op));
+    CHECK_BYTES(recv, mine, nb, "reduce_scatter %s %s count %zu", acc_dtype_name(dt),
+                acc_op_name(op), count);
+    CHECK(recv[nb] == 0xAB, "reduce_scatter wrote past the end");
+    CHECK_BYTES(send, orig, total * es, "reduce_scatter %s %s count %zu changed the send buffer",
+                acc_dtype_name(dt), acc_op_name(op), count);
+    /* in place: the own block of send becomes the result, the other blocks stay */
+    send[total * es] = 0xCD;
+    CHECK_OK(acc_reduce_scatter(st, send, send + (size_t)R * nb, count, dt, op));
+    CHECK_BYTES(send + (size_t)R * nb, mine, nb, "in-place reduce_scatter %s %s count %zu",
+                acc_dtype_name(dt), acc_op_name(op), count);
+    CHECK(send[total * es] == 0xCD, "in-place reduce_scatter wrote past the end");
+    memcpy(orig + (size_t)R * nb, mine, nb);
+    CHECK_BYTES(send, orig, total * es, "in-place reduce_scatter %s %s count %zu changed another block",
+                acc_dtype_name(dt), acc_op_name(op), count);
+  }
+  if (count > 0 && N > 1) { /* overlapping but not the in-place form: refused on every process */
+    acc_result rc = acc_reduce_scatter(st, send, send + ((size_t)R * nb + es) % (total * es), count, dt, ACC_SUM);
+    CHECK(rc == ACC_ERR_INVALID_ARGUMENT, "overlapping reduce_scatter returned %d", (int)rc);
+    CHECK(strstr(acc_last_error(), "overlaps") != NULL, "message: %s", acc_last_error());
+  }
+  free(send), free(recv), free(want), free(orig);
+}
+
 static void test_moves(acc_state *st, acc_dtype dt, size_t count, int salt) {
   size_t es = acc_dtype_size(dt), nb = count * es;
   uint8_t *buf = malloc(nb + 1), *want = malloc(nb * (size_t)N + 1), *all = malloc(nb * (size_t)N + 1);
@@ -257,6 +294,7 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
       test_reductions(st, dt, counts[c], (int)(k + c));
       test_moves(st, dt, counts[c], (int)(k * 3 + c));
+      test_reduce_scatter(st, dt, counts[c], (int)(k * 5 + c));
     }
   }
   test_gather_bytes(st, 2 * CHUNK + 3);

@@ -175,12 +175,23 @@ int main(void) {
     const size_t v1 = offsetof(acc_accelerator_options, low_precision_params);
     unsigned char buf[sizeof(acc_accelerator_options) + 8];
     memset(buf, 0xcd, sizeof buf);
-    CHECK(ACC_ACCELERATOR_OPTIONS_VERSION == 2, "version %d", ACC_ACCELERATOR_OPTIONS_VERSION);
+    CHECK(ACC_ACCELERATOR_OPTIONS_VERSION == 3, "version %d", ACC_ACCELERATOR_OPTIONS_VERSION);
     CHECK_OK(acc_accelerator_options_init((acc_accelerator_options *)buf, 1));
     head h = get_head(buf);
     CHECK(h.size == v1 && h.version == 1, "v1 init: size %zu version %u", h.size, h.version);
     CHECK(buf[v1] == 0xcd, "v1 init wrote low_precision_params");
     CHECK_OK(use_accelerator(buf)); /* 0xcd bytes after the v1 size are never read */
+  }
+  /* Version 2 (before zero_stage): zero_stage is never read (0xcd bytes would be a bad stage). */
+  {
+    const size_t v2 = offsetof(acc_accelerator_options, zero_stage);
+    unsigned char buf[sizeof(acc_accelerator_options) + 8];
+    memset(buf, 0xcd, sizeof buf);
+    CHECK_OK(acc_accelerator_options_init((acc_accelerator_options *)buf, 2));
+    head h = get_head(buf);
+    CHECK(h.size == v2 && h.version == 2, "v2 init: size %zu version %u", h.size, h.version);
+    CHECK(buf[v2] == 0xcd, "v2 init wrote zero_stage");
+    CHECK_OK(use_accelerator(buf));
   }
 
   acc_dataset_destroy(ds);
