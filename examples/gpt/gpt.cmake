@@ -22,8 +22,10 @@ if(NOT TARGET gptcore)
     add_library(${t} STATIC ${GPT_SOURCES})
     target_include_directories(${t} PUBLIC ${GPT_DIR})
     # -fno-trapping-math lets the compiler vectorize the clamped exp/tanh/softmax loops (nothing
-    # here reads floating-point exception flags); results do not change.
-    target_compile_options(${t} PRIVATE ${ACC_WARNINGS} -fno-trapping-math)
+    # here reads floating-point exception flags); results do not change. -fopenmp-simd honours the
+    # `omp simd reduction` loops of model.c (vectorization only: no OpenMP runtime, no threads).
+    target_compile_options(${t} PRIVATE ${ACC_WARNINGS} -fno-trapping-math
+      $<$<C_COMPILER_ID:GNU,Clang>:-fopenmp-simd>)
     target_link_libraries(${t} PUBLIC ZLIB::ZLIB m)
   endforeach()
   if(GPT_HAVE_CBLAS)
