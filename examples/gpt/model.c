@@ -212,7 +212,9 @@ const float *gpt_logits(const gpt *m) { return m ? m->logits : NULL; }
 const char *gpt_matmul_backend(void) {
 #ifdef USE_CBLAS
   static _Thread_local char name[96];
-  snprintf(name, sizeof name, "OpenBLAS, %s kernels", openblas_get_corename());
+  const int threads = openblas_get_num_threads();
+  snprintf(name, sizeof name, "OpenBLAS, %s kernels, %d thread%s", openblas_get_corename(), threads,
+           threads == 1 ? "" : "s");
   return name;
 #else
   return "plain C loops";
