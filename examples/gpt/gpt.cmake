@@ -1,7 +1,9 @@
 # The GPT support library (model and data), shared by the example, the tests and bench/gpt.
 # It does not depend on libaccelerate.
 #   gptcore        matrix products through cblas_sgemm when OpenBLAS is found (USE_CBLAS)
-#   gptcore_plain  the same with the plain C loops, always available (the tests cover both)
+#   gptcore_plain  the same with the plain C loops, always available (the tests cover both), and
+#                  its elementwise loops for the baseline instruction set only (gptcore has
+#                  AVX-512 / AVX2 / baseline versions picked at load time)
 if(NOT TARGET gptcore)
   set(GPT_DIR ${CMAKE_CURRENT_LIST_DIR})
   set(GPT_SOURCES ${GPT_DIR}/model.c ${GPT_DIR}/data.c)
@@ -28,6 +30,7 @@ if(NOT TARGET gptcore)
       $<$<C_COMPILER_ID:GNU,Clang>:-fopenmp-simd>)
     target_link_libraries(${t} PUBLIC ZLIB::ZLIB m)
   endforeach()
+  target_compile_definitions(gptcore_plain PRIVATE GPT_NO_CLONES)
   if(GPT_HAVE_CBLAS)
     target_compile_definitions(gptcore PRIVATE USE_CBLAS)
     target_include_directories(gptcore PRIVATE ${GPT_CBLAS_INCLUDE})

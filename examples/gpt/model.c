@@ -17,8 +17,10 @@
  * baseline instruction set, and the loader picks the best the CPU has (GCC's target_clones). The
  * reductions in them are written as `omp simd reduction` loops (-fopenmp-simd: vectorization
  * only, no OpenMP runtime), which lets the compiler keep several partial sums: without it a float
- * sum must be added in order and the loop stays scalar. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+ * sum must be added in order and the loop stays scalar. GPT_NO_CLONES builds the baseline only
+ * (gptcore_plain does, so that the tests cover both). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(GPT_NO_CLONES)
 #define VECTORIZED __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define VECTORIZED
