@@ -5,7 +5,9 @@
 # curves of both over the first steps, from the same initial parameters on the same batches.
 # Configurations run round-robin RUNS times (default 3) so drifting load hits them alike; the
 # table shows medians.
-# Usage: bench/gpt/run.sh [build_dir]   (env: RUNS, STEPS, BATCH_TOKENS, CURVE_STEPS)
+# BASELINE=path/to/another/gpt adds that binary at 1 and 2 processes (f32) to the round-robin:
+# an earlier build of the example, measured under the same load as the current one.
+# Usage: bench/gpt/run.sh [build_dir]   (env: RUNS, STEPS, BATCH_TOKENS, CURVE_STEPS, BASELINE)
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -46,6 +48,9 @@ one_run() {
 }
 
 configs="c_1proc c_2proc c_4proc c_2proc_overlap c_2proc_bf16 torch_1proc torch_2proc"
+baseline=${BASELINE:-}
+[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench/gpt: BASELINE=$baseline is not an executable" >&2; exit 1; }
+[ -z "$baseline" ] || configs="$configs base_1proc base_2proc"
 i=0
 while [ $i -lt "$runs" ]; do
   one_run c_1proc $L --num_processes 1 "$gpt" $cargs --mixed-precision no
@@ -55,6 +60,10 @@ while [ $i -lt "$runs" ]; do
   one_run c_2proc_bf16 $L --num_processes 2 "$gpt" $cargs --mixed-precision bf16
   one_run torch_1proc $torchrun --nproc_per_node 1 "$root/bench/gpt/train_torch.py" $common --grad-accum "$(accum 1)"
   one_run torch_2proc $torchrun --nproc_per_node 2 "$root/bench/gpt/train_torch.py" $common --grad-accum "$(accum 2)"
+  if [ -n "$baseline" ]; then
+    one_run base_1proc $L --num_processes 1 "$baseline" $cargs --mixed-precision no
+    one_run base_2proc $L --num_processes 2 "$baseline" $cargs --mixed-precision no
+  fi
   i=$((i + 1))
 done
 
@@ -71,6 +80,14 @@ m2=$(median < "$tmp/c_2proc.rss"); tm=$(median < "$tmp/torch_2proc.rss")
 awk -v c1="$c1" -v c2="$c2" -v t2="$t2" -v cc="$cc" -v tc="$tc" -v m2="$m2" -v tm="$tm" 'BEGIN {
   printf "# 2 processes: C / PyTorch tokens/s %.2fx (per CPU-second %.2fx), memory per process %.2f of PyTorch'"'"'s\n", c2 / t2, cc / tc, m2 / tm
   printf "# C 2 processes / 1 process: %.2fx\n", c2 / c1 }'
+if [ -n "$baseline" ]; then
+  b1=$(median < "$tmp/base_1proc.rate"); b2=$(median < "$tmp/base_2proc.rate")
+  bc1=$(median < "$tmp/base_1proc.cpu"); bc2=$(median < "$tmp/base_2proc.cpu")
+  c1c=$(median < "$tmp/c_1proc.cpu")
+  awk -v c1="$c1" -v c2="$c2" -v b1="$b1" -v b2="$b2" -v cc="$cc" -v c1c="$c1c" -v bc1="$bc1" -v bc2="$bc2" -v t2="$t2" -v tc="$tc" 'BEGIN {
+    printf "# current / baseline: 1 process %.2fx tokens/s (%.2fx per CPU-second), 2 processes %.2fx (%.2fx)\n", c1 / b1, c1c / bc1, c2 / b2, cc / bc2
+    printf "# baseline 2 processes / PyTorch 2 processes: %.2fx tokens/s (%.2fx per CPU-second); baseline 2 / 1 process: %.2fx\n", b2 / t2, bc2 / tc, b2 / b1 }'
+fi
 
 # Loss curves: the C program writes its initial parameters and window order; PyTorch starts from
 # them and visits the same windows in the same order (2 processes, f32, same global batch).

@@ -1,7 +1,9 @@
 # The GPT support library (model and data), shared by the example, the tests and bench/gpt.
 # It does not depend on libaccelerate.
 #   gptcore        matrix products through cblas_sgemm when OpenBLAS is found (USE_CBLAS)
-#   gptcore_plain  the same with the plain C loops, always available (the tests cover both)
+#   gptcore_plain  the same with the plain C loops, always available (the tests cover both), and
+#                  its elementwise loops for the baseline instruction set only (gptcore has
+#                  AVX-512 / AVX2 / baseline versions picked at load time)
 if(NOT TARGET gptcore)
   set(GPT_DIR ${CMAKE_CURRENT_LIST_DIR})
   set(GPT_SOURCES ${GPT_DIR}/model.c ${GPT_DIR}/data.c)
@@ -22,10 +24,13 @@ if(NOT TARGET gptcore)
     add_library(${t} STATIC ${GPT_SOURCES})
     target_include_directories(${t} PUBLIC ${GPT_DIR})
     # -fno-trapping-math lets the compiler vectorize the clamped exp/tanh/softmax loops (nothing
-    # here reads floating-point exception flags); results do not change.
-    target_compile_options(${t} PRIVATE ${ACC_WARNINGS} -fno-trapping-math)
+    # here reads floating-point exception flags); results do not change. -fopenmp-simd honours the
+    # `omp simd reduction` loops of model.c (vectorization only: no OpenMP runtime, no threads).
+    target_compile_options(${t} PRIVATE ${ACC_WARNINGS} -fno-trapping-math
+      $<$<C_COMPILER_ID:GNU,Clang>:-fopenmp-simd>)
     target_link_libraries(${t} PUBLIC ZLIB::ZLIB m)
   endforeach()
+  target_compile_definitions(gptcore_plain PRIVATE GPT_NO_CLONES)
   if(GPT_HAVE_CBLAS)
     target_compile_definitions(gptcore PRIVATE USE_CBLAS)
     target_include_directories(gptcore PRIVATE ${GPT_CBLAS_INCLUDE})

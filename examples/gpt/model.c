@@ -13,6 +13,19 @@
 #include <cblas.h>
 #endif
 
+/* The elementwise loops (norms, softmax, GELU, the loss) are compiled for AVX-512, AVX2 and the
+ * baseline instruction set, and the loader picks the best the CPU has (GCC's target_clones). The
+ * reductions in them are written as `omp simd reduction` loops (-fopenmp-simd: vectorization
+ * only, no OpenMP runtime), which lets the compiler keep several partial sums: without it a float
+ * sum must be added in order and the loop stays scalar. GPT_NO_CLONES builds the baseline only
+ * (gptcore_plain does, so that the tests cover both). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(GPT_NO_CLONES)
+#define VECTORIZED __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTORIZED
+#endif
+
 #define LN_EPS 1e-5f
 #define ATT_BLOCK 64 /* attention rows per product: only the causal part is computed */
 
@@ -201,7 +214,9 @@ const float *gpt_logits(const gpt *m) { return m ? m->logits : NULL; }
 const char *gpt_matmul_backend(void) {
 #ifdef USE_CBLAS
   static _Thread_local char name[96];
-  snprintf(name, sizeof name, "OpenBLAS, %s kernels", openblas_get_corename());
+  const int threads = openblas_get_num_threads();
+  snprintf(name, sizeof name, "OpenBLAS, %s kernels, %d thread%s", openblas_get_corename(), threads,
+           threads == 1 ? "" : "s");
   return name;
 #else
   return "plain C loops";
@@ -291,7 +306,7 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
 }
 
 /* Rounds to the nearest bfloat16 (ties to even), kept in a float. */
-static void round_bf16(float *x, size_t n) {
+VECTORIZED static void round_bf16(float *x, size_t n) {
   uint32_t *u = (uint32_t *)x;
   for (size_t i = 0; i < n; i++) {
     uint32_t v = u[i];
@@ -318,14 +333,16 @@ static void linear_bwd(float *din, float *dW, float *db, const float *dout, cons
   if (din) gemm(0, 0, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, din, IC);
 }
 
-static void layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
-                          const float *b, int N, int C) {
+VECTORIZED static void layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
+                                     const float *w, const float *b, int N, int C) {
   for (int i = 0; i < N; i++) {
-    const float *xi = x + (size_t)i * C;
-    float *o = out + (size_t)i * C;
+    const float *restrict xi = x + (size_t)i * C;
+    float *restrict o = out + (size_t)i * C;
     float mu = 0.0f, var = 0.0f;
+#pragma omp simd reduction(+ : mu)
     for (int k = 0; k < C; k++) mu += xi[k];
     mu /= (float)C;
+#pragma omp simd reduction(+ : var)
     for (int k = 0; k < C; k++) var += (xi[k] - mu) * (xi[k] - mu);
     float r = 1.0f / sqrtf(var / (float)C + LN_EPS);
     for (int k = 0; k < C; k++) o[k] = (xi[k] - mu) * r * w[k] + b[k];
@@ -335,13 +352,15 @@ static void layernorm_fwd(float *out, float *mean, float *rstd, const float *x, 
 }
 
 /* dx += d(layernorm)/dx . dout; dw, db += their gradients. */
-static void layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
-                          const float *mean, const float *rstd, const float *w, int N, int C) {
+VECTORIZED static void layernorm_bwd(float *dx, float *restrict dw, float *restrict db,
+                                     const float *dout, const float *x, const float *mean,
+                                     const float *rstd, const float *w, int N, int C) {
   for (int i = 0; i < N; i++) {
-    const float *xi = x + (size_t)i * C, *d = dout + (size_t)i * C;
-    float *dxi = dx + (size_t)i * C;
+    const float *restrict xi = x + (size_t)i * C, *restrict d = dout + (size_t)i * C;
+    float *restrict dxi = dx + (size_t)i * C;
     const float mu = mean[i], r = rstd[i];
     float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+#pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
     for (int k = 0; k < C; k++) {
       float xhat = (xi[k] - mu) * r, dxhat = d[k] * w[k];
       sum_dxhat += dxhat;
@@ -387,7 +406,7 @@ static inline float exp_fast(float x) {
 /* tanh from one exp; saturates to +-1 (the only use, 1 + tanh, needs no more accuracy). */
 static inline float fast_tanh(float u) { return 1.0f - 2.0f / (1.0f + exp_fast(2.0f * u)); }
 
-static void gelu_fwd(float *out, const float *x, size_t n) {
+VECTORIZED static void gelu_fwd(float *out, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
     out[i] = 0.5f * v * (1.0f + fast_tanh(GELU_K * (v + 0.044715f * v * v * v)));
@@ -395,11 +414,42 @@ static void gelu_fwd(float *out, const float *x, size_t n) {
 }
 
 /* d[i] *= gelu'(x[i]) */
-static void gelu_bwd(float *d, const float *x, size_t n) {
+VECTORIZED static void gelu_bwd(float *d, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float v = x[i], th = fast_tanh(GELU_K * (v + 0.044715f * v * v * v));
     float dg = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
     d[i] *= dg;
+  }
+}
+
+/* Row t of the T x T scores P becomes the softmax of its first t + 1 entries, the rest 0 (rounded
+ * to bf16 when bf16). */
+VECTORIZED static void softmax_causal(float *P, int T, int bf16) {
+  for (int t = 0; t < T; t++) {
+    float *restrict row = P + (size_t)t * T, mx = row[0], sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int s = 1; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
+#pragma omp simd reduction(+ : sum)
+    for (int s = 0; s <= t; s++) {
+      row[s] = exp_fast(row[s] - mx);
+      sum += row[s];
+    }
+    float inv = 1.0f / sum;
+    for (int s = 0; s <= t; s++) row[s] *= inv;
+    for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+    if (bf16) round_bf16(row, (size_t)t + 1);
+  }
+}
+
+/* Softmax backward of softmax_causal, with the score scale: dS (in: d/dP) becomes d/dscores. */
+VECTORIZED static void softmax_causal_bwd(float *dS, const float *P, int T, float scale) {
+  for (int t = 0; t < T; t++) {
+    const float *restrict p = P + (size_t)t * T;
+    float *restrict d = dS + (size_t)t * T, dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int s = 0; s <= t; s++) dot += p[s] * d[s];
+    for (int s = 0; s <= t; s++) d[s] = p[s] * (d[s] - dot) * scale;
+    for (int s = t + 1; s < T; s++) d[s] = 0.0f;
   }
 }
 
@@ -415,18 +465,7 @@ static void attention_fwd(gpt *m, float *y, float *att, const float *qkv, int B,
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         gemm(0, 1, r1 - r0, r1, hs, scale, Q + (size_t)r0 * C3, C3, K, C3, 0.0f, P + (size_t)r0 * T, T);
       }
-      for (int t = 0; t < T; t++) {
-        float *row = P + (size_t)t * T, mx = row[0], sum = 0.0f;
-        for (int s = 1; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
-        for (int s = 0; s <= t; s++) {
-          row[s] = exp_fast(row[s] - mx);
-          sum += row[s];
-        }
-        float inv = 1.0f / sum;
-        for (int s = 0; s <= t; s++) row[s] *= inv;
-        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
-        if (m->bf16) round_bf16(row, (size_t)t + 1);
-      }
+      softmax_causal(P, T, m->bf16);
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         gemm(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, V, C3, 0.0f, Y + (size_t)r0 * C, C);
@@ -454,13 +493,7 @@ static void attention_bwd(gpt *m, float *dqkv, const float *dy, const float *att
         gemm(1, 0, r1 - r0, hs, T - r0, 1.0f, P + (size_t)r0 * T + r0, T, dY + (size_t)r0 * C, C,
              0.0f, dV + (size_t)r0 * C3, C3);
       }
-      for (int t = 0; t < T; t++) { /* softmax backward, with the score scale */
-        const float *p = P + (size_t)t * T;
-        float *d = dS + (size_t)t * T, dot = 0.0f;
-        for (int s = 0; s <= t; s++) dot += p[s] * d[s];
-        for (int s = 0; s <= t; s++) d[s] = p[s] * (d[s] - dot) * scale;
-        for (int s = t + 1; s < T; s++) d[s] = 0.0f;
-      }
+      softmax_causal_bwd(dS, P, T, scale);
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         gemm(0, 0, r1 - r0, hs, r1, 1.0f, dS + (size_t)r0 * T, T, K, C3, 0.0f, dQ + (size_t)r0 * C3, C3);
@@ -529,6 +562,22 @@ int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride) 
   return 0;
 }
 
+/* z becomes softmax(z); *mx gets the largest input, *sum the sum of exp(z - *mx). */
+VECTORIZED static void softmax_row(float *restrict z, int V, float *mx_out, float *sum_out) {
+  float mx = z[0], sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+  for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
+#pragma omp simd reduction(+ : sum)
+  for (int c = 0; c < V; c++) {
+    z[c] = exp_fast(z[c] - mx);
+    sum += z[c];
+  }
+  float inv = 1.0f / sum;
+  for (int c = 0; c < V; c++) z[c] *= inv;
+  *mx_out = mx;
+  *sum_out = sum;
+}
+
 int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *row_loss) {
   if (!m || !targets || !loss) return fail("gpt_loss: model, targets or loss is NULL");
   if (!m->B || m->have_probs) return fail("gpt_loss: call gpt_forward first (once per gpt_loss)");
@@ -540,15 +589,8 @@ int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *
     for (int t = 0; t < T; t++) {
       int y = targets[(size_t)b * stride + (size_t)t];
       if (y >= V) return fail("gpt_loss: target %d at (%d, %d) is outside the vocabulary of %d", y, b, t, V);
-      float *z = m->logits + ((size_t)b * T + (size_t)t) * V, mx = z[0];
-      for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
-      float zy = z[y], sum = 0.0f;
-      for (int c = 0; c < V; c++) {
-        z[c] = exp_fast(z[c] - mx);
-        sum += z[c];
-      }
-      float inv = 1.0f / sum;
-      for (int c = 0; c < V; c++) z[c] *= inv;
+      float *z = m->logits + ((size_t)b * T + (size_t)t) * V, zy = z[y], mx, sum;
+      softmax_row(z, V, &mx, &sum);
       seq += log((double)sum) + mx - zy;
     }
     if (row_loss) row_loss[b] = (float)(seq / T);

@@ -106,7 +106,9 @@ int gpt_backward(gpt *m, float scale);
  */
 int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint64_t seed);
 
-/** What computes the matrix products: "OpenBLAS, <core> kernels" or "plain C loops". OpenBLAS
+/** What computes the matrix products: "OpenBLAS, <core> kernels, <n> thread(s)" or "plain C
+ *  loops". Several processes on one machine want 1 thread each (accelerate launch sets
+ *  OPENBLAS_NUM_THREADS=1 for them unless it is already set). OpenBLAS
  *  names the kernels it chose for this CPU; "Prescott" on a recent CPU means it did not recognize
  *  it and fell back to its slowest kernels (set OPENBLAS_CORETYPE, see docs/examples.md). */
 const char *gpt_matmul_backend(void);
