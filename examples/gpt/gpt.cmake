@@ -20,6 +20,11 @@ if(NOT TARGET gptcore)
     target_link_libraries(${t} PUBLIC ZLIB::ZLIB m)
   endforeach()
   target_compile_definitions(gptcore_plain PRIVATE GPT_NO_CLONES)
+  # ThreadSanitizer crashes in the ifunc resolvers that target_clones generates (they run before
+  # its runtime is set up): under TSan both libraries keep the baseline loops only.
+  if(ACC_SANITIZER STREQUAL "tsan")
+    target_compile_definitions(gptcore PRIVATE GPT_NO_CLONES)
+  endif()
   if(EXAMPLES_HAVE_CBLAS)
     target_compile_definitions(gptcore PRIVATE USE_CBLAS)
     target_include_directories(gptcore PRIVATE ${EXAMPLES_CBLAS_INCLUDE})
