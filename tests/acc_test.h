@@ -59,6 +59,25 @@ static int acc_test_rank = -1;
   } while (0)
 
 /* Prints the summary and returns the process exit status. */
+/* The first MiB of a text file, NUL-terminated, in a buffer of the test's own (overwritten by
+ * the next call); NULL when it cannot be opened. */
+static inline char *acc_test_slurp(const char *path) {
+  static char buf[1 << 20];
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* Occurrences of needle in s (overlapping ones counted). */
+static inline int acc_test_count(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = s; (p = strstr(p, needle)); p++) n++;
+  return n;
+}
+
 static inline int acc_test_finish(const char *name) {
   ACC_TEST_RANK_PREFIX();
   fprintf(stderr, "%s: %d checks, %d failed\n", name, acc_test_checks, acc_test_failures);

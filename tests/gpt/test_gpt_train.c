@@ -77,12 +77,6 @@ static double model_diff(const char *dir_a, const char *dir_b, int *ntensors) {
   return worst;
 }
 
-static int count(const char *hay, const char *needle) {
-  int n = 0;
-  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
-  return n;
-}
-
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_gpt_train <accelerate> <gpt>\n");
@@ -119,7 +113,7 @@ int main(int argc, char **argv) {
   CHECK(strstr(r2->out, "2 processes x 2 sequences x 16 bytes x 2 accumulation = 128 tokens per step") &&
             strstr(r1->out, "1 processes x 4 sequences x 16 bytes x 2 accumulation = 128 tokens per step"),
         "same global batch: %s", r2->out);
-  CHECK(count(r2->out, "sample:") == 1, "only the main process samples text (%d)", count(r2->out, "sample:"));
+  CHECK(acc_test_count(r2->out, "sample:") == 1, "only the main process samples text (%d)", acc_test_count(r2->out, "sample:"));
 
   /* same parameters after 3 steps, and they did move */
   int nt = 0;

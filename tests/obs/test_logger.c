@@ -15,22 +15,6 @@
 
 static int rank, np;
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
-}
-
-static int count_substr(const char *s, const char *needle) {
-  int n = 0;
-  for (const char *p = s; (p = strstr(p, needle)); p++) n++;
-  return n;
-}
-
 static void files_mode(const char *base) {
   const char *run = getenv("ACCELERATE_RUN_ID");
   char dir[1024], pattern[1200];
@@ -64,29 +48,29 @@ static void files_mode(const char *base) {
   char host[256], path[1500];
   gethostname(host, sizeof host);
   snprintf(path, sizeof path, "%s/log.%d.%s.%ld", dir, rank, host, (long)getpid());
-  const char *text = slurp(path);
+  const char *text = acc_test_slurp(path);
   CHECK(text != NULL, "no log file %s", path);
   if (!text) return;
   char want[128];
   snprintf(want, sizeof want, "WARNING test: from every process: %d\n", rank);
-  CHECK(count_substr(text, want) == 1, "all-processes line in %s:\n%s", path, text);
+  CHECK(acc_test_count(text, want) == 1, "all-processes line in %s:\n%s", path, text);
   snprintf(want, sizeof want, "INFO test: in order: %d\n", rank);
-  CHECK(count_substr(text, want) == 1, "in-order line in %s:\n%s", path, text);
+  CHECK(acc_test_count(text, want) == 1, "in-order line in %s:\n%s", path, text);
   CHECK(strstr(text, "hidden debug line") == NULL, "DEBUG filtered at INFO");
   snprintf(want, sizeof want, "[RANK %d] ", rank);
-  CHECK(count_substr(text, want) == count_substr(text, "\n"), "every line starts with %s:\n%s",
+  CHECK(acc_test_count(text, want) == acc_test_count(text, "\n"), "every line starts with %s:\n%s",
         want, text);
   CHECK(strstr(text, "\n\n") == NULL, "no blank lines:\n%s", text);
   if (rank == 0) {
-    CHECK(count_substr(text, "INFO test: main only 42\n") == 1, "main-only line on rank 0:\n%s",
+    CHECK(acc_test_count(text, "INFO test: main only 42\n") == 1, "main-only line on rank 0:\n%s",
           text);
-    CHECK(count_substr(text, "DEBUG test: debug now shown\n") == 1,
+    CHECK(acc_test_count(text, "DEBUG test: debug now shown\n") == 1,
           "debug line after set_level:\n%s", text);
     CHECK(strstr(text, "INFO accelerate: tensorboard tracker: writing ") != NULL,
           "library message:\n%s", text);
-    CHECK(count_substr(text, "\n") == 5, "5 lines on rank 0:\n%s", text);
+    CHECK(acc_test_count(text, "\n") == 5, "5 lines on rank 0:\n%s", text);
   } else {
-    CHECK(count_substr(text, "\n") == 2, "2 lines on rank %d (no main-only lines):\n%s", rank,
+    CHECK(acc_test_count(text, "\n") == 2, "2 lines on rank %d (no main-only lines):\n%s", rank,
           text);
   }
 }
@@ -103,7 +87,7 @@ static void order_mode(const char *base) {
     CHECK_OK(acc_log_ex(lg, ACC_LOG_INFO, ACC_LOG_IN_ORDER, "round %d rank %d", k, rank));
   REQUIRE_OK(acc_wait_for_everyone(acc_state_get()));
   if (rank == 0) {
-    const char *text = slurp(path);
+    const char *text = acc_test_slurp(path);
     CHECK(text != NULL, "no shared log %s", path);
     const char *p = text;
     for (int k = 0; text && k < ROUNDS; k++)

@@ -28,22 +28,6 @@ static void write_run(const char *logdir, const char *name, double scale) {
   acc_project_config_destroy(pc);
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  static char buf[1 << 20];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
-}
-
-static int count_substr(const char *s, const char *needle) {
-  int n = 0;
-  for (const char *p = s; (p = strstr(p, needle)); p++) n++;
-  return n;
-}
-
 int main(int argc, char **argv) {
   REQUIRE_OK(argc == 3 ? ACC_OK : ACC_ERR_INVALID_ARGUMENT);
   char logdir[1024], a[1100], b[1100], svg[1100], png[1100], cmd[4000];
@@ -59,12 +43,12 @@ int main(int argc, char **argv) {
   const char *runs[] = {a, b};
   int written = -1;
   CHECK_OK(acc_plot_runs(runs, 2, svg, png, &written));
-  const char *text = slurp(svg);
+  const char *text = acc_test_slurp(svg);
   CHECK(text && strncmp(text, "<?xml", 5) == 0 && strstr(text, "</svg>\n"), "an SVG document");
   if (text) {
     /* 5 metrics (epoch is bookkeeping), 2 runs each: 10 curves */
-    CHECK(count_substr(text, "<polyline") == 10, "10 curves, got %d",
-          count_substr(text, "<polyline"));
+    CHECK(acc_test_count(text, "<polyline") == 10, "10 curves, got %d",
+          acc_test_count(text, "<polyline"));
     CHECK(strstr(text, ">baseline</text>") && strstr(text, ">bigger-lr</text>"),
           "legend names both runs");
     const char *order[] = {">loss</text>", ">accuracy</text>", ">learning rate</text>",
