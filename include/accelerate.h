@@ -14,6 +14,7 @@
 #include "accelerate/version.h"
 #include "accelerate/common.h"
 #include "accelerate/state.h"
+#include "accelerate/device.h"
 #include "accelerate/control.h"
 #include "accelerate/comm.h"
 #include "accelerate/launch.h"

@@ -10,6 +10,7 @@
 #include "data_internal.h"
 #include "obs/profile.h"
 #include "collcheck.h"
+#include "device/accel_device.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -55,6 +56,7 @@ struct acc_accelerator {
   size_t *zoff;   /* per parameter: first element in the layout; SIZE_MAX without a gradient */
   size_t ztotal, zshard;
   float *zflat;   /* zshard * N floats: the reduce-scatter and all-gather buffer */
+  acc__accel_dev *dev; /* the device it trains on (src/device/accel_device.c) */
 };
 
 static acc_result zero_layout(acc_accelerator *acc, acc_model *m);
@@ -130,6 +132,11 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
       return rc;
     }
   }
+  acc_result drc = acc__accel_dev_open(st, o.device, &acc->dev);
+  if (drc != ACC_OK) {
+    acc_accelerator_destroy(acc);
+    return drc;
+  }
   if (acc_state_is_main_process(st)) acc__warn_old_kernel(); /* as Accelerate, once, on Linux */
   *out = acc;
   return ACC_OK;
@@ -146,12 +153,14 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   acc__free(acc->metrics_buf);
   acc__free(acc->zoff);
   acc__free(acc->zflat);
+  acc__accel_dev_close(acc->dev);
   acc_state_destroy(acc->st);
   acc->magic = ACC__MAGIC_DEAD;
   acc__free(acc);
 }
 
 acc_state *acc_accelerator_state(const acc_accelerator *acc) { return acc ? acc->st : NULL; }
+acc__accel_dev *acc__accelerator_dev(const acc_accelerator *acc) { return acc->dev; }
 acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc) {
   return acc ? acc->mp : ACC_PRECISION_NO;
 }

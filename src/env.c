@@ -61,7 +61,8 @@ ROW("SLURM_NNODES", INT, 1, SIZES, NULL, "1", LIB | EXT, "Slurm: number of machi
 ROW("SLURM_JOB_ID", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: job id, part of the job id.")
 ROW("SLURM_STEP_ID", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: step id, part of the job id.")
 /* ---- behaviour ---- */
-ROW("ACCELERATE_USE_CPU", BOOL, 0, 0, NULL, "true", LIB | SETS, "Run on the CPU (the only device of this version).")
+ROW("ACCELERATE_USE_CPU", BOOL, 0, 0, NULL, "true", LIB | SETS, "Run on the CPU even when the program asks for a GPU (ACC_DEVICE_AUTO or ACC_DEVICE_CUDA).")
+ROW("ACCELERATE_TEST_DEVICE", ENUM, 0, 0, "none|fake", "none", LIB, "Testing: fake makes a program that asks for a GPU (ACC_DEVICE_AUTO or ACC_DEVICE_CUDA) train on the fake device (host memory behind a GPU's rules) instead, so CI without a GPU runs the device code paths.")
 ROW("ACCELERATE_MIXED_PRECISION", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, "Mixed precision mode when the program does not choose one.")
 ROW("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", INT, 1, SIZES, NULL, "1", LIB, "Gradient accumulation steps; wins over the accelerator option.")
 ROW("ACCELERATE_ZERO_STAGE", INT, 0, 2, NULL, "0", LIB | SETS, "ZeRO stage when the program does not choose one: 0 off, 1 optimizer state sharded across processes (2 is not implemented yet).")

@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "control.h"
 #include "data.h"
+#include "device.h"
 #include "model.h"
 #include "optim.h"
 #include "precision.h"
@@ -20,8 +21,8 @@ extern "C" {
 
 typedef struct acc_accelerator acc_accelerator;
 
-/* 2: low_precision_params appended. 3: zero_stage appended. */
-#define ACC_ACCELERATOR_OPTIONS_VERSION 3
+/* 2: low_precision_params appended. 3: zero_stage appended. 4: device appended. */
+#define ACC_ACCELERATOR_OPTIONS_VERSION 4
 
 /**
  * Options of acc_accelerator_create. Initialize with ACC_ACCELERATOR_OPTIONS_INIT; fields left
@@ -48,11 +49,16 @@ typedef struct acc_accelerator_options {
   int zero_stage;                   /* ACC_UNSET: ACCELERATE_ZERO_STAGE, else 0. 1: ZeRO stage 1,
                                        the optimizer state is sharded across processes
                                        (docs/zero.md); 2 is not implemented yet (an error) */
+  int device;                       /* acc_device_type the program's kernels can run on; ACC_UNSET
+                                       or ACC_DEVICE_CPU: the CPU (every program written before
+                                       GPUs keeps working). ACC_DEVICE_AUTO: cuda:<LOCAL_RANK>
+                                       when a GPU is present and --cpu is not given, else the
+                                       CPU; ACC_DEVICE_CUDA: a GPU or an error (docs/gpu.md) */
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
   { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_PRECISION_UNSET,        \
-    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0, ACC_UNSET }
+    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0, ACC_UNSET, ACC_UNSET }
 /** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). */
 ACC_EXTERN acc_result acc_accelerator_options_init(acc_accelerator_options *opts, uint32_t version);
 
@@ -75,6 +81,36 @@ ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
 ACC_EXTERN int acc_accelerator_gradient_accumulation_steps(const acc_accelerator *acc);
+
+/* ---- the device (docs/gpu.md) --------------------------------------------------------------- */
+
+/** The device this process trains on: ACC_DEVICE_CPU, ACC_DEVICE_CUDA (or ACC_DEVICE_FAKE in
+ * tests); never ACC_DEVICE_AUTO. */
+ACC_EXTERN acc_device_type acc_accelerator_device_type(const acc_accelerator *acc);
+/** "cpu", "cuda:<ordinal>", "fake:<ordinal>" (borrowed). */
+ACC_EXTERN const char *acc_accelerator_device_name(const acc_accelerator *acc);
+/** The ordinal of the GPU (as the CUDA runtime numbers the visible GPUs); -1 on the CPU. */
+ACC_EXTERN int acc_accelerator_device_index(const acc_accelerator *acc);
+/**
+ * The stream the library queues its device work on (a cudaStream_t on CUDA; NULL on the CPU).
+ * Run the program's kernels on it: the library's work on the gradients (backward, optimizer
+ * steps) is then ordered after them without a host synchronization.
+ */
+ACC_EXTERN void *acc_accelerator_stream(const acc_accelerator *acc);
+/** Waits until every operation queued on the accelerator's stream has finished. */
+ACC_EXTERN acc_result acc_accelerator_synchronize(acc_accelerator *acc);
+/** bytes of device memory (host memory on the CPU), zeroed. Ownership: acc_accelerator_free. */
+ACC_EXTERN acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, void **out);
+/** Frees memory from acc_accelerator_alloc. Accepts NULL. A pointer that is not such memory is
+ * ACC_ERR_INVALID_ARGUMENT. */
+ACC_EXTERN acc_result acc_accelerator_free(acc_accelerator *acc, void *p);
+/** Copies bytes in the accelerator's stream order and returns when the copy is done (the host
+ * buffer may be reused and, for ACC_COPY_DEVICE_TO_HOST, read). A host pointer where device
+ * memory is expected (or the reverse) is ACC_ERR_INVALID_ARGUMENT naming the argument. */
+ACC_EXTERN acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *src,
+                                             size_t bytes, acc_copy_kind kind);
+/** 1 when p points into memory of the accelerator's device (always 1 on the CPU). */
+ACC_EXTERN int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p);
 
 /*
  * Process control through the accelerator (the same as the acc_state functions of state.h and

@@ -51,6 +51,7 @@ acc_result acc__device_open(acc__device **out, acc__device_kind kind, int ordina
   d->ops = ops;
   d->kind = kind;
   if (kind == ACC__DEVICE_CUDA) snprintf(d->name, sizeof d->name, "cuda:%d", ordinal);
+  else if (kind == ACC__DEVICE_FAKE) snprintf(d->name, sizeof d->name, "fake:%d", ordinal);
   else snprintf(d->name, sizeof d->name, "%s", ops->name);
   acc_result rc = done(d, ops->open(ordinal, &d->ctx), "cannot open the device");
   if (rc != ACC_OK) {

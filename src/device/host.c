@@ -374,9 +374,10 @@ static int h_open_cpu(int ordinal, void **ctx) {
   return h_open_common(0, ctx);
 }
 static int h_open_fake(int ordinal, void **ctx) {
-  if (ordinal != 0)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "fake device: ordinal %d does not exist (only 0)",
-                      ordinal);
+  /* each process has its own arena: fake:N stands for the N-th GPU of the machine */
+  if (ordinal < 0 || ordinal >= ACC__MAX_GPUS)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "fake device: ordinal %d does not exist (0..%d)",
+                      ordinal, ACC__MAX_GPUS - 1);
   return h_open_common(1, ctx);
 }
 

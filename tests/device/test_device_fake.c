@@ -238,13 +238,15 @@ static void test_cpu(void) {
   CHECK_ERR(acc__device_sgd(cpu, &(acc__sgd_args){.w = h, .n = 4}, NULL),
             ACC_ERR_INVALID_ARGUMENT, "cpu device: sgd: argument g is NULL");
   acc__device_close(cpu);
-  CHECK_ERR(acc__device_open(&cpu, ACC__DEVICE_FAKE, 1), ACC_ERR_INVALID_ARGUMENT,
+  CHECK_ERR(acc__device_open(&cpu, ACC__DEVICE_CPU, 1), ACC_ERR_INVALID_ARGUMENT,
             "ordinal 1 does not exist");
+  CHECK_ERR(acc__device_open(&cpu, ACC__DEVICE_FAKE, ACC__MAX_GPUS), ACC_ERR_INVALID_ARGUMENT,
+            "does not exist (0..15)");
 }
 
 int main(void) {
   REQUIRE_OK(acc__device_open(&dev, ACC__DEVICE_FAKE, 0));
-  CHECK(strcmp(acc__device_name(dev), "fake") == 0, "name %s", acc__device_name(dev));
+  CHECK(strcmp(acc__device_name(dev), "fake:0") == 0, "name %s", acc__device_name(dev));
   test_pointer_kinds();
   test_deferred();
   test_stream_order();

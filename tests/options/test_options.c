@@ -175,7 +175,7 @@ int main(void) {
     const size_t v1 = offsetof(acc_accelerator_options, low_precision_params);
     unsigned char buf[sizeof(acc_accelerator_options) + 8];
     memset(buf, 0xcd, sizeof buf);
-    CHECK(ACC_ACCELERATOR_OPTIONS_VERSION == 3, "version %d", ACC_ACCELERATOR_OPTIONS_VERSION);
+    CHECK(ACC_ACCELERATOR_OPTIONS_VERSION == 4, "version %d", ACC_ACCELERATOR_OPTIONS_VERSION);
     CHECK_OK(acc_accelerator_options_init((acc_accelerator_options *)buf, 1));
     head h = get_head(buf);
     CHECK(h.size == v1 && h.version == 1, "v1 init: size %zu version %u", h.size, h.version);
@@ -191,6 +191,17 @@ int main(void) {
     head h = get_head(buf);
     CHECK(h.size == v2 && h.version == 2, "v2 init: size %zu version %u", h.size, h.version);
     CHECK(buf[v2] == 0xcd, "v2 init wrote zero_stage");
+    CHECK_OK(use_accelerator(buf));
+  }
+  /* Version 3 (before device): device is never read (0xcd bytes would be a bad device). */
+  {
+    const size_t v3 = offsetof(acc_accelerator_options, device);
+    unsigned char buf[sizeof(acc_accelerator_options) + 8];
+    memset(buf, 0xcd, sizeof buf);
+    CHECK_OK(acc_accelerator_options_init((acc_accelerator_options *)buf, 3));
+    head h = get_head(buf);
+    CHECK(h.size == v3 && h.version == 3, "v3 init: size %zu version %u", h.size, h.version);
+    CHECK(buf[v3] == 0xcd, "v3 init wrote device");
     CHECK_OK(use_accelerator(buf));
   }
 
