@@ -232,8 +232,20 @@ static void run_step(run *r) {
   if (c->clip == 2) REQUIRE_OK(acc_accelerator_clip_grad_value(r->acc, 0.05f));
   if (c->clip == 3) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.2f, INFINITY, &norm));
   if (c->clip == 4) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, NULL));
+  /* On the fake device queued work runs only at synchronization points: the parameters (host
+   * readable) must not change during optimizer_step and zero_grad, which queue their kernels
+   * without waiting (fp16 waits once, for the overflow flag, inside its first step). */
+  static float before[H * D];
+  int watch = r->fake && sync && !c->fp16;
+  if (watch) memcpy(before, r->data[0], sizeof before);
   REQUIRE_OK(acc_accelerator_optimizer_step(r->acc, r->opt));
   REQUIRE_OK(acc_accelerator_optimizer_zero_grad(r->acc, r->opt));
+  if (watch) {
+    CHECK(memcmp(before, r->data[0], sizeof before) == 0,
+          "%s: optimizer_step synchronized with the device", c->name);
+    REQUIRE_OK(acc_accelerator_synchronize(r->acc));
+    CHECK(memcmp(before, r->data[0], sizeof before) != 0, "%s: the step changed w1", c->name);
+  }
   if (sync) {
     if (r->nrec < 64) {
       r->norms[r->nrec] = norm;
