@@ -66,7 +66,8 @@ acc_result acc__dev_host_model_of(acc__accel_dev *d, const acc_model *m, int gra
     }
     size_t n = p->numel * sizeof(float);
     rc = acc__device_copy(d->dev, data, p->data, n, ACC__COPY_D2H, d->stream);
-    if (rc == ACC_OK && grad) rc = acc__device_copy(d->dev, grad, p->grad, n, ACC__COPY_D2H, d->stream);
+    if (rc == ACC_OK && grad)
+      rc = acc__device_copy(d->dev, grad, p->grad, n, ACC__COPY_D2H, d->stream);
   }
   if (rc == ACC_OK) rc = acc__dstream_sync(d->dev, d->stream);
   if (rc != ACC_OK) {

@@ -47,10 +47,10 @@ static acc_result check_ptr(acc__accel_dev *d, const acc_param *p, const void *p
   ACC_CHECK(acc__device_is_device_ptr(d->dev, ptr, &yes));
   if (yes) return ACC_OK;
   return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                    "prepare_model: parameter '%s': its %s (%p) is not memory of the device %s this "
-                    "accelerator trains on; allocate parameters and gradients with "
-                    "acc_accelerator_alloc (or cudaMalloc on a GPU) and copy initial values in with "
-                    "acc_accelerator_memcpy",
+                    "prepare_model: parameter '%s': its %s (%p) is not memory of the device %s "
+                    "this accelerator trains on; allocate parameters and gradients with "
+                    "acc_accelerator_alloc (or cudaMalloc on a GPU) and copy initial values in "
+                    "with acc_accelerator_memcpy",
                     p->name, what, ptr, acc__device_name(d->dev));
 }
 
@@ -178,7 +178,8 @@ acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_st
     rc = nccl_setup(g);
     if (rc == ACC_OK && !g->comm) {
       if (g->prefix[n] && !(g->host = acc__calloc(g->prefix[n], sizeof(float)))) rc = ACC_ERR_NOMEM;
-      for (size_t b = 0; rc == ACC_OK && b < nbuckets; b++) rc = acc__devent_create(d->dev, &g->ev[b]);
+      for (size_t b = 0; rc == ACC_OK && b < nbuckets; b++)
+        rc = acc__devent_create(d->dev, &g->ev[b]);
     }
   }
   if (rc != ACC_OK) {

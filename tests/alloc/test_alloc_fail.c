@@ -186,7 +186,9 @@ static void check_dev_save(acc_result rc, long n) {
 }
 static char dirE[600];
 static acc_result op_dev_load(void) { return acc_accelerator_load_state(dacc, dirE, NULL); }
-static acc_result op_dev_save_model(void) { return acc_save_model(NULL, dmodel, dirM2, 0, ACC_F32); }
+static acc_result op_dev_save_model(void) {
+  return acc_save_model(NULL, dmodel, dirM2, 0, ACC_F32);
+}
 static void check_dev_save_model(acc_result rc, long n) {
   (void)n;
   if (rc == ACC_OK) rmtree(dirM2);

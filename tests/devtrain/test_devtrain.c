@@ -96,7 +96,9 @@ static void run_open(run *r, const cfg *c, int fake) {
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
   o.device = fake ? ACC_DEVICE_AUTO : ACC_DEVICE_CPU;
   o.gradient_accumulation_steps = c->gas;
-  o.mixed_precision = c->fp16 ? ACC_PRECISION_FP16 : c->bf16 ? ACC_PRECISION_BF16 : ACC_PRECISION_NO;
+  o.mixed_precision = c->fp16   ? ACC_PRECISION_FP16
+                      : c->bf16 ? ACC_PRECISION_BF16
+                                : ACC_PRECISION_NO;
   o.low_precision_params = c->low_precision;
   o.overlap_grad_sync = c->overlap;
   if (c->split) o.bucket_cap_bytes = 40 * sizeof(float); /* several buckets */
@@ -124,7 +126,8 @@ static void run_open(run *r, const cfg *c, int fake) {
       r->data[i] = r->block_data + off;
       r->grad[i] = r->block_grad + off;
     }
-    for (size_t k = 0; k < numels[i]; k++) init[k] = 0.5f * hval(1000 + (uint64_t)rank, (uint64_t)i, k);
+    for (size_t k = 0; k < numels[i]; k++)
+      init[k] = 0.5f * hval(1000 + (uint64_t)rank, (uint64_t)i, k);
     if (fake)
       REQUIRE_OK(acc_accelerator_memcpy(r->acc, r->data[i], init, numels[i] * sizeof(float),
                                         ACC_COPY_HOST_TO_DEVICE));
@@ -187,7 +190,8 @@ static void forward_backward(run *r, int64_t micro) {
   const float scale = acc_accelerator_backward_scale(r->acc) / (float)BATCH;
   for (int s = 0; s < BATCH; s++) {
     float x[D], h[H], y[O], dy[O], dh[H];
-    for (int k = 0; k < D; k++) x[k] = hval((uint64_t)micro, (uint64_t)rank * 97 + (uint64_t)s, (uint64_t)k);
+    for (int k = 0; k < D; k++)
+      x[k] = hval((uint64_t)micro, (uint64_t)rank * 97 + (uint64_t)s, (uint64_t)k);
     for (int j = 0; j < H; j++) {
       float a = b1[j];
       for (int k = 0; k < D; k++) a += w1[j * D + k] * x[k];
