@@ -19,6 +19,7 @@
 #include "json_util.h"
 #include "collcheck.h"
 #include "data_internal.h"
+#include "device/train.h"
 #include "obs/obs_internal.h"
 
 #define STATE_FORMAT "accelerate-c-state"
@@ -1102,6 +1103,7 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
 acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir) {
   if (saved_dir) *saved_dir = NULL;
   ACC_CHECK(acc__accelerator_zero_unshard(acc));
+  ACC_CHECK(acc__dev_state_to_host(acc)); /* optimizer state in device memory: host staging */
   acc_result rc = save_state_body(acc, output_dir, saved_dir);
   acc_result r2 = acc__accelerator_zero_reshard(acc);
   return rc != ACC_OK ? rc : r2;
@@ -1111,6 +1113,7 @@ acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_di
   if (loaded_dir) *loaded_dir = NULL;
   ACC_CHECK(acc__accelerator_zero_unshard(acc));
   acc_result rc = load_state_body(acc, input_dir, loaded_dir);
+  if (rc == ACC_OK) rc = acc__dev_state_from_host(acc); /* optimizer state in device memory */
   acc_result r2 = acc__accelerator_zero_reshard(acc);
   return rc != ACC_OK ? rc : r2;
 }

@@ -11,6 +11,7 @@
 #include "obs/profile.h"
 #include "collcheck.h"
 #include "device/accel_device.h"
+#include "device/train.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -198,6 +199,7 @@ acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int dev
 /* ---- prepare ---------------------------------------------------------------------------------- */
 
 static acc_result refresh_low_precision(acc_accelerator *acc) {
+  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_refresh_low_precision(acc);
   if (!acc->low_precision) return ACC_OK;
   return acc_precision_copy_params(acc->model, acc_autocast_dtype(acc->mp), acc->low_precision,
                                    acc_model_numel(acc->model));
@@ -209,6 +211,7 @@ acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc) {
 }
 
 const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc) {
+  if (acc && acc__accel_dev_offhost(acc->dev)) return acc__dev_low_precision(acc);
   return acc ? acc->low_precision : NULL;
 }
 
@@ -256,10 +259,13 @@ acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model)
   if (acc->model)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "prepare_model: this accelerator already has a prepared model; use one model");
-  ACC_CHECK(broadcast_parameters(acc, model));
+  const int offhost = acc__accel_dev_offhost(acc->dev); /* device memory: src/device/train_*.c */
+  ACC_CHECK(offhost ? acc__dev_prepare_model(acc, model) : broadcast_parameters(acc, model));
   if (acc->zero) ACC_CHECK(zero_layout(acc, model));
   ACC_CHECK(acc__grad_sync_create(&acc->gs, acc->st, model, acc->bucket_cap, acc->overlap));
+  if (offhost) ACC_CHECK(acc__grad_sync_use_device(acc->gs, acc->dev));
   acc->model = model;
+  if (acc->want_low_precision && offhost) return acc__dev_low_precision_alloc(acc, model);
   if (acc->want_low_precision) {
     acc->low_precision = acc__calloc(acc_model_numel(model), sizeof(uint16_t));
     if (!acc->low_precision) return ACC_ERR_NOMEM;
@@ -454,6 +460,7 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
     zero_range(acc, &lo, &hi);
     ACC_CHECK(acc__optimizer_restrict(opt, acc->zoff, lo, hi));
   }
+  if (acc__accel_dev_offhost(acc->dev)) ACC_CHECK(acc__dev_prepare_optimizer(acc, opt));
   acc->opts[acc->nopts++] = opt;
   return ACC_OK;
 }
@@ -639,7 +646,10 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
   if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "backward: prepare the model first (acc_accelerator_prepare_model)");
   if (!acc->sync_gradients) return ACC_OK;
   ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
-  if (acc->mp == ACC_PRECISION_FP16) round_grads_f16(acc->model);
+  if (acc->mp == ACC_PRECISION_FP16 && acc__accel_dev_offhost(acc->dev))
+    ACC_CHECK(acc__dev_round_grads_f16(acc));
+  else if (acc->mp == ACC_PRECISION_FP16)
+    round_grads_f16(acc->model);
   if (acc->zero) return zero_reduce_grads(acc);
   return acc__grad_sync_finish(acc->gs);
 }
@@ -648,6 +658,7 @@ acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "unscale_gradients"));
   if (!acc->sync_gradients) return ACC_OK; /* the gradients are unscaled once, when final */
   if (!acc->scaler || !acc->model || acc_grad_scaler_is_unscaled(acc->scaler)) return ACC_OK;
+  if (acc_grad_scaler_enabled(acc->scaler) && acc__accel_dev_offhost(acc->dev)) return acc__dev_unscale(acc);
   int found_inf = 0;
   return acc_grad_scaler_unscale(acc->scaler, acc->model, &found_inf);
 }
@@ -664,6 +675,7 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
   }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   float norm = 0;
+  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_clip_grad_norm(acc, max_norm, norm_type, total_norm);
   if (acc->zero)
     ACC_CHECK(zero_clip_norm(acc, max_norm, norm_type, &norm));
   else
@@ -677,6 +689,7 @@ acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_valu
   if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_value: prepare the model first");
   if (!acc->sync_gradients) return ACC_OK; /* partial gradients: see clip_grad_norm */
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
+  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_clip_grad_value(acc, clip_value);
   return acc_clip_grad_value(acc->model, clip_value);
 }
 
@@ -688,7 +701,7 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   if (acc->zero) ACC_CHECK(zero_check_opt(acc, opt));
   if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) {
     acc->step_was_skipped = 0;
-    ACC_CHECK(acc_optimizer_step(opt));
+    ACC_CHECK(acc__accel_dev_offhost(acc->dev) ? acc__dev_optimizer_step(acc, opt, 0) : acc_optimizer_step(opt));
     if (acc->zero) ACC_CHECK(zero_gather_params(acc));
     return refresh_low_precision(acc);
   }
@@ -713,9 +726,10 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
     acc->it_inf = inf;
     acc->it_agreed = 1;
     acc->step_was_skipped = inf != 0;
+    if (acc__accel_dev_offhost(acc->dev)) ACC_CHECK(acc__dev_agree_overflow(acc, inf));
   }
   if (!acc->it_inf) {
-    ACC_CHECK(acc_optimizer_step(opt));
+    ACC_CHECK(acc__accel_dev_offhost(acc->dev) ? acc__dev_optimizer_step(acc, opt, 1) : acc_optimizer_step(opt));
     if (acc->zero) ACC_CHECK(zero_gather_params(acc));
     ACC_CHECK(refresh_low_precision(acc));
   }
@@ -731,6 +745,7 @@ acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, acc_optimiz
   ACC_CHECK(check(acc, "optimizer_zero_grad"));
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_zero_grad: optimizer is NULL");
   if (!acc->sync_gradients) return ACC_OK;
+  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_zero_grad(acc, opt);
   return acc_optimizer_zero_grad(opt);
 }
 

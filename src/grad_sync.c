@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "collcheck.h"
+#include "device/train.h"
 #include "grad_sync.h"
 #include "obs/profile.h"
 
@@ -42,12 +43,14 @@ struct acc__grad_sync {
   int stop, thread_started;
   acc_result thread_rc;
   char thread_err[1024];
+  acc__dev_gsync *dev; /* gradients in device memory (src/device/train_sync.c) */
 };
 
 static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   ACC_PROF_SCOPE_ARG(ACC_PROF_COMM, "grad_sync.bucket", b - gs->buckets);
   size_t n = b->numel;
   if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
+  if (gs->dev) return acc__dev_gsync_bucket(gs->dev, b - gs->buckets, b->first, b->count, n, b->inplace);
   if (b->inplace) {
     acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
     ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
@@ -188,6 +191,7 @@ void acc__grad_sync_destroy(acc__grad_sync *gs) {
     pthread_mutex_destroy(&gs->mu);
     pthread_cond_destroy(&gs->cv);
   }
+  acc__dev_gsync_free(gs->dev);
   acc__free(gs->order);
   acc__free(gs->bucket_of);
   acc__free(gs->ready);
@@ -195,6 +199,12 @@ void acc__grad_sync_destroy(acc__grad_sync *gs) {
   acc__free(gs->queue);
   acc__free(gs->staging);
   acc__free(gs);
+}
+
+acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__accel_dev *d) {
+  size_t n = 0;
+  for (size_t bi = 0; bi < gs->nbuckets; bi++) n += gs->buckets[bi].count;
+  return acc__dev_gsync_create(&gs->dev, d, gs->st, gs->model, gs->order, n, gs->nbuckets);
 }
 
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs) { return gs ? gs->nbuckets : 0; }
@@ -238,6 +248,7 @@ acc_result acc__grad_sync_finish(acc__grad_sync *gs) {
     bucket *b = &gs->buckets[bi];
     if (!b->queued) rc = reduce_bucket(gs, b);
   }
+  if (rc == ACC_OK && gs->dev) rc = acc__dev_gsync_finish(gs->dev);
   for (size_t bi = 0; bi < gs->nbuckets; bi++) {
     gs->buckets[bi].queued = 0;
     gs->buckets[bi].pending = gs->buckets[bi].count;

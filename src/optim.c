@@ -742,3 +742,34 @@ acc_result acc_clip_grad_value(acc_model *m, float clip_value) {
   }
   return ACC_OK;
 }
+
+/* ---- training on a device (src/device/train_optim.c) ------------------------------------- */
+
+int acc__optimizer_param_group(const acc_optimizer *o, size_t i) {
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) || i >= o->nparams) return -1;
+  if (!acc_model_parameter(o->model, i)->grad) return -1;
+  return o->slots[i].group;
+}
+
+int acc__optimizer_state_present(const acc_optimizer *o, size_t i, int b) {
+  return acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) && i < o->nparams && b < nbufs(o) &&
+         o->slots[i].has[b];
+}
+
+float *acc__optimizer_state_host(acc_optimizer *o, size_t i, int b) {
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) || i >= o->nparams || b >= nbufs(o)) return NULL;
+  return ensure_buf(o, i, b);
+}
+
+acc_result acc__optimizer_device_stepped(acc_optimizer *o) {
+  ACC_CHECK(check_opt(o, "acc_optimizer_step"));
+  ACC_CHECK(check_model_unchanged(o, "acc_optimizer_step"));
+  o->step++;
+  if (o->kind == ACC_OPTIMIZER_SGD && o->momentum != 0.0)
+    for (size_t i = 0; i < o->nparams; i++)
+      if (acc__optimizer_param_group(o, i) >= 0 && !o->slots[i].has[0]) {
+        o->slots[i].has[0] = 1;
+        o->state_dirty = 1;
+      }
+  return ACC_OK;
+}

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt_dir.h"
+#include "device/train.h"
 #include "json_util.h"
 
 #define WEIGHTS_NAME "model.safetensors"
@@ -215,6 +216,15 @@ done:
   return rc;
 }
 
+/* A model in device memory is saved from a host copy (src/device/train_ckpt.c). */
+static acc_result save_staged(const acc_model *m, const char *dir, uint64_t max_shard, acc_dtype dtype) {
+  acc_model *h = NULL;
+  ACC_CHECK(acc__dev_host_model(m, 0, &h, NULL));
+  acc_result rc = save_main(h ? h : m, dir, max_shard, dtype);
+  acc__dev_host_model_free(h);
+  return rc;
+}
+
 acc_result acc_save_model(acc_state *st, const acc_model *model, const char *dir, uint64_t max_shard_size,
                           acc_dtype dtype) {
   if (!model || !dir || !*dir)
@@ -224,7 +234,7 @@ acc_result acc_save_model(acc_state *st, const acc_model *model, const char *dir
                       acc_dtype_name(dtype));
   if (max_shard_size == 0) max_shard_size = ACC_DEFAULT_MAX_SHARD_SIZE;
   acc_result rc = ACC_OK;
-  if (!st || acc_state_is_main_process(st)) rc = save_main(model, dir, max_shard_size, dtype);
+  if (!st || acc_state_is_main_process(st)) rc = save_staged(model, dir, max_shard_size, dtype);
   if (!st) return rc;
   char saved[1024] = "";
   if (rc != ACC_OK) snprintf(saved, sizeof saved, "%s", acc_last_error());
@@ -451,6 +461,15 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_load_checkpoint_in_model: model or path is NULL");
   acc_load_options o = ACC_LOAD_OPTIONS_INIT;
   ACC__READ_OPTIONS(o, opts, acc_load_options, ACC_LOAD_OPTIONS_VERSION, "acc_load_checkpoint_in_model");
+  acc_model *staged = NULL; /* a model in device memory loads into a host copy, then goes back */
+  acc__accel_dev *sdev = NULL;
+  ACC_CHECK(acc__dev_host_model(model, 0, &staged, &sdev));
+  if (staged) {
+    acc_result src = acc_load_checkpoint_in_model(staged, path, opts, report);
+    if (src == ACC_OK) src = acc__dev_host_model_push(sdev, staged, model, 0);
+    acc__dev_host_model_free(staged);
+    return src;
+  }
   opened files = {NULL, 0};
   acc_load_report local = {0};
   acc_load_report *r = report ? report : &local;

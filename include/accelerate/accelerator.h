@@ -148,6 +148,8 @@ ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t se
  * Prepares the model: every process's parameters are overwritten with process 0's (so all start
  * identical), and the gradient buckets are built. One model per accelerator.
  * Collective. Ownership: the model stays the program's and must outlive the accelerator.
+ * Training on a device: every parameter's data and gradient must be device memory of the
+ * accelerator's device (acc_accelerator_alloc); host memory is ACC_ERR_INVALID_ARGUMENT.
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model);
 /** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Several
@@ -246,7 +248,8 @@ ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_s
  * With options.low_precision_params under fp16/bf16: the parameters converted to the autocast
  * dtype (uint16_t values, concatenated in registration order as acc_precision_copy_params lays
  * them out), refreshed after every optimizer step that ran; the fp32 master weights stay in the
- * model. NULL otherwise. Borrowed: lives as long as the accelerator.
+ * model. NULL otherwise. Borrowed: lives as long as the accelerator. Training on a device, it
+ * is device memory, written on the compute stream.
  */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc);
 /**

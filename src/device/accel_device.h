@@ -12,6 +12,7 @@ typedef struct acc__accel_dev {
   acc__dstream *stream;  /* the compute stream (NULL on the CPU: its operations run at once) */
   acc__placement where;
   acc_device_type type;  /* CPU, CUDA or FAKE */
+  struct acc__dev_train *train; /* training state on the device (train.h); NULL until used */
 } acc__accel_dev;
 
 /* Resolves the placement for `want` (placement.h) and opens the device and its stream. */

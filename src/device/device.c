@@ -241,6 +241,24 @@ acc_result acc__device_cast(acc__device *d, uint16_t *dst, const float *src, siz
   return done(d, d->ops->cast(d->ctx, dst, src, n, (int)dtype, s), "cast");
 }
 
+acc_result acc__device_clamp(acc__device *d, float *buf, size_t n, float clip, acc__dstream *s) {
+  ACC_CHECK(check_dev(d, "acc__device_clamp"));
+  if (!(clip >= 0.0f))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_clamp: clip %g must be >= 0",
+                      (double)clip);
+  return done(d, d->ops->clamp(d->ctx, buf, n, clip, s), "clamp");
+}
+
+acc_result acc__device_round_f16(acc__device *d, float *buf, size_t n, acc__dstream *s) {
+  ACC_CHECK(check_dev(d, "acc__device_round_f16"));
+  return done(d, d->ops->round_f16(d->ctx, buf, n, s), "round_f16");
+}
+
+const acc__device_ops *acc__device_ops_of(const acc__device *d, void **ctx) {
+  if (ctx) *ctx = d ? d->ctx : NULL;
+  return d ? d->ops : NULL;
+}
+
 /* ---- the module loader ---------------------------------------------------------------------- */
 
 /* This is the one place that dlopens a device module; it may later be replaced by the library's

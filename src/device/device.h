@@ -92,6 +92,14 @@ acc_result acc__device_scale(acc__device *d, float *d_buf, size_t n, const float
 acc_result acc__device_cast(acc__device *d, uint16_t *d_dst, const float *d_src, size_t n,
                             acc_dtype dtype, acc__dstream *s);
 
+/* d_buf[i] clamped to [-clip, clip] (acc_clip_grad_value's arithmetic; clip >= 0). */
+acc_result acc__device_clamp(acc__device *d, float *d_buf, size_t n, float clip, acc__dstream *s);
+/* d_buf[i] rounded to the nearest fp16 value, kept in fp32 (fp16 gradients). */
+acc_result acc__device_round_f16(acc__device *d, float *d_buf, size_t n, acc__dstream *s);
+
+/* The device's ops table and context (for the NCCL members, which have no wrapper here). */
+const acc__device_ops *acc__device_ops_of(const acc__device *d, void **ctx);
+
 /* ---- the CUDA module -------------------------------------------------------------------- */
 
 /* Loads a device module by name ("cuda"): libaccelerate-<name>.so from $ACCELERATE_CUDA_MODULE,

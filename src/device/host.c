@@ -23,9 +23,22 @@
 
 /* ---- the operations, run on the host -------------------------------------------------------- */
 
-enum { OP_COPY, OP_MEMSET, OP_SGD, OP_ADAMW, OP_UNSCALE, OP_NORMP, OP_NORMF, OP_SCALE, OP_CAST };
-static const char *const op_names[] = {"copy",   "memset",        "sgd",         "adamw", "unscale",
-                                       "norm_partials", "norm_finish", "scale", "cast"};
+enum {
+  OP_COPY,
+  OP_MEMSET,
+  OP_SGD,
+  OP_ADAMW,
+  OP_UNSCALE,
+  OP_NORMP,
+  OP_NORMF,
+  OP_SCALE,
+  OP_CAST,
+  OP_CLAMP,
+  OP_ROUND16
+};
+static const char *const op_names[] = {"copy",  "memset", "sgd",   "adamw",
+                                       "unscale", "norm_partials", "norm_finish", "scale",
+                                       "cast",  "clamp",  "round_f16"};
 
 typedef struct range {
   const void *p;
@@ -78,6 +91,11 @@ typedef struct fop {
       size_t n;
       int dtype;
     } cast;
+    struct {
+      float *buf;
+      size_t n;
+      float clip;
+    } clamp;
   } u;
   range r[6];
   int nr;
@@ -149,6 +167,14 @@ static void run_op(const fop *o) {
         for (size_t k = 0; k < o->u.cast.n; k++) d[k] = acc__k_f32_to_f16(s[k]);
       break;
     }
+    case OP_CLAMP:
+      for (size_t k = 0; k < o->u.clamp.n; k++)
+        o->u.clamp.buf[k] = acc__k_clamp(o->u.clamp.buf[k], o->u.clamp.clip);
+      break;
+    case OP_ROUND16:
+      for (size_t k = 0; k < o->u.clamp.n; k++)
+        o->u.clamp.buf[k] = acc__k_round_f16(o->u.clamp.buf[k]);
+      break;
     default: break;
   }
 }
@@ -733,6 +759,25 @@ static int h_cast(void *ctx, uint16_t *dst, const float *src, size_t n, int dtyp
   return submit(ctx, &o, dev, s);
 }
 
+static int h_clamp(void *ctx, float *buf, size_t n, float clip, void *s) {
+  fop o = {.type = OP_CLAMP, .nr = 1};
+  o.u.clamp.buf = buf;
+  o.u.clamp.n = n;
+  o.u.clamp.clip = clip;
+  o.r[0] = RANGE(buf, n * sizeof(float), 1, "buf");
+  int dev[1] = {1};
+  return submit(ctx, &o, dev, s);
+}
+
+static int h_round_f16(void *ctx, float *buf, size_t n, void *s) {
+  fop o = {.type = OP_ROUND16, .nr = 1};
+  o.u.clamp.buf = buf;
+  o.u.clamp.n = n;
+  o.r[0] = RANGE(buf, n * sizeof(float), 1, "buf");
+  int dev[1] = {1};
+  return submit(ctx, &o, dev, s);
+}
+
 static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
 
 #define HOST_OPS(NAME, OPEN)                                                                   \
@@ -740,7 +785,7 @@ static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
    h_alloc, h_free, h_is_device_ptr, h_stream_create, h_stream_destroy, h_stream_sync,        \
    h_event_create, h_event_destroy, h_event_record, h_stream_wait, h_event_sync, h_event_query, \
    h_copy, h_memset, h_sgd, h_adamw, h_unscale, h_norm_partials, h_norm_finish, h_scale, h_cast, \
-   NULL, NULL, NULL, NULL, NULL}
+   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16}
 
 const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu);
 const acc__device_ops acc__device_fake_ops = HOST_OPS("fake", h_open_fake);

@@ -85,6 +85,35 @@ ACC__KFN uint16_t acc__k_f32_to_f16(float f) {
   return (uint16_t)(sign | (r >> 13));
 }
 
+/* f16 bits to fp32: exact (the bits of acc_f16_to_f32). */
+ACC__KFN float acc__k_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {
+      float v = (float)mant * (1.0f / 16777216.0f); /* mant * 2^-24 */
+      return sign ? -v : v;
+    }
+  } else {
+    u = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* A gradient as fp16 arithmetic leaves it: rounded to the nearest f16, back in fp32. */
+ACC__KFN float acc__k_round_f16(float g) { return acc__k_f16_to_f32(acc__k_f32_to_f16(g)); }
+
+/* acc_clip_grad_value's clamp: NaN stays NaN. */
+ACC__KFN float acc__k_clamp(float g, float c) { return g > c ? c : (g < -c ? -c : g); }
+
 /* Number of partial sums of squares for n elements. */
 ACC__KFN size_t acc__norm_partials(size_t n) {
   return (n + ACC__NORM_CHUNK - 1) / ACC__NORM_CHUNK;

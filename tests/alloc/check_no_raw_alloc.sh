@@ -5,7 +5,8 @@
 set -eu
 cd "$1"
 files="src/accel_state.c src/ckpt_dir.c src/safetensors.c src/save_model.c src/cli/config_file.c
-src/json_util.c src/options.c src/module.c src/handle.c"
+src/json_util.c src/options.c src/module.c src/handle.c src/device/train_sync.c
+src/device/train_optim.c src/device/train_ckpt.c"
 if grep -nE '(^|[^_[:alnum:]])(malloc|calloc|realloc|strdup|strndup|free)\(' $files; then
   echo "FAIL: raw allocation calls above; use acc__malloc/calloc/realloc/strdup/free"
   exit 1

@@ -162,6 +162,74 @@ static void check_config(acc_result rc, long n) {
           "config n=%ld: wrong values", n);
 }
 
+/* ---- training on the fake device (src/device/train_*.c) ------------------------------------ */
+static acc_accelerator *dacc;
+static acc_model *dmodel;
+static acc_optimizer *dopt;
+static float *dw; /* NP + 1 floats: w then b, on the fake device */
+static char dirD[600];
+
+static acc_result op_dev_step(void) {
+  float norm = 0;
+  ACC_CHECK(acc_accelerator_accumulate(dacc));
+  ACC_CHECK(acc_accelerator_backward(dacc));
+  ACC_CHECK(acc_accelerator_clip_grad_norm(dacc, 1.0f, 2.0, &norm));
+  ACC_CHECK(acc_accelerator_clip_grad_value(dacc, 1.0f));
+  ACC_CHECK(acc_accelerator_optimizer_step(dacc, dopt));
+  return acc_accelerator_optimizer_zero_grad(dacc, dopt);
+}
+static void check_nothing(acc_result rc, long n) { (void)rc, (void)n; }
+static acc_result op_dev_save(void) { return acc_accelerator_save_state(dacc, dirD, NULL); }
+static void check_dev_save(acc_result rc, long n) {
+  if (rc == ACC_OK) rmtree(dirD);
+  CHECK(rc == ACC_OK || !exists(dirD), "device save_state n=%ld failed but left %s", n, dirD);
+}
+static char dirE[600];
+static acc_result op_dev_load(void) { return acc_accelerator_load_state(dacc, dirE, NULL); }
+static acc_result op_dev_save_model(void) {
+  return acc_save_model(NULL, dmodel, dirM2, 0, ACC_F32);
+}
+static void check_dev_save_model(acc_result rc, long n) {
+  (void)n;
+  if (rc == ACC_OK) rmtree(dirM2);
+}
+static acc_result op_dev_load_model(void) {
+  return acc_load_checkpoint_in_model(dmodel, dirM1, NULL, NULL);
+}
+
+static void device_torture(void) {
+  setenv("ACCELERATE_TEST_DEVICE", "fake", 1);
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.device = ACC_DEVICE_AUTO;
+  REQUIRE_OK(acc_accelerator_create(&dacc, &o));
+  REQUIRE_OK(acc_accelerator_device_type(dacc) == ACC_DEVICE_FAKE ? ACC_OK : ACC_ERR_INTERNAL);
+  float *dg = NULL;
+  REQUIRE_OK(acc_accelerator_alloc(dacc, (NP + 1) * sizeof(float), (void **)&dw));
+  REQUIRE_OK(acc_accelerator_alloc(dacc, (NP + 1) * sizeof(float), (void **)&dg));
+  REQUIRE_OK(acc_model_create(&dmodel));
+  int64_t shape[1] = {NP}, shape1[1] = {1};
+  REQUIRE_OK(acc_model_add_parameter(dmodel, "w", dw, dg, 1, shape));
+  REQUIRE_OK(acc_model_add_parameter(dmodel, "b", dw + NP, dg + NP, 1, shape1));
+  REQUIRE_OK(acc_accelerator_prepare_model(dacc, dmodel));
+  acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
+  REQUIRE_OK(acc_optimizer_create_adamw(&dopt, dmodel, &ao));
+  REQUIRE_OK(acc_accelerator_prepare_optimizer(dacc, dopt));
+  snprintf(dirD, sizeof dirD, "%s/D", root);
+  torture("device step", op_dev_step, check_nothing);
+  torture("device save_state", op_dev_save, check_dev_save);
+  snprintf(dirE, sizeof dirE, "%s/E", root);
+  REQUIRE_OK(acc_accelerator_save_state(dacc, dirE, NULL));
+  torture("device load_state", op_dev_load, check_nothing);
+  torture("device save_model", op_dev_save_model, check_dev_save_model);
+  torture("device load_checkpoint_in_model", op_dev_load_model, check_nothing);
+  acc_accelerator_free(dacc, dg);
+  acc_accelerator_free(dacc, dw);
+  acc_optimizer_destroy(dopt);
+  acc_model_destroy(dmodel);
+  acc_accelerator_destroy(dacc);
+  unsetenv("ACCELERATE_TEST_DEVICE");
+}
+
 int main(int argc, char **argv) {
   snprintf(root, sizeof root, "%s/acc-alloc-XXXXXX", argc > 1 ? argv[1] : "/tmp");
   REQUIRE_OK(mkdtemp(root) ? ACC_OK : ACC_ERR_SYSTEM);
@@ -200,6 +268,7 @@ int main(int argc, char **argv) {
   torture("save_model", op_save_model, check_save_model);
   set_params(6);
   torture("load_checkpoint_in_model", op_load_model, check_load_model);
+  device_torture();
 
   snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", root);
   FILE *f = fopen(cfg_path, "w");

@@ -304,6 +304,44 @@ static void test_cast(void) {
 /* Two streams ordered by an event: upload on one, AdamW + cast on the other after waiting, the
  * results copied back on the second and awaited through an event (the pattern of a copy stream
  * feeding a compute stream). Same bits as on the default stream. */
+/* clamp (clip_grad_value) and the fp16 rounding of gradients against the library's CPU paths,
+ * over every exponent, infinities and NaN payloads included. */
+static void test_clamp_round(void) {
+  enum { N = 4096 + 64 };
+  static float src[N], got[N], want[N];
+  static uint16_t half[N];
+  for (size_t i = 0; i < N; i++) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t u = (uint32_t)(rng_state >> 32);
+    if (i < 4) u = (uint32_t[]){0x7f800000u, 0xff800000u, 0x7fc00001u, 0x3d4ccccdu}[i];
+    memcpy(&src[i], &u, 4);
+  }
+  float *d = up(src, sizeof src);
+  CHECK_OK(acc__device_clamp(dev, d, N, 0.05f, NULL));
+  down(got, d, sizeof got);
+  memcpy(want, src, sizeof want);
+  acc_model *m = NULL;
+  int64_t shape[1] = {N};
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "g", want, want, 1, shape));
+  REQUIRE_OK(acc_clip_grad_value(m, 0.05f));
+  acc_model_destroy(m);
+  CHECK(memcmp(got, want, sizeof got) == 0, "clamp: the bits of acc_clip_grad_value");
+  CHECK_ERR(acc__device_clamp(dev, d, N, -1.0f, NULL), ACC_ERR_INVALID_ARGUMENT, "clip -1");
+  upload(d, src, sizeof src);
+  CHECK_OK(acc__device_round_f16(dev, d, N, NULL));
+  down(got, d, sizeof got);
+  acc_f32_to_f16(half, src, N);
+  acc_f16_to_f32(want, half, N);
+  for (size_t i = 0; i < N; i++)
+    if (memcmp(&got[i], &want[i], 4) != 0) {
+      CHECK(0, "round_f16 of %.9g: device %.9g, cpu %.9g", (double)src[i], (double)got[i],
+            (double)want[i]);
+      break;
+    }
+  acc__device_free(dev, d);
+}
+
 static void test_streams(void) {
   enum { N = 3000 };
   static float w[N], g[N], got[N];
@@ -377,6 +415,7 @@ int main(int argc, char **argv) {
   test_clip(1.0f);   /* clips */
   test_clip(1e9f);   /* does not */
   test_cast();
+  test_clamp_round();
   test_streams();
   acc__device_close(dev);
   return acc_test_finish("device_kernels");

@@ -237,6 +237,15 @@ static int cast(void *ctx, uint16_t *dst, const float *src, size_t n, int dtype,
   LAUNCH(acc__cuda_launch_cast(dst, src, n, dtype == ACC_BF16, s), "cast kernel");
 }
 
+static int clamp(void *ctx, float *buf, size_t n, float clip, void *s) {
+  if (!n) return ACC_OK;
+  LAUNCH(acc__cuda_launch_clamp(buf, n, clip, s), "clamp kernel");
+}
+static int round_f16(void *ctx, float *buf, size_t n, void *s) {
+  if (!n) return ACC_OK;
+  LAUNCH(acc__cuda_launch_round_f16(buf, n, s), "round_f16 kernel");
+}
+
 static const acc__device_ops ops = {
     ACC__DEVICE_ABI_VERSION, sizeof(acc__device_ops), "cuda", acc__cuda_last_error, probe,
     dev_open, dev_close, dev_alloc, dev_free, is_device_ptr, stream_create, stream_destroy,
@@ -247,6 +256,7 @@ static const acc__device_ops ops = {
 #else
     NULL, NULL, NULL, NULL, NULL,
 #endif
+    clamp, round_f16,
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {

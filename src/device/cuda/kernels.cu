@@ -80,6 +80,18 @@ __global__ void cast_kernel(uint16_t *dst, const float *src, size_t n, int bf16)
     dst[k] = bf16 ? acc__k_f32_to_bf16(src[k]) : acc__k_f32_to_f16(src[k]);
 }
 
+__global__ void clamp_kernel(float *buf, size_t n, float clip) {
+  for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+       k += (size_t)gridDim.x * blockDim.x)
+    buf[k] = acc__k_clamp(buf[k], clip);
+}
+
+__global__ void round_f16_kernel(float *buf, size_t n) {
+  for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+       k += (size_t)gridDim.x * blockDim.x)
+    buf[k] = acc__k_round_f16(buf[k]);
+}
+
 }  // namespace
 
 extern "C" {
@@ -120,6 +132,16 @@ cudaError_t acc__cuda_launch_scale(float *buf, size_t n, const float *coef, cuda
 cudaError_t acc__cuda_launch_cast(uint16_t *dst, const float *src, size_t n, int bf16,
                                   cudaStream_t s) {
   cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n, bf16);
+  return cudaGetLastError();
+}
+
+cudaError_t acc__cuda_launch_clamp(float *buf, size_t n, float clip, cudaStream_t s) {
+  clamp_kernel<<<blocks_for(n), kThreads, 0, s>>>(buf, n, clip);
+  return cudaGetLastError();
+}
+
+cudaError_t acc__cuda_launch_round_f16(float *buf, size_t n, cudaStream_t s) {
+  round_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(buf, n);
   return cudaGetLastError();
 }
 

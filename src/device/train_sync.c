@@ -1,0 +1,292 @@
+/* Training on a device (train.h): the checks of prepare_model, the initial broadcast of process
+ * 0's parameters, and the gradient averaging of the buckets of src/grad_sync.c.
+ *
+ * Two paths average a bucket:
+ *   - host-staged (every device; the one that runs in CI on the fake device): the bucket's
+ *     gradients are copied to a host staging buffer on the compute stream, the host waits for
+ *     that copy (an event per bucket), the CPU backend all-reduces, the host multiplies by 1/N
+ *     (the CPU path's arithmetic, so the bits are the same), and the result goes back on the
+ *     compute stream. With grad_ready overlap this runs on grad_sync.c's reducer thread.
+ *   - NCCL (CUDA with the module built with NCCL, more than one process, each process its own
+ *     GPU): a communication stream waits for the compute stream (an event), all-reduces the
+ *     bucket in place (a contiguous bucket) or through a device staging buffer, scales by 1/N
+ *     with the scale kernel; at the end of the step the compute stream waits for an event
+ *     recorded on the communication stream. No host synchronization. Compiled, never run. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../collcheck.h"
+#include "train.h"
+
+struct acc__dev_gsync {
+  acc__accel_dev *d;
+  acc_state *st;
+  acc_model *m;
+  const size_t *order; /* borrowed from grad_sync.c */
+  size_t n;
+  size_t *prefix;      /* prefix[k]: elements of order[0..k) (n + 1 entries) */
+  float *host;         /* host-staged: prefix[n] floats, each bucket its own range */
+  acc__devent **ev;    /* host-staged: one per bucket (its device-to-host copy is done) */
+  size_t nbuckets;
+  float inv_world;
+  /* NCCL */
+  void *comm;
+  acc__dstream *cstream;
+  acc__devent *ev_compute, *ev_comm;
+  float *d_staging; /* prefix[n] floats for buckets that are not contiguous */
+  float *d_inv;     /* 1/N on the device, for the scale kernel */
+  int used;         /* a bucket went through NCCL since the last finish */
+};
+
+/* ---- prepare_model ------------------------------------------------------------------------ */
+
+static acc_result check_ptr(acc__accel_dev *d, const acc_param *p, const void *ptr,
+                            const char *what) {
+  int yes = 0;
+  ACC_CHECK(acc__device_is_device_ptr(d->dev, ptr, &yes));
+  if (yes) return ACC_OK;
+  return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "prepare_model: parameter '%s': its %s (%p) is not memory of the device %s "
+                    "this accelerator trains on; allocate parameters and gradients with "
+                    "acc_accelerator_alloc (or cudaMalloc on a GPU) and copy initial values in "
+                    "with acc_accelerator_memcpy",
+                    p->name, what, ptr, acc__device_name(d->dev));
+}
+
+/* Process 0's parameters to every process: device -> host staging -> CPU backend -> device. */
+static acc_result broadcast_parameters(acc__accel_dev *d, acc_state *st, acc_model *m) {
+  size_t np = acc_model_num_parameters(m), total = acc_model_numel(m);
+  if (acc_state_num_processes(st) == 1 || total == 0) return ACC_OK;
+  float *h = acc__malloc(total * sizeof(float));
+  if (!h) return ACC_ERR_NOMEM;
+  acc_result rc = ACC_OK;
+  size_t off = 0;
+  for (size_t i = 0; i < np && rc == ACC_OK; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    rc = acc__device_copy(d->dev, h + off, p->data, p->numel * sizeof(float), ACC__COPY_D2H,
+                          d->stream);
+    off += p->numel;
+  }
+  if (rc == ACC_OK) rc = acc__dstream_sync(d->dev, d->stream);
+  /* in pieces of at most 16 Mi floats: one broadcast per piece */
+  const size_t piece = (size_t)1 << 24;
+  for (size_t at = 0; at < total && rc == ACC_OK; at += piece) {
+    size_t n = total - at < piece ? total - at : piece;
+    acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)(at / piece));
+    rc = acc_broadcast(st, h + at, n, ACC_F32, 0);
+    if (rc != ACC_OK) rc = acc__error_context(rc, "prepare_model: broadcasting the parameters");
+  }
+  off = 0;
+  for (size_t i = 0; i < np && rc == ACC_OK; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    rc = acc__device_copy(d->dev, p->data, h + off, p->numel * sizeof(float), ACC__COPY_H2D,
+                          d->stream);
+    off += p->numel;
+  }
+  if (rc == ACC_OK) rc = acc__dstream_sync(d->dev, d->stream); /* h is freed next */
+  acc__free(h);
+  return rc;
+}
+
+acc_result acc__dev_prepare_model(acc_accelerator *acc, acc_model *m) {
+  acc__accel_dev *d = acc__accelerator_dev(acc);
+  if (acc_accelerator_zero_stage(acc) != 0)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "prepare_model: ZeRO (zero_stage %d) is not supported when training on a "
+                      "device (%s); use zero_stage 0",
+                      acc_accelerator_zero_stage(acc), acc__device_name(d->dev));
+  for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    if (!p->numel) continue;
+    ACC_CHECK(check_ptr(d, p, p->data, "data"));
+    if (p->grad) ACC_CHECK(check_ptr(d, p, p->grad, "gradient"));
+  }
+  return broadcast_parameters(d, acc_accelerator_state(acc), m);
+}
+
+/* ---- gradient averaging ------------------------------------------------------------------- */
+
+/* NCCL: CUDA, more than one process, the module built with NCCL, and no two processes on one
+ * GPU (NCCL needs a GPU per rank). Every process of the group is on CUDA here (the placement is
+ * the same everywhere), so the collectives below are matched. */
+static acc_result nccl_setup(acc__dev_gsync *g) {
+  acc__accel_dev *d = g->d;
+  int np = acc_state_num_processes(g->st);
+  if (d->type != ACC_DEVICE_CUDA || np < 2) return ACC_OK;
+  void *ctx = NULL;
+  const acc__device_ops *ops = acc__device_ops_of(d->dev, &ctx);
+  /* this process's GPU: host name and ordinal; every process must have its own */
+  char host[64];
+  memset(host, 0, sizeof host);
+  gethostname(host, sizeof host - 1);
+  uint64_t key = 1469598103934665603ull; /* FNV-1a of the host name, then the ordinal */
+  for (const char *c = host; *c; c++) key = (key ^ (uint8_t)*c) * 1099511628211ull;
+  key = (key ^ (uint64_t)(d->where.ordinal + 1)) * 1099511628211ull;
+  int32_t usable = ops->nccl_init && ops->nccl_all_reduce ? 1 : 0;
+  acc__comm_origin(ACC__ORIGIN_PREPARE, -2);
+  ACC_CHECK(acc_all_reduce(g->st, &usable, &usable, 1, ACC_I32, ACC_MIN));
+  int64_t *keys = acc__calloc((size_t)np, sizeof *keys);
+  int64_t mine = (int64_t)key;
+  if (!keys) return ACC_ERR_NOMEM;
+  acc__comm_origin(ACC__ORIGIN_PREPARE, -3);
+  acc_result rc = acc_all_gather(g->st, &mine, keys, 1, ACC_I64);
+  for (int a = 0; rc == ACC_OK && a < np; a++)
+    for (int b = a + 1; b < np; b++)
+      if (keys[a] == keys[b]) usable = 0;
+  acc__free(keys);
+  ACC_CHECK(rc);
+  if (!usable) return ACC_OK; /* the host-staged path */
+  uint8_t id[ACC__NCCL_ID_BYTES];
+  ACC_CHECK(acc__device_nccl_bootstrap_id(g->st, id));
+  int r = ops->nccl_init(ctx, &g->comm, np, acc_state_process_index(g->st), id, 600.0);
+  if (r != ACC_OK) {
+    g->comm = NULL;
+    const char *m = ops->last_error ? ops->last_error() : NULL;
+    return acc__error((acc_result)r, "%s: NCCL communicator: %s", acc__device_name(d->dev),
+                      m && *m ? m : "init failed");
+  }
+  size_t total = g->prefix[g->n];
+  ACC_CHECK(acc__dstream_create(d->dev, &g->cstream));
+  ACC_CHECK(acc__devent_create(d->dev, &g->ev_compute));
+  ACC_CHECK(acc__devent_create(d->dev, &g->ev_comm));
+  ACC_CHECK(acc__device_alloc(d->dev, sizeof(float), (void **)&g->d_inv));
+  if (total) ACC_CHECK(acc__device_alloc(d->dev, total * sizeof(float), (void **)&g->d_staging));
+  ACC_CHECK(acc__device_copy(d->dev, g->d_inv, &g->inv_world, sizeof(float), ACC__COPY_H2D,
+                             d->stream));
+  return acc__dstream_sync(d->dev, d->stream);
+}
+
+acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_state *st,
+                                 acc_model *m, const size_t *order, size_t n, size_t nbuckets) {
+  *out = NULL;
+  acc__dev_gsync *g = acc__calloc(1, sizeof *g);
+  if (!g) return ACC_ERR_NOMEM;
+  g->d = d;
+  g->st = st;
+  g->m = m;
+  g->order = order;
+  g->n = n;
+  g->nbuckets = nbuckets;
+  g->inv_world = 1.0f / (float)acc_state_num_processes(st);
+  g->prefix = acc__calloc(n + 1, sizeof *g->prefix);
+  g->ev = acc__calloc(nbuckets ? nbuckets : 1, sizeof *g->ev);
+  acc_result rc = g->prefix && g->ev ? ACC_OK : ACC_ERR_NOMEM;
+  for (size_t k = 0; rc == ACC_OK && k < n; k++)
+    g->prefix[k + 1] = g->prefix[k] + acc_model_parameter(m, order[k])->numel;
+  if (rc == ACC_OK && acc_state_num_processes(st) > 1) {
+    rc = nccl_setup(g);
+    if (rc == ACC_OK && !g->comm) {
+      if (g->prefix[n] && !(g->host = acc__calloc(g->prefix[n], sizeof(float)))) rc = ACC_ERR_NOMEM;
+      for (size_t b = 0; rc == ACC_OK && b < nbuckets; b++)
+        rc = acc__devent_create(d->dev, &g->ev[b]);
+    }
+  }
+  if (rc != ACC_OK) {
+    acc__dev_gsync_free(g);
+    return rc;
+  }
+  *out = g;
+  return ACC_OK;
+}
+
+void acc__dev_gsync_free(acc__dev_gsync *g) {
+  if (!g) return;
+  acc__device *dev = g->d->dev;
+  acc__dstream_sync(dev, g->d->stream);
+  if (g->cstream) acc__dstream_sync(dev, g->cstream);
+  if (g->comm) {
+    void *ctx = NULL;
+    const acc__device_ops *ops = acc__device_ops_of(dev, &ctx);
+    ops->nccl_destroy(ctx, g->comm, 0);
+  }
+  for (size_t b = 0; g->ev && b < g->nbuckets; b++) acc__devent_destroy(dev, g->ev[b]);
+  acc__devent_destroy(dev, g->ev_compute);
+  acc__devent_destroy(dev, g->ev_comm);
+  acc__device_free(dev, g->d_staging);
+  acc__device_free(dev, g->d_inv);
+  if (g->cstream) acc__dstream_destroy(dev, g->cstream);
+  acc__free(g->ev);
+  acc__free(g->prefix);
+  acc__free(g->host);
+  acc__free(g);
+}
+
+int acc__dev_gsync_uses_nccl(const acc__dev_gsync *g) { return g && g->comm; }
+
+static acc_result nccl_bucket(acc__dev_gsync *g, size_t bucket, size_t first, size_t count,
+                              size_t numel, float *inplace) {
+  acc__accel_dev *d = g->d;
+  void *ctx = NULL;
+  const acc__device_ops *ops = acc__device_ops_of(d->dev, &ctx);
+  /* the communication stream starts after the backward work queued so far */
+  ACC_CHECK(acc__devent_record(d->dev, g->ev_compute, d->stream));
+  ACC_CHECK(acc__dstream_wait(d->dev, g->cstream, g->ev_compute));
+  float *buf = inplace;
+  if (!buf) {
+    buf = g->d_staging + g->prefix[first];
+    for (size_t k = first, off = 0; k < first + count; k++) {
+      const acc_param *p = acc_model_parameter(g->m, g->order[k]);
+      ACC_CHECK(acc__device_copy(d->dev, buf + off, p->grad, p->numel * sizeof(float),
+                                 ACC__COPY_D2D, g->cstream));
+      off += p->numel;
+    }
+  }
+  int r = ops->nccl_all_reduce(ctx, g->comm, buf, buf, numel, (int)ACC_F32, (int)ACC_SUM,
+                               g->cstream);
+  if (r != ACC_OK) {
+    const char *m = ops->last_error ? ops->last_error() : NULL;
+    return acc__error((acc_result)r, "gradient bucket %zu: NCCL all-reduce: %s", bucket,
+                      m && *m ? m : "failed");
+  }
+  ACC_CHECK(acc__device_scale(d->dev, buf, numel, g->d_inv, g->cstream));
+  if (!inplace)
+    for (size_t k = first, off = 0; k < first + count; k++) {
+      const acc_param *p = acc_model_parameter(g->m, g->order[k]);
+      ACC_CHECK(acc__device_copy(d->dev, p->grad, buf + off, p->numel * sizeof(float),
+                                 ACC__COPY_D2D, g->cstream));
+      off += p->numel;
+    }
+  g->used = 1;
+  return ACC_OK;
+}
+
+acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first, size_t count,
+                                 size_t numel, float *inplace) {
+  if (numel == 0 || g->inv_world == 1.0f) return ACC_OK;
+  if (g->comm) return nccl_bucket(g, bucket, first, count, numel, inplace);
+  acc__accel_dev *d = g->d;
+  float *h = g->host + g->prefix[first];
+  if (inplace) {
+    ACC_CHECK(acc__device_copy(d->dev, h, inplace, numel * sizeof(float), ACC__COPY_D2H,
+                               d->stream));
+  } else {
+    for (size_t k = first, off = 0; k < first + count; k++) {
+      const acc_param *p = acc_model_parameter(g->m, g->order[k]);
+      ACC_CHECK(acc__device_copy(d->dev, h + off, p->grad, p->numel * sizeof(float),
+                                 ACC__COPY_D2H, d->stream));
+      off += p->numel;
+    }
+  }
+  ACC_CHECK(acc__devent_record(d->dev, g->ev[bucket], d->stream));
+  ACC_CHECK(acc__devent_sync(d->dev, g->ev[bucket]));
+  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, (int64_t)bucket);
+  ACC_CHECK(acc_all_reduce(g->st, h, h, numel, ACC_F32, ACC_SUM));
+  for (size_t i = 0; i < numel; i++) h[i] = h[i] * g->inv_world; /* as the CPU path */
+  if (inplace)
+    return acc__device_copy(d->dev, inplace, h, numel * sizeof(float), ACC__COPY_H2D, d->stream);
+  for (size_t k = first, off = 0; k < first + count; k++) {
+    const acc_param *p = acc_model_parameter(g->m, g->order[k]);
+    ACC_CHECK(acc__device_copy(d->dev, p->grad, h + off, p->numel * sizeof(float), ACC__COPY_H2D,
+                               d->stream));
+    off += p->numel;
+  }
+  return ACC_OK;
+}
+
+acc_result acc__dev_gsync_finish(acc__dev_gsync *g) {
+  if (!g || !g->comm || !g->used) return ACC_OK;
+  g->used = 0;
+  ACC_CHECK(acc__devent_record(g->d->dev, g->ev_comm, g->cstream));
+  return acc__dstream_wait(g->d->dev, g->d->stream, g->ev_comm);
+}

@@ -1,0 +1,471 @@
+/* Training on a device: the same program trained on the CPU and on the fake device (parameters,
+ * gradients and optimizer state in device memory) ends with the same bits.
+ *
+ * The model is a two-layer perceptron (w1 [H x D], b1 [H], w2 [O x H], b2 [O]); its forward and
+ * backward passes are host code. On the fake device they run after acc_accelerator_synchronize
+ * and read and write the device memory directly (fake device memory is host memory), as a GPU
+ * program's kernels would on the compute stream. Each process gets its own data, so gradient
+ * averaging matters with two processes.
+ *
+ * Usage (through accelerate launch, ACCELERATE_TEST_DEVICE=fake):
+ *   test_devtrain equiv <config>     CPU run vs fake-device run, bit for bit
+ *   test_devtrain refuse             host memory in a device model is refused
+ *   test_devtrain ckpt <config> <dir> save on one side, resume on the other, bit for bit
+ * Configs: sgd (momentum, weight decay, clip_grad_norm returning the norm), adamw (two parameter
+ * groups, clip_grad_value, gradient accumulation), fp16 (SGD + momentum, an overflow on process
+ * 0 only, clipping), bf16lp (AdamW, the bf16 low-precision copy), split (each tensor its own
+ * allocation, small buckets, grad_ready overlap, max-norm clipping). */
+#include <math.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "acc_test.h"
+
+enum { D = 6, H = 8, O = 3, BATCH = 4, NP = 4 };
+static const size_t numels[NP] = {H * D, H, O * H, O};
+static const char *const names[NP] = {"w1", "b1", "w2", "b2"};
+
+typedef struct cfg {
+  const char *name;
+  int adamw, groups, gas, fp16, bf16, low_precision, split, overlap;
+  int clip; /* 0 none, 1 norm 2 (asking for the norm), 2 value, 3 max norm, 4 norm 2 (not asking) */
+  int inf_step; /* >= 0: an inf gradient on process 0 at this optimizer step */
+} cfg;
+
+static const cfg cfgs[] = {
+    {"sgd", 0, 0, 1, 0, 0, 0, 0, 0, 1, -1},
+    {"adamw", 1, 1, 2, 0, 0, 0, 0, 0, 2, -1},
+    {"fp16", 0, 0, 1, 1, 0, 0, 0, 0, 4, 3},
+    {"bf16lp", 1, 0, 1, 0, 1, 1, 0, 0, 1, -1},
+    {"split", 0, 0, 1, 0, 0, 0, 1, 1, 3, -1},
+};
+
+static const cfg *find_cfg(const char *name) {
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+    if (!strcmp(cfgs[i].name, name)) return &cfgs[i];
+  return NULL;
+}
+
+static int rank, nprocs;
+
+/* A deterministic value in [-1, 1) from (a, b, c). */
+static float hval(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
+               (c + 1) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  x *= 0xD6E8FEB86CD8B5ADull;
+  x ^= x >> 29;
+  return (float)((double)(x >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+/* ---- one run ------------------------------------------------------------------------------- */
+
+typedef struct run {
+  const cfg *c;
+  int fake;
+  acc_accelerator *acc;
+  acc_model *model;
+  acc_optimizer *opt;
+  float *data[NP], *grad[NP];
+  float *block_data, *block_grad; /* one allocation each unless split */
+  int64_t micro;                  /* micro-steps done */
+  int64_t opt_steps;              /* optimizer steps done (sync points) */
+  float norms[64];
+  int skipped[64];
+  int nrec;
+} run;
+
+static acc_result dev_alloc(run *r, size_t bytes, float **out) {
+  if (!r->fake) {
+    *out = calloc(1, bytes);
+    return *out ? ACC_OK : ACC_ERR_NOMEM;
+  }
+  return acc_accelerator_alloc(r->acc, bytes, (void **)out);
+}
+
+static void dev_free(run *r, float *p) {
+  if (!p) return;
+  if (r->fake) acc_accelerator_free(r->acc, p);
+  else free(p);
+}
+
+static void run_open(run *r, const cfg *c, int fake) {
+  memset(r, 0, sizeof *r);
+  r->c = c;
+  r->fake = fake;
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.device = fake ? ACC_DEVICE_AUTO : ACC_DEVICE_CPU;
+  o.gradient_accumulation_steps = c->gas;
+  o.mixed_precision = c->fp16   ? ACC_PRECISION_FP16
+                      : c->bf16 ? ACC_PRECISION_BF16
+                                : ACC_PRECISION_NO;
+  o.low_precision_params = c->low_precision;
+  o.overlap_grad_sync = c->overlap;
+  if (c->split) o.bucket_cap_bytes = 40 * sizeof(float); /* several buckets */
+  REQUIRE_OK(acc_accelerator_create(&r->acc, &o));
+  rank = acc_state_process_index(acc_accelerator_state(r->acc));
+  nprocs = acc_state_num_processes(acc_accelerator_state(r->acc));
+  acc_test_rank = nprocs > 1 ? rank : -1;
+  REQUIRE_OK(acc_accelerator_device_type(r->acc) == (fake ? ACC_DEVICE_FAKE : ACC_DEVICE_CPU)
+                 ? ACC_OK
+                 : ACC_ERR_INTERNAL);
+  size_t total = 0;
+  for (int i = 0; i < NP; i++) total += numels[i];
+  if (!c->split) {
+    REQUIRE_OK(dev_alloc(r, total * sizeof(float), &r->block_data));
+    REQUIRE_OK(dev_alloc(r, total * sizeof(float), &r->block_grad));
+  }
+  /* initial values: process-dependent, so the broadcast of process 0's values matters */
+  float init[H * D];
+  size_t off = 0;
+  for (int i = 0; i < NP; i++) {
+    if (c->split) {
+      REQUIRE_OK(dev_alloc(r, numels[i] * sizeof(float), &r->data[i]));
+      REQUIRE_OK(dev_alloc(r, numels[i] * sizeof(float), &r->grad[i]));
+    } else {
+      r->data[i] = r->block_data + off;
+      r->grad[i] = r->block_grad + off;
+    }
+    for (size_t k = 0; k < numels[i]; k++)
+      init[k] = 0.5f * hval(1000 + (uint64_t)rank, (uint64_t)i, k);
+    if (fake)
+      REQUIRE_OK(acc_accelerator_memcpy(r->acc, r->data[i], init, numels[i] * sizeof(float),
+                                        ACC_COPY_HOST_TO_DEVICE));
+    else
+      memcpy(r->data[i], init, numels[i] * sizeof(float));
+    off += numels[i];
+  }
+  REQUIRE_OK(acc_model_create(&r->model));
+  int64_t shapes[NP][2] = {{H, D}, {H, 0}, {O, H}, {O, 0}};
+  for (int i = 0; i < NP; i++)
+    REQUIRE_OK(acc_model_add_parameter(r->model, names[i], r->data[i], r->grad[i],
+                                       shapes[i][1] ? 2 : 1, shapes[i]));
+  if (c->adamw) {
+    acc_adamw_options ao = ACC_ADAMW_OPTIONS_INIT;
+    ao.lr = 0.01;
+    ao.weight_decay = 0.1;
+    if (c->groups) {
+      const char *wn[] = {"w1", "w2"}, *bn[] = {"b1", "b2"};
+      acc_param_group g[2] = {{wn, 2, -1.0, -1.0}, {bn, 2, 0.02, 0.0}};
+      REQUIRE_OK(acc_optimizer_create_adamw_groups(&r->opt, r->model, g, 2, &ao));
+    } else {
+      REQUIRE_OK(acc_optimizer_create_adamw(&r->opt, r->model, &ao));
+    }
+  } else {
+    acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
+    so.lr = 0.05;
+    so.momentum = c->split ? 0.0 : 0.9;
+    so.weight_decay = c->split ? 0.0 : 0.01;
+    REQUIRE_OK(acc_optimizer_create_sgd(&r->opt, r->model, &so));
+  }
+  REQUIRE_OK(acc_accelerator_prepare_model(r->acc, r->model));
+  REQUIRE_OK(acc_accelerator_prepare_optimizer(r->acc, r->opt));
+  if (fake) {
+    const acc_param *p = acc_model_parameter(r->model, 0);
+    CHECK(acc_accelerator_is_device_pointer(r->acc, p->data) == 1, "device run: device params");
+  }
+}
+
+static void run_close(run *r) {
+  acc_accelerator_synchronize(r->acc);
+  acc_optimizer_destroy(r->opt);
+  acc_model_destroy(r->model);
+  if (r->c->split) {
+    for (int i = 0; i < NP; i++) {
+      dev_free(r, r->data[i]);
+      dev_free(r, r->grad[i]);
+    }
+  } else {
+    dev_free(r, r->block_data);
+    dev_free(r, r->block_grad);
+  }
+  acc_accelerator_destroy(r->acc);
+}
+
+/* Forward and backward of one micro-batch on the host, adding scale * dloss/dparam to the
+ * gradients. */
+static void forward_backward(run *r, int64_t micro) {
+  const float *w1 = r->data[0], *b1 = r->data[1], *w2 = r->data[2], *b2 = r->data[3];
+  float *g1 = r->grad[0], *gb1 = r->grad[1], *g2 = r->grad[2], *gb2 = r->grad[3];
+  const float scale = acc_accelerator_backward_scale(r->acc) / (float)BATCH;
+  for (int s = 0; s < BATCH; s++) {
+    float x[D], h[H], y[O], dy[O], dh[H];
+    for (int k = 0; k < D; k++)
+      x[k] = hval((uint64_t)micro, (uint64_t)rank * 97 + (uint64_t)s, (uint64_t)k);
+    for (int j = 0; j < H; j++) {
+      float a = b1[j];
+      for (int k = 0; k < D; k++) a += w1[j * D + k] * x[k];
+      h[j] = a > 0 ? a : 0.1f * a;
+    }
+    for (int o = 0; o < O; o++) {
+      float a = b2[o];
+      for (int j = 0; j < H; j++) a += w2[o * H + j] * h[j];
+      y[o] = a;
+      dy[o] = (a - hval((uint64_t)micro + 7, (uint64_t)rank, (uint64_t)(s * O + o))) * scale;
+    }
+    for (int j = 0; j < H; j++) {
+      float a = 0;
+      for (int o = 0; o < O; o++) a += w2[o * H + j] * dy[o];
+      dh[j] = h[j] > 0 ? a : 0.1f * a;
+    }
+    for (int o = 0; o < O; o++) {
+      gb2[o] += dy[o];
+      for (int j = 0; j < H; j++) g2[o * H + j] += dy[o] * h[j];
+    }
+    for (int j = 0; j < H; j++) {
+      gb1[j] += dh[j];
+      for (int k = 0; k < D; k++) g1[j * D + k] += dh[j] * x[k];
+    }
+    (void)y;
+  }
+}
+
+/* One micro-step: accumulate, forward/backward, and at a sync point the optimizer step. */
+static void run_step(run *r) {
+  const cfg *c = r->c;
+  REQUIRE_OK(acc_accelerator_accumulate(r->acc));
+  REQUIRE_OK(acc_accelerator_synchronize(r->acc)); /* the host "kernels" read device memory */
+  forward_backward(r, r->micro);
+  int sync = acc_accelerator_sync_gradients(r->acc);
+  if (sync && c->inf_step == (int)r->opt_steps && rank == 0) r->grad[2][5] = INFINITY;
+  if (c->overlap)
+    for (int i = NP; i-- > 0;) REQUIRE_OK(acc_accelerator_grad_ready(r->acc, (size_t)i));
+  REQUIRE_OK(acc_accelerator_backward(r->acc));
+  float norm = -1.0f;
+  if (c->clip == 1) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, &norm));
+  if (c->clip == 2) REQUIRE_OK(acc_accelerator_clip_grad_value(r->acc, 0.05f));
+  if (c->clip == 3) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.2f, INFINITY, &norm));
+  if (c->clip == 4) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, NULL));
+  /* On the fake device queued work runs only at synchronization points: the parameters (host
+   * readable) must not change during optimizer_step and zero_grad, which queue their kernels
+   * without waiting (fp16 waits once, for the overflow flag, inside its first step). */
+  static float before[H * D];
+  int watch = r->fake && sync && !c->fp16;
+  if (watch) memcpy(before, r->data[0], sizeof before);
+  REQUIRE_OK(acc_accelerator_optimizer_step(r->acc, r->opt));
+  REQUIRE_OK(acc_accelerator_optimizer_zero_grad(r->acc, r->opt));
+  if (watch) {
+    CHECK(memcmp(before, r->data[0], sizeof before) == 0,
+          "%s: optimizer_step synchronized with the device", c->name);
+    REQUIRE_OK(acc_accelerator_synchronize(r->acc));
+    CHECK(memcmp(before, r->data[0], sizeof before) != 0, "%s: the step changed w1", c->name);
+  }
+  if (sync) {
+    if (r->nrec < 64) {
+      r->norms[r->nrec] = norm;
+      r->skipped[r->nrec] = acc_accelerator_optimizer_step_was_skipped(r->acc);
+      r->nrec++;
+    }
+    r->opt_steps++;
+  }
+  r->micro++;
+}
+
+/* Everything that must match: parameters, optimizer state tensors, the low-precision copy. */
+typedef struct snap {
+  float params[H * D + H + O * H + O];
+  float state[2 * (H * D + H + O * H + O)];
+  size_t nstate;
+  uint16_t low[H * D + H + O * H + O];
+  int64_t opt_step;
+  float scale;
+} snap;
+
+static void take(run *r, snap *s) {
+  memset(s, 0, sizeof *s);
+  REQUIRE_OK(acc_accelerator_synchronize(r->acc));
+  size_t off = 0;
+  for (int i = 0; i < NP; i++) {
+    memcpy(s->params + off, r->data[i], numels[i] * sizeof(float)); /* host-addressable */
+    off += numels[i];
+  }
+  const uint16_t *low = acc_accelerator_low_precision_params(r->acc);
+  if (r->c->low_precision) {
+    CHECK(low != NULL, "%s: a low-precision copy", r->fake ? "fake" : "cpu");
+    if (low) {
+      if (r->fake) {
+        CHECK(acc_accelerator_is_device_pointer(r->acc, low) == 1, "low copy in device memory");
+        REQUIRE_OK(acc_accelerator_memcpy(r->acc, s->low, low, sizeof s->low,
+                                          ACC_COPY_DEVICE_TO_HOST));
+      } else {
+        memcpy(s->low, low, sizeof s->low);
+      }
+    }
+  }
+  /* the optimizer state as a checkpoint sees it: save_state stages it through the host */
+  s->opt_step = acc_optimizer_step_count(r->opt);
+  s->scale = acc_grad_scaler_scale(acc_accelerator_grad_scaler(r->acc));
+}
+
+static void state_of(run *r, snap *s, const char *dir) {
+  /* save_state moves a device optimizer's state into its host buffers */
+  REQUIRE_OK(acc_accelerator_save_state(r->acc, dir, NULL));
+  s->nstate = 0;
+  for (size_t k = 0; k < acc_optimizer_state_count(r->opt); k++) {
+    const float *data;
+    size_t n;
+    REQUIRE_OK(acc_optimizer_state_get(r->opt, k, NULL, &data, &n, NULL, NULL));
+    memcpy(s->state + s->nstate, data, n * sizeof(float));
+    s->nstate += n;
+  }
+}
+
+static void compare(const char *what, const snap *a, const snap *b) {
+  CHECK(memcmp(a->params, b->params, sizeof a->params) == 0, "%s: parameters differ", what);
+  for (size_t k = 0; k < sizeof a->params / sizeof(float); k++)
+    if (memcmp(&a->params[k], &b->params[k], sizeof(float)) != 0) {
+      fprintf(stderr, "  first difference at %zu: %.9g vs %.9g\n", k, (double)a->params[k],
+              (double)b->params[k]);
+      break;
+    }
+  CHECK(a->nstate == b->nstate && memcmp(a->state, b->state, a->nstate * sizeof(float)) == 0,
+        "%s: optimizer state differs (%zu vs %zu floats)", what, a->nstate, b->nstate);
+  CHECK(memcmp(a->low, b->low, sizeof a->low) == 0, "%s: low-precision copy differs", what);
+  CHECK(a->opt_step == b->opt_step, "%s: step count %lld vs %lld", what, (long long)a->opt_step,
+        (long long)b->opt_step);
+  CHECK(a->scale == b->scale, "%s: loss scale %g vs %g", what, (double)a->scale, (double)b->scale);
+}
+
+/* ---- modes --------------------------------------------------------------------------------- */
+
+enum { STEPS = 12 };
+
+static void equiv(const cfg *c, const char *dir) {
+  run cpu, fake;
+  snap a, b;
+  char d1[1024], d2[1024];
+  snprintf(d1, sizeof d1, "%s/equiv_%s_cpu", dir, c->name);
+  snprintf(d2, sizeof d2, "%s/equiv_%s_fake", dir, c->name);
+  run_open(&cpu, c, 0);
+  for (int s = 0; s < STEPS * c->gas; s++) run_step(&cpu);
+  take(&cpu, &a);
+  state_of(&cpu, &a, d1);
+  run_open(&fake, c, 1);
+  for (int s = 0; s < STEPS * c->gas; s++) run_step(&fake);
+  take(&fake, &b);
+  state_of(&fake, &b, d2);
+  compare(c->name, &a, &b);
+  CHECK(memcmp(cpu.norms, fake.norms, sizeof cpu.norms) == 0, "%s: clip norms differ (%g vs %g)",
+        c->name, (double)cpu.norms[0], (double)fake.norms[0]);
+  CHECK(memcmp(cpu.skipped, fake.skipped, sizeof cpu.skipped) == 0, "%s: skipped steps differ",
+        c->name);
+  if (c->inf_step >= 0)
+    CHECK(fake.skipped[c->inf_step] == 1, "%s: the overflow step was skipped on every process",
+          c->name);
+  if (c->clip == 1) CHECK(fake.norms[0] > 0.0f, "%s: a norm was returned", c->name);
+  /* acc_save_model of the device model writes the same file as the CPU model */
+  if (rank == 0) {
+    char p1[1100], p2[1100];
+    snprintf(p1, sizeof p1, "%s/model.safetensors", d1);
+    snprintf(p2, sizeof p2, "%s/model.safetensors", d2);
+    FILE *f1 = fopen(p1, "rb"), *f2 = fopen(p2, "rb");
+    CHECK(f1 && f2, "model files %s %s", p1, p2);
+    if (f1 && f2) {
+      static char x1[1 << 16], x2[1 << 16];
+      size_t n1 = fread(x1, 1, sizeof x1, f1), n2 = fread(x2, 1, sizeof x2, f2);
+      CHECK(n1 == n2 && n1 > 0 && memcmp(x1, x2, n1) == 0, "%s: model.safetensors differ", c->name);
+    }
+    if (f1) fclose(f1);
+    if (f2) fclose(f2);
+  }
+  run_close(&cpu);
+  run_close(&fake);
+}
+
+static void refuse(void) {
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.device = ACC_DEVICE_AUTO;
+  acc_accelerator *acc = NULL;
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  REQUIRE_OK(acc_accelerator_device_type(acc) == ACC_DEVICE_FAKE ? ACC_OK : ACC_ERR_INTERNAL);
+  float host_w[4] = {0}, *dev_w = NULL, *dev_g = NULL;
+  REQUIRE_OK(acc_accelerator_alloc(acc, sizeof host_w, (void **)&dev_w));
+  REQUIRE_OK(acc_accelerator_alloc(acc, sizeof host_w, (void **)&dev_g));
+  int64_t shape[1] = {4};
+  acc_model *m = NULL;
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "ok", dev_w, dev_g, 1, shape));
+  float host_g[4];
+  REQUIRE_OK(acc_model_add_parameter(m, "hosted", host_w, host_g, 1, shape));
+  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_INVALID_ARGUMENT,
+            "parameter 'hosted': its data");
+  CHECK(strstr(acc_last_error(), "acc_accelerator_alloc") != NULL, "says how: %s",
+        acc_last_error());
+  acc_model_destroy(m);
+  /* a device parameter whose gradient is host memory */
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "w", dev_w, host_g, 1, shape));
+  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_INVALID_ARGUMENT,
+            "parameter 'w': its gradient");
+  acc_model_destroy(m);
+  /* ZeRO is not available on a device */
+  acc_accelerator_free(acc, dev_w);
+  acc_accelerator_free(acc, dev_g);
+  acc_accelerator_destroy(acc);
+  o.zero_stage = 1;
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  REQUIRE_OK(acc_accelerator_alloc(acc, sizeof host_w, (void **)&dev_w));
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "w", dev_w, NULL, 1, shape));
+  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_NOT_SUPPORTED, "ZeRO");
+  acc_model_destroy(m);
+  acc_accelerator_free(acc, dev_w);
+  acc_accelerator_destroy(acc);
+}
+
+/* Save after K steps on one side, load on the other (or the same) side, K more steps: the same
+ * bits as 2K steps straight on the CPU. */
+static void ckpt(const cfg *c, const char *dir) {
+  enum { K = 5 };
+  snap straight, got;
+  run r;
+  run_open(&r, c, 0);
+  for (int s = 0; s < 2 * K * c->gas; s++) run_step(&r);
+  take(&r, &straight);
+  run_close(&r);
+  static const int sides[3][2] = {{1, 0}, {0, 1}, {1, 1}}; /* {saved on fake, resumed on fake} */
+  for (int k = 0; k < 3; k++) {
+    char d[1024], what[128];
+    snprintf(d, sizeof d, "%s/ckpt_%s_%d", dir, c->name, k);
+    snprintf(what, sizeof what, "%s: saved on %s, resumed on %s", c->name,
+             sides[k][0] ? "fake" : "cpu", sides[k][1] ? "fake" : "cpu");
+    run_open(&r, c, sides[k][0]);
+    for (int s = 0; s < K * c->gas; s++) run_step(&r);
+    REQUIRE_OK(acc_accelerator_save_state(r.acc, d, NULL));
+    run_close(&r);
+    run_open(&r, c, sides[k][1]);
+    REQUIRE_OK(acc_accelerator_load_state(r.acc, d, NULL));
+    r.micro = K * c->gas;
+    r.opt_steps = K;
+    for (int s = 0; s < K * c->gas; s++) run_step(&r);
+    take(&r, &got);
+    straight.nstate = got.nstate = 0; /* the parameters carry the state's effect */
+    compare(what, &straight, &got);
+    run_close(&r);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_devtrain equiv <config> <dir> | refuse | ckpt <config> <dir>\n");
+    return 2;
+  }
+  acc_state *st = NULL; /* one process group for every accelerator of the program */
+  REQUIRE_OK(acc_state_create(&st, NULL));
+  rank = acc_state_process_index(st);
+  nprocs = acc_state_num_processes(st);
+  acc_test_rank = nprocs > 1 ? rank : -1;
+  if (!strcmp(argv[1], "refuse")) {
+    refuse();
+  } else if (argc >= 4 && find_cfg(argv[2])) {
+    mkdir(argv[3], 0755); /* may exist: the files inside are replaced */
+    if (!strcmp(argv[1], "equiv")) equiv(find_cfg(argv[2]), argv[3]);
+    else if (!strcmp(argv[1], "ckpt")) ckpt(find_cfg(argv[2]), argv[3]);
+    else return 2;
+  } else {
+    fprintf(stderr, "unknown mode or config\n");
+    return 2;
+  }
+  acc_state_destroy(st);
+  return acc_test_finish("devtrain");
+}
