@@ -2,7 +2,9 @@
  * argument "cuda") and prints one line per process with what it got:
  *   rank R local L device=<accelerator's device> state=<acc_state_device> type=<distributed type>
  *   describe=<the Device: line of acc_state_describe>
- * or "rank R error: <acc_last_error()>" and exit status 3. The script checks the lines. */
+ * or "rank R error: <acc_last_error()>" and exit status 3. Argument "statecpu": the state is
+ * created first with acc_state_options.cpu = 1 (which the accelerator must follow). The script
+ * checks the lines. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,8 +13,10 @@
 int main(int argc, char **argv) {
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
   o.device = argc > 1 && strcmp(argv[1], "cuda") == 0 ? ACC_DEVICE_CUDA : ACC_DEVICE_AUTO;
+  acc_state_options so = ACC_STATE_OPTIONS_INIT;
+  if (argc > 1 && strcmp(argv[1], "statecpu") == 0) so.cpu = 1;
   acc_state *st = NULL;
-  if (acc_state_create(&st, NULL) != ACC_OK) {
+  if (acc_state_create(&st, &so) != ACC_OK) {
     printf("state error: %s\n", acc_last_error());
     return 3;
   }

@@ -98,6 +98,11 @@ run cpu ACCELERATE_TEST_FAKE_GPUS=2 -- --num_processes 2 --cpu "$PROG"
 ok cpu
 has "$T/cpu" "rank 0 local 0 device=cpu state=cpu type=MULTI_CPU"
 
+# the state's cpu option is the same rule as --cpu
+run statecpu ACCELERATE_TEST_FAKE_GPUS=2 -- --num_processes 2 "$PROG" statecpu
+ok statecpu
+has "$T/statecpu" "rank 1 local 1 device=cpu state=cpu type=MULTI_CPU"
+
 # 9. no GPU visible: AUTO trains on the CPU, CUDA is an error on every process
 run none ACCELERATE_TEST_FAKE_GPUS=2 CUDA_VISIBLE_DEVICES= -- --num_processes 2 "$PROG"
 ok none
