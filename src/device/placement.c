@@ -3,9 +3,9 @@
  * every process's choice over the CPU backend.
  *
  * No GPU context is made here: the CUDA probe only counts the GPUs and reads their properties and
- * PCI bus ids (cudaGetDeviceCount, cudaGetDeviceProperties, cudaDeviceGetPCIBusId make no
- * context); the first call that makes one is cudaSetDevice in the module's open, on this
- * process's GPU only. */
+ * PCI bus ids (cudaGetDeviceCount, cudaGetDeviceProperties, cudaDeviceGetPCIBusId: device
+ * queries, which need no context); the first call that makes one is cudaSetDevice in the
+ * module's open, on this process's GPU only. Not yet observed on a GPU (docs/gpu.md). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
