@@ -78,6 +78,14 @@ run bus_share ACCELERATE_TEST_FAKE_GPUS=2 ACCELERATE_TEST_FAKE_GPU_BUS_IDS=7,7 -
 ok bus_share
 has "$T/bus_share" "describe=Device: fake:1 (PCI 00000000:07:00.0, shared)"
 
+# different CUDA_VISIBLE_DEVICES orders per process (0,1 and 1,0): cuda:0 of process 0 and cuda:1
+# of process 1 are both physical GPU 0
+run order ACCELERATE_TEST_FAKE_GPUS=2 -- --num_processes 2 sh -c \
+  'if [ "$LOCAL_RANK" = 0 ]; then CUDA_VISIBLE_DEVICES=0,1; else CUDA_VISIBLE_DEVICES=1,0; fi; export CUDA_VISIBLE_DEVICES; exec "$0"' "$PROG"
+failed order
+has "$T/order" "processes 0 and 1 would share one GPU: PCI 00000000:01:00.0 on host"
+has "$T/order" "(process 0: fake:0, PCI 00000000:01:00.0, CUDA_VISIBLE_DEVICES=0,1; process 1: fake:1, PCI 00000000:01:00.0, CUDA_VISIBLE_DEVICES=1,0)"
+
 # 7. ACCELERATE_TORCH_DEVICE: cuda:N for every process is one GPU twice; cpu; a bad value
 run td ACCELERATE_TEST_FAKE_GPUS=4 ACCELERATE_TORCH_DEVICE=cuda:2 -- --num_processes 2 "$PROG"
 failed td
