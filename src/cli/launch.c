@@ -83,7 +83,8 @@ static const option_def options[] = {
      "OMP_NUM_THREADS / OPENBLAS_NUM_THREADS for each process"},
     {"--enable_cpu_affinity", NULL, FLAG, OFF(enable_cpu_affinity), "off", "export ACCELERATE_CPU_AFFINITY=1"},
     {"--gpu_ids", NULL, STR, OFF(gpu_ids), "all",
-     "comma list of distinct GPU ids exported as CUDA_VISIBLE_DEVICES unless \"all\" (cfg gpu_ids)"},
+     "comma list of distinct GPU ids exported as CUDA_VISIBLE_DEVICES unless \"all\" "
+     "(cfg gpu_ids)"},
     {"--gpu_sharing", NULL, FLAG, OFF(gpu_sharing), "off",
      "let processes outnumber GPUs (GPU local_rank % count, collectives through host memory, no "
      "NCCL): ACCELERATE_GPU_SHARING=1; not in Hugging Face Accelerate"},
@@ -270,7 +271,10 @@ static int apply_config_file(launch_args *a) {
   if (a->machine_rank == UNSET && c->machine_rank.set) a->machine_rank = c->machine_rank.i;
   if (a->main_process_port == UNSET && c->main_process_port.set) a->main_process_port = c->main_process_port.i;
   if (!a->main_process_ip && c->main_process_ip.set && c->main_process_ip.s[0]) a->main_process_ip = c->main_process_ip.s;
-  if (!a->gpu_ids && c->gpu_ids.set && c->gpu_ids.s[0]) a->gpu_ids = c->gpu_ids.s, a->gpu_ids_from_cfg = 1;
+  if (!a->gpu_ids && c->gpu_ids.set && c->gpu_ids.s[0]) {
+    a->gpu_ids = c->gpu_ids.s;
+    a->gpu_ids_from_cfg = 1;
+  }
   if (!a->mixed_precision && c->mixed_precision.set && c->mixed_precision.s[0]) a->mixed_precision = c->mixed_precision.s;
   if (!a->rdzv_backend && c->rdzv_backend.set && c->rdzv_backend.s[0]) a->rdzv_backend = c->rdzv_backend.s;
   if (!a->debug && c->debug.set) a->debug = c->debug.i != 0;

@@ -460,7 +460,10 @@ int acc_cli_test(int argc, char **argv) {
       fprintf(stderr, "accelerate test: %s\n", acc_last_error());
       return 1;
     }
-    if (cfg.num_processes.set && cfg.num_processes.i > 0) nproc = cfg.num_processes.i, nproc_set = 1;
+    if (cfg.num_processes.set && cfg.num_processes.i > 0) {
+      nproc = cfg.num_processes.i;
+      nproc_set = 1;
+    }
   }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

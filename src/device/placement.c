@@ -305,7 +305,8 @@ static acc_result agree(acc_state *st, acc_result mine_rc, int sharing, acc__pla
   else if (out->kind != ACC__DEVICE_CPU) snprintf(mine.msg, sizeof mine.msg, "%s", out->detail);
   else snprintf(mine.msg, sizeof mine.msg, "%s", out->why);
   choice *all = acc__calloc((size_t)n, sizeof *all);
-  if (!all) return acc__error(ACC_ERR_NOMEM, "out of memory comparing the devices of %d processes", n);
+  if (!all)
+    return acc__error(ACC_ERR_NOMEM, "out of memory comparing the devices of %d processes", n);
   acc__comm_origin(ACC__ORIGIN_PLACEMENT, 0);
   acc_result rc = acc_all_gather(st, &mine, all, sizeof mine, ACC_U8);
   if (rc != ACC_OK) {
