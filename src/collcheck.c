@@ -75,6 +75,9 @@ void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) 
                : index == 2 ? "gradient norm"
                             : "optimizer state gather/scatter");
       return;
+    case ACC__ORIGIN_PLACEMENT:
+      snprintf(buf, cap, "accelerator creation: device choices compared");
+      return;
     default: snprintf(buf, cap, "unknown origin %d", (int)origin); return;
   }
 }

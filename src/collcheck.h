@@ -36,6 +36,7 @@ typedef enum acc__origin {
   ACC__ORIGIN_PAD,                /* pad_across_processes */
   ACC__ORIGIN_ZERO,               /* ZeRO: 0 gradient reduce-scatter, 1 parameter all-gather,
                                      2 norm, 3 state gather/scatter */
+  ACC__ORIGIN_PLACEMENT,          /* the device choices compared at accelerator creation */
   ACC__ORIGIN_COUNT_
 } acc__origin;
 

@@ -185,7 +185,7 @@ static acc_result resolve_options(const acc_state_options *in, resolved *r) {
   ACC__READ_OPTIONS(o, in, acc_state_options, ACC_STATE_OPTIONS_VERSION, "acc_state_create");
   r->cpu = o.cpu;
   if (r->cpu == ACC_UNSET) {
-    r->cpu = 1; /* no GPU backend yet: CPU is the only device */
+    r->cpu = 0; /* a program that asks for a GPU gets one unless --cpu (placement.c) */
     ACC_CHECK(acc__env_bool("ACCELERATE_USE_CPU", &r->cpu, NULL));
   }
   r->mixed_precision = o.mixed_precision;
@@ -305,9 +305,20 @@ static void build_describe(acc_state *st) {
   if (st->type != ACC_DISTRIBUTED_NO) snprintf(backend, sizeof backend, "  Backend: %s", st->be->ops->name);
   snprintf(st->describe, sizeof st->describe,
            "Distributed environment: %s%s\nNum processes: %d\nProcess index: %d\n"
-           "Local process index: %d\nDevice: %s\nMixed precision type: %s\n",
+           "Local process index: %d\nDevice: %s%s%s%s\nMixed precision type: %s\n",
            acc_distributed_type_name(st->type), backend, st->size, st->rank, st->local_rank,
-           st->device, acc_mixed_precision_name(st->mixed_precision));
+           st->device, st->device_detail[0] ? " (" : "", st->device_detail,
+           st->device_detail[0] ? ")" : "", acc_mixed_precision_name(st->mixed_precision));
+}
+
+void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const char *detail,
+                           int gpu) {
+  if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
+  if (ordinal >= 0) snprintf(st->device, sizeof st->device, "%s:%d", kind, ordinal);
+  else snprintf(st->device, sizeof st->device, "%s", kind);
+  snprintf(st->device_detail, sizeof st->device_detail, "%s", detail ? detail : "");
+  if (st->size > 1) st->type = gpu ? ACC_DISTRIBUTED_MULTI_GPU : ACC_DISTRIBUTED_MULTI_CPU;
+  build_describe(st);
 }
 
 acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {

@@ -17,12 +17,19 @@ struct acc_state {
   char launcher[16];
   char job_id[160];
   char device[16];
+  char device_detail[200]; /* GPU: "PCI ..., CUDA_VISIBLE_DEVICES=..., shared" (describe) */
   char describe[512];
   acc__backend *be;
   int broken;          /* a collective failed for a remote reason: the group is unusable */
   char broken_msg[512];
   int32_t trigger;
 };
+
+/* The device the accelerator placed this process on (src/device/placement.c): kind "cpu", "cuda"
+ * or "fake", the GPU ordinal (-1 on the CPU), a detail for acc_state_describe, gpu = 1 for a
+ * GPU (the fake one included): then the distributed type is MULTI_GPU with several processes. */
+void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const char *detail,
+                           int gpu);
 
 /* Validates a state handle at API entry. */
 acc_result acc__state_check(const acc_state *st, const char *fn);

@@ -44,7 +44,8 @@ typedef enum acc_backend_kind {
 typedef struct acc_state_options {
   size_t size;              /* sizeof(acc_state_options), set by the INIT macro */
   uint32_t version;         /* ACC_STATE_OPTIONS_VERSION */
-  int cpu;                  /* 1: CPU only. ACC_UNSET: env ACCELERATE_USE_CPU, default 1 */
+  int cpu;                  /* 1: CPU only, even for accelerators that ask for a GPU.
+                               ACC_UNSET: env ACCELERATE_USE_CPU (--cpu), default 0 */
   acc_mixed_precision mixed_precision; /* ACC_UNSET: env ACCELERATE_MIXED_PRECISION */
   int debug;                /* 1: check collectives match. ACC_UNSET: env ACCELERATE_DEBUG_MODE */
   int backend;              /* acc_backend_kind. ACC_UNSET: env ACCELERATE_BACKEND, then AUTO */
@@ -87,12 +88,15 @@ ACC_EXTERN int acc_state_is_local_main_process(const acc_state *st);
 ACC_EXTERN int acc_state_is_last_process(const acc_state *st);
 /** 1 when the type is not NO and there is more than one process. */
 ACC_EXTERN int acc_state_use_distributed(const acc_state *st);
+/** NO with one process; MULTI_CPU with several, MULTI_GPU once an accelerator trains them on
+ * GPUs (the fake test device included). */
 ACC_EXTERN acc_distributed_type acc_state_distributed_type(const acc_state *st);
 ACC_EXTERN acc_mixed_precision acc_state_mixed_precision(const acc_state *st);
 ACC_EXTERN int acc_state_debug(const acc_state *st);
 /** Collective timeout in seconds. */
 ACC_EXTERN double acc_state_timeout(const acc_state *st);
-/** "cpu" (or "cuda:N" for GPU processes). Borrowed. */
+/** The device of this process: "cpu" until an accelerator is placed on a GPU, then "cuda:N"
+ * ("fake:N" on the test device), as of the last acc_accelerator_create. Borrowed. */
 ACC_EXTERN const char *acc_state_device(const acc_state *st);
 /** Backend name: "single", "shm" or "mpi". Borrowed. */
 ACC_EXTERN const char *acc_state_backend_name(const acc_state *st);

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "device/placement.h"
 #include "internal.h"
 
 /* Matches --name, --name=value and the dash spelling of name. *value gets the value (next
@@ -119,6 +120,14 @@ static int ask_menu(asker *a, const char *q, const char *const *opts, int n, int
   }
 }
 
+/* The GPUs of this machine (the fake ones under ACCELERATE_TEST_FAKE_GPUS); 0 when none. */
+static int machine_gpus(acc__device_probe_info *info) {
+  int fake = 0;
+  int n = acc__placement_gpus(info, &fake, 0) == ACC_OK ? info->device_count : 0;
+  acc_clear_error();
+  return n;
+}
+
 static void set_str(acc_cli_value *v, const char *s) {
   v->set = 1;
   snprintf(v->s, sizeof v->s, "%s", s);
@@ -143,6 +152,14 @@ static int questionnaire(asker *a, acc_cli_cfg *c) {
   long v;
   char buf[1024];
   acc_cli_config_init(c);
+  acc__device_probe_info gpus;
+  const int ngpus = machine_gpus(&gpus);
+  if (ngpus > 0) {
+    fprintf(a->out, "This machine has %d GPU(s):\n", ngpus);
+    for (int i = 0; i < ngpus && i < ACC__MAX_GPUS; i++)
+      fprintf(a->out, "  %d) %s, %.1f GiB, PCI %s\n", i, gpus.gpus[i].name,
+              (double)gpus.gpus[i].total_mem / (1024.0 * 1024.0 * 1024.0), gpus.gpus[i].pci_bus_id);
+  }
   for (;;) {
     ASK(r = ask_menu(a, "In which compute environment are you running?", envs, 2, 0));
     if (r == 0) break;
@@ -202,7 +219,7 @@ static int questionnaire(asker *a, acc_cli_cfg *c) {
     const char *q = type == 2 ? "How many GPU(s) should be used for distributed training?"
                               : "How many processes should be used for distributed training?";
     for (;;) {
-      ASK(ask_int(a, q, 1, 1, 1 << 20, &v));
+      ASK(ask_int(a, q, type == 2 && ngpus > 1 ? ngpus : 1, 1, 1 << 20, &v));
       if (type == 2 && v == 1 && c->num_machines.i == 1) {
         fprintf(a->out, "Specified distributed type MULTI_GPU but only using 1 GPU on a single "
                         "machine. Please select `No distributed training` for the type of machine "
@@ -214,8 +231,14 @@ static int questionnaire(asker *a, acc_cli_cfg *c) {
     set_int(&c->num_processes, v);
   }
   if ((type == 0 || type == 2) && !use_cpu) {
-    ASK(ask_str(a, "What GPU(s) (by id) should be used for training on this machine as a "
-                "comma-separated list?", "all", buf, sizeof buf));
+    for (;;) {
+      ASK(ask_str(a, "What GPU(s) (by id) should be used for training on this machine as a "
+                  "comma-separated list?", "all", buf, sizeof buf));
+      int nids = 0;
+      if (acc__placement_check_gpu_ids(buf, ngpus, &nids) == ACC_OK) break;
+      fprintf(a->out, "%s\n", acc_last_error());
+      acc_clear_error();
+    }
     set_str(&c->gpu_ids, buf);
   }
   ASK(r = ask_menu(a, "Do you wish to use mixed precision?", precisions, 3, 0));
@@ -277,24 +300,27 @@ static int config_default(int argc, char **argv) {
            "or pass a different `save_location`.\n", path);
     return 0;
   }
-  /* accelerate-c runs on CPUs only, so the detected setup is Accelerate's no-device one. */
+  /* Accelerate's detected setup: one process per GPU (MULTI_GPU with several), else the CPU. */
+  acc__device_probe_info gpus;
+  const int ngpus = machine_gpus(&gpus);
   acc_cli_cfg c;
   acc_cli_config_init(&c);
   set_str(&c.compute_environment, "LOCAL_MACHINE");
   set_int(&c.debug, 0);
-  set_str(&c.distributed_type, "NO");
+  set_str(&c.distributed_type, ngpus > 1 ? "MULTI_GPU" : "NO");
   c.downcast_bf16.set = 1, c.downcast_bf16.is_bool = 1, c.downcast_bf16.i = 0;
   set_int(&c.enable_cpu_affinity, 0);
   set_int(&c.machine_rank, 0);
   set_str(&c.main_training_function, "main");
   set_str(&c.mixed_precision, acc_mixed_precision_name(p));
   set_int(&c.num_machines, 1);
-  set_int(&c.num_processes, 1);
+  set_int(&c.num_processes, ngpus > 1 ? ngpus : 1);
   set_str(&c.rdzv_backend, "static");
   set_int(&c.same_network, 0);
   set_int(&c.tpu_use_cluster, 0);
   set_int(&c.tpu_use_sudo, 0);
-  set_int(&c.use_cpu, 1);
+  set_int(&c.use_cpu, ngpus == 0);
+  if (ngpus > 0) set_str(&c.gpu_ids, "all");
   if (acc_cli_config_write(&c, path, 1) != ACC_OK) {
     fprintf(stderr, "accelerate config default: %s\n", acc_last_error());
     return 1;

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "config_file.h"
 #include "device/device.h"
+#include "device/placement.h"
 #include "env.h"
 #include "internal.h"
 #include "module.h"
@@ -17,12 +18,16 @@ static void print_version(FILE *out, const char *what, int v, int nccl) {
   else fprintf(out, "%s %d.%d", what, v / 1000, v % 1000 / 10);
 }
 
-/* What the CUDA module sees: the GPUs, or one line saying why there are none. */
+/* What the CUDA module sees (or the fake machine under ACCELERATE_TEST_FAKE_GPUS): the driver,
+ * CUDA and NCCL versions and each GPU, or one line saying why there are none. */
 static void print_cuda(FILE *out) {
   acc__device_probe_info info;
-  acc_result rc = acc__device_cuda_probe(&info);
+  int fake = 0;
+  acc_result rc = acc__placement_gpus(&info, &fake, 0);
   fprintf(out, "- CUDA: ");
-  if (info.module_path[0]) {
+  if (fake) {
+    fprintf(out, "%s: ", info.module_path);
+  } else if (info.module_path[0]) {
     fprintf(out, "module %s (", info.module_path);
     print_version(out, "CUDA runtime", info.runtime_version, 0);
     if (info.driver_version) print_version(out, ", driver for CUDA", info.driver_version, 0);
@@ -34,7 +39,10 @@ static void print_cuda(FILE *out) {
     fprintf(out, "%s\n", acc_last_error());
     return;
   }
-  fprintf(out, "%d GPU%s\n", info.device_count, info.device_count == 1 ? "" : "s");
+  const char *cvd = acc__env_str("CUDA_VISIBLE_DEVICES");
+  fprintf(out, "%d GPU%s", info.device_count, info.device_count == 1 ? "" : "s");
+  if (cvd) fprintf(out, " (CUDA_VISIBLE_DEVICES=%s)", cvd);
+  fprintf(out, "\n");
   for (int i = 0; i < info.device_count && i < ACC__MAX_GPUS; i++) {
     const acc__gpu_info *g = &info.gpus[i];
     fprintf(out, "\tcuda:%d: %s, %.1f GiB, compute capability %d.%d, PCI %s\n", i, g->name,
@@ -65,7 +73,7 @@ static void print_gpus(FILE *out) {
     }
     if (p) pclose(p);
     if (lines) {
-      fprintf(out, " (training does not use GPUs yet)\n");
+      fprintf(out, "\n");
       return;
     }
   }
@@ -105,7 +113,13 @@ int acc_cli_env(int argc, char **argv) {
   const acc__module_ops *mpi_mod = NULL;
   const char *mpi = acc__module_load("mpi", "", &mpi_mod) == ACC_OK ? "yes" : "no (module not installed)";
   acc_clear_error();
-  fprintf(out, "- Backends: single, shm, MPI: %s, NCCL: no\n", mpi);
+  const acc__device_ops *cuda_mod = NULL;
+  const char *nccl = acc__device_module_load("cuda", &cuda_mod) != ACC_OK
+                         ? "no (CUDA module not installed)"
+                     : cuda_mod->nccl_init ? "yes (CUDA module)"
+                                           : "no (CUDA module built without NCCL)";
+  acc_clear_error();
+  fprintf(out, "- Backends: single, shm, MPI: %s, NCCL: %s\n", mpi, nccl);
   print_cuda(out);
   fprintf(out, "- CPUs: %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);

@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "device/placement.h"
 #include "env.h"
 #include "rdzv.h"
 #include "mpirun.h"
@@ -30,6 +31,8 @@ extern char **environ;
 typedef struct launch_args {
   const char *config_file;
   int quiet, module, no_python, debug, cpu, multi_gpu, same_network, enable_cpu_affinity;
+  int gpu_sharing;
+  int gpu_ids_from_cfg; /* gpu_ids came from the config file */
   const char *mixed_precision;
   long num_processes, num_machines, machine_rank, main_process_port;
   long num_cpu_threads_per_process;
@@ -79,7 +82,12 @@ static const option_def options[] = {
     {"--num_cpu_threads_per_process", NULL, INT, OFF(num_cpu_threads_per_process), "1 when >1 local process",
      "OMP_NUM_THREADS / OPENBLAS_NUM_THREADS for each process"},
     {"--enable_cpu_affinity", NULL, FLAG, OFF(enable_cpu_affinity), "off", "export ACCELERATE_CPU_AFFINITY=1"},
-    {"--gpu_ids", NULL, STR, OFF(gpu_ids), "all", "comma list exported as CUDA_VISIBLE_DEVICES unless \"all\""},
+    {"--gpu_ids", NULL, STR, OFF(gpu_ids), "all",
+     "comma list of distinct GPU ids exported as CUDA_VISIBLE_DEVICES unless \"all\" "
+     "(cfg gpu_ids)"},
+    {"--gpu_sharing", NULL, FLAG, OFF(gpu_sharing), "off",
+     "let processes outnumber GPUs (GPU local_rank % count, collectives through host memory, no "
+     "NCCL): ACCELERATE_GPU_SHARING=1; not in Hugging Face Accelerate"},
     {"--same_network", NULL, FLAG, OFF(same_network), "off", "accepted (machines always use MASTER_ADDR/PORT)"},
     {"--tee", "-t", TEE, OFF(tee), "0",
      "prefix \"[rank i] \" on output lines: 1 stdout, 2 stderr, 3 both (bare --tee = 3)"},
@@ -226,6 +234,7 @@ static int parse_args(int argc, char **argv, launch_args *a) {
  * The loaded file stays in this static for the lifetime of the launch (a holds pointers into
  * it). Returns 0, or 2 after printing an error that names the file (and line and key). */
 static acc_cli_cfg loaded_cfg;
+static char loaded_path[4096];
 
 static int config_error(const char *msg) {
   fprintf(stderr, WHO ": error: %s\n", msg);
@@ -242,6 +251,7 @@ static int apply_config_file(launch_args *a) {
   acc_cli_cfg *c = &loaded_cfg;
   if (acc_cli_config_load(c, path) != ACC_OK) return config_error(acc_last_error());
   a->cfg = c;
+  snprintf(loaded_path, sizeof loaded_path, "%s", path);
   /* Mode: only when no mode flag was given. use_cpu: true makes it a CPU run (Accelerate keeps
    * args.use_cpu apart from --cpu, so a file cannot trigger the "only one of" error). */
   const int mode_flag = a->cpu || a->multi_gpu;
@@ -261,7 +271,10 @@ static int apply_config_file(launch_args *a) {
   if (a->machine_rank == UNSET && c->machine_rank.set) a->machine_rank = c->machine_rank.i;
   if (a->main_process_port == UNSET && c->main_process_port.set) a->main_process_port = c->main_process_port.i;
   if (!a->main_process_ip && c->main_process_ip.set && c->main_process_ip.s[0]) a->main_process_ip = c->main_process_ip.s;
-  if (!a->gpu_ids && c->gpu_ids.set && c->gpu_ids.s[0]) a->gpu_ids = c->gpu_ids.s;
+  if (!a->gpu_ids && c->gpu_ids.set && c->gpu_ids.s[0]) {
+    a->gpu_ids = c->gpu_ids.s;
+    a->gpu_ids_from_cfg = 1;
+  }
   if (!a->mixed_precision && c->mixed_precision.set && c->mixed_precision.s[0]) a->mixed_precision = c->mixed_precision.s;
   if (!a->rdzv_backend && c->rdzv_backend.set && c->rdzv_backend.s[0]) a->rdzv_backend = c->rdzv_backend.s;
   if (!a->debug && c->debug.set) a->debug = c->debug.i != 0;
@@ -275,12 +288,54 @@ static int apply_config_file(launch_args *a) {
 
 /* ---- validation and environment ----------------------------------------------------------- */
 
+/* --gpu_ids: distinct integers, each below this machine's GPU count when it can be known (the
+ * launcher's own CUDA_VISIBLE_DEVICES unset: the ids are then the machine's); --multi_gpu
+ * without --num_processes: one process per GPU (the listed ids, else every GPU), Accelerate's
+ * rule. The GPUs are counted only when one of the two needs it. */
+static int gpu_checks(launch_args *a) {
+  const int ids_given = a->gpu_ids && strcmp(a->gpu_ids, "all") != 0;
+  const int want_count = a->multi_gpu && a->num_processes == UNSET;
+  int count = 0, known = 0;
+  char why[512] = "";
+  if (ids_given || want_count) {
+    acc__device_probe_info info;
+    int fake = 0;
+    if (acc__placement_gpus(&info, &fake, 0) == ACC_OK) count = info.device_count;
+    else snprintf(why, sizeof why, "%s", acc_last_error());
+    acc_clear_error();
+    known = count > 0 && !acc__env_str("CUDA_VISIBLE_DEVICES");
+  }
+  int nids = 0;
+  if (a->gpu_ids && acc__placement_check_gpu_ids(a->gpu_ids, known ? count : 0, &nids) != ACC_OK) {
+    fprintf(stderr, WHO ": error: %s%s%s (see accelerate launch -h)\n", acc_last_error(),
+            a->gpu_ids_from_cfg ? "; the value is key gpu_ids of the config file " : "",
+            a->gpu_ids_from_cfg ? loaded_path : "");
+    return 2;
+  }
+  if (a->multi_gpu && nids == 1 && (a->num_machines == UNSET || a->num_machines == 1))
+    return usage_error("Less than two GPU ids were configured and tried to run on multiple GPUs "
+                       "(--gpu_ids %s). Please ensure at least two are specified for `--gpu_ids`, "
+                       "or use `--gpu_ids='all'`.%s", a->gpu_ids, "");
+  if (want_count) {
+    long per_machine = nids ? nids : count;
+    if (per_machine == 0)
+      return usage_error("--multi_gpu without --num_processes: no GPU found on this machine (%s); "
+                         "pass --num_processes N%s", why, "");
+    a->num_processes = per_machine * (a->num_machines == UNSET ? 1 : a->num_machines);
+    fprintf(stderr, WHO ": --num_processes not given: %ld, one per GPU%s\n", a->num_processes,
+            nids ? " of --gpu_ids" : " of this machine");
+  }
+  return 0;
+}
+
 static int validate(launch_args *a) {
   char buf[64];
   if (a->module && a->no_python)
     return usage_error("--module and --no_python cannot be used together%s%s", "", "");
   if (a->cpu && a->multi_gpu)
     return usage_error("You can only use one of `--cpu`, `--multi_gpu` at a time.%s%s", "", "");
+  int grc = gpu_checks(a);
+  if (grc) return grc;
   if (a->num_processes == UNSET) a->num_processes = 1;
   if (a->num_machines == UNSET) a->num_machines = 1;
   if (a->machine_rank == UNSET) a->machine_rank = 0;
@@ -477,6 +532,7 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     rc |= env_set(e, "CCL_WORKER_COUNT", b);
   }
   if (a->gpu_ids && strcmp(a->gpu_ids, "all") != 0) rc |= env_set(e, "CUDA_VISIBLE_DEVICES", a->gpu_ids);
+  if (a->gpu_sharing) rc |= env_set(e, "ACCELERATE_GPU_SHARING", "1");
   rc |= env_set(e, "MASTER_ADDR", a->main_process_ip ? a->main_process_ip : "127.0.0.1");
   snprintf(b, sizeof b, "%ld", port);
   rc |= env_set(e, "MASTER_PORT", b);
@@ -512,7 +568,7 @@ static const char *const mpi_vars[] = {"ACCELERATE_USE_CPU", "ACCELERATE_MIXED_P
                                        "ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_DYNAMO_MODE",
                                        "ACCELERATE_DYNAMO_USE_FULLGRAPH", "ACCELERATE_DYNAMO_USE_DYNAMIC",
                                        "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "CCL_WORKER_COUNT",
-                                       "ACCELERATE_ZERO_STAGE"};
+                                       "ACCELERATE_ZERO_STAGE", "ACCELERATE_GPU_SHARING"};
 
 static int run_mpi(const launch_args *a, long local, long port) {
   envlist e = {0};

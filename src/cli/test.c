@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "config_file.h"
+#include "device/placement.h"
 #include "internal.h"
 
 /* ---- the self-test program ------------------------------------------------------------- */
@@ -339,6 +340,58 @@ static void selftest_data_and_training(acc_state *st, int n, int rank) {
   acc_accelerator_destroy(acc);
 }
 
+/* The GPU path: an accelerator that asks for a GPU (ACC_DEVICE_AUTO) gets GPU <local rank> (the
+ * fake GPUs under ACCELERATE_TEST_FAKE_GPUS), the state reports it, device memory round-trips,
+ * and a sum of device data through the CPU backend is right. On a machine without a GPU the
+ * section says why and checks that the program fell back to the CPU. */
+static void selftest_device(acc_state *st, int n, int rank) {
+  header(st, "Device test");
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.device = ACC_DEVICE_AUTO;
+  acc_accelerator *acc = NULL;
+  if (acc_accelerator_create(&acc, &o) != ACC_OK) {
+    ST_CHECK(0, "acc_accelerator_create (device AUTO): %s", acc_last_error());
+    return;
+  }
+  acc_device_type t = acc_accelerator_device_type(acc);
+  if (t == ACC_DEVICE_CPU) {
+    ST_CHECK(strcmp(acc_state_device(st), "cpu") == 0, "on the CPU the state reports %s",
+             acc_state_device(st));
+    acc_print(st, "no GPU: a program asking for one trains on the CPU\n");
+    acc_accelerator_destroy(acc);
+    return;
+  }
+  const char *name = acc_accelerator_device_name(acc);
+  ST_CHECK(strcmp(acc_state_device(st), name) == 0, "the state reports %s, the accelerator %s",
+           acc_state_device(st), name);
+  ST_CHECK(n == 1 || acc_state_distributed_type(st) == ACC_DISTRIBUTED_MULTI_GPU,
+           "distributed type %s on %d GPU processes",
+           acc_distributed_type_name(acc_state_distributed_type(st)), n);
+  enum { N = 1024 };
+  float host[N], back[N];
+  for (int i = 0; i < N; i++) host[i] = (float)(i % 97) + (float)rank;
+  float *d = NULL;
+  ST_OK(acc_accelerator_alloc(acc, sizeof host, (void **)&d));
+  if (d) {
+    ST_OK(acc_accelerator_memcpy(acc, d, host, sizeof host, ACC_COPY_HOST_TO_DEVICE));
+    memset(back, 0, sizeof back);
+    ST_OK(acc_accelerator_memcpy(acc, back, d, sizeof back, ACC_COPY_DEVICE_TO_HOST));
+    ST_CHECK(memcmp(host, back, sizeof host) == 0, "host -> %s -> host changed the data", name);
+    ST_OK(acc_all_reduce(st, back, back, N, ACC_F32, ACC_SUM));
+    ST_OK(acc_accelerator_memcpy(acc, d, back, sizeof back, ACC_COPY_HOST_TO_DEVICE));
+    ST_OK(acc_accelerator_memcpy(acc, host, d, sizeof host, ACC_COPY_DEVICE_TO_HOST));
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+      bad += host[i] != (float)n * (float)(i % 97) + (float)(n * (n - 1) / 2);
+    ST_CHECK(bad == 0, "the sum of device data over %d processes is wrong in %d places", n, bad);
+    ST_OK(acc_accelerator_free(acc, d));
+  }
+  printf("[rank %d] device %s: memory and the sum across processes are right\n", rank, name);
+  fflush(stdout);
+  acc_accelerator_destroy(acc);
+  ST_OK(acc_wait_for_everyone(st));
+}
+
 int acc_cli_selftest(int argc, char **argv) {
   (void)argc, (void)argv;
   acc_state *st = NULL, *again = NULL;
@@ -362,6 +415,7 @@ int acc_cli_selftest(int argc, char **argv) {
   selftest_collectives(st, n, rank);
   selftest_rng(st, n);
   selftest_data_and_training(st, n, rank);
+  selftest_device(st, n, rank);
   selftest_trigger(st, n, rank);
   /* Every process learns whether any failed, so the main process reports for all. */
   int32_t failed = g_failures;
@@ -395,6 +449,7 @@ int acc_cli_test(int argc, char **argv) {
   char path[4096];
   int found = 0;
   long nproc = 1;
+  int nproc_set = 0;
   if (acc_cli_config_find(explicit_path, path, sizeof path, &found) != ACC_OK) {
     fprintf(stderr, "accelerate test: %s\n", acc_last_error());
     return 1;
@@ -405,7 +460,10 @@ int acc_cli_test(int argc, char **argv) {
       fprintf(stderr, "accelerate test: %s\n", acc_last_error());
       return 1;
     }
-    if (cfg.num_processes.set && cfg.num_processes.i > 0) nproc = cfg.num_processes.i;
+    if (cfg.num_processes.set && cfg.num_processes.i > 0) {
+      nproc = cfg.num_processes.i;
+      nproc_set = 1;
+    }
   }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -420,8 +478,15 @@ int acc_cli_test(int argc, char **argv) {
   int k = 0;
   args[k++] = self;
   args[k++] = "launch";
-  args[k++] = "--num_processes";
-  args[k++] = np;
+  acc__device_probe_info gpus;
+  int fake = 0, ngpus = acc__placement_gpus(&gpus, &fake, 0) == ACC_OK ? gpus.device_count : 0;
+  acc_clear_error();
+  if (!nproc_set && ngpus > 1) {
+    args[k++] = "--multi_gpu"; /* one process per GPU */
+  } else {
+    args[k++] = "--num_processes";
+    args[k++] = np;
+  }
   if (found) {
     args[k++] = "--config_file";
     args[k++] = path;
