@@ -512,7 +512,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
     acc->loaders = v;
     acc->cap_loaders = nc;
   }
-  ACC_CHECK(acc_dataloader_create(out, ds, &o));
+  ACC_CHECK(acc__dataloader_create_on(out, ds, &o, acc->dev)); /* device placement */
   acc->loaders[acc->nloaders++] = *out;
   acc__dataloader_set_owner(*out, forget_loader, acc);
   return ACC_OK;

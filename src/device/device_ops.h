@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 1u
+#define ACC__DEVICE_ABI_VERSION 2u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -110,6 +110,11 @@ typedef struct acc__device_ops {
   /* Waits for s, polling the communicator's asynchronous error; aborts it on error/timeout. */
   int (*nccl_wait)(void *ctx, void *comm, void *s, double timeout_s);
   int (*nccl_destroy)(void *ctx, void *comm, int abort);
+  /* ---- ABI 2 ---- */
+  /* Page-locked host memory for staging copies (CUDA: cudaMallocHost / cudaFreeHost). NULL: the
+   * device has none (cpu, fake); acc__device_host_alloc then uses ordinary host memory. */
+  int (*host_alloc)(void *ctx, size_t bytes, void **p);
+  int (*host_free)(void *ctx, void *p);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */
