@@ -24,6 +24,10 @@
 #   --skip-suite      not the whole test suite (only -L gpu and -L device)
 #   --dry-run         parse, unpack and configure/build; print the GPU steps instead of running
 #                     them (what can be checked on a machine without a GPU)
+# With the device tool (one command at most 10 minutes): copy .gpudeb/ into the repository, name
+# it in `carry`, and run `scripts/gpu_check.sh --out $OUT`; if that is too long for one command,
+# run it twice on the warm machine, first with --skip-bench --skip-suite, then again (the build
+# directory is reused, only what changed is rebuilt).
 # Exit status: 0 when every step passed, 1 when one failed, 2 on bad arguments.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -124,7 +128,8 @@ if compgen -G ".gpudeb/*.deb" >/dev/null; then
   export PATH="$prefix/usr/bin:$PATH"
   export LD_LIBRARY_PATH="$multi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PKG_CONFIG_PATH="$multi/pkgconfig:$prefix/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export PKG_CONFIG_SYSROOT_DIR=$prefix
+  # the unpacked .pc files name /usr: point them at the prefix (only theirs, not the system's)
+  find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$prefix/usr|" {} +
   export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export CPATH="$prefix/usr/include${CPATH:+:$CPATH}"
   export LIBRARY_PATH="$multi${LIBRARY_PATH:+:$LIBRARY_PATH}"
