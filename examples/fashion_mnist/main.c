@@ -78,8 +78,8 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, "cpu", 42, 0,
-                 0, NULL, NULL, "runs", NULL, 50};
+  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL,
+                 "cpu", 42, 0, 0, NULL, NULL, "runs", NULL, 50};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -122,7 +122,8 @@ static int parse(int argc, char **argv, options *o) {
   }
   if (o->epochs < 1 || o->batch < 1 || o->hidden < 1 || o->layers < 0 || o->grad_accum < 1 || !(o->lr > 0) ||
       (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0) || o->save_every < 0 || o->log_every < 1 ||
-      (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "auto") != 0 && strcmp(o->device, "cuda") != 0) ||
+      (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "auto") != 0 &&
+       strcmp(o->device, "cuda") != 0) ||
       ((o->save_every > 0 || o->resume) && !o->output_dir)) {
     fprintf(stderr, "fashion_mnist: invalid option value (see --help)\n");
     return -1;
@@ -494,7 +495,8 @@ int main(int argc, char **argv) {
       for (int i = 0; i < bs; i++) hit[i] = pred[i] == y[i];
     }
     int64_t kept = 0;
-    TRY(acc_accelerator_gather_for_metrics(acc, hits, bs, 1, ACC_U8, all_hits, (int64_t)sizeof all_hits, &kept));
+    TRY(acc_accelerator_gather_for_metrics(acc, hits, bs, 1, ACC_U8, all_hits,
+                                           (int64_t)sizeof all_hits, &kept));
     for (int64_t i = 0; i < kept; i++) correct += all_hits[i];
     seen += kept;
   }

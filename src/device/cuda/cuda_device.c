@@ -142,7 +142,9 @@ static int host_alloc(void *ctx, size_t bytes, void **p) {
   return acc__cuda_check(e, "cudaMallocHost");
 }
 
-static int host_free(void *ctx, void *p) { return acc__cuda_check(cudaFreeHost(p), "cudaFreeHost"); }
+static int host_free(void *ctx, void *p) {
+  return acc__cuda_check(cudaFreeHost(p), "cudaFreeHost");
+}
 
 static int is_device_ptr(void *ctx, const void *p, int *yes) {
   struct cudaPointerAttributes a;
