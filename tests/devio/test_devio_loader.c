@@ -9,6 +9,7 @@
  * copy stream) was ordered before it by an event, and refuses the loader's next copy into the
  * same device buffer unless it waits for the compute stream's release of the batch. So these
  * checks also prove the ordering. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,20 @@ int main(void) {
     const acc_batch *b = NULL;
     CHECK_OK(acc_accelerator_next_batch(acc, dl, &b));
     CHECK(b && b->device_fields == NULL, "device_placement 0: no device batch");
+    acc_dataloader_destroy(dl);
+  }
+  /* a program built against version 2 of the options (no device_placement): placement is on */
+  {
+    acc_dataloader_options o2;
+    CHECK_OK(acc_dataloader_options_init(&o2, 2));
+    CHECK(o2.version == 2 && o2.size == offsetof(acc_dataloader_options, device_placement),
+          "version 2 options: size %zu", o2.size);
+    o2.batch_size = 4;
+    acc_dataloader *dl = NULL;
+    CHECK_OK(acc_accelerator_prepare_dataloader(acc, map_ds, &o2, &dl));
+    const acc_batch *b = NULL;
+    if (dl) CHECK_OK(acc_accelerator_next_batch(acc, dl, &b));
+    CHECK(b && b->device_fields != NULL, "version 2 options: device placement by default");
     acc_dataloader_destroy(dl);
   }
   acc_accelerator_destroy(acc);
