@@ -23,6 +23,22 @@ fi
 args=("$@")
 case " $* " in
   *" --log-with "*) ;;
-  *) args=(--log-with tensorboard,jsonl "${args[@]}") ;;
+  *) args=(--log-with "tensorboard,jsonl" "${args[@]}") ;;
 esac
-exec build/accelerate launch --num_processes 2 build/examples/fashion_mnist/fashion_mnist "${args[@]}"
+# The GPU when `nvidia-smi -L` lists one (one process per GPU, at most 2), else the CPU as
+# before. An explicit --device among the arguments wins.
+nproc_run=2
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+fi
+case " $* " in
+  *" --device "*) ;;
+  *)
+    if [ "$gpus" -gt 0 ]; then
+      nproc_run=$((gpus < 2 ? gpus : 2))
+      args=(--device cuda "${args[@]}")
+      echo "main.sh: $gpus GPU(s) found: training on $nproc_run GPU(s)" >&2
+    fi ;;
+esac
+exec build/accelerate launch --num_processes "$nproc_run" build/examples/fashion_mnist/fashion_mnist "${args[@]}"

@@ -12,6 +12,7 @@
 #include "collcheck.h"
 #include "device/accel_device.h"
 #include "device/train.h"
+#include "device/devio.h"
 #include "grad_sync.h"
 #include "state.h"
 
@@ -519,7 +520,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
     acc->loaders = v;
     acc->cap_loaders = nc;
   }
-  ACC_CHECK(acc_dataloader_create(out, ds, &o));
+  ACC_CHECK(acc__dataloader_create_on(out, ds, &o, acc->dev)); /* device placement */
   acc->loaders[acc->nloaders++] = *out;
   acc__dataloader_set_owner(*out, forget_loader, acc);
   return ACC_OK;
@@ -774,7 +775,7 @@ acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, vo
   return acc_all_reduce(acc->st, send, recv, count, dtype, op);
 }
 
-acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *send, int64_t n_samples,
+static acc_result gather_for_metrics_host(acc_accelerator *acc, const void *send, int64_t n_samples,
                                               size_t sample_elems, acc_dtype dtype, void *recv,
                                               int64_t capacity, int64_t *n_out) {
   ACC_CHECK(check(acc, "gather_for_metrics"));
@@ -855,7 +856,7 @@ acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *
   return rc;
 }
 
-acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf, int64_t n_samples,
+static acc_result pad_across_processes_host(acc_accelerator *acc, void *buf, int64_t n_samples,
                                                 size_t sample_elems, acc_dtype dtype, double pad_value,
                                                 int pad_first, int64_t capacity, int64_t *n_out) {
   ACC_CHECK(check(acc, "pad_across_processes"));
@@ -887,6 +888,51 @@ acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
   }
   for (size_t i = 0; i < pad * sample_elems; i++) memcpy(dst + i * es, one, es);
   return ACC_OK;
+}
+
+/* Device buffers (src/device/devio.h): staged through host memory around the host versions. */
+acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *send, int64_t n_samples,
+                                              size_t sample_elems, acc_dtype dtype, void *recv,
+                                              int64_t capacity, int64_t *n_out) {
+  size_t sb = acc_dtype_size(dtype) * sample_elems;
+  int dsend = n_samples > 0 && acc__devio_find(send), drecv = capacity > 0 && acc__devio_find(recv);
+  if ((!dsend && !drecv) || !sb || !n_out)
+    return gather_for_metrics_host(acc, send, n_samples, sample_elems, dtype, recv, capacity, n_out);
+  void *hs = dsend ? acc__malloc((size_t)n_samples * sb) : NULL;
+  void *hr = drecv ? acc__malloc((size_t)capacity * sb) : NULL;
+  acc_result rc = (dsend && !hs) || (drecv && !hr) ? ACC_ERR_NOMEM : ACC_OK;
+  if (rc == ACC_OK && dsend) rc = acc__devio_to_host(hs, send, (size_t)n_samples * sb);
+  /* a local failure still joins the collectives, with no samples and no room: the gathered
+   * samples then exceed the room, which fails every process (its "failed on another process") */
+  acc_result grc =
+      rc == ACC_OK ? gather_for_metrics_host(acc, dsend ? hs : send, n_samples, sample_elems, dtype,
+                                             drecv ? hr : recv, capacity, n_out)
+                   : gather_for_metrics_host(acc, NULL, 0, sample_elems, dtype, NULL, 0, n_out);
+  if (rc == ACC_OK) rc = grc;
+  if (rc == ACC_OK && drecv) rc = acc__devio_from_host(recv, hr, (size_t)*n_out * sb);
+  acc__free(hs);
+  acc__free(hr);
+  return rc;
+}
+
+acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf, int64_t n_samples,
+                                                size_t sample_elems, acc_dtype dtype, double pad_value,
+                                                int pad_first, int64_t capacity, int64_t *n_out) {
+  size_t sb = acc_dtype_size(dtype) * sample_elems;
+  if (!sb || !n_out || capacity <= 0 || n_samples < 0 || !acc__devio_find(buf))
+    return pad_across_processes_host(acc, buf, n_samples, sample_elems, dtype, pad_value, pad_first,
+                                     capacity, n_out);
+  void *h = acc__malloc((size_t)capacity * sb);
+  acc_result rc = h ? ACC_OK : ACC_ERR_NOMEM;
+  int64_t n_in = n_samples < capacity ? n_samples : capacity;
+  if (rc == ACC_OK) rc = acc__devio_to_host(h, buf, (size_t)n_in * sb);
+  acc_result prc = pad_across_processes_host(acc, rc == ACC_OK ? h : NULL, n_samples, sample_elems,
+                                             dtype, pad_value, pad_first,
+                                             rc == ACC_OK ? capacity : 0, n_out);
+  if (rc == ACC_OK) rc = prc;
+  if (rc == ACC_OK) rc = acc__devio_from_host(buf, h, (size_t)*n_out * sb);
+  acc__free(h);
+  return rc;
 }
 
 /* ---- process control through the accelerator ------------------------------------------------------ */

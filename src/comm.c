@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "collcheck.h"
+#include "device/devio.h"
 #include "state.h"
 #include "obs/profile.h"
 
@@ -163,8 +164,12 @@ acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dt
   acc_result rc = enter(st, "broadcast", &c, file, line, &began);
   if (rc != ACC_OK || count == 0 || st->size == 1) return leave(st, began, rc);
   rc = need_buf(buf, "broadcast", "buf");
+  size_t nb = count * acc_dtype_size(dtype);
+  acc__devio io = {0}; /* device memory: staged through the host (devio.h) */
+  if (rc == ACC_OK) rc = acc__devio_begin(&io, NULL, 0, 0, buf, nb, st->rank == root);
   if (rc == ACC_OK)
-    rc = fail_remote(st, st->be->ops->broadcast(st->be, buf, count * acc_dtype_size(dtype), root));
+    rc = fail_remote(st, st->be->ops->broadcast(st->be, io.b, nb, root));
+  if (buf) rc = acc__devio_end(&io, rc, st->rank != root);
   return leave(st, began, rc);
 }
 
@@ -189,7 +194,13 @@ acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t
   acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op};
   int began;
   acc_result rc = enter(st, "all_reduce", &c, file, line, &began);
-  if (rc == ACC_OK) rc = all_reduce_body(st, send, recv, count, dtype, op);
+  if (rc == ACC_OK) {
+    size_t nb = count * acc_dtype_size(dtype);
+    acc__devio io;
+    rc = acc__devio_begin(&io, send, nb, 1, recv, nb, 0);
+    if (rc == ACC_OK) rc = all_reduce_body(st, io.a, io.b, count, dtype, op);
+    rc = acc__devio_end(&io, rc, 1);
+  }
   return leave(st, began, rc);
 }
 
@@ -216,7 +227,13 @@ acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t cou
       .op = ACC__OP_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op, .root = root};
   int began;
   acc_result rc = enter(st, "reduce", &c, file, line, &began);
-  if (rc == ACC_OK) rc = reduce_body(st, send, recv, count, dtype, op, root);
+  if (rc == ACC_OK) {
+    size_t nb = count * acc_dtype_size(dtype), rb = st->rank == root ? nb : 0;
+    acc__devio io;
+    rc = acc__devio_begin(&io, send, nb, 1, recv, rb, 0);
+    if (rc == ACC_OK) rc = reduce_body(st, io.a, io.b, count, dtype, op, root);
+    rc = acc__devio_end(&io, rc, st->rank == root);
+  }
   return leave(st, began, rc);
 }
 
@@ -265,7 +282,13 @@ acc_result acc_reduce_scatter_at(acc_state *st, const void *send, void *recv, si
   acc__call c = {.op = ACC__OP_REDUCE_SCATTER, .dtype = dtype, .count = (int64_t)count, .red = op};
   int began;
   acc_result rc = enter(st, "reduce_scatter", &c, file, line, &began);
-  if (rc == ACC_OK) rc = reduce_scatter_body(st, send, recv, count, dtype, op);
+  if (rc == ACC_OK) {
+    size_t nb = count * acc_dtype_size(dtype);
+    acc__devio io;
+    rc = acc__devio_begin(&io, send, nb * (size_t)st->size, 1, recv, nb, 0);
+    if (rc == ACC_OK) rc = reduce_scatter_body(st, io.a, io.b, count, dtype, op);
+    rc = acc__devio_end(&io, rc, 1);
+  }
   return leave(st, began, rc);
 }
 
@@ -288,7 +311,13 @@ acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t
   acc__call c = {.op = ACC__OP_ALL_GATHER, .dtype = dtype, .count = (int64_t)count};
   int began;
   acc_result rc = enter(st, "all_gather", &c, file, line, &began);
-  if (rc == ACC_OK) rc = all_gather_body(st, send, recv, count, dtype);
+  if (rc == ACC_OK) {
+    size_t nb = count * acc_dtype_size(dtype);
+    acc__devio io;
+    rc = acc__devio_begin(&io, send, nb, 1, recv, nb * (size_t)st->size, 0);
+    if (rc == ACC_OK) rc = all_gather_body(st, io.a, io.b, count, dtype);
+    rc = acc__devio_end(&io, rc, 1);
+  }
   return leave(st, began, rc);
 }
 
@@ -311,7 +340,13 @@ acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t cou
   acc__call c = {.op = ACC__OP_GATHER, .dtype = dtype, .count = (int64_t)count, .root = root};
   int began;
   acc_result rc = enter(st, "gather", &c, file, line, &began);
-  if (rc == ACC_OK) rc = gather_body(st, send, recv, count, dtype, root);
+  if (rc == ACC_OK) {
+    size_t nb = count * acc_dtype_size(dtype), rb = st->rank == root ? nb * (size_t)st->size : 0;
+    acc__devio io;
+    rc = acc__devio_begin(&io, send, nb, 1, recv, rb, 0);
+    if (rc == ACC_OK) rc = gather_body(st, io.a, io.b, count, dtype, root);
+    rc = acc__devio_end(&io, rc, st->rank == root);
+  }
   return leave(st, began, rc);
 }
 
@@ -388,7 +423,12 @@ acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbyte
   acc__call c = {.op = ACC__OP_ALL_GATHER_BYTES, .count = (int64_t)nbytes};
   int began;
   acc_result rc = enter(st, "all_gather_bytes", &c, file, line, &began);
-  if (rc == ACC_OK) rc = all_gather_bytes_body(st, &c, send, nbytes, out, out_sizes);
+  if (rc == ACC_OK) {
+    acc__devio io; /* a device send buffer is staged; the result is host memory */
+    rc = acc__devio_begin(&io, send, nbytes, 1, NULL, 0, 0);
+    if (rc == ACC_OK) rc = all_gather_bytes_body(st, &c, io.a, nbytes, out, out_sizes);
+    rc = acc__devio_end(&io, rc, 0);
+  }
   return leave(st, began, rc);
 }
 

@@ -2,13 +2,23 @@
  * BatchSamplerShard (map-style) or IterableDatasetShard (iterable), batches built into a ring of
  * preallocated slots, optionally by a loader thread, handed out one batch behind the producer so
  * end_of_dataloader is known. The dispatching mode (DataLoaderDispatcher) instead has process 0
- * read every global batch and broadcast it; each process keeps its slice. */
+ * read every global batch and broadcast it; each process keeps its slice.
+ *
+ * Device placement (a loader prepared by an accelerator that trains on a device): the slots' host
+ * buffers are the staging buffers (page-locked on CUDA), every slot also owns device buffers.
+ * When a batch is taken from the ring it is copied host to device on the loader's copy stream
+ * (so batch k+1 is copied while the program works on batch k) and an event recorded after the
+ * copy makes the compute stream wait for it. A slot goes back to the producer only after its
+ * copy has run (the host buffer is the copy's source), and its device buffers are written again
+ * only after the compute stream has passed the point where the program released the batch (an
+ * event recorded on the compute stream at release, waited for by the copy stream). */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "data_internal.h"
+#include "device/accel_device.h"
 
 typedef struct slot {
   void *fields[ACC_DATA_MAX_FIELDS];
@@ -17,6 +27,12 @@ typedef struct slot {
   int64_t size;
   int64_t index;
   int64_t observed; /* dispatching: samples in the global batch this slice came from */
+  /* device placement */
+  void *dfields[ACC_DATA_MAX_FIELDS];
+  acc__devent *copied;  /* recorded on the copy stream after this slot's host-to-device copy */
+  acc__devent *used;    /* recorded on the compute stream when the program released the batch */
+  int copy_pending;     /* a copy from the host buffers is queued and not known to have run */
+  int used_pending;     /* `used` was recorded: the next copy into dfields must wait for it */
 } slot;
 
 struct acc_dataloader {
@@ -35,6 +51,10 @@ struct acc_dataloader {
   int64_t *bl_perm, *bl_pidx, *bl_pcounts; /* the epoch's (shuffled) list */
   int dispatch;                            /* DataLoaderDispatcher */
   int64_t cur_skip; /* batches skipped at the start of the epoch in progress */
+  acc__accel_dev *dev;     /* device placement: the accelerator's device (NULL: host only) */
+  acc__dstream *cstream;   /* its copy stream */
+  acc__device *host_dev;   /* the device whose acc__device_host_alloc made the slots' buffers */
+  int dead;                /* detaching from the device failed: every call fails */
 
   /* ring */
   int nslots;
@@ -407,8 +427,46 @@ static void *producer_main(void *arg) {
 
 /* ---- consumer ------------------------------------------------------------------------------ */
 
+/* Device placement: queues slot si's host-to-device copy on the copy stream, after the compute
+ * stream has finished with the slot's previous batch. */
+static acc_result place_slot(acc_dataloader *dl, int si) {
+  slot *s = &dl->slots[si];
+  acc__device *d = dl->dev->dev;
+  if (s->used_pending) {
+    ACC_CHECK(acc__dstream_wait(d, dl->cstream, s->used));
+    s->used_pending = 0;
+  }
+  for (int f = 0; f < dl->ds->num_fields; f++)
+    if (s->bytes[f])
+      ACC_CHECK(acc__device_copy(d, s->dfields[f], s->fields[f], s->bytes[f], ACC__COPY_H2D,
+                                 dl->cstream));
+  ACC_CHECK(acc__devent_record(d, s->copied, dl->cstream));
+  s->copy_pending = 1;
+  return ACC_OK;
+}
+
+/* Device placement: the program is done with slot si (it called next again or the epoch
+ * stopped): mark the point on the compute stream after its work, and wait (host) until the
+ * slot's copy has read the host buffers, which the producer may now overwrite. */
+static acc_result unplace_slot(acc_dataloader *dl, int si) {
+  slot *s = &dl->slots[si];
+  acc__device *d = dl->dev->dev;
+  acc_result rc = acc__devent_record(d, s->used, dl->dev->stream);
+  if (rc == ACC_OK) s->used_pending = 1;
+  if (s->copy_pending) {
+    acc_result r2 = acc__devent_sync(d, s->copied);
+    if (r2 != ACC_OK) { /* the copy may still read the buffer: wait for the whole stream */
+      (void)acc__dstream_sync(d, dl->cstream);
+      if (rc == ACC_OK) rc = r2;
+    }
+    s->copy_pending = 0;
+  }
+  return rc;
+}
+
 static void release_slot(acc_dataloader *dl, int si) {
   if (si < 0) return;
+  if (dl->dev) (void)unplace_slot(dl, si); /* an error here resurfaces on the next device call */
   if (dl->threaded) pthread_mutex_lock(&dl->mu);
   dl->free_stack[dl->nfree++] = si;
   if (dl->threaded) {
@@ -448,6 +506,10 @@ static int take(acc_dataloader *dl, int *si) {
 
 /* Stops the producer (mid-epoch too) and returns every slot to the free list. */
 static void stop_epoch(acc_dataloader *dl) {
+  if (dl->dev) { /* the batch in use and the one copied ahead */
+    if (dl->cur_slot >= 0) (void)unplace_slot(dl, dl->cur_slot);
+    if (dl->ahead_slot >= 0) (void)unplace_slot(dl, dl->ahead_slot);
+  }
   if (dl->threaded) {
     pthread_mutex_lock(&dl->mu);
     dl->active = 0;
@@ -542,10 +604,25 @@ static acc_result producer_error(acc_dataloader *dl) {
   return acc__error(dl->sticky_rc, "%s", dl->sticky_msg);
 }
 
+/* A copy or an event failed on the device: the batch is not handed out and the loader stops
+ * like after a producer error (the message says how to restart). */
+static acc_result device_error(acc_dataloader *dl, int si, acc_result rc) {
+  dl->sticky_rc = rc;
+  snprintf(dl->sticky_msg, sizeof dl->sticky_msg,
+           "dataloader: placing batch %lld of epoch %lld on %s failed: %s",
+           (long long)dl->slots[si].index, (long long)dl->epoch, acc__device_name(dl->dev->dev),
+           acc_last_error());
+  release_slot(dl, si);
+  return acc__error(rc, "%s", dl->sticky_msg);
+}
+
 acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
   ACC_CHECK(check_dl(dl, "acc_dataloader_next"));
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_dataloader_next: out is NULL");
   *out = NULL;
+  if (dl->dead)
+    return acc__error(ACC_ERR_NOMEM, "acc_dataloader_next: the loader lost its buffers when its "
+                      "accelerator was destroyed (out of memory); destroy it");
   if (dl->sticky_rc != ACC_OK)
     return acc__error(dl->sticky_rc, "%s (call acc_dataloader_set_epoch or _state_set to restart)",
                       dl->sticky_msg);
@@ -563,6 +640,10 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
       dl->yielded = 0;
       return ACC_OK;
     }
+    if (dl->dev) { /* the first batch of the epoch: nothing was copied ahead */
+      acc_result prc = place_slot(dl, si);
+      if (prc != ACC_OK) return device_error(dl, si, prc);
+    }
   }
   int ahead;
   int r = take(dl, &ahead);
@@ -571,6 +652,13 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
     return producer_error(dl);
   }
   if (r == 1) dl->ahead_slot = ahead;
+  if (dl->dev) {
+    /* batch k+1 is copied on the copy stream while the program uses batch k; the compute stream
+     * waits for batch k's copy (an event, not the host) */
+    acc_result prc = r == 1 ? place_slot(dl, ahead) : ACC_OK;
+    if (prc == ACC_OK) prc = acc__dstream_wait(dl->dev->dev, dl->dev->stream, dl->slots[si].copied);
+    if (prc != ACC_OK) return device_error(dl, si, prc);
+  }
   dl->end_of_dataloader = (r == 0);
   dl->cur_slot = si;
   slot *s = &dl->slots[si];
@@ -582,6 +670,7 @@ acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out) {
   dl->batch.index = s->index;
   dl->batch.epoch = dl->epoch;
   dl->batch.end_of_dataloader = dl->end_of_dataloader;
+  dl->batch.device_fields = dl->dev ? s->dfields : NULL;
   /* The dispatcher's remainder is the size of the last global batch, known at its end. */
   if (dl->dispatch && dl->end_of_dataloader) dl->remainder = s->observed;
   dl->yielded = s->index + 1;
@@ -597,6 +686,70 @@ int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl) {
 
 acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
                                  const acc_dataloader_options *opts) {
+  return acc__dataloader_create_on(out, ds, opts, NULL);
+}
+
+/* Device placement: the copy stream, and per slot two events and device buffers. */
+static acc_result place_create(acc_dataloader *dl) {
+  acc__device *d = dl->dev->dev;
+  ACC_CHECK(acc__dstream_create(d, &dl->cstream));
+  for (int i = 0; i < dl->nslots; i++) {
+    slot *s = &dl->slots[i];
+    ACC_CHECK(acc__devent_create(d, &s->copied));
+    ACC_CHECK(acc__devent_create(d, &s->used));
+    for (int f = 0; f < dl->ds->num_fields; f++)
+      ACC_CHECK(acc__device_alloc(d, dl->capacity[f] ? dl->capacity[f] : 1, &s->dfields[f]));
+  }
+  return ACC_OK;
+}
+
+/* Frees the device side (after both streams are done with it). */
+static void place_destroy(acc_dataloader *dl) {
+  acc__device *d = dl->dev->dev;
+  if (dl->cstream) (void)acc__dstream_sync(d, dl->cstream);
+  (void)acc__dstream_sync(d, dl->dev->stream);
+  for (int i = 0; dl->slots && i < dl->nslots; i++) {
+    slot *s = &dl->slots[i];
+    for (int f = 0; f < ACC_DATA_MAX_FIELDS; f++) {
+      (void)acc__device_free(d, s->dfields[f]);
+      s->dfields[f] = NULL;
+    }
+    (void)acc__devent_destroy(d, s->copied);
+    (void)acc__devent_destroy(d, s->used);
+    s->copied = s->used = NULL;
+    s->copy_pending = s->used_pending = 0;
+  }
+  if (dl->cstream) (void)acc__dstream_destroy(d, dl->cstream);
+  dl->cstream = NULL;
+}
+
+/* The accelerator is going away before the loader: its device memory is freed now, the host
+ * staging buffers (page-locked ones belong to the device) are replaced by ordinary ones, and the
+ * loader goes on from the same position with host batches only. */
+static void detach_device(acc_dataloader *dl) {
+  const int was = dl->in_epoch;
+  const int64_t pos = dl->yielded;
+  stop_epoch(dl);
+  if (was) {
+    dl->skip_next = pos;
+    dl->yielded = pos;
+  }
+  place_destroy(dl);
+  for (int i = 0; dl->host_dev && dl->slots && i < dl->nslots; i++)
+    for (int f = 0; f < dl->ds->num_fields; f++) {
+      slot *s = &dl->slots[i];
+      void *n = acc__malloc(dl->capacity[f] ? dl->capacity[f] : 1);
+      if (n) memset(n, 0, dl->capacity[f]);
+      else dl->dead = 1;
+      acc__device_host_free(dl->host_dev, s->fields[f]);
+      s->fields[f] = n;
+    }
+  dl->host_dev = NULL;
+  dl->dev = NULL;
+}
+
+acc_result acc__dataloader_create_on(acc_dataloader **out, acc_dataset *ds,
+                                     const acc_dataloader_options *opts, acc__accel_dev *dev) {
   static const char fn[] = "acc_dataloader_create";
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   *out = NULL;
@@ -691,6 +844,10 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
   }
   dl->cur_slot = dl->ahead_slot = -1;
   dl->remainder = -1;
+  if (dev && acc__accel_dev_offhost(dev) && o.device_placement) {
+    dl->dev = dev;
+    dl->host_dev = dev->dev;
+  }
   const int nf = ds->num_fields;
   for (int f = 0; f < nf; f++) {
     size_t cap;
@@ -718,12 +875,18 @@ acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
     s->indices = acc__calloc((size_t)dl->per_bs, sizeof(int64_t));
     if (!s->indices) { rc = ACC_ERR_NOMEM; goto fail; }
     for (int f = 0; f < nf; f++) {
-      s->fields[f] = acc__malloc(dl->capacity[f] ? dl->capacity[f] : 1);
+      size_t cap = dl->capacity[f] ? dl->capacity[f] : 1;
+      if (dl->host_dev) {
+        ACC_CHECK_GOTO(acc__device_host_alloc(dl->host_dev, cap, &s->fields[f]), rc, fail);
+      } else {
+        s->fields[f] = acc__malloc(cap);
+      }
       if (!s->fields[f]) { rc = ACC_ERR_NOMEM; goto fail; }
       memset(s->fields[f], 0, dl->capacity[f]); /* touch every page once, here */
     }
     dl->free_stack[dl->nfree++] = i;
   }
+  if (dl->dev) ACC_CHECK_GOTO(place_create(dl), rc, fail);
   if (batched) {
     int64_t total = 0;
     for (int64_t k = 0; k < dl->nb; k++) total += o.batch_counts[k];
@@ -810,6 +973,7 @@ void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, a
   if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return;
   dl->owner_forget = forget;
   dl->owner = owner;
+  if (!forget && dl->dev) detach_device(dl);
 }
 
 void acc_dataloader_destroy(acc_dataloader *dl) {
@@ -827,10 +991,14 @@ void acc_dataloader_destroy(acc_dataloader *dl) {
     pthread_cond_destroy(&dl->cv_prod);
     pthread_cond_destroy(&dl->cv_cons);
   }
+  if (dl->dev) place_destroy(dl);
   if (dl->slots)
     for (int i = 0; i < dl->nslots; i++) {
       acc__free(dl->slots[i].indices);
-      for (int f = 0; f < ACC_DATA_MAX_FIELDS; f++) acc__free(dl->slots[i].fields[f]);
+      for (int f = 0; f < ACC_DATA_MAX_FIELDS; f++) {
+        if (dl->host_dev) acc__device_host_free(dl->host_dev, dl->slots[i].fields[f]);
+        else acc__free(dl->slots[i].fields[f]);
+      }
     }
   acc__free(dl->slots);
   acc__free(dl->ready_q);

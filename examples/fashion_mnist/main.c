@@ -20,6 +20,9 @@
 
 #include "idx.h"
 #include "mlp.h"
+#ifdef FMNIST_HAVE_CUDA
+#include "mlp_cuda.h"
+#endif
 
 #define MEAN 0.2860f /* Fashion-MNIST training-set pixel mean and std (on [0,1] pixels) */
 #define STD 0.3530f
@@ -29,6 +32,7 @@ typedef struct options {
   long max_steps;
   double lr, momentum, weight_decay, clip;
   const char *optimizer, *data, *mixed_precision;
+  const char *device;     /* cpu (default), auto (a GPU when there is one), cuda */
   uint64_t seed;
   long save_every;        /* checkpoint every N optimizer steps (0: never) */
   int resume;             /* load the latest checkpoint of output_dir first */
@@ -49,6 +53,9 @@ static void usage(FILE *f) {
           "  --weight-decay X      weight decay (0; AdamW: 0.01)\n"
           "  --optimizer sgd|adamw (sgd)\n"
           "  --mixed-precision no|fp16|bf16   (default: what accelerate launch set)\n"
+          "  --device cpu|auto|cuda  where to train: the CPU (default), a GPU when there is\n"
+          "                        one, or a GPU or fail; on a GPU the parameters, gradients\n"
+          "                        and batches live in device memory (fp32 only)\n"
           "  --grad-accum K        gradient accumulation steps (1)\n"
           "  --clip X              clip the gradient norm to X (off)\n"
           "  --hidden N            hidden width (256)\n"
@@ -71,8 +78,8 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, options *o) {
-  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL, 42, 0, 0, NULL,
-                 NULL, "runs", NULL, 50};
+  *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL,
+                 "cpu", 42, 0, 0, NULL, NULL, "runs", NULL, 50};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -87,6 +94,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--weight-decay")) o->weight_decay = atof(v);
     else if (ARG("--optimizer")) o->optimizer = v;
     else if (ARG("--mixed-precision")) o->mixed_precision = v;
+    else if (ARG("--device")) o->device = v;
     else if (ARG("--grad-accum")) o->grad_accum = atoi(v);
     else if (ARG("--clip")) o->clip = atof(v);
     else if (ARG("--hidden")) o->hidden = atoi(v);
@@ -114,6 +122,8 @@ static int parse(int argc, char **argv, options *o) {
   }
   if (o->epochs < 1 || o->batch < 1 || o->hidden < 1 || o->layers < 0 || o->grad_accum < 1 || !(o->lr > 0) ||
       (strcmp(o->optimizer, "sgd") != 0 && strcmp(o->optimizer, "adamw") != 0) || o->save_every < 0 || o->log_every < 1 ||
+      (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "auto") != 0 &&
+       strcmp(o->device, "cuda") != 0) ||
       ((o->save_every > 0 || o->resume) && !o->output_dir)) {
     fprintf(stderr, "fashion_mnist: invalid option value (see --help)\n");
     return -1;
@@ -197,8 +207,23 @@ int main(int argc, char **argv) {
     TRY(acc_mixed_precision_parse(o.mixed_precision, &mp));
     ao.mixed_precision = (int)mp;
   }
+  /* A GPU program opts in: its kernels decide where it computes (the CPU stays the default). */
+  if (strcmp(o.device, "auto") == 0) ao.device = ACC_DEVICE_AUTO;
+  else if (strcmp(o.device, "cuda") == 0) ao.device = ACC_DEVICE_CUDA;
   acc_accelerator *acc;
   TRY(acc_accelerator_create(&acc, &ao));
+  /* On a device: parameters, gradients and batches in device memory. On CUDA our kernels and
+   * cuBLAS run on the accelerator's stream; on the fake device of the tests (host-addressable
+   * memory) the CPU kernels run on that memory once the stream is synchronized. */
+  const acc_device_type dev = acc_accelerator_device_type(acc);
+  const int on_dev = dev != ACC_DEVICE_CPU;
+#ifndef FMNIST_HAVE_CUDA
+  if (dev == ACC_DEVICE_CUDA) {
+    fprintf(stderr, "fashion_mnist: this build has no CUDA kernels (built without CUDA); use "
+                    "--device cpu\n");
+    return 1;
+  }
+#endif
   acc_state *st = acc_accelerator_state(acc);
   const int rank = acc_state_process_index(st), nprocs = acc_state_num_processes(st);
   const int show = acc_state_is_local_main_process(st) && !o.quiet;
@@ -234,12 +259,31 @@ int main(int argc, char **argv) {
     return 1;
   }
   mlp_init(net, o.seed + (uint64_t)rank); /* deliberately different: prepare makes it process 0's */
+  float *params = mlp_params(net), *grads = mlp_grads(net);
+  if (on_dev) { /* device copies of the initial parameters, zero gradients */
+    size_t nbytes = mlp_num_params(net) * sizeof(float);
+    TRY(acc_accelerator_alloc(acc, nbytes, (void **)&params));
+    TRY(acc_accelerator_alloc(acc, nbytes, (void **)&grads));
+    TRY(acc_accelerator_memcpy(acc, params, mlp_params(net), nbytes, ACC_COPY_HOST_TO_DEVICE));
+    if (dev != ACC_DEVICE_CUDA && mlp_use_buffers(net, params, grads)) return 1;
+  }
+#ifdef FMNIST_HAVE_CUDA
+  mlp_cuda *gnet = NULL;
+  uint8_t *d_hits = NULL;
+  if (dev == ACC_DEVICE_CUDA) {
+    if (mlp_cuda_create(&gnet, net, params, grads, acc_accelerator_stream(acc))) {
+      fprintf(stderr, "fashion_mnist: %s\n", mlp_cuda_last_error());
+      return 1;
+    }
+    TRY(acc_accelerator_alloc(acc, 256, (void **)&d_hits));
+  }
+#endif
   acc_model *model;
   TRY(acc_model_create(&model));
   for (int t = 0; t < mlp_num_tensors(net); t++) {
     const mlp_tensor *mt = mlp_tensor_at(net, t);
-    TRY(acc_model_add_parameter(model, mt->name, mlp_params(net) + mt->offset, mlp_grads(net) + mt->offset,
-                                mt->ndim, mt->shape));
+    TRY(acc_model_add_parameter(model, mt->name, params + mt->offset, grads + mt->offset, mt->ndim,
+                                mt->shape));
   }
   TRY(acc_accelerator_prepare_model(acc, model));
   acc_optimizer *opt;
@@ -277,8 +321,17 @@ int main(int argc, char **argv) {
     acc_free(from);
   }
   const acc_dtype compute = acc_accelerator_autocast_dtype(acc);
+  if (on_dev && compute != ACC_F32) {
+    fprintf(stderr, "fashion_mnist: --device %s trains in fp32 only (mixed precision %s is not "
+                    "supported by the example's device kernels); use --mixed-precision no\n",
+            o.device, acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
+    return 1;
+  }
 
   acc_print(st, "%s", acc_state_describe(st));
+  if (on_dev)
+    acc_print(st, "device: %s (parameters, gradients and batches in device memory)\n",
+              acc_accelerator_device_name(acc));
   acc_print(st, "training %d epoch(s): %d processes x batch %d (x%d accumulation), %s lr %g, %s\n", o.epochs,
             nprocs, o.batch, o.grad_accum, o.optimizer, o.lr, acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
 
@@ -332,9 +385,32 @@ int main(int argc, char **argv) {
       TRY(acc_accelerator_next_batch(acc, train_dl, &b));
       if (!b) break;
       if (stop) break; /* the loader may be left mid-epoch: destroying it stops its thread */
-      const float *x = b->fields[0];
-      const int32_t *y = b->fields[1];
       const int bs = (int)b->size;
+      if (dev == ACC_DEVICE_CUDA) {
+#ifdef FMNIST_HAVE_CUDA
+        TRY(acc_accelerator_accumulate(acc));
+        if (mlp_cuda_forward(gnet, b->device_fields[0], bs) ||
+            mlp_cuda_loss_backward(gnet, b->device_fields[0], b->device_fields[1], bs,
+                                   acc_accelerator_backward_scale(acc))) {
+          fprintf(stderr, "fashion_mnist: %s\n", mlp_cuda_last_error());
+          return 1;
+        }
+        TRY(acc_accelerator_backward(acc));
+        if (o.clip > 0 && acc_accelerator_sync_gradients(acc))
+          TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, NULL));
+        TRY(acc_accelerator_optimizer_step(acc, opt));
+        TRY(acc_accelerator_optimizer_zero_grad(acc, opt));
+        nb++;
+        samples += bs;
+        if (acc_accelerator_sync_gradients(acc)) steps++;
+        acc_progress_update(bar, (uint64_t)nb, (uint64_t)(nb * o.batch * nprocs));
+        if (o.max_steps > 0 && steps >= o.max_steps) stop = 1;
+        continue; /* the loss is summed on the device, read at the end of the epoch */
+#endif
+      }
+      if (on_dev) TRY(acc_accelerator_synchronize(acc)); /* the fake device: host kernels */
+      const float *x = on_dev ? b->device_fields[0] : b->fields[0];
+      const int32_t *y = on_dev ? b->device_fields[1] : b->fields[1];
       if (round_to((float *)b->fields[0], (size_t)bs * 784, compute, scratch)) {
         fprintf(stderr, "fashion_mnist: %s\n", acc_last_error());
         return 1;
@@ -377,6 +453,13 @@ int main(int argc, char **argv) {
       acc_progress_update(bar, (uint64_t)nb, (uint64_t)(nb * o.batch * nprocs));
       if (o.max_steps > 0 && steps >= o.max_steps) stop = 1;
     }
+#ifdef FMNIST_HAVE_CUDA
+    if (gnet && mlp_cuda_take_loss(gnet, &loss_sum)) { /* waits for the stream */
+      fprintf(stderr, "fashion_mnist: %s\n", mlp_cuda_last_error());
+      return 1;
+    }
+#endif
+    if (on_dev) TRY(acc_accelerator_synchronize(acc));
     train_time += now_s() - t0;
     acc_progress_destroy(bar);
     float mean_loss = nb ? (float)(loss_sum / (double)nb) : 0.0f;
@@ -392,13 +475,28 @@ int main(int argc, char **argv) {
     TRY(acc_accelerator_next_batch(acc, test_dl, &b));
     if (!b) break;
     const int bs = (int)b->size;
-    if (mlp_forward(net, b->fields[0], bs)) return 1;
-    int32_t pred[256];
-    mlp_predict(net, bs, pred);
-    const int32_t *y = b->fields[1];
-    for (int i = 0; i < bs; i++) hit[i] = pred[i] == y[i];
+    const void *hits = hit;
+#ifdef FMNIST_HAVE_CUDA
+    if (gnet) { /* hits computed on the GPU; gather_for_metrics takes device memory */
+      if (mlp_cuda_forward(gnet, b->device_fields[0], bs) ||
+          mlp_cuda_hits(gnet, b->device_fields[1], bs, d_hits)) {
+        fprintf(stderr, "fashion_mnist: %s\n", mlp_cuda_last_error());
+        return 1;
+      }
+      hits = d_hits;
+    }
+#endif
+    if (hits == hit) {
+      if (on_dev) TRY(acc_accelerator_synchronize(acc));
+      if (mlp_forward(net, on_dev ? b->device_fields[0] : b->fields[0], bs)) return 1;
+      int32_t pred[256];
+      mlp_predict(net, bs, pred);
+      const int32_t *y = on_dev ? b->device_fields[1] : b->fields[1];
+      for (int i = 0; i < bs; i++) hit[i] = pred[i] == y[i];
+    }
     int64_t kept = 0;
-    TRY(acc_accelerator_gather_for_metrics(acc, hit, bs, 1, ACC_U8, all_hits, (int64_t)sizeof all_hits, &kept));
+    TRY(acc_accelerator_gather_for_metrics(acc, hits, bs, 1, ACC_U8, all_hits,
+                                           (int64_t)sizeof all_hits, &kept));
     for (int64_t i = 0; i < kept; i++) correct += all_hits[i];
     seen += kept;
   }
@@ -433,6 +531,15 @@ int main(int argc, char **argv) {
   acc_project_config_destroy(log_project);
 
   free(scratch);
+#ifdef FMNIST_HAVE_CUDA
+  mlp_cuda_destroy(gnet);
+  if (d_hits) TRY(acc_accelerator_free(acc, d_hits));
+#endif
+  if (on_dev) { /* the device buffers go back before the accelerator */
+    mlp_use_buffers(net, NULL, NULL);
+    TRY(acc_accelerator_free(acc, params));
+    TRY(acc_accelerator_free(acc, grads));
+  }
   /* Teardown: the accelerator first (it refers to what was prepared), then the prepared
    * objects in the reverse order of their creation. */
   acc_accelerator_destroy(acc);

@@ -21,6 +21,7 @@ struct mlp {
   mlp_tensor tensors[MLP_MAX_TENSORS];
   size_t nparams;
   float *params, *grads;
+  float *own_params, *own_grads; /* the model's own buffers (params/grads may be borrowed) */
   float *act[MLP_MAX_LAYERS + 1]; /* act[l], l >= 1: output of layer l (ReLU'd below nl) */
   float *probs;                   /* softmax of the logits, [max_batch, classes] */
   float *delta[2];                /* backward scratch, [max_batch, max width] */
@@ -51,8 +52,8 @@ static int fail(const char *fmt, ...) {
 
 void mlp_destroy(mlp *m) {
   if (!m) return;
-  free(m->params);
-  free(m->grads);
+  free(m->own_params);
+  free(m->own_grads);
   for (int l = 0; l <= MLP_MAX_LAYERS; l++) free(m->act[l]);
   free(m->probs);
   free(m->delta[0]);
@@ -117,12 +118,22 @@ int mlp_create(mlp **out, const mlp_config *cfg) {
   ok = ok && (m->wt = alloc_floats(biggest_w));
 #endif
   for (int l = 1; ok && l <= m->nl; l++) ok = (m->act[l] = alloc_floats(mb * (size_t)m->dims[l])) != NULL;
+  m->own_params = m->params;
+  m->own_grads = m->grads;
   if (!ok) {
     mlp_destroy(m);
     return fail("mlp_create: out of memory for %zu parameters and max_batch %d", off,
                 cfg->max_batch);
   }
   *out = m;
+  return 0;
+}
+
+int mlp_use_buffers(mlp *m, float *params, float *grads) {
+  if (!m) return fail("mlp_use_buffers: model is NULL");
+  if (!params != !grads) return fail("mlp_use_buffers: give both buffers or neither");
+  m->params = params ? params : m->own_params;
+  m->grads = grads ? grads : m->own_grads;
   return 0;
 }
 

@@ -55,6 +55,14 @@ size_t mlp_num_params(const mlp *m);
 /** The contiguous parameter / gradient buffers (mlp_num_params floats). Borrowed. */
 float *mlp_params(mlp *m);
 float *mlp_grads(mlp *m);
+/**
+ * Makes the model compute on caller-owned parameter and gradient buffers (mlp_num_params floats
+ * each, borrowed; they must outlive the model or be switched back with NULL, NULL): the
+ * own buffers' contents are not copied. Used by a program that keeps its parameters in memory
+ * the accelerator gave it (the fake device's memory is host-addressable). Returns 0, or -1 when
+ * only one of the two is NULL.
+ */
+int mlp_use_buffers(mlp *m, float *params, float *grads);
 /** Number of parameter tensors: 2 * (num_hidden_layers + 1). */
 int mlp_num_tensors(const mlp *m);
 /** Tensor i (< mlp_num_tensors), or NULL. Borrowed. */

@@ -170,7 +170,7 @@ typedef int (*acc_collate_fn)(const void *const *samples, int64_t n, int num_fie
                               void *const *batch_fields, const size_t *batch_capacity,
                               size_t *batch_bytes, void *payload);
 
-#define ACC_DATALOADER_OPTIONS_VERSION 2u
+#define ACC_DATALOADER_OPTIONS_VERSION 3u
 
 /**
  * Broadcast used by a dispatching loader: copies `bytes` bytes of process 0's buf into buf on
@@ -208,11 +208,17 @@ typedef struct acc_dataloader_options {
   int dispatch_batches;
   acc_dataloader_broadcast_fn broadcast;
   void *broadcast_payload;
+  /* ---- version 3 ---- */
+  /* 1 (default): a loader prepared by an accelerator that trains on a device (a GPU, or the fake
+   * device of the tests) also delivers every batch in device memory (acc_batch.device_fields),
+   * copied one batch ahead on a copy stream and handed to the accelerator's compute stream.
+   * 0: host batches only. Ignored by loaders not prepared by such an accelerator. */
+  int device_placement;
 } acc_dataloader_options;
 
 #define ACC_DATALOADER_OPTIONS_INIT                                                           \
   { sizeof(acc_dataloader_options), ACC_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0,                \
-    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL }
+    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 1 }
 
 /** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). version 1
  *  fills only the fields of version 1 (the struct an older caller was compiled with). */
@@ -228,6 +234,14 @@ typedef struct acc_batch {
   int64_t index;              /* batch number in this epoch, counting skipped batches */
   int64_t epoch;
   int end_of_dataloader;      /* 1 on the last batch of the epoch */
+  /* Device placement (acc_dataloader_options.device_placement on a loader prepared by an
+   * accelerator that trains on a device): device_fields[f] is field f of this batch in the
+   * accelerator's device memory (field_bytes[f] bytes), ready for work queued on the
+   * accelerator's compute stream (acc_accelerator_stream) from now on: the copy is ordered before
+   * it by an event, no host wait needed. The program must not write it nor keep it past the next
+   * acc_dataloader_next/destroy. fields[] keeps the same batch in host memory. NULL when the
+   * batch is on the host only (CPU training, placement off, a loader not prepared). */
+  void *const *device_fields;
 } acc_batch;
 
 typedef struct acc_dataloader acc_dataloader;

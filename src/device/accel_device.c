@@ -5,6 +5,7 @@
 #include "../obs/obs_internal.h"
 #include "accel_device.h"
 #include "train.h"
+#include "devio.h"
 
 acc_result acc__accel_dev_open(acc_state *st, int want, acc__accel_dev **out) {
   *out = NULL;
@@ -21,6 +22,7 @@ acc_result acc__accel_dev_open(acc_state *st, int want, acc__accel_dev **out) {
   acc_result rc = acc__device_open(&d->dev, where.kind, where.ordinal < 0 ? 0 : where.ordinal);
   if (rc == ACC_OK && d->type != ACC_DEVICE_CPU) rc = acc__dstream_create(d->dev, &d->stream);
   if (rc == ACC_OK && d->type != ACC_DEVICE_CPU) rc = acc__dev_register(d);
+  if (rc == ACC_OK) rc = acc__devio_register(d); /* collectives stage its buffers (devio.h) */
   if (rc != ACC_OK) {
     acc__accel_dev_close(d);
     return rc;
@@ -33,6 +35,7 @@ void acc__accel_dev_close(acc__accel_dev *d) {
   if (!d) return;
   acc__dev_unregister(d);
   acc__dev_train_free(d);
+  acc__devio_unregister(d);
   if (d->dev) {
     if (d->stream) acc__dstream_destroy(d->dev, d->stream);
     acc__device_close(d->dev);

@@ -84,6 +84,24 @@ acc_result acc__device_free(acc__device *d, void *p) {
   return done(d, d->ops->free(d->ctx, p), "free");
 }
 
+acc_result acc__device_host_alloc(acc__device *d, size_t bytes, void **out) {
+  ACC_CHECK(check_dev(d, "acc__device_host_alloc"));
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_host_alloc: out is NULL");
+  *out = NULL;
+  if (d->ops->host_alloc) return done(d, d->ops->host_alloc(d->ctx, bytes, out), "pinned alloc");
+  *out = acc__malloc(bytes ? bytes : 1);
+  if (!*out)
+    return acc__error(ACC_ERR_NOMEM, "%s: cannot allocate %zu bytes of host staging memory",
+                      d->name, bytes);
+  return ACC_OK;
+}
+
+void acc__device_host_free(acc__device *d, void *p) {
+  if (!p || check_dev(d, "acc__device_host_free") != ACC_OK) return;
+  if (d->ops->host_free) (void)done(d, d->ops->host_free(d->ctx, p), "pinned free");
+  else acc__free(p);
+}
+
 acc_result acc__device_is_device_ptr(acc__device *d, const void *p, int *yes) {
   ACC_CHECK(check_dev(d, "acc__device_is_device_ptr"));
   if (!yes) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_is_device_ptr: yes is NULL");

@@ -42,6 +42,12 @@ acc_result acc__device_free(acc__device *d, void *d_ptr);
  * tracked arena; cpu: always 1, host memory is its device memory). */
 acc_result acc__device_is_device_ptr(acc__device *d, const void *p, int *yes);
 
+/* Host memory for staging copies: page-locked where the device has it (CUDA), else ordinary host
+ * memory (acc__malloc). Free with acc__device_host_free (NULL: no-op), after every copy using it
+ * has run. */
+acc_result acc__device_host_alloc(acc__device *d, size_t bytes, void **h_out);
+void acc__device_host_free(acc__device *d, void *h_ptr);
+
 /* Streams and events. A NULL stream is the device's default stream. */
 acc_result acc__dstream_create(acc__device *d, acc__dstream **out);
 acc_result acc__dstream_destroy(acc__device *d, acc__dstream *s); /* synchronizes first */

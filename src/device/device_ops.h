@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 2u
+#define ACC__DEVICE_ABI_VERSION 3u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -114,6 +114,11 @@ typedef struct acc__device_ops {
    * (what fp16 gradients hold). */
   int (*clamp)(void *ctx, float *buf, size_t n, float clip, void *s);
   int (*round_f16)(void *ctx, float *buf, size_t n, void *s);
+  /* ---- ABI 3 ---- */
+  /* Page-locked host memory for staging copies (CUDA: cudaMallocHost / cudaFreeHost). NULL: the
+   * device has none (cpu, fake); acc__device_host_alloc then uses ordinary host memory. */
+  int (*host_alloc)(void *ctx, size_t bytes, void **p);
+  int (*host_free)(void *ctx, void *p);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */

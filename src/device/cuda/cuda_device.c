@@ -129,6 +129,23 @@ static int dev_alloc(void *ctx, size_t bytes, void **p) {
 
 static int dev_free(void *ctx, void *p) { return acc__cuda_check(cudaFree(p), "cudaFree"); }
 
+/* Page-locked host memory: the staging buffers of the data loader and of host-staged
+ * collectives, so that copies from and to it are real asynchronous DMA transfers. */
+static int host_alloc(void *ctx, size_t bytes, void **p) {
+  ACC_CHECK((acc_result)set_dev(ctx));
+  cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return acc__cuda_fail(ACC_ERR_NOMEM, "cudaMallocHost of %zu bytes failed: out of pinned memory",
+                          bytes);
+  }
+  return acc__cuda_check(e, "cudaMallocHost");
+}
+
+static int host_free(void *ctx, void *p) {
+  return acc__cuda_check(cudaFreeHost(p), "cudaFreeHost");
+}
+
 static int is_device_ptr(void *ctx, const void *p, int *yes) {
   struct cudaPointerAttributes a;
   *yes = 0;
@@ -256,7 +273,7 @@ static const acc__device_ops ops = {
 #else
     NULL, NULL, NULL, NULL, NULL,
 #endif
-    clamp, round_f16,
+    clamp, round_f16, host_alloc, host_free,
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {
