@@ -32,6 +32,8 @@ struct acc__grad_sync {
   float *staging;      /* max bucket numel, for buckets that are not contiguous */
   size_t staging_numel;
   float inv_world;
+  acc__bucket_reduce_fn reduce_fn; /* NULL: all-reduce to the mean */
+  void *reduce_ctx;
   /* overlap */
   int overlap;
   pthread_t thread;
@@ -48,6 +50,7 @@ static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   ACC_PROF_SCOPE_ARG(ACC_PROF_COMM, "grad_sync.bucket", b - gs->buckets);
   size_t n = b->numel;
   if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
+  if (gs->reduce_fn) return gs->reduce_fn(gs->reduce_ctx, gs->order + b->first, b->count, n);
   if (b->inplace) {
     acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
     ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
@@ -195,6 +198,12 @@ void acc__grad_sync_destroy(acc__grad_sync *gs) {
   acc__free(gs->queue);
   acc__free(gs->staging);
   acc__free(gs);
+}
+
+void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, void *ctx) {
+  if (!gs) return;
+  gs->reduce_fn = fn;
+  gs->reduce_ctx = ctx;
 }
 
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs) { return gs ? gs->nbuckets : 0; }
