@@ -128,7 +128,8 @@ static acc_result zero_layout(acc__pmodel *pm, acc_state *st, size_t bucket_cap)
   size_t need = pm->zchunk * n, bucket = big > cap ? big : cap;
   if (bucket > t) bucket = t;
   if (bucket > need) need = bucket;
-  pm->zbuf = acc__calloc(need ? need : 1, sizeof(float));
+  pm->zbuf_n = need ? need : 1;
+  pm->zbuf = acc__calloc(pm->zbuf_n, sizeof(float));
   return pm->zbuf ? ACC_OK : ACC_ERR_NOMEM;
 }
 

@@ -26,6 +26,7 @@ typedef struct acc__pmodel {
                      chunks of zchunk elements per process through zbuf) */
   size_t zchunk;
   float *zbuf;    /* stage 2: max(bucket, zchunk * N) floats */
+  size_t zbuf_n;
 } acc__pmodel;
 
 /* Prepares m: process 0's parameters broadcast to every process, the ZeRO layout (zero 1 or 2),
