@@ -14,11 +14,14 @@
  *   test_zero train_sgd STAGE  the same with SGD + momentum (lazily created state buffers)
  *   test_zero train_env STAGE  the same, with the stage left to ACCELERATE_ZERO_STAGE (exported
  *                           by `accelerate launch --zero_stage` or the config file's zero_stage)
- *   test_zero save|resume STAGE DIR
+ *   test_zero save|resume STAGE DIR [SAVED_N]
  *                           the same training, saving the state half way (save) or starting from
  *                           that state (resume, a new process group): the files hold full tensors,
- *                           so a run saved at stage 1 resumes at stage 0 or 1 and ends like the
- *                           reference.
+ *                           so a run saved at stage 1 or 2 resumes at any stage and ends like the
+ *                           reference; SAVED_N: the checkpoint was saved by that many processes
+ *                           (the reference's first half runs on SAVED_N). save also writes the
+ *                           final weights with acc_save_model to DIR/final and checks they are the
+ *                           full tensors.
  *   test_zero fp16          fp16 with loss-scale overflows and a one-process inf: stages 0, 1
  *                           and 2 side by side skip the same steps and end alike
  *   test_zero errors        out-of-range stages are refused with a clear error,
@@ -97,12 +100,18 @@ static void all_grads(net *t, int r, int step) {
   local_grad(t->gc, t->c, NC, NW + NB, r, step);
 }
 
+/* The number of processes of the first half of the run when it was saved by another number of
+ * processes than the one resuming it (0: the same). */
+static int saved_nprocs;
+
 /* Stage 0's arithmetic without communication: the sum over processes in process order, times
- * 1/N, clipping, the step, and N scheduler steps per optimizer step (one per process's batch). */
-static void reference(net *ref, int n, float norms[STEPS]) {
+ * 1/N, clipping, the step, and N scheduler steps per optimizer step (one per process's batch).
+ * With saved_nprocs, the first STEPS / 2 steps ran on that many processes. */
+static void reference(net *ref, int n_now, float norms[STEPS]) {
   build(ref);
   net tmp;
   for (int s = use_sgd ? -1 : 0; s < STEPS; s++) {
+    int n = saved_nprocs && s < STEPS / 2 ? saved_nprocs : n_now;
     float sw[NW] = {0}, sb[NB] = {0}, sc[NC] = {0};
     for (int r = 0; r < n; r++) {
       memcpy(tmp.w, ref->w, sizeof tmp.w), memcpy(tmp.b, ref->b, sizeof tmp.b), memcpy(tmp.c, ref->c, sizeof tmp.c);
@@ -228,6 +237,27 @@ static int train(int stage, const char *mode, const char *dir) {
     CHECK_OK(acc_accelerator_scheduler_step(acc, t.sched));
     CHECK_OK(acc_accelerator_optimizer_zero_grad(acc, t.opt));
   }
+  if (mode && strcmp(mode, "save") == 0) { /* save_model: ordinary full weights, whatever the stage */
+    char out[1024];
+    snprintf(out, sizeof out, "%s/final", dir);
+    REQUIRE_OK(acc_save_model(st, t.m, out, 0, ACC_F32));
+    snprintf(out, sizeof out, "%s/final/model.safetensors", dir);
+    acc_safetensors *sf = NULL;
+    REQUIRE_OK(acc_safetensors_open(&sf, out));
+    const char *names[4] = {"w", "frozen", "b", "c"};
+    const float *want[4] = {t.w, t.f, t.b, t.c};
+    const size_t ns[4] = {NW, NF, NB, NC};
+    CHECK(acc_safetensors_count(sf) == 4, "%s holds %zu tensors, expected 4", out, acc_safetensors_count(sf));
+    for (int q = 0; q < 4; q++) {
+      acc_tensor_view v;
+      CHECK_OK(acc_safetensors_find(sf, names[q], &v));
+      size_t numel = 1;
+      for (int d = 0; d < v.ndim; d++) numel *= (size_t)v.shape[d];
+      CHECK(v.dtype == ACC_F32 && numel == ns[q] && memcmp(v.data, want[q], ns[q] * sizeof(float)) == 0,
+            "save_model: tensor '%s' is not the full f32 weight (%zu elements, expected %zu)", names[q], numel, ns[q]);
+    }
+    acc_safetensors_close(sf);
+  }
   net ref;
   float ref_norms[STEPS];
   reference(&ref, n, ref_norms);
@@ -344,8 +374,10 @@ int main(int argc, char **argv) {
     return train(atoi(argv[2]), NULL, NULL);
   }
   if (argc >= 3 && strcmp(argv[1], "train_env") == 0) return train(atoi(argv[2]), "env", NULL);
-  if (argc >= 4 && (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "resume") == 0))
+  if (argc >= 4 && (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "resume") == 0)) {
+    if (argc >= 5) saved_nprocs = atoi(argv[4]);
     return train(atoi(argv[2]), argv[1], argv[3]);
+  }
   if (argc >= 2 && strcmp(argv[1], "errors") == 0) return errors();
   if (argc >= 2 && strcmp(argv[1], "fp16") == 0) return fp16();
   fprintf(stderr, "usage: %s train STAGE | errors\n", argv[0]);
