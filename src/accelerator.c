@@ -8,6 +8,7 @@
 
 #include "accel_models.h"
 #include "accel_state.h"
+#include "grad_sync.h"
 #include "data_internal.h"
 #include "obs/profile.h"
 #include "collcheck.h"
@@ -245,13 +246,14 @@ static acc_result zero_check_opt(const acc_accelerator *acc, const acc_optimizer
                     "(acc_accelerator_prepare_optimizer) so that it updates this process's shard", acc->zero);
 }
 
-size_t acc__accelerator_zero_buffer_floats(const acc_accelerator *acc) {
+size_t acc__accelerator_sync_buffer_floats(const acc_accelerator *acc) {
   if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return 0;
   size_t n = 0;
   for (int i = 0; i < acc->nmodels; i++) {
     const acc__pmodel *pm = &acc->models[i];
     if (pm->zflat) n += pm->zshard * (size_t)acc_state_num_processes(acc->st);
     if (pm->zbuf) n += pm->zbuf_n;
+    n += acc__grad_sync_staging_floats(pm->gs);
   }
   return n;
 }

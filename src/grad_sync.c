@@ -204,7 +204,14 @@ void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, vo
   if (!gs) return;
   gs->reduce_fn = fn;
   gs->reduce_ctx = ctx;
+  if (fn) { /* the reducer packs the buckets itself: no staging buffer */
+    acc__free(gs->staging);
+    gs->staging = NULL;
+    gs->staging_numel = 0;
+  }
 }
+
+size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs) { return gs ? gs->staging_numel : 0; }
 
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs) { return gs ? gs->nbuckets : 0; }
 size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs) { return gs ? gs->ninplace : 0; }

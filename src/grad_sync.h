@@ -25,6 +25,9 @@ void acc__grad_sync_destroy(acc__grad_sync *gs);
 typedef acc_result (*acc__bucket_reduce_fn)(void *ctx, const size_t *params, size_t count, size_t numel);
 void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, void *ctx);
 
+/* Floats of the staging buffer (buckets that are not contiguous in memory). */
+size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs);
+
 /* Number of buckets, and how many of them are reduced in place (for tests and docs). */
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs);
 size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs);

@@ -1,6 +1,6 @@
 #!/bin/sh
-# ZeRO stage 1 against stage 0 at 1..NP processes: optimizer-state floats per process and the
-# median time of one synchronized step. Usage: bench/zero/run.sh [build_dir] [millions_of_params]
+# ZeRO stages 0, 1 and 2 at 1..NP processes: optimizer-state and exchange-buffer floats per
+# process and the median time of one synchronized step. Usage: bench/zero/run.sh [build_dir] [millions_of_params]
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -9,7 +9,7 @@ np=${NP:-4}
 cmake --build "$build" -j2 --target zero_bench accelerate_cli >/dev/null
 n=1
 while [ "$n" -le "$np" ]; do
-  for stage in 0 1; do
+  for stage in 0 1 2; do
     "$build/accelerate" launch --num_processes "$n" --zero_stage "$stage" "$build/bench/zero/zero_bench" "$mp" 20
   done
   n=$((n + 1))

@@ -190,7 +190,7 @@ static int train(int stage, const char *mode, const char *dir) {
     /* the gradient buffers of the accelerator: stage 1 one flat copy of every gradient; stage 2
      * one bucket (16 floats, or the largest parameter, w: NW) or a chunk of the parameter
      * all-gather, never the whole */
-    size_t zbuf = acc__accelerator_zero_buffer_floats(acc);
+    size_t zbuf = acc__accelerator_sync_buffer_floats(acc);
     if (stage == 1 && n > 1)
       CHECK(zbuf == shard * (size_t)n, "stage 1: %zu buffer floats, expected %zu", zbuf, shard * (size_t)n);
     if (stage == 2 && n > 1)
