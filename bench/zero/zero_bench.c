@@ -5,6 +5,7 @@
  * over iterations. The program's own parameter and gradient arrays are the same at every stage
  * and not counted.
  * Run: accelerate launch --num_processes N [--zero_stage 1|2] zero_bench [millions_of_params] [iters]
+ *      [bucket_MiB] (bucket_cap_bytes; default the accelerator's 25 MB)
  * Rank 0 prints one line: stage, processes, parameters, state floats on each process (max),
  * state bytes per process as a fraction of stage 0's (2 * params floats), exchange-buffer
  * floats (max), state + buffer floats (max), median step ms. */
@@ -38,11 +39,14 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   double millions = argc > 1 ? atof(argv[1]) : 8.0;
   int iters = argc > 2 ? atoi(argv[2]) : 20;
+  double bucket_mib = argc > 3 ? atof(argv[3]) : 0.0;
   enum { NT = 7 }; /* tensors of different, odd sizes */
   size_t total = (size_t)(millions * 1e6), sizes[NT], sum = 0;
   for (int i = 0; i < NT; i++) sum += sizes[i] = total / NT + (size_t)(2 * i + 1);
   acc_accelerator *acc = NULL;
-  TRY(acc_accelerator_create(&acc, NULL));
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.bucket_cap_bytes = (size_t)(bucket_mib * 1048576.0);
+  TRY(acc_accelerator_create(&acc, &o));
   acc_state *st = acc_accelerator_state(acc);
   int n = acc_state_num_processes(st), rank = acc_state_process_index(st);
   acc_model *m = NULL;
