@@ -116,11 +116,11 @@ static acc_result zero_layout(acc__pmodel *pm, acc_state *st, size_t bucket_cap)
   }
   pm->ztotal = t;
   pm->zshard = t ? (t + n - 1) / n : 1; /* padded, never refused */
+  if (n == 1) return ACC_OK; /* one process owns everything: no exchange buffer */
   if (pm->zero == 1) {
     pm->zflat = acc__calloc(pm->zshard * n, sizeof(float));
     return pm->zflat ? ACC_OK : ACC_ERR_NOMEM;
   }
-  if (n == 1) return ACC_OK; /* one process owns everything: no buffer */
   size_t cap = bucket_cap / sizeof(float);
   if (cap == 0) cap = 1;
   pm->zchunk = cap / n ? cap / n : 1;
