@@ -46,8 +46,8 @@ typedef struct acc_accelerator_options {
                                        autocast dtype, refreshed after every optimizer step and at
                                        prepare_model (acc_accelerator_low_precision_params) */
   int zero_stage;                   /* ACC_UNSET: ACCELERATE_ZERO_STAGE, else 0. 1: ZeRO stage 1,
-                                       the optimizer state is sharded across processes
-                                       (docs/zero.md); 2 is not implemented yet (an error) */
+                                       the optimizer state is sharded across processes; 2: the
+                                       averaged gradients too (docs/zero.md) */
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
@@ -70,7 +70,7 @@ ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
 /** The precision the accelerator runs (its option, else ACCELERATE_MIXED_PRECISION). The process
  * state created by the accelerator reports the same in acc_state_describe. */
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
-/** The ZeRO stage the accelerator runs (0 or 1; 0 for an invalid handle). */
+/** The ZeRO stage the accelerator runs (0, 1 or 2; 0 for an invalid handle). */
 ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
