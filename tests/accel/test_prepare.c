@@ -71,6 +71,24 @@ static void test_prepare_model(void) {
   REQUIRE_OK(acc_accelerator_backward_model(acc, other.m));
   CHECK(other.ga[0] == mean, "backward_model: mean gradient %g, expected %g", other.ga[0], mean);
   CHECK(t.ga[0] == (float)(rank + 1), "backward_model must leave the other model alone, got %g", t.ga[0]);
+  /* clipping: one norm over every model not under no_sync, or over one model */
+  memset(t.ga, 0, sizeof t.ga), memset(t.gb, 0, sizeof t.gb), memset(other.ga, 0, sizeof other.ga);
+  memset(other.gb, 0, sizeof other.gb);
+  t.ga[0] = 3.0f, other.gb[1] = 4.0f;
+  float norm = 0;
+  CHECK_OK(acc_accelerator_clip_grad_norm(acc, 100.0f, 2.0, &norm));
+  CHECK(norm == 5.0f, "clip_grad_norm over both models: %g, expected 5", (double)norm);
+  CHECK_OK(acc_accelerator_clip_grad_norm_model(acc, other.m, 100.0f, 2.0, &norm));
+  CHECK(norm == 4.0f, "clip_grad_norm_model(second model): %g, expected 4", (double)norm);
+  CHECK_OK(acc_accelerator_no_sync(acc, other.m, 1));
+  CHECK_OK(acc_accelerator_clip_grad_norm(acc, 1.5f, 2.0, &norm));
+  CHECK(norm == 3.0f && other.gb[1] == 4.0f, "clip_grad_norm skips the model under no_sync: %g, its gradient %g",
+        (double)norm, (double)other.gb[1]);
+  CHECK(fabsf(t.ga[0] - 1.5f) < 1e-5f, "the first model clipped to 1.5: %g", (double)t.ga[0]);
+  CHECK_ERR(acc_accelerator_clip_grad_norm_model(acc, NULL, 1.0f, 2.0, &norm), ACC_ERR_INVALID_ARGUMENT,
+            "was not prepared");
+  CHECK_OK(acc_accelerator_no_sync(acc, other.m, 0));
+  CHECK(acc_accelerator_low_precision_params_model(acc, other.m) == NULL, "no low-precision copy without the option");
   acc_model_destroy(other.m);
   acc_model_destroy(t.m);
   acc_accelerator_destroy(acc);
