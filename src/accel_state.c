@@ -436,19 +436,43 @@ static acc_result save_custom(const custom_obj *c, const char *dir, int i) {
   return rc;
 }
 
+/* Prepared model i >= 1: model_<i>.safetensors, every parameter in f32, registration order. */
+static acc_result save_extra_model(const acc_model *m, const char *dir, int i) {
+  size_t np = acc_model_num_parameters(m);
+  acc_tensor_view *v = acc__calloc(np ? np : 1, sizeof *v);
+  char *path = file_name(dir, "model", i, ".safetensors");
+  acc_result rc = v && path ? ACC_OK : ACC_ERR_NOMEM;
+  for (size_t k = 0; rc == ACC_OK && k < np; k++) {
+    const acc_param *q = acc_model_parameter(m, k);
+    v[k].name = q->name;
+    v[k].dtype = ACC_F32;
+    v[k].ndim = q->ndim;
+    for (int d = 0; d < q->ndim; d++) v[k].shape[d] = q->shape[d];
+    v[k].data = q->data;
+  }
+  if (rc == ACC_OK) rc = acc_safetensors_write(path, v, np, NULL, NULL, 0);
+  if (rc != ACC_OK && path && rc != ACC_ERR_NOMEM) rc = acc__error_context(rc, "save_state: prepared model %d", i);
+  acc__free(path);
+  acc__free(v);
+  return rc;
+}
+
 /* The files only the main process writes. */
 static acc_result save_shared(acc__accel_parts *p, const char *dir) {
   acc__accel_ckpt *c = *p->ckpt;
   int ncustom = c ? c->ncustom : 0;
   json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b}", "format", STATE_FORMAT, "version",
                            STATE_VERSION, "num_processes", acc_state_num_processes(p->st), "models",
-                           p->model ? 1 : 0, "optimizers", p->nopts, "schedulers", p->nscheds, "dataloaders",
+                           p->nmodels, "optimizers", p->nopts, "schedulers", p->nscheds, "dataloaders",
                            p->nloaders, "custom_objects", ncustom, "grad_scaler", p->scaler != NULL);
   char *path = acc__path_join(dir, "checkpoint.json");
   acc_result rc = path ? write_json(path, meta) : ACC_ERR_NOMEM;
   if (!path) json_decref(meta);
   acc__free(path);
-  if (rc == ACC_OK && p->model) rc = acc_save_model(NULL, p->model, dir, 0, ACC_F32);
+  /* model.safetensors (as acc_save_model writes it), then model_1.safetensors, ... in prepare
+   * order */
+  if (rc == ACC_OK && p->nmodels) rc = acc_save_model(NULL, p->models[0], dir, 0, ACC_F32);
+  for (int i = 1; i < p->nmodels && rc == ACC_OK; i++) rc = save_extra_model(p->models[i], dir, i);
   for (int i = 0; i < p->nopts && rc == ACC_OK; i++) rc = save_optimizer(p->opts[i], dir, i);
   for (int i = 0; i < p->nscheds && rc == ACC_OK; i++) {
     int64_t step;
@@ -667,7 +691,7 @@ static acc_result check_meta(acc__accel_parts *p, const char *dir, remap_note *n
                       "count is set (acc_accelerator_set_strict_process_count): resume with --num_processes %lld",
                       dir, (long long)nprocs, now, now == 1 ? "is" : "are", (long long)nprocs);
     if (rc == ACC_OK) note->saved_np = nprocs;
-    if (rc == ACC_OK) rc = expect_count(m, path, "models", p->model ? 1 : 0, "model(s)");
+    if (rc == ACC_OK) rc = expect_count(m, path, "models", p->nmodels, "model(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "optimizers", p->nopts, "optimizer(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "schedulers", p->nscheds, "scheduler(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "dataloaders", p->nloaders, "data loader(s)");
@@ -994,12 +1018,13 @@ static acc_result check_positions(acc__accel_parts *p, const char *dir) {
 
 static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *note) {
   ACC_CHECK(check_meta(p, dir, note));
-  if (p->model) {
-    char *path = acc__path_join(dir, "model.safetensors");
+  for (int i = 0; i < p->nmodels; i++) {
+    char *path = file_name(dir, "model", i, ".safetensors");
     if (!path) return ACC_ERR_NOMEM;
-    acc_result rc = acc_load_checkpoint_in_model(p->model, path, NULL, NULL);
+    acc_result rc = acc_load_checkpoint_in_model(p->models[i], path, NULL, NULL);
     acc__free(path);
-    if (rc != ACC_OK) return acc__error_context(rc, "load_state: the model");
+    if (rc != ACC_OK && p->nmodels == 1) return acc__error_context(rc, "load_state: the model");
+    if (rc != ACC_OK) return acc__error_context(rc, "load_state: prepared model %d", i);
   }
   for (int i = 0; i < p->nopts; i++) ACC_CHECK(load_optimizer(p->opts[i], dir, i));
   for (int i = 0; i < p->nscheds; i++) {

@@ -10,7 +10,8 @@ typedef struct acc__accel_ckpt acc__accel_ckpt;
 /* Borrowed views of the accelerator's prepared objects. */
 typedef struct acc__accel_parts {
   acc_state *st;
-  acc_model *model;
+  acc_model **models; /* prepared models, in prepare order */
+  int nmodels;
   acc_optimizer **opts;
   int nopts;
   acc_scheduler **scheds;

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accel_models.h"
 #include "accel_state.h"
+#include "grad_sync.h"
 #include "data_internal.h"
 #include "obs/profile.h"
 #include "collcheck.h"
@@ -29,11 +31,11 @@ struct acc_accelerator {
   int64_t step;          /* accumulation counter */
   int sync_gradients;
   int step_was_skipped;
-  acc_model *model;
-  acc__grad_sync *gs;
+  acc__pmodel models[MAX_PREPARED]; /* prepared models, in prepare order (src/accel_models.c) */
+  acc_model *model_list[MAX_PREPARED]; /* the same models, for checkpointing */
+  int nmodels;
   acc_grad_scaler *scaler;
   int want_low_precision;
-  uint16_t *low_precision; /* the parameters in the autocast dtype (low_precision_params) */
   acc_optimizer *opts[MAX_PREPARED];
   int nopts;
   acc_scheduler *scheds[MAX_PREPARED];
@@ -52,16 +54,10 @@ struct acc_accelerator {
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
   void *metrics_buf;          /* gather_for_metrics' receive buffer, reused across calls */
   size_t metrics_cap;
-  /* ZeRO stage 1: the parameters with a gradient laid end to end (registration order), padded
-   * to zshard * N elements; this process owns [rank * zshard, (rank + 1) * zshard). */
-  int zero;
-  size_t *zoff;   /* per parameter: first element in the layout; SIZE_MAX without a gradient */
-  size_t ztotal, zshard;
-  float *zflat;   /* zshard * N floats: the reduce-scatter and all-gather buffer */
+  int zero; /* ZeRO stage 0, 1 or 2: each model's layout is in its acc__pmodel */
+  acc__pmodel *inflight; /* the model whose buckets grad_ready started reducing (overlap) */
   acc__accel_dev *dev; /* the device it trains on (src/device/accel_device.c) */
 };
-
-static acc_result zero_layout(acc_accelerator *acc, acc_model *m);
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
@@ -94,10 +90,6 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
     ACC_CHECK(acc__env_int("ACCELERATE_ZERO_STAGE", &v, &set));
     zero = set ? v : 0;
   }
-  if (zero == 2)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "zero_stage 2 is not implemented yet (stage 1 shards the optimizer state; use "
-                      "zero_stage 1 or 0)");
   if (zero < 0 || zero > 2)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "zero_stage is %ld; it must be 0, 1 or 2", zero);
   acc_state_options so = ACC_STATE_OPTIONS_INIT;
@@ -147,14 +139,11 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
 void acc_accelerator_destroy(acc_accelerator *acc) {
   if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return;
   for (int i = 0; i < acc->nloaders; i++) acc__dataloader_set_owner(acc->loaders[i], NULL, NULL);
-  acc__grad_sync_destroy(acc->gs);
+  for (int i = 0; i < acc->nmodels; i++) acc__pmodel_free(&acc->models[i]);
   acc__accel_ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
-  acc__free(acc->low_precision);
   acc__free(acc->metrics_buf);
-  acc__free(acc->zoff);
-  acc__free(acc->zflat);
   acc__accel_dev_close(acc->dev);
   acc_state_destroy(acc->st);
   acc->magic = ACC__MAGIC_DEAD;
@@ -185,6 +174,7 @@ static acc_result finish_iteration(acc_accelerator *acc) {
   acc->it_inf = 0;
   acc->it_nstepped = 0;
   memset(acc->it_stepped, 0, sizeof acc->it_stepped);
+  for (int i = 0; i < acc->nmodels; i++) acc->models[i].synced = acc->models[i].unscaled = 0;
   return acc_grad_scaler_update(acc->scaler, inf);
 }
 
@@ -199,11 +189,21 @@ acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int dev
 
 /* ---- prepare ---------------------------------------------------------------------------------- */
 
+static acc_dtype lp_dtype(const acc_accelerator *acc) {
+  return acc->want_low_precision ? acc_autocast_dtype(acc->mp) : ACC_F32;
+}
+
+/* The prepared entry of model m; NULL when m was not prepared. */
+static acc__pmodel *find_model(acc_accelerator *acc, const acc_model *m) {
+  for (int i = 0; i < acc->nmodels; i++)
+    if (acc->models[i].model == m) return &acc->models[i];
+  return NULL;
+}
+
 static acc_result refresh_low_precision(acc_accelerator *acc) {
   if (acc__accel_dev_offhost(acc->dev)) return acc__dev_refresh_low_precision(acc);
-  if (!acc->low_precision) return ACC_OK;
-  return acc_precision_copy_params(acc->model, acc_autocast_dtype(acc->mp), acc->low_precision,
-                                   acc_model_numel(acc->model));
+  for (int i = 0; i < acc->nmodels; i++) ACC_CHECK(acc__pmodel_refresh_low_precision(&acc->models[i], lp_dtype(acc)));
+  return ACC_OK;
 }
 
 acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc) {
@@ -213,194 +213,87 @@ acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc) {
 
 const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc) {
   if (acc && acc__accel_dev_offhost(acc->dev)) return acc__dev_low_precision(acc);
-  return acc ? acc->low_precision : NULL;
+  return acc && acc->nmodels ? acc->models[0].low_precision : NULL;
 }
 
-/* Process 0's parameters to every process: consecutive parameters are packed into one broadcast
- * of up to bucket_cap bytes; a parameter larger than that goes alone, in place. */
-static acc_result broadcast_parameters(acc_accelerator *acc, acc_model *model) {
-  if (acc_state_num_processes(acc->st) == 1) return ACC_OK;
-  size_t np = acc_model_num_parameters(model), cap = acc->bucket_cap / sizeof(float);
-  if (cap == 0) cap = 1;
-  float *pack = NULL;
-  acc_result rc = ACC_OK;
-  for (size_t i = 0; i < np && rc == ACC_OK;) {
-    const acc_param *p = acc_model_parameter(model, i);
-    if (p->numel >= cap) {
-      acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
-      rc = acc_broadcast(acc->st, p->data, p->numel, ACC_F32, 0);
-      if (rc != ACC_OK) rc = acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
-      i++;
-      continue;
-    }
-    size_t j = i, n = 0;
-    while (j < np && n + acc_model_parameter(model, j)->numel <= cap) n += acc_model_parameter(model, j++)->numel;
-    if (!pack && !(pack = acc__malloc(cap * sizeof(float)))) return ACC_ERR_NOMEM;
-    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
-      memcpy(pack + off, acc_model_parameter(model, k)->data, acc_model_parameter(model, k)->numel * sizeof(float));
-    acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
-    rc = acc_broadcast(acc->st, pack, n, ACC_F32, 0);
-    if (rc != ACC_OK) {
-      rc = acc__error_context(rc, "prepare_model: broadcasting parameters '%s' to '%s'", p->name,
-                              acc_model_parameter(model, j - 1)->name);
-      break;
-    }
-    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
-      memcpy(acc_model_parameter(model, k)->data, pack + off, acc_model_parameter(model, k)->numel * sizeof(float));
-    i = j;
-  }
-  acc__free(pack);
+const uint16_t *acc_accelerator_low_precision_params_model(const acc_accelerator *acc, const acc_model *model) {
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return NULL;
+  const acc__pmodel *pm = find_model((acc_accelerator *)acc, model);
+  if (pm && acc__accel_dev_offhost(acc->dev)) return acc__dev_low_precision(acc);
+  return pm ? pm->low_precision : NULL;
+}
+
+/* prepare_model on a device (src/device/train_*.c): one model, no ZeRO (both refused with the
+ * reason); process 0's parameters reach every process through host staging, the gradient buckets
+ * are averaged on the device, the low-precision copy is device memory. */
+static acc_result prepare_model_device(acc_accelerator *acc, acc__pmodel *pm, acc_model *model) {
+  if (acc->nmodels)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "prepare_model: this accelerator trains on %s and already has a prepared model; "
+                      "several models are supported on the CPU only for now",
+                      acc_accelerator_device_name(acc));
+  ACC_CHECK(acc__dev_prepare_model(acc, model));
+  memset(pm, 0, sizeof *pm);
+  pm->model = model;
+  pm->st = acc->st;
+  acc_result rc = acc__grad_sync_create(&pm->gs, acc->st, model, acc->bucket_cap, acc->overlap);
+  if (rc == ACC_OK) rc = acc__grad_sync_use_device(pm->gs, acc->dev);
+  if (rc == ACC_OK && acc->want_low_precision) rc = acc__dev_low_precision_alloc(acc, model);
+  if (rc != ACC_OK) acc__pmodel_free(pm);
   return rc;
 }
 
 acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model) {
   ACC_CHECK(check(acc, "prepare_model"));
   if (!model) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_model: model is NULL");
-  if (acc->model == model) return ACC_OK; /* preparing twice returns the same object */
-  if (acc->model)
-    return acc__error(ACC_ERR_INVALID_USAGE,
-                      "prepare_model: this accelerator already has a prepared model; use one model");
-  const int offhost = acc__accel_dev_offhost(acc->dev); /* device memory: src/device/train_*.c */
-  ACC_CHECK(offhost ? acc__dev_prepare_model(acc, model) : broadcast_parameters(acc, model));
-  if (acc->zero) ACC_CHECK(zero_layout(acc, model));
-  ACC_CHECK(acc__grad_sync_create(&acc->gs, acc->st, model, acc->bucket_cap, acc->overlap));
-  if (offhost) ACC_CHECK(acc__grad_sync_use_device(acc->gs, acc->dev));
-  acc->model = model;
-  if (acc->want_low_precision && offhost) return acc__dev_low_precision_alloc(acc, model);
-  if (acc->want_low_precision) {
-    acc->low_precision = acc__calloc(acc_model_numel(model), sizeof(uint16_t));
-    if (!acc->low_precision) return ACC_ERR_NOMEM;
-    ACC_CHECK(refresh_low_precision(acc));
-  }
+  if (find_model(acc, model)) return ACC_OK; /* preparing twice returns the same object */
+  if (acc->nmodels == MAX_PREPARED)
+    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_model: at most %d models", MAX_PREPARED);
+  acc__pmodel *pm = &acc->models[acc->nmodels];
+  if (acc__accel_dev_offhost(acc->dev))
+    ACC_CHECK(prepare_model_device(acc, pm, model));
+  else
+    ACC_CHECK(acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero, lp_dtype(acc)));
+  acc->model_list[acc->nmodels++] = model;
   return ACC_OK;
 }
 
-/* ---- ZeRO stage 1 ------------------------------------------------------------------------- */
-
-static acc_result zero_layout(acc_accelerator *acc, acc_model *m) {
-  size_t np = acc_model_num_parameters(m), n = (size_t)acc_state_num_processes(acc->st), t = 0;
-  acc->zoff = acc__malloc((np ? np : 1) * sizeof *acc->zoff);
-  if (!acc->zoff) return ACC_ERR_NOMEM;
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(m, i);
-    acc->zoff[i] = p->grad ? t : SIZE_MAX;
-    if (p->grad) t += p->numel;
-  }
-  acc->ztotal = t;
-  acc->zshard = t ? (t + n - 1) / n : 1; /* padded, never refused */
-  acc->zflat = acc__calloc(acc->zshard * n, sizeof(float));
-  return acc->zflat ? ACC_OK : ACC_ERR_NOMEM;
+int acc_accelerator_num_models(const acc_accelerator *acc) {
+  return acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) ? acc->nmodels : 0;
 }
 
-static void zero_range(const acc_accelerator *acc, size_t *lo, size_t *hi) {
-  *lo = (size_t)acc_state_process_index(acc->st) * acc->zshard;
-  *hi = *lo + acc->zshard;
+acc_model *acc_accelerator_model(const acc_accelerator *acc, int index) {
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || index < 0 || index >= acc->nmodels) return NULL;
+  return acc->models[index].model;
 }
 
-/* The part of parameter i inside this process's shard, in the parameter's elements. */
-static size_t zero_part(const acc_accelerator *acc, size_t i, size_t *a) {
-  size_t lo, hi, off = acc->zoff[i];
-  zero_range(acc, &lo, &hi);
-  if (off == SIZE_MAX) return 0;
-  size_t end = off + acc_model_parameter(acc->model, i)->numel;
-  size_t b0 = off > lo ? off : lo, b1 = end < hi ? end : hi;
-  if (b1 <= b0) return 0;
-  *a = b0 - off;
-  return b1 - b0;
-}
-
-/* The gradient sync of stage 1: every gradient packed into the flat buffer (zero padding),
- * reduce-scattered (sum, then * 1/N as the all-reduce path does), and only this process's shard
- * kept: the gradients outside it are zeroed, so clipping, the fp16 inf check and the optimizer
- * see exactly the shard. */
-static acc_result zero_reduce_grads(acc_accelerator *acc) {
-  size_t np = acc_model_num_parameters(acc->model), n = (size_t)acc_state_num_processes(acc->st);
-  float *f = acc->zflat;
-  size_t lo, hi;
-  zero_range(acc, &lo, &hi);
-  if (n == 1) return ACC_OK; /* one process owns everything: the gradients are the shard */
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(acc->model, i);
-    if (acc->zoff[i] != SIZE_MAX) memcpy(f + acc->zoff[i], p->grad, p->numel * sizeof(float));
-  }
-  memset(f + acc->ztotal, 0, (acc->zshard * n - acc->ztotal) * sizeof(float));
-  acc__comm_origin(ACC__ORIGIN_ZERO, 0);
-  ACC_CHECK(acc_reduce_scatter(acc->st, f, f + lo, acc->zshard, ACC_F32, ACC_SUM));
-  const float inv = 1.0f / (float)n;
-  for (size_t k = lo; k < hi; k++) f[k] *= inv;
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(acc->model, i);
-    if (acc->zoff[i] == SIZE_MAX) continue;
-    size_t a = 0, len = zero_part(acc, i, &a);
-    memset(p->grad, 0, p->numel * sizeof(float));
-    if (len) memcpy(p->grad + a, f + acc->zoff[i] + a, len * sizeof(float));
-  }
+acc_result acc_accelerator_no_sync(acc_accelerator *acc, acc_model *model, int on) {
+  ACC_CHECK(check(acc, "no_sync"));
+  acc__pmodel *pm = find_model(acc, model);
+  if (!pm) return acc__error(ACC_ERR_INVALID_ARGUMENT, "no_sync: the model was not prepared (acc_accelerator_prepare_model)");
+  pm->no_sync = on != 0;
   return ACC_OK;
 }
 
-/* After a step of the shard: every process's updated shard is all-gathered into place. */
-static acc_result zero_gather_params(acc_accelerator *acc) {
-  size_t np = acc_model_num_parameters(acc->model);
-  float *f = acc->zflat;
-  size_t lo, hi;
-  zero_range(acc, &lo, &hi);
-  if (acc_state_num_processes(acc->st) == 1) return ACC_OK;
-  for (size_t i = 0; i < np; i++) {
-    size_t a = 0, len = zero_part(acc, i, &a);
-    if (len) memcpy(f + acc->zoff[i] + a, acc_model_parameter(acc->model, i)->data + a, len * sizeof(float));
-  }
-  acc__comm_origin(ACC__ORIGIN_ZERO, 1);
-  ACC_CHECK(acc_all_gather(acc->st, f + lo, f, acc->zshard, ACC_F32));
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(acc->model, i);
-    if (acc->zoff[i] != SIZE_MAX) memcpy(p->data, f + acc->zoff[i], p->numel * sizeof(float));
-  }
-  return ACC_OK;
-}
-
-/* Global-norm clipping over the shards: this process's gradients are zero outside its shard,
- * so the local sum of squares (or max) is the shard's; one all-reduce makes it global. */
-static acc_result zero_clip_norm(acc_accelerator *acc, float max_norm, double norm_type, float *out) {
-  int inf_norm = isinf(norm_type) && norm_type > 0;
-  if (!inf_norm && norm_type != 2.0)
-    return acc__error(ACC_ERR_NOT_SUPPORTED, "clip_grad_norm: norm_type %g is not supported (use 2 or INFINITY)",
-                      norm_type);
-  if (!(max_norm >= 0.0f))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
-  size_t np = acc_model_num_parameters(acc->model);
-  double a = 0.0;
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(acc->model, i);
-    if (!p->grad) continue;
-    for (size_t k = 0; k < p->numel; k++) {
-      double g = (double)p->grad[k];
-      if (inf_norm) {
-        double v = fabs(g);
-        if (v > a || isnan(v)) a = v;
-      } else {
-        a += g * g;
-      }
-    }
-  }
-  acc__comm_origin(ACC__ORIGIN_ZERO, 2);
-  ACC_CHECK(acc_all_reduce(acc->st, &a, &a, 1, ACC_F64, inf_norm ? ACC_MAX : ACC_SUM));
-  float total = inf_norm ? (float)a : (float)sqrt(a);
-  if (out) *out = total;
-  float coef = max_norm / (total + 1e-6f);
-  if (coef < 1.0f)
-    for (size_t i = 0; i < np; i++) {
-      const acc_param *p = acc_model_parameter(acc->model, i);
-      if (!p->grad) continue;
-      for (size_t k = 0; k < p->numel; k++) p->grad[k] *= coef;
-    }
-  return ACC_OK;
-}
+/* ---- ZeRO ------------------------------------------------------------------------------------ */
 
 static acc_result zero_check_opt(const acc_accelerator *acc, const acc_optimizer *opt) {
   if (acc__optimizer_is_restricted(opt)) return ACC_OK;
   return acc__error(ACC_ERR_INVALID_USAGE,
-                    "optimizer_step: with zero_stage 1 the optimizer must be prepared "
-                    "(acc_accelerator_prepare_optimizer) so that it updates this process's shard");
+                    "optimizer_step: with zero_stage %d the optimizer must be prepared "
+                    "(acc_accelerator_prepare_optimizer) so that it updates this process's shard", acc->zero);
+}
+
+size_t acc__accelerator_sync_buffer_floats(const acc_accelerator *acc) {
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return 0;
+  size_t n = 0;
+  for (int i = 0; i < acc->nmodels; i++) {
+    const acc__pmodel *pm = &acc->models[i];
+    if (pm->zflat) n += pm->zshard * (size_t)acc_state_num_processes(acc->st);
+    if (pm->zbuf) n += pm->zbuf_n;
+    n += acc__grad_sync_staging_floats(pm->gs);
+  }
+  return n;
 }
 
 int acc_accelerator_zero_stage(const acc_accelerator *acc) {
@@ -408,20 +301,20 @@ int acc_accelerator_zero_stage(const acc_accelerator *acc) {
 }
 
 acc_result acc__accelerator_zero_unshard(acc_accelerator *acc) {
-  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || !acc->zero || !acc->model) return ACC_OK;
-  size_t lo, hi;
-  zero_range(acc, &lo, &hi);
-  for (int k = 0; k < acc->nopts; k++)
-    ACC_CHECK(acc__optimizer_unrestrict(acc->opts[k], acc->st, acc->zoff, acc->zflat, acc->zshard));
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || !acc->zero) return ACC_OK;
+  for (int k = 0; k < acc->nopts; k++) {
+    acc__pmodel *pm = find_model(acc, acc_optimizer_model(acc->opts[k]));
+    if (pm) ACC_CHECK(acc__pmodel_zero_unshard(pm, acc->st, acc->opts[k]));
+  }
   return ACC_OK;
 }
 
 acc_result acc__accelerator_zero_reshard(acc_accelerator *acc) {
-  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || !acc->zero || !acc->model) return ACC_OK;
-  size_t lo, hi;
-  zero_range(acc, &lo, &hi);
-  for (int k = 0; k < acc->nopts; k++)
-    ACC_CHECK(acc__optimizer_restrict(acc->opts[k], acc->zoff, lo, hi));
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) || !acc->zero) return ACC_OK;
+  for (int k = 0; k < acc->nopts; k++) {
+    acc__pmodel *pm = find_model(acc, acc_optimizer_model(acc->opts[k]));
+    if (pm) ACC_CHECK(acc__pmodel_zero_reshard(pm, acc->st, acc->opts[k]));
+  }
   return ACC_OK;
 }
 
@@ -453,13 +346,12 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
                           acc_model_parameter(m, i)->name, k);
   }
   if (acc->zero) {
-    if (!acc->model || m != acc->model)
+    acc__pmodel *pm = find_model(acc, m);
+    if (!pm)
       return acc__error(ACC_ERR_INVALID_USAGE,
-                        "prepare_optimizer: with zero_stage 1, prepare the model first and create "
-                        "the optimizer over that model");
-    size_t lo, hi;
-    zero_range(acc, &lo, &hi);
-    ACC_CHECK(acc__optimizer_restrict(opt, acc->zoff, lo, hi));
+                        "prepare_optimizer: with zero_stage %d, prepare the model first and create "
+                        "the optimizer over a prepared model", acc->zero);
+    ACC_CHECK(acc__pmodel_zero_reshard(pm, acc->st, opt));
   }
   if (acc__accel_dev_offhost(acc->dev)) ACC_CHECK(acc__dev_prepare_optimizer(acc, opt));
   acc->opts[acc->nopts++] = opt;
@@ -529,7 +421,8 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
 acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out) {
   ACC_CHECK(check(acc, "checkpointing"));
   out->st = acc->st;
-  out->model = acc->model;
+  out->models = acc->model_list;
+  out->nmodels = acc->nmodels;
   out->opts = acc->opts;
   out->nopts = acc->nopts;
   out->scheds = acc->scheds;
@@ -623,51 +516,121 @@ float acc_accelerator_backward_scale(const acc_accelerator *acc) {
   return s;
 }
 
-acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index) {
-  ACC_CHECK(check(acc, "grad_ready"));
-  if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "grad_ready: prepare the model first");
-  if (!acc->sync_gradients) return ACC_OK;
-  if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
-  if (acc->zero) return ACC_OK; /* one reduce-scatter in backward() */
-  return acc__grad_sync_mark_ready(acc->gs, index);
+static acc_result need_model(const acc_accelerator *acc, const char *fn) {
+  if (acc->nmodels) return ACC_OK;
+  return acc__error(ACC_ERR_INVALID_USAGE, "%s: prepare the model first (acc_accelerator_prepare_model)", fn);
 }
 
-static void round_grads_f16(acc_model *m) {
-  size_t np = acc_model_num_parameters(m);
-  for (size_t i = 0; i < np; i++) {
-    const acc_param *p = acc_model_parameter(m, i);
-    if (!p->grad) continue;
-    for (size_t k = 0; k < p->numel; k++) p->grad[k] = acc__f16_to_f32(acc__f32_to_f16(p->grad[k]));
+static acc_result prepared(acc_accelerator *acc, const acc_model *model, const char *fn, acc__pmodel **out) {
+  *out = find_model(acc, model);
+  if (*out) return ACC_OK;
+  return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the model was not prepared in this accelerator "
+                    "(acc_accelerator_prepare_model)", fn);
+}
+
+acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *model, size_t index) {
+  ACC_CHECK(check(acc, "grad_ready"));
+  acc__pmodel *pm;
+  ACC_CHECK(prepared(acc, model, "grad_ready", &pm));
+  if (!acc->sync_gradients || pm->no_sync) return ACC_OK;
+  if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
+  /* One model's buckets at a time: with overlap its thread owns the process group until its
+   * sync is finished. */
+  if (acc->inflight && acc->inflight != pm)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "grad_ready: prepared model %d still has gradients in flight; finish its sync "
+                      "(acc_accelerator_backward_model) before marking another model's parameters",
+                      (int)(acc->inflight - acc->models));
+  ACC_CHECK(acc__pmodel_grad_ready(pm, index));
+  if (pm->gs) acc->inflight = pm;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index) {
+  ACC_CHECK(check(acc, "grad_ready"));
+  ACC_CHECK(need_model(acc, "grad_ready"));
+  return acc_accelerator_grad_ready_model(acc, acc->models[0].model, index);
+}
+
+static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
+  if (pm->no_sync) return ACC_OK;
+  if (acc->inflight == pm) acc->inflight = NULL;
+  if (acc__accel_dev_offhost(acc->dev)) { /* one model, no ZeRO on a device */
+    if (acc->mp == ACC_PRECISION_FP16) ACC_CHECK(acc__dev_round_grads_f16(acc));
+    ACC_CHECK(acc__grad_sync_finish(pm->gs));
+  } else {
+    ACC_CHECK(acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16));
   }
+  pm->synced = 1;
+  return ACC_OK;
 }
 
 acc_result acc_accelerator_backward(acc_accelerator *acc) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "backward_sync");
   ACC_CHECK(check(acc, "backward"));
-  if (!acc->gs) return acc__error(ACC_ERR_INVALID_USAGE, "backward: prepare the model first (acc_accelerator_prepare_model)");
+  ACC_CHECK(need_model(acc, "backward"));
   if (!acc->sync_gradients) return ACC_OK;
   ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
-  if (acc->mp == ACC_PRECISION_FP16 && acc__accel_dev_offhost(acc->dev))
-    ACC_CHECK(acc__dev_round_grads_f16(acc));
-  else if (acc->mp == ACC_PRECISION_FP16)
-    round_grads_f16(acc->model);
-  if (acc->zero) return zero_reduce_grads(acc);
-  return acc__grad_sync_finish(acc->gs);
+  /* every model not under no_sync, in prepare order; first the one whose overlap thread holds
+   * the process group (every process marked the same parameters, so it is the same everywhere) */
+  acc__pmodel *first = acc->inflight;
+  if (first) ACC_CHECK(sync_model(acc, first));
+  for (int i = 0; i < acc->nmodels; i++)
+    if (&acc->models[i] != first) ACC_CHECK(sync_model(acc, &acc->models[i]));
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_backward_model(acc_accelerator *acc, acc_model *model) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "backward_sync");
+  ACC_CHECK(check(acc, "backward_model"));
+  acc__pmodel *pm;
+  ACC_CHECK(prepared(acc, model, "backward_model", &pm));
+  if (!acc->sync_gradients) return ACC_OK;
+  ACC_CHECK(finish_iteration(acc));
+  if (acc->inflight && acc->inflight != pm)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "backward_model: prepared model %d still has gradients in flight (grad_ready); finish its "
+                      "sync first", (int)(acc->inflight - acc->models));
+  return sync_model(acc, pm);
 }
 
 acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "unscale_gradients"));
   if (!acc->sync_gradients) return ACC_OK; /* the gradients are unscaled once, when final */
-  if (!acc->scaler || !acc->model || acc_grad_scaler_is_unscaled(acc->scaler)) return ACC_OK;
-  if (acc_grad_scaler_enabled(acc->scaler) && acc__accel_dev_offhost(acc->dev)) return acc__dev_unscale(acc);
-  int found_inf = 0;
-  return acc_grad_scaler_unscale(acc->scaler, acc->model, &found_inf);
+  if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) return ACC_OK;
+  if (acc__accel_dev_offhost(acc->dev)) { /* one model on a device (prepare_model_device) */
+    if (!acc->nmodels || acc->models[0].no_sync || acc_grad_scaler_is_unscaled(acc->scaler))
+      return ACC_OK;
+    return acc__dev_unscale(acc);
+  }
+  /* Every model synchronized in this iteration and not unscaled yet (all of them when backward
+   * did not run); a model under no_sync keeps its scaled partial sums. */
+  int any_synced = 0, any_unscaled = 0;
+  for (int i = 0; i < acc->nmodels; i++) {
+    any_synced |= acc->models[i].synced;
+    any_unscaled |= acc->models[i].unscaled;
+  }
+  if (acc_grad_scaler_is_unscaled(acc->scaler) && !any_unscaled) return ACC_OK; /* the program did */
+  for (int i = 0; i < acc->nmodels; i++) {
+    acc__pmodel *pm = &acc->models[i];
+    if (pm->no_sync || pm->unscaled || (any_synced && !pm->synced)) continue;
+    int found_inf = 0;
+    ACC_CHECK(acc__grad_scaler_unscale_more(acc->scaler, pm->model, &found_inf));
+    pm->unscaled = 1;
+  }
+  return ACC_OK;
 }
 
-acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, double norm_type,
-                                          float *total_norm) {
-  ACC_CHECK(check(acc, "clip_grad_norm"));
-  if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_norm: prepare the model first");
+/* The models the all-model clipping covers: every prepared model not under no_sync. */
+static int clip_models(acc_accelerator *acc, acc_model **ms) {
+  int n = 0;
+  for (int i = 0; i < acc->nmodels; i++)
+    if (!acc->models[i].no_sync) ms[n++] = acc->models[i].model;
+  return n;
+}
+
+static acc_result clip_norm(acc_accelerator *acc, acc_model **ms, int n, float max_norm, double norm_type,
+                            float *total_norm) {
   /* Inside an accumulation window the gradients are partial (and, under fp16, still scaled):
    * clipping them, or unscaling them before the rest is added, would be wrong. */
   if (!acc->sync_gradients) {
@@ -676,22 +639,53 @@ acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, 
   }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
   float norm = 0;
-  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_clip_grad_norm(acc, max_norm, norm_type, total_norm);
-  if (acc->zero)
-    ACC_CHECK(zero_clip_norm(acc, max_norm, norm_type, &norm));
-  else
-    ACC_CHECK(acc_clip_grad_norm(acc->model, max_norm, norm_type, &norm));
+  if (acc__accel_dev_offhost(acc->dev)) {
+    if (n) return acc__dev_clip_grad_norm(acc, max_norm, norm_type, total_norm);
+    if (total_norm) *total_norm = 0.0f;
+    return ACC_OK;
+  }
+  /* ZeRO: each process holds its shard (zero elsewhere): one all-reduce makes the norm global */
+  ACC_CHECK(acc__clip_norm_models(acc->zero ? acc->st : NULL, ms, n, max_norm, norm_type, &norm));
   if (total_norm) *total_norm = norm;
   return ACC_OK;
 }
 
+acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, double norm_type,
+                                          float *total_norm) {
+  ACC_CHECK(check(acc, "clip_grad_norm"));
+  ACC_CHECK(need_model(acc, "clip_grad_norm"));
+  acc_model *ms[MAX_PREPARED];
+  int n = clip_models(acc, ms);
+  return clip_norm(acc, ms, n, max_norm, norm_type, total_norm);
+}
+
+acc_result acc_accelerator_clip_grad_norm_model(acc_accelerator *acc, acc_model *model, float max_norm,
+                                                double norm_type, float *total_norm) {
+  ACC_CHECK(check(acc, "clip_grad_norm_model"));
+  acc__pmodel *pm;
+  ACC_CHECK(prepared(acc, model, "clip_grad_norm_model", &pm));
+  acc_model *ms[1] = {model};
+  return clip_norm(acc, ms, 1, max_norm, norm_type, total_norm);
+}
+
 acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value) {
   ACC_CHECK(check(acc, "clip_grad_value"));
-  if (!acc->model) return acc__error(ACC_ERR_INVALID_USAGE, "clip_grad_value: prepare the model first");
+  ACC_CHECK(need_model(acc, "clip_grad_value"));
   if (!acc->sync_gradients) return ACC_OK; /* partial gradients: see clip_grad_norm */
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
-  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_clip_grad_value(acc, clip_value);
-  return acc_clip_grad_value(acc->model, clip_value);
+  acc_model *ms[MAX_PREPARED];
+  int n = clip_models(acc, ms);
+  if (acc__accel_dev_offhost(acc->dev)) return n ? acc__dev_clip_grad_value(acc, clip_value) : ACC_OK;
+  for (int i = 0; i < n; i++) ACC_CHECK(acc_clip_grad_value(ms[i], clip_value));
+  return ACC_OK;
+}
+
+/* After a step that ran: the model's ZeRO shards gathered and its low-precision copy refreshed
+ * (every model's for an optimizer over a model that was not prepared). */
+static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
+  if (!pm || acc__accel_dev_offhost(acc->dev)) return refresh_low_precision(acc);
+  if (acc->zero) ACC_CHECK(acc__pmodel_zero_gather(pm, acc->st));
+  return acc__pmodel_refresh_low_precision(pm, lp_dtype(acc));
 }
 
 acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt) {
@@ -700,11 +694,16 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_step: optimizer is NULL");
   if (!acc->sync_gradients) return ACC_OK;
   if (acc->zero) ACC_CHECK(zero_check_opt(acc, opt));
+  acc__pmodel *pm = find_model(acc, acc_optimizer_model(opt));
+  if (pm && pm->no_sync)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "optimizer_step: the optimizer's model (prepared model %d) is under no_sync, so its gradients "
+                      "are this process's partial sums; end no_sync and call backward before stepping it",
+                      (int)(pm - acc->models));
   if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) {
     acc->step_was_skipped = 0;
     ACC_CHECK(acc__accel_dev_offhost(acc->dev) ? acc__dev_optimizer_step(acc, opt, 0) : acc_optimizer_step(opt));
-    if (acc->zero) ACC_CHECK(zero_gather_params(acc));
-    return refresh_low_precision(acc);
+    return after_step(acc, pm);
   }
   int k = find_ptr((void *const *)acc->opts, acc->nopts, opt);
   if (k < 0)
@@ -731,8 +730,7 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
   }
   if (!acc->it_inf) {
     ACC_CHECK(acc__accel_dev_offhost(acc->dev) ? acc__dev_optimizer_step(acc, opt, 1) : acc_optimizer_step(opt));
-    if (acc->zero) ACC_CHECK(zero_gather_params(acc));
-    ACC_CHECK(refresh_low_precision(acc));
+    ACC_CHECK(after_step(acc, pm));
   }
   acc->it_stepped[k] = 1;
   acc->it_nstepped++;

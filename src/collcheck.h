@@ -35,7 +35,8 @@ typedef enum acc__origin {
   ACC__ORIGIN_PREPARE,            /* index: parameter of prepare_model; -1 loader seed */
   ACC__ORIGIN_PAD,                /* pad_across_processes */
   ACC__ORIGIN_ZERO,               /* ZeRO: 0 gradient reduce-scatter, 1 parameter all-gather,
-                                     2 norm, 3 state gather/scatter */
+                                     2 norm, 3 state gather/scatter, 4 stage-2 bucket
+                                     reduce, 5 stage-2 chunk all-gather */
   ACC__ORIGIN_PLACEMENT,          /* the device choices compared at accelerator creation */
   ACC__ORIGIN_COUNT_
 } acc__origin;

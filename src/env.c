@@ -69,7 +69,7 @@ ROW("ACCELERATE_TEST_FAKE_GPUS", INT, 1, 16, NULL, "", LIB | CLI, "Testing: the 
 ROW("ACCELERATE_TEST_FAKE_GPU_BUS_IDS", STRING, 0, 0, NULL, "1,2,3,...", LIB | CLI, "Testing: the PCI bus number (0..255) of each fake GPU, comma-separated; two equal numbers make two GPU ids name one physical GPU.")
 ROW("ACCELERATE_MIXED_PRECISION", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, "Mixed precision mode when the program does not choose one.")
 ROW("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", INT, 1, SIZES, NULL, "1", LIB, "Gradient accumulation steps; wins over the accelerator option.")
-ROW("ACCELERATE_ZERO_STAGE", INT, 0, 2, NULL, "0", LIB | SETS, "ZeRO stage when the program does not choose one: 0 off, 1 optimizer state sharded across processes (2 is not implemented yet).")
+ROW("ACCELERATE_ZERO_STAGE", INT, 0, 2, NULL, "0", LIB | SETS, "ZeRO stage when the program does not choose one: 0 off, 1 optimizer state sharded across processes, 2 also the averaged gradients.")
 ROW("ACCELERATE_DEBUG_MODE", BOOL, 0, 0, NULL, "false", LIB | SETS, "Check that every process makes the same collective calls (--debug).")
 ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi", "auto", LIB, "Communication backend when the program does not choose one.")
 ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a collective waits for the other processes before it fails; the only bound on a stopped or hung peer.")

@@ -33,6 +33,8 @@ struct acc__grad_sync {
   float *staging;      /* max bucket numel, for buckets that are not contiguous */
   size_t staging_numel;
   float inv_world;
+  acc__bucket_reduce_fn reduce_fn; /* NULL: all-reduce to the mean */
+  void *reduce_ctx;
   /* overlap */
   int overlap;
   pthread_t thread;
@@ -51,6 +53,7 @@ static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   size_t n = b->numel;
   if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
   if (gs->dev) return acc__dev_gsync_bucket(gs->dev, b - gs->buckets, b->first, b->count, n, b->inplace);
+  if (gs->reduce_fn) return gs->reduce_fn(gs->reduce_ctx, gs->order + b->first, b->count, n);
   if (b->inplace) {
     acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
     ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
@@ -206,6 +209,19 @@ acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__accel_dev *d) {
   for (size_t bi = 0; bi < gs->nbuckets; bi++) n += gs->buckets[bi].count;
   return acc__dev_gsync_create(&gs->dev, d, gs->st, gs->model, gs->order, n, gs->nbuckets);
 }
+
+void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, void *ctx) {
+  if (!gs) return;
+  gs->reduce_fn = fn;
+  gs->reduce_ctx = ctx;
+  if (fn) { /* the reducer packs the buckets itself: no staging buffer */
+    acc__free(gs->staging);
+    gs->staging = NULL;
+    gs->staging_numel = 0;
+  }
+}
+
+size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs) { return gs ? gs->staging_numel : 0; }
 
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs) { return gs ? gs->nbuckets : 0; }
 size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs) { return gs ? gs->ninplace : 0; }

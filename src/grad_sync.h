@@ -17,6 +17,17 @@ acc_result acc__grad_sync_create(acc__grad_sync **out, acc_state *st, acc_model 
                                  size_t bucket_cap_bytes, int overlap);
 void acc__grad_sync_destroy(acc__grad_sync *gs);
 
+/* Replaces the all-reduce of each bucket: fn gets the bucket's parameter indices (bucket order,
+ * i.e. descending) and its element count, and leaves whatever it documents in the gradients
+ * (ZeRO stage 2: the bucket's mean reduced to the processes owning it). Called on the thread that
+ * reduces the bucket (the overlap thread or the caller of finish), one bucket at a time, in the
+ * same bucket order on every process. Set it right after create. */
+typedef acc_result (*acc__bucket_reduce_fn)(void *ctx, const size_t *params, size_t count, size_t numel);
+void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, void *ctx);
+
+/* Floats of the staging buffer (buckets that are not contiguous in memory). */
+size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs);
+
 /* Number of buckets, and how many of them are reduced in place (for tests and docs). */
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs);
 size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs);

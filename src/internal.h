@@ -124,7 +124,12 @@ void acc__warn_old_kernel(void);
  * tensors (collective; flat holds shard * num_processes floats, this process's shard being
  * [rank * shard, (rank + 1) * shard)). */
 size_t acc__optimizer_state_floats(const acc_optimizer *o);
+/* The floats of the accelerator's own gradient/parameter exchange buffers, all models: bucket
+ * staging, ZeRO's flat layout (stage 1) or bucket/chunk buffer (stage 2). */
+size_t acc__accelerator_sync_buffer_floats(const acc_accelerator *acc);
 int acc__optimizer_is_restricted(const acc_optimizer *o);
+/* Unscales one more model's gradients in the current iteration (src/precision.c). */
+acc_result acc__grad_scaler_unscale_more(acc_grad_scaler *s, acc_model *m, int *found_inf);
 acc_result acc__optimizer_restrict(acc_optimizer *o, const size_t *offset, size_t lo, size_t hi);
 acc_result acc__optimizer_unrestrict(acc_optimizer *o, acc_state *st, const size_t *offset,
                                      float *flat, size_t shard);

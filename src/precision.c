@@ -158,6 +158,21 @@ acc_result acc_grad_scaler_unscale(acc_grad_scaler *s, acc_model *m, int *found_
   return ACC_OK;
 }
 
+/* The accelerator's unscale of one of several models in an iteration: no "already unscaled"
+ * check (each model once, tracked by the accelerator), the inf flag accumulated over them. */
+acc_result acc__grad_scaler_unscale_more(acc_grad_scaler *s, acc_model *m, int *found_inf) {
+  ACC_CHECK(check_scaler(s, "unscale_gradients"));
+  int was = s->unscaled, prev = s->found_inf;
+  s->unscaled = 0;
+  acc_result rc = acc_grad_scaler_unscale(s, m, found_inf);
+  if (rc != ACC_OK) {
+    s->unscaled = was;
+    return rc;
+  }
+  s->found_inf = s->found_inf || (was && prev);
+  return ACC_OK;
+}
+
 int acc_grad_scaler_is_unscaled(const acc_grad_scaler *s) {
   return acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER) && s->unscaled;
 }

@@ -1,9 +1,14 @@
-/* zero_bench: ZeRO stage 1 against stage 0 on one model (AdamW, global-norm clipping):
- * optimizer-state floats held per process and the time of one synchronized step (gradient
- * sync + clipping + optimizer step + parameter all-gather), median over iterations.
- * Run: accelerate launch --num_processes N [--zero_stage 1] zero_bench [millions_of_params] [iters]
+/* zero_bench: ZeRO stages 0, 1 and 2 on one model (AdamW, global-norm clipping): optimizer-state
+ * floats held per process, the accelerator's gradient exchange buffers per process (bucket
+ * staging, stage 1's flat layout, stage 2's bucket/chunk buffer), and the time of one
+ * synchronized step (gradient sync + clipping + optimizer step + parameter all-gather), median
+ * over iterations. The program's own parameter and gradient arrays are the same at every stage
+ * and not counted.
+ * Run: accelerate launch --num_processes N [--zero_stage 1|2] zero_bench [millions_of_params] [iters]
+ *      [bucket_MiB] (bucket_cap_bytes; default the accelerator's 25 MB)
  * Rank 0 prints one line: stage, processes, parameters, state floats on each process (max),
- * state bytes per process as a fraction of stage 0's (2 * params floats), median step ms. */
+ * state bytes per process as a fraction of stage 0's (2 * params floats), exchange-buffer
+ * floats (max), state + buffer floats (max), median step ms. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +39,14 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   double millions = argc > 1 ? atof(argv[1]) : 8.0;
   int iters = argc > 2 ? atoi(argv[2]) : 20;
+  double bucket_mib = argc > 3 ? atof(argv[3]) : 0.0;
   enum { NT = 7 }; /* tensors of different, odd sizes */
   size_t total = (size_t)(millions * 1e6), sizes[NT], sum = 0;
   for (int i = 0; i < NT; i++) sum += sizes[i] = total / NT + (size_t)(2 * i + 1);
   acc_accelerator *acc = NULL;
-  TRY(acc_accelerator_create(&acc, NULL));
+  acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  o.bucket_cap_bytes = (size_t)(bucket_mib * 1048576.0);
+  TRY(acc_accelerator_create(&acc, &o));
   acc_state *st = acc_accelerator_state(acc);
   int n = acc_state_num_processes(st), rank = acc_state_process_index(st);
   acc_model *m = NULL;
@@ -72,13 +80,14 @@ int main(int argc, char **argv) {
     if (it >= 0) t[it] = now() - t0;
   }
   qsort(t, (size_t)iters, sizeof *t, cmp);
-  int64_t held = (int64_t)acc__optimizer_state_floats(opt);
-  TRY(acc_accelerator_all_reduce(acc, &held, &held, 1, ACC_I64, ACC_MAX));
+  int64_t held[3] = {(int64_t)acc__optimizer_state_floats(opt), (int64_t)acc__accelerator_sync_buffer_floats(acc), 0};
+  held[2] = held[0] + held[1];
+  TRY(acc_accelerator_all_reduce(acc, held, held, 3, ACC_I64, ACC_MAX));
   if (rank == 0)
     printf("stage %d  processes %d  params %zu  state floats/process (max) %lld  fraction of stage 0 %.4f "
-           "(1/N = %.4f)  step %.2f ms\n",
-           acc_accelerator_zero_stage(acc), n, sum, (long long)held, (double)held / (2.0 * (double)sum),
-           1.0 / n, 1e3 * t[iters / 2]);
+           "(1/N = %.4f)  exchange buffer floats %lld  state+buffer floats %lld  step %.2f ms\n",
+           acc_accelerator_zero_stage(acc), n, sum, (long long)held[0], (double)held[0] / (2.0 * (double)sum),
+           1.0 / n, (long long)held[1], (long long)held[2], 1e3 * t[iters / 2]);
   acc_optimizer_destroy(opt);
   acc_accelerator_destroy(acc);
   acc_model_destroy(m);

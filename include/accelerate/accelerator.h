@@ -47,8 +47,8 @@ typedef struct acc_accelerator_options {
                                        autocast dtype, refreshed after every optimizer step and at
                                        prepare_model (acc_accelerator_low_precision_params) */
   int zero_stage;                   /* ACC_UNSET: ACCELERATE_ZERO_STAGE, else 0. 1: ZeRO stage 1,
-                                       the optimizer state is sharded across processes
-                                       (docs/zero.md); 2 is not implemented yet (an error) */
+                                       the optimizer state is sharded across processes; 2: the
+                                       averaged gradients too (docs/zero.md) */
   int device;                       /* acc_device_type the program's kernels can run on; ACC_UNSET
                                        or ACC_DEVICE_CPU: the CPU (every program written before
                                        GPUs keeps working). ACC_DEVICE_AUTO: cuda:<LOCAL_RANK>
@@ -76,7 +76,7 @@ ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
 /** The precision the accelerator runs (its option, else ACCELERATE_MIXED_PRECISION). The process
  * state created by the accelerator reports the same in acc_state_describe. */
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
-/** The ZeRO stage the accelerator runs (0 or 1; 0 for an invalid handle). */
+/** The ZeRO stage the accelerator runs (0, 1 or 2; 0 for an invalid handle). */
 ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
@@ -145,13 +145,27 @@ ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t se
 /* ---- prepare -------------------------------------------------------------------------------- */
 
 /**
- * Prepares the model: every process's parameters are overwritten with process 0's (so all start
- * identical), and the gradient buckets are built. One model per accelerator.
+ * Prepares a model: every process's parameters are overwritten with process 0's (so all start
+ * identical), and its gradient buckets (and ZeRO layout) are built. Call it once per model for
+ * several models (a GAN's generator and discriminator, a teacher and a student: Accelerate's
+ * prepare(model_a, model_b)); they are numbered in prepare order (save_state writes
+ * model.safetensors, model_1.safetensors, ...), at most 16. Preparing a model again is a no-op.
  * Collective. Ownership: the model stays the program's and must outlive the accelerator.
  * Training on a device: every parameter's data and gradient must be device memory of the
  * accelerator's device (acc_accelerator_alloc); host memory is ACC_ERR_INVALID_ARGUMENT.
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model);
+/** The number of prepared models, and prepared model `index` (prepare order; NULL out of range). */
+ACC_EXTERN int acc_accelerator_num_models(const acc_accelerator *acc);
+ACC_EXTERN acc_model *acc_accelerator_model(const acc_accelerator *acc, int index);
+/**
+ * Accelerate's no_sync(model): while on, backward leaves this model's gradients local (they
+ * accumulate across batches without communication), grad_ready ignores it, clipping and fp16
+ * unscaling skip it, and stepping one of its optimizers is ACC_ERR_INVALID_USAGE. Turn it off
+ * before the backward of the batch that ends its window. Every process must set the same. Not
+ * collective.
+ */
+ACC_EXTERN acc_result acc_accelerator_no_sync(acc_accelerator *acc, acc_model *model, int on);
 /** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Several
  * prepared optimizers must update disjoint parameters (use parameter groups for several learning
  * rates): an overlap is ACC_ERR_INVALID_USAGE naming the parameter. Not collective. */
@@ -210,12 +224,30 @@ ACC_EXTERN float acc_accelerator_backward_scale(const acc_accelerator *acc);
  */
 ACC_EXTERN acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index);
 /**
+ * grad_ready for parameter `index` of a prepared model (acc_accelerator_grad_ready means the first
+ * prepared model). With overlap, one model's buckets are in flight at a time: finish its sync
+ * (acc_accelerator_backward_model, or backward) before marking another model's parameters
+ * (ACC_ERR_INVALID_USAGE otherwise).
+ */
+ACC_EXTERN acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *model,
+                                                       size_t index);
+/**
  * Call after the program's backward pass. On a sync batch: (fp16: gradients pass through half
  * precision, as a half-precision backward would produce them) then every gradient becomes the
  * mean over processes, in buckets. Otherwise nothing (gradients accumulate locally: no_sync).
  * Collective on sync batches.
  */
 ACC_EXTERN acc_result acc_accelerator_backward(acc_accelerator *acc);
+/**
+ * backward for one prepared model (the loss of this batch reached only its parameters: a GAN's
+ * discriminator step): on a sync batch its gradients become the mean over processes; the other
+ * models' gradients are left alone. Nothing while the model is under no_sync. Under fp16 an
+ * iteration (one overflow decision, one loss-scale update) is the sync backward calls and the
+ * optimizer steps after them: backward_model(a), backward_model(b), step(a), step(b) is one
+ * iteration (an overflow in either skips both); backward_model(a), step(a), backward_model(b),
+ * step(b) is two. Collective on sync batches.
+ */
+ACC_EXTERN acc_result acc_accelerator_backward_model(acc_accelerator *acc, acc_model *model);
 /** fp16, on a sync batch: divides every gradient by the loss scale, once per iteration whatever
  * the number of optimizers. Otherwise (and on non-sync batches) nothing. */
 ACC_EXTERN acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc);
@@ -224,6 +256,13 @@ ACC_EXTERN acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc);
  * before clipping. On non-sync batches the gradients are partial: nothing happens (*total_norm 0). */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm,
                                                      double norm_type, float *total_norm);
+/** clip_grad_norm over one prepared model's gradients (Accelerate's clip_grad_norm_ with that
+ * model's parameters); acc_accelerator_clip_grad_norm covers every prepared model not under
+ * no_sync as one set of parameters (one norm). */
+ACC_EXTERN acc_result acc_accelerator_clip_grad_norm_model(acc_accelerator *acc, acc_model *model,
+                                                           float max_norm, double norm_type,
+                                                           float *total_norm);
+/** clip_grad_value over every prepared model not under no_sync (after unscaling). */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value);
 /**
  * Steps a prepared optimizer on sync batches only. fp16, once per iteration (a sync backward and
@@ -252,6 +291,10 @@ ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_s
  * is device memory, written on the compute stream.
  */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc);
+/** The low-precision copy of a prepared model (low_precision_params means the first model);
+ * NULL without a copy or for a model that was not prepared. */
+ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params_model(const acc_accelerator *acc,
+                                                                      const acc_model *model);
 /**
  * Recomputes the low-precision copy from the model's fp32 parameters. load_state does it; call it
  * after changing the parameters yourself (e.g. acc_load_checkpoint_in_model). No-op without a

@@ -105,8 +105,8 @@ static const option_def options[] = {
     {"--mpirun_ccl", NULL, INT, OFF(mpirun_ccl), "none",
      "oneCCL worker threads under mpirun, exported as CCL_WORKER_COUNT (cfg mpirun_config.mpirun_ccl)"},
     {"--zero_stage", NULL, INT, OFF(zero_stage), "none",
-     "ZeRO stage: 0 off, 1 optimizer state sharded across processes; exported as "
-     "ACCELERATE_ZERO_STAGE (cfg zero_stage; 2 is not implemented yet)"},
+     "ZeRO stage: 0 off, 1 optimizer state sharded across processes, 2 also the averaged "
+     "gradients; exported as ACCELERATE_ZERO_STAGE (cfg zero_stage)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -353,12 +353,9 @@ static int validate(launch_args *a) {
     return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
   if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
     return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
-  if (a->zero_stage == 2)
-    return usage_error("--zero_stage 2 (config zero_stage) is not implemented yet: stage 1 shards the "
-                       "optimizer state; use 0 or 1%s%s", "", "");
   if (a->zero_stage != UNSET && (a->zero_stage < 0 || a->zero_stage > 2)) {
     snprintf(buf, sizeof buf, "%ld", a->zero_stage);
-    return usage_error("--zero_stage (config zero_stage) must be 0 or 1, got %s%s", buf, "");
+    return usage_error("--zero_stage (config zero_stage) must be 0, 1 or 2, got %s%s", buf, "");
   }
   if (!a->mixed_precision) a->mixed_precision = "no";
   if (a->num_processes < 1) {

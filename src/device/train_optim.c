@@ -76,6 +76,11 @@ void acc__dev_train_free(acc__accel_dev *d) {
 }
 
 /* The accelerator's device, its training state and its prepared model. */
+/* The model trained on the device: one per accelerator there (prepare_model refuses a second). */
+static acc_model *first_model(const acc__accel_parts *parts) {
+  return parts->nmodels ? parts->models[0] : NULL;
+}
+
 static acc_result ctx_of(acc_accelerator *acc, acc__accel_dev **d, acc__dev_train **t,
                          acc__accel_parts *parts) {
   *d = acc__accelerator_dev(acc);
@@ -162,7 +167,7 @@ static acc_result find_opt(acc_accelerator *acc, acc_optimizer *opt, dev_opt **o
       return state_alloc(d, *out); /* SGD momentum may have been set since */
     }
   acc_model *m = acc_optimizer_model(opt);
-  if (!m || m != parts.model)
+  if (!m || m != first_model(&parts))
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "optimizer_step: training on %s, the optimizer must be over the prepared "
                       "model (its parameters are device memory)",
@@ -198,7 +203,7 @@ static acc_result find_opt(acc_accelerator *acc, acc_optimizer *opt, dev_opt **o
 acc_result acc__dev_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt) {
   acc__accel_parts parts;
   ACC_CHECK(acc__accelerator_parts(acc, &parts));
-  if (!parts.model || acc_optimizer_model(opt) != parts.model) return ACC_OK; /* first step */
+  if (!first_model(&parts) || acc_optimizer_model(opt) != first_model(&parts)) return ACC_OK; /* first step */
   dev_opt *o;
   return find_opt(acc, opt, &o);
 }
@@ -305,7 +310,7 @@ acc_result acc__dev_round_grads_f16(acc_accelerator *acc) {
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  ACC_CHECK(grad_ranges(t, parts.model));
+  ACC_CHECK(grad_ranges(t, first_model(&parts)));
   for (size_t k = 0; k < t->ngr; k++)
     ACC_CHECK(acc__device_round_f16(d->dev, t->gr[k].p, t->gr[k].n, d->stream));
   return ACC_OK;
@@ -316,7 +321,7 @@ acc_result acc__dev_unscale(acc_accelerator *acc) {
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  ACC_CHECK(grad_ranges(t, parts.model));
+  ACC_CHECK(grad_ranges(t, first_model(&parts)));
   ACC_CHECK(ensure_scalars(d, t));
   /* as acc_grad_scaler_unscale: inv_scale = float(1 / double(scale)) */
   float inv = (float)(1.0 / (double)acc_grad_scaler_scale(parts.scaler));
@@ -359,13 +364,13 @@ acc_result acc__dev_clip_grad_norm(acc_accelerator *acc, float max_norm, double 
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
   if (inf_norm) { /* no kernel for the max norm: through a host copy of the gradients */
     acc_model *h = NULL;
-    ACC_CHECK(acc__dev_host_model_of(d, parts.model, 1, &h));
+    ACC_CHECK(acc__dev_host_model_of(d, first_model(&parts), 1, &h));
     acc_result rc = acc_clip_grad_norm(h, max_norm, norm_type, total_norm);
-    if (rc == ACC_OK) rc = acc__dev_host_model_push(d, h, parts.model, 1);
+    if (rc == ACC_OK) rc = acc__dev_host_model_push(d, h, first_model(&parts), 1);
     acc__dev_host_model_free(h);
     return rc;
   }
-  ACC_CHECK(grad_ranges(t, parts.model));
+  ACC_CHECK(grad_ranges(t, first_model(&parts)));
   ACC_CHECK(ensure_scalars(d, t));
   if (!t->d_partials && t->npartials)
     ACC_CHECK(acc__device_alloc(d->dev, t->npartials * sizeof(double), (void **)&t->d_partials));
@@ -393,7 +398,7 @@ acc_result acc__dev_clip_grad_value(acc_accelerator *acc, float clip_value) {
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  ACC_CHECK(grad_ranges(t, parts.model));
+  ACC_CHECK(grad_ranges(t, first_model(&parts)));
   for (size_t k = 0; k < t->ngr; k++)
     ACC_CHECK(acc__device_clamp(d->dev, t->gr[k].p, t->gr[k].n, clip_value, d->stream));
   return ACC_OK;
@@ -417,13 +422,13 @@ acc_result acc__dev_refresh_low_precision(acc_accelerator *acc) {
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  if (!t->d_low || !parts.model) return ACC_OK;
+  if (!t->d_low || !first_model(&parts)) return ACC_OK;
   acc_dtype dt = acc_autocast_dtype(acc_accelerator_mixed_precision(acc));
-  size_t es = acc_dtype_size(dt), np = acc_model_num_parameters(parts.model), out = 0;
+  size_t es = acc_dtype_size(dt), np = acc_model_num_parameters(first_model(&parts)), out = 0;
   const float *src = NULL;
   size_t n = 0;
   for (size_t i = 0; i <= np; i++) {
-    const acc_param *p = i < np ? acc_model_parameter(parts.model, i) : NULL;
+    const acc_param *p = i < np ? acc_model_parameter(first_model(&parts), i) : NULL;
     if (p && src && src + n == p->data) {
       n += p->numel;
       continue;

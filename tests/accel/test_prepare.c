@@ -41,17 +41,54 @@ static void test_prepare_model(void) {
   CHECK_OK(acc_accelerator_prepare_model(acc, t.m));
   CHECK(t.a[0] == 99.0f, "preparing the same model twice must not touch it");
   t.a[0] = 10.0f;
-  /* a second model: an error */
-  CHECK_ERR(acc_accelerator_prepare_model(acc, other.m), ACC_ERR_INVALID_USAGE, "already has a prepared model");
-  CHECK(other.a[0] == 0.5f, "the refused model must be unchanged");
+  /* a second model: prepared too (process 0's parameters broadcast), numbered in prepare order */
+  other.a[0] = 0.5f + (float)rank;
+  CHECK_OK(acc_accelerator_prepare_model(acc, other.m));
+  CHECK(other.a[0] == 0.5f, "the second model must get process 0's parameters, got %g", other.a[0]);
+  CHECK(acc_accelerator_num_models(acc) == 2, "%d models prepared, expected 2", acc_accelerator_num_models(acc));
+  CHECK(acc_accelerator_model(acc, 0) == t.m && acc_accelerator_model(acc, 1) == other.m &&
+        acc_accelerator_model(acc, 2) == NULL, "models in prepare order");
+  CHECK_OK(acc_accelerator_prepare_model(acc, other.m));
+  CHECK(acc_accelerator_num_models(acc) == 2, "preparing the second model again must not add it");
+  CHECK_ERR(acc_accelerator_no_sync(acc, NULL, 1), ACC_ERR_INVALID_ARGUMENT, "was not prepared");
+  CHECK_ERR(acc_accelerator_grad_ready_model(acc, NULL, 0), ACC_ERR_INVALID_ARGUMENT, "was not prepared");
+  CHECK_ERR(acc_accelerator_backward_model(acc, NULL), ACC_ERR_INVALID_ARGUMENT, "was not prepared");
+  CHECK_OK(acc_accelerator_no_sync(acc, other.m, 1)); /* the second model stays out of the backward below */
   CHECK_ERR(acc_accelerator_prepare_model(acc, NULL), ACC_ERR_INVALID_ARGUMENT, "model is NULL");
   /* the prepared model still works: a backward averages */
   REQUIRE_OK(acc_accelerator_accumulate(acc));
   for (int i = 0; i < 3; i++) t.ga[i] = (float)(rank + 1);
   t.gb[0] = t.gb[1] = 0;
+  for (int i = 0; i < 3; i++) other.ga[i] = (float)(rank + 1);
   REQUIRE_OK(acc_accelerator_backward(acc));
   float mean = (float)(nprocs + 1) / 2.0f;
   CHECK(t.ga[0] == mean && t.ga[2] == mean, "mean gradient %g, expected %g", t.ga[0], mean);
+  CHECK(other.ga[0] == (float)(rank + 1), "the model under no_sync keeps its local gradient %d, got %g", rank + 1,
+        other.ga[0]);
+  /* out of no_sync, backward_model averages that model alone */
+  CHECK_OK(acc_accelerator_no_sync(acc, other.m, 0));
+  for (int i = 0; i < 3; i++) t.ga[i] = (float)(rank + 1);
+  REQUIRE_OK(acc_accelerator_backward_model(acc, other.m));
+  CHECK(other.ga[0] == mean, "backward_model: mean gradient %g, expected %g", other.ga[0], mean);
+  CHECK(t.ga[0] == (float)(rank + 1), "backward_model must leave the other model alone, got %g", t.ga[0]);
+  /* clipping: one norm over every model not under no_sync, or over one model */
+  memset(t.ga, 0, sizeof t.ga), memset(t.gb, 0, sizeof t.gb), memset(other.ga, 0, sizeof other.ga);
+  memset(other.gb, 0, sizeof other.gb);
+  t.ga[0] = 3.0f, other.gb[1] = 4.0f;
+  float norm = 0;
+  CHECK_OK(acc_accelerator_clip_grad_norm(acc, 100.0f, 2.0, &norm));
+  CHECK(norm == 5.0f, "clip_grad_norm over both models: %g, expected 5", (double)norm);
+  CHECK_OK(acc_accelerator_clip_grad_norm_model(acc, other.m, 100.0f, 2.0, &norm));
+  CHECK(norm == 4.0f, "clip_grad_norm_model(second model): %g, expected 4", (double)norm);
+  CHECK_OK(acc_accelerator_no_sync(acc, other.m, 1));
+  CHECK_OK(acc_accelerator_clip_grad_norm(acc, 1.5f, 2.0, &norm));
+  CHECK(norm == 3.0f && other.gb[1] == 4.0f, "clip_grad_norm skips the model under no_sync: %g, its gradient %g",
+        (double)norm, (double)other.gb[1]);
+  CHECK(fabsf(t.ga[0] - 1.5f) < 1e-5f, "the first model clipped to 1.5: %g", (double)t.ga[0]);
+  CHECK_ERR(acc_accelerator_clip_grad_norm_model(acc, NULL, 1.0f, 2.0, &norm), ACC_ERR_INVALID_ARGUMENT,
+            "was not prepared");
+  CHECK_OK(acc_accelerator_no_sync(acc, other.m, 0));
+  CHECK(acc_accelerator_low_precision_params_model(acc, other.m) == NULL, "no low-precision copy without the option");
   acc_model_destroy(other.m);
   acc_model_destroy(t.m);
   acc_accelerator_destroy(acc);

@@ -1,0 +1,339 @@
+/* One prepared model of an accelerator: broadcast at prepare, gradient buckets, low-precision
+ * copy, and the ZeRO layout with its gradient reduction (stage 1: one reduce-scatter of the flat
+ * layout; stage 2: each bucket reduced to the processes that own it, no full gradient copy) and
+ * parameter all-gather. */
+#include <math.h>
+#include <string.h>
+
+#include "accel_models.h"
+#include "collcheck.h"
+#include "state.h"
+
+/* Process 0's parameters to every process: consecutive parameters are packed into one broadcast
+ * of up to bucket_cap bytes; a parameter larger than that goes alone, in place. */
+static acc_result broadcast_parameters(acc_state *st, acc_model *model, size_t bucket_cap) {
+  if (acc_state_num_processes(st) == 1) return ACC_OK;
+  size_t np = acc_model_num_parameters(model), cap = bucket_cap / sizeof(float);
+  if (cap == 0) cap = 1;
+  float *pack = NULL;
+  acc_result rc = ACC_OK;
+  for (size_t i = 0; i < np && rc == ACC_OK;) {
+    const acc_param *p = acc_model_parameter(model, i);
+    if (p->numel >= cap) {
+      acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
+      rc = acc_broadcast(st, p->data, p->numel, ACC_F32, 0);
+      if (rc != ACC_OK) rc = acc__error_context(rc, "prepare_model: broadcasting parameter '%s'", p->name);
+      i++;
+      continue;
+    }
+    size_t j = i, n = 0;
+    while (j < np && n + acc_model_parameter(model, j)->numel <= cap) n += acc_model_parameter(model, j++)->numel;
+    if (!pack && !(pack = acc__malloc(cap * sizeof(float)))) return ACC_ERR_NOMEM;
+    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
+      memcpy(pack + off, acc_model_parameter(model, k)->data, acc_model_parameter(model, k)->numel * sizeof(float));
+    acc__comm_origin(ACC__ORIGIN_PREPARE, (int64_t)i);
+    rc = acc_broadcast(st, pack, n, ACC_F32, 0);
+    if (rc != ACC_OK) {
+      rc = acc__error_context(rc, "prepare_model: broadcasting parameters '%s' to '%s'", p->name,
+                              acc_model_parameter(model, j - 1)->name);
+      break;
+    }
+    for (size_t k = i, off = 0; k < j; off += acc_model_parameter(model, k++)->numel)
+      memcpy(acc_model_parameter(model, k)->data, pack + off, acc_model_parameter(model, k)->numel * sizeof(float));
+    i = j;
+  }
+  acc__free(pack);
+  return rc;
+}
+
+/* ---- ZeRO ------------------------------------------------------------------------------------ */
+
+void acc__pmodel_zero_range(const acc__pmodel *pm, acc_state *st, size_t *lo, size_t *hi) {
+  *lo = (size_t)acc_state_process_index(st) * pm->zshard;
+  *hi = *lo + pm->zshard;
+}
+
+/* Copies the layout range [a, b) between buf (buf[0] is element a) and the parameters (to_params:
+ * into the parameters' data; otherwise from their gradients), walking the parameters in order. */
+static void flat_copy(const acc__pmodel *pm, size_t a, size_t b, float *buf, int to_params) {
+  size_t np = acc_model_num_parameters(pm->model);
+  for (size_t i = 0; i < np; i++) {
+    size_t off = pm->zoff[i];
+    if (off == SIZE_MAX) continue;
+    const acc_param *p = acc_model_parameter(pm->model, i);
+    size_t end = off + p->numel;
+    if (off >= b) break;
+    if (end <= a) continue;
+    size_t s = off > a ? off : a, e = end < b ? end : b;
+    if (to_params) memcpy(p->data + (s - off), buf + (s - a), (e - s) * sizeof(float));
+    else memcpy(buf + (s - a), p->grad + (s - off), (e - s) * sizeof(float));
+  }
+}
+
+/* Stage 2, one bucket (consecutive parameters, so one range of the layout): packed, reduced to
+ * each process whose shard it overlaps (sum, then * 1/N there), written back into the owned part
+ * of the gradients; the rest of the bucket's gradients is zeroed. */
+static acc_result zero2_reduce_bucket(void *ctx, const size_t *params, size_t count, size_t numel) {
+  acc__pmodel *pm = ctx;
+  acc_state *st = pm->st;
+  size_t n = (size_t)acc_state_num_processes(st), rank = (size_t)acc_state_process_index(st);
+  size_t a = pm->zoff[params[count - 1]], b = a + numel; /* bucket order is descending */
+  float *f = pm->zbuf;
+  flat_copy(pm, a, b, f, 0);
+  for (size_t r = a / pm->zshard; r < n && r * pm->zshard < b; r++) {
+    size_t s = r * pm->zshard > a ? r * pm->zshard : a, e = (r + 1) * pm->zshard < b ? (r + 1) * pm->zshard : b;
+    acc__comm_origin(ACC__ORIGIN_ZERO, 4);
+    ACC_CHECK(acc_reduce(st, f + (s - a), f + (s - a), e - s, ACC_F32, ACC_SUM, (int)r));
+  }
+  size_t lo = rank * pm->zshard, hi = lo + pm->zshard;
+  size_t s = lo > a ? lo : a, e = hi < b ? hi : b;
+  const float inv = 1.0f / (float)n;
+  for (size_t k = 0; k < count; k++) {
+    const acc_param *p = acc_model_parameter(pm->model, params[k]);
+    size_t off = pm->zoff[params[k]], end = off + p->numel;
+    size_t ps = off > s ? off : s, pe = end < e ? end : e;
+    if (pe <= ps) {
+      memset(p->grad, 0, p->numel * sizeof(float));
+      continue;
+    }
+    memset(p->grad, 0, (ps - off) * sizeof(float));
+    for (size_t x = ps; x < pe; x++) p->grad[x - off] = f[x - a] * inv;
+    memset(p->grad + (pe - off), 0, (end - pe) * sizeof(float));
+  }
+  return ACC_OK;
+}
+
+static acc_result zero_layout(acc__pmodel *pm, acc_state *st, size_t bucket_cap) {
+  acc_model *m = pm->model;
+  size_t np = acc_model_num_parameters(m), n = (size_t)acc_state_num_processes(st), t = 0, big = 0;
+  pm->zoff = acc__malloc((np ? np : 1) * sizeof *pm->zoff);
+  if (!pm->zoff) return ACC_ERR_NOMEM;
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    pm->zoff[i] = p->grad ? t : SIZE_MAX;
+    if (p->grad) t += p->numel;
+    if (p->grad && p->numel > big) big = p->numel;
+  }
+  pm->ztotal = t;
+  pm->zshard = t ? (t + n - 1) / n : 1; /* padded, never refused */
+  if (n == 1) return ACC_OK; /* one process owns everything: no exchange buffer */
+  if (pm->zero == 1) {
+    pm->zflat = acc__calloc(pm->zshard * n, sizeof(float));
+    return pm->zflat ? ACC_OK : ACC_ERR_NOMEM;
+  }
+  size_t cap = bucket_cap / sizeof(float);
+  if (cap == 0) cap = 1;
+  pm->zchunk = cap / n ? cap / n : 1;
+  if (pm->zchunk > pm->zshard) pm->zchunk = pm->zshard;
+  size_t need = pm->zchunk * n, bucket = big > cap ? big : cap;
+  if (bucket > t) bucket = t;
+  if (bucket > need) need = bucket;
+  pm->zbuf_n = need ? need : 1;
+  pm->zbuf = acc__calloc(pm->zbuf_n, sizeof(float));
+  return pm->zbuf ? ACC_OK : ACC_ERR_NOMEM;
+}
+
+/* Stage 1: every gradient packed into the flat buffer (zero padding), reduce-scattered (sum,
+ * then * 1/N as the all-reduce path does), and only this process's shard kept: the gradients
+ * outside it are zeroed, so clipping, the fp16 inf check and the optimizer see exactly the
+ * shard. */
+static acc_result zero1_reduce_grads(acc__pmodel *pm, acc_state *st) {
+  size_t np = acc_model_num_parameters(pm->model), n = (size_t)acc_state_num_processes(st);
+  float *f = pm->zflat;
+  size_t lo, hi;
+  acc__pmodel_zero_range(pm, st, &lo, &hi);
+  if (n == 1) return ACC_OK; /* one process owns everything: the gradients are the shard */
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(pm->model, i);
+    if (pm->zoff[i] != SIZE_MAX) memcpy(f + pm->zoff[i], p->grad, p->numel * sizeof(float));
+  }
+  memset(f + pm->ztotal, 0, (pm->zshard * n - pm->ztotal) * sizeof(float));
+  acc__comm_origin(ACC__ORIGIN_ZERO, 0);
+  ACC_CHECK(acc_reduce_scatter(st, f, f + lo, pm->zshard, ACC_F32, ACC_SUM));
+  const float inv = 1.0f / (float)n;
+  for (size_t k = lo; k < hi; k++) f[k] *= inv;
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(pm->model, i);
+    size_t off = pm->zoff[i];
+    if (off == SIZE_MAX) continue;
+    size_t end = off + p->numel, b0 = off > lo ? off : lo, b1 = end < hi ? end : hi;
+    memset(p->grad, 0, p->numel * sizeof(float));
+    if (b1 > b0) memcpy(p->grad + (b0 - off), f + b0, (b1 - b0) * sizeof(float));
+  }
+  return ACC_OK;
+}
+
+acc_result acc__pmodel_zero_gather(acc__pmodel *pm, acc_state *st) {
+  size_t n = (size_t)acc_state_num_processes(st), lo, hi;
+  if (n == 1) return ACC_OK;
+  acc__pmodel_zero_range(pm, st, &lo, &hi);
+  if (pm->zero == 1) {
+    float *f = pm->zflat;
+    size_t np = acc_model_num_parameters(pm->model);
+    for (size_t i = 0; i < np; i++) {
+      const acc_param *p = acc_model_parameter(pm->model, i);
+      size_t off = pm->zoff[i];
+      if (off == SIZE_MAX) continue;
+      size_t end = off + p->numel, b0 = off > lo ? off : lo, b1 = end < hi ? end : hi;
+      if (b1 > b0) memcpy(f + b0, p->data + (b0 - off), (b1 - b0) * sizeof(float));
+    }
+    acc__comm_origin(ACC__ORIGIN_ZERO, 1);
+    ACC_CHECK(acc_all_gather(st, f + lo, f, pm->zshard, ACC_F32));
+    for (size_t i = 0; i < np; i++) {
+      const acc_param *p = acc_model_parameter(pm->model, i);
+      if (pm->zoff[i] != SIZE_MAX) memcpy(p->data, f + pm->zoff[i], p->numel * sizeof(float));
+    }
+    return ACC_OK;
+  }
+  /* stage 2: the shards in chunks of zchunk elements per process through zbuf */
+  size_t rank = (size_t)acc_state_process_index(st);
+  for (size_t c = 0; c < pm->zshard; c += pm->zchunk) {
+    size_t len = pm->zshard - c < pm->zchunk ? pm->zshard - c : pm->zchunk;
+    float *mine = pm->zbuf + rank * len;
+    memset(mine, 0, len * sizeof(float));
+    /* this process's updated parameters in [lo + c, lo + c + len) */
+    size_t np = acc_model_num_parameters(pm->model), a = lo + c, b = lo + c + len;
+    for (size_t i = 0; i < np; i++) {
+      const acc_param *p = acc_model_parameter(pm->model, i);
+      size_t off = pm->zoff[i];
+      if (off == SIZE_MAX) continue;
+      if (off >= b) break;
+      size_t end = off + p->numel, s = off > a ? off : a, e = end < b ? end : b;
+      if (e > s) memcpy(mine + (s - a), p->data + (s - off), (e - s) * sizeof(float));
+    }
+    acc__comm_origin(ACC__ORIGIN_ZERO, 5);
+    ACC_CHECK(acc_all_gather(st, mine, pm->zbuf, len, ACC_F32));
+    for (size_t r = 0; r < n; r++) {
+      size_t s = r * pm->zshard + c, e = s + len;
+      if (s >= pm->ztotal) break;
+      if (e > pm->ztotal) e = pm->ztotal;
+      flat_copy(pm, s, e, pm->zbuf + r * len, 1);
+    }
+  }
+  return ACC_OK;
+}
+
+/* The full-layout buffer of the state gather: stage 1's own, a temporary one at stage 2. */
+static float *unshard_buffer(acc__pmodel *pm, acc_state *st) {
+  if (pm->zflat) return pm->zflat;
+  return acc__calloc(pm->zshard * (size_t)acc_state_num_processes(st), sizeof(float));
+}
+
+acc_result acc__pmodel_zero_unshard(acc__pmodel *pm, acc_state *st, acc_optimizer *opt) {
+  if (!acc__optimizer_is_restricted(opt)) return ACC_OK;
+  float *flat = unshard_buffer(pm, st);
+  if (!flat) return ACC_ERR_NOMEM;
+  acc_result rc = acc__optimizer_unrestrict(opt, st, pm->zoff, flat, pm->zshard);
+  if (flat != pm->zflat) acc__free(flat);
+  return rc;
+}
+
+acc_result acc__pmodel_zero_reshard(acc__pmodel *pm, acc_state *st, acc_optimizer *opt) {
+  size_t lo, hi;
+  acc__pmodel_zero_range(pm, st, &lo, &hi);
+  return acc__optimizer_restrict(opt, pm->zoff, lo, hi);
+}
+
+/* ---- the model's life ----------------------------------------------------------------------- */
+
+acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype) {
+  if (!pm->low_precision) return ACC_OK;
+  return acc_precision_copy_params(pm->model, lp_dtype, pm->low_precision, acc_model_numel(pm->model));
+}
+
+acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t bucket_cap, int overlap,
+                            int zero, acc_dtype lp_dtype) {
+  memset(pm, 0, sizeof *pm);
+  pm->model = m;
+  pm->st = st;
+  pm->zero = zero;
+  acc_result rc = broadcast_parameters(st, m, bucket_cap);
+  if (rc == ACC_OK && zero) rc = zero_layout(pm, st, bucket_cap);
+  if (rc == ACC_OK && zero != 1) rc = acc__grad_sync_create(&pm->gs, st, m, bucket_cap, overlap);
+  if (rc == ACC_OK && zero == 2) acc__grad_sync_set_reducer(pm->gs, zero2_reduce_bucket, pm);
+  if (rc == ACC_OK && (lp_dtype == ACC_F16 || lp_dtype == ACC_BF16)) {
+    pm->low_precision = acc__calloc(acc_model_numel(m) ? acc_model_numel(m) : 1, sizeof(uint16_t));
+    rc = pm->low_precision ? acc__pmodel_refresh_low_precision(pm, lp_dtype) : ACC_ERR_NOMEM;
+  }
+  if (rc != ACC_OK) acc__pmodel_free(pm);
+  return rc;
+}
+
+void acc__pmodel_free(acc__pmodel *pm) {
+  if (!pm) return;
+  acc__grad_sync_destroy(pm->gs);
+  acc__free(pm->low_precision);
+  acc__free(pm->zoff);
+  acc__free(pm->zflat);
+  acc__free(pm->zbuf);
+  memset(pm, 0, sizeof *pm);
+}
+
+static void round_grads_f16(acc_model *m) {
+  size_t np = acc_model_num_parameters(m);
+  for (size_t i = 0; i < np; i++) {
+    const acc_param *p = acc_model_parameter(m, i);
+    if (!p->grad) continue;
+    for (size_t k = 0; k < p->numel; k++) p->grad[k] = acc__f16_to_f32(acc__f32_to_f16(p->grad[k]));
+  }
+}
+
+acc_result acc__pmodel_sync(acc__pmodel *pm, acc_state *st, int fp16) {
+  if (fp16) round_grads_f16(pm->model);
+  if (pm->zero == 1) return zero1_reduce_grads(pm, st);
+  return acc__grad_sync_finish(pm->gs);
+}
+
+acc_result acc__pmodel_grad_ready(acc__pmodel *pm, size_t index) {
+  if (pm->zero == 1) { /* one reduce-scatter in backward(); the index is still checked */
+    if (index >= acc_model_num_parameters(pm->model))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_ready: parameter index %zu is out of range (model has %zu)",
+                        index, acc_model_num_parameters(pm->model));
+    return ACC_OK;
+  }
+  return acc__grad_sync_mark_ready(pm->gs, index);
+}
+
+/* ---- clipping ------------------------------------------------------------------------------- */
+
+acc_result acc__clip_norm_models(acc_state *st, acc_model *const *ms, int n, float max_norm, double norm_type,
+                                 float *out) {
+  int inf_norm = isinf(norm_type) && norm_type > 0;
+  if (!inf_norm && norm_type != 2.0)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "clip_grad_norm: norm_type %g is not supported (use 2 or INFINITY)",
+                      norm_type);
+  if (!(max_norm >= 0.0f))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
+  double a = 0.0;
+  for (int j = 0; j < n; j++) {
+    size_t np = acc_model_num_parameters(ms[j]);
+    for (size_t i = 0; i < np; i++) {
+      const acc_param *p = acc_model_parameter(ms[j], i);
+      if (!p->grad) continue;
+      for (size_t k = 0; k < p->numel; k++) {
+        double g = (double)p->grad[k];
+        if (inf_norm) {
+          double v = fabs(g);
+          if (v > a || isnan(v)) a = v;
+        } else {
+          a += g * g;
+        }
+      }
+    }
+  }
+  if (st) {
+    acc__comm_origin(ACC__ORIGIN_ZERO, 2);
+    ACC_CHECK(acc_all_reduce(st, &a, &a, 1, ACC_F64, inf_norm ? ACC_MAX : ACC_SUM));
+  }
+  float total = inf_norm ? (float)a : (float)sqrt(a);
+  if (out) *out = total;
+  float coef = max_norm / (total + 1e-6f);
+  if (coef < 1.0f)
+    for (int j = 0; j < n; j++)
+      for (size_t i = 0; i < acc_model_num_parameters(ms[j]); i++) {
+        const acc_param *p = acc_model_parameter(ms[j], i);
+        if (!p->grad) continue;
+        for (size_t k = 0; k < p->numel; k++) p->grad[k] *= coef;
+      }
+  return ACC_OK;
+}

@@ -1,0 +1,61 @@
+/* The models prepared in an accelerator (src/accel_models.c): each with its own gradient buckets,
+ * low-precision copy and ZeRO layout. The accelerator (src/accelerator.c) keeps an array of them
+ * in prepare order and iterates it; everything that concerns one model lives here. Internal. */
+#ifndef ACC_ACCEL_MODELS_H
+#define ACC_ACCEL_MODELS_H
+
+#include "grad_sync.h"
+#include "internal.h"
+
+/* One prepared model. */
+typedef struct acc__pmodel {
+  acc_model *model;
+  acc_state *st;
+  acc__grad_sync *gs;      /* NULL at ZeRO stage 1 (one reduce-scatter of the whole layout) */
+  uint16_t *low_precision; /* the parameters in the autocast dtype (low_precision_params) */
+  int no_sync;             /* acc_accelerator_no_sync: backward leaves its gradients local */
+  int synced;              /* fp16: its gradients were synchronized in the current iteration */
+  int unscaled;            /* fp16: its gradients were unscaled in the current iteration */
+  /* ZeRO (stage 1 and 2): the parameters with a gradient laid end to end (registration order),
+   * padded to zshard * N elements; this process owns [rank * zshard, (rank + 1) * zshard). */
+  int zero;
+  size_t *zoff;   /* per parameter: first element in the layout; SIZE_MAX without a gradient */
+  size_t ztotal, zshard;
+  float *zflat;   /* stage 1: zshard * N floats, the reduce-scatter and all-gather buffer.
+                     stage 2: NULL (buckets are reduced to their owners, parameters gathered in
+                     chunks of zchunk elements per process through zbuf) */
+  size_t zchunk;
+  float *zbuf;    /* stage 2: max(bucket, zchunk * N) floats */
+  size_t zbuf_n;
+} acc__pmodel;
+
+/* Prepares m: process 0's parameters broadcast to every process, the ZeRO layout (zero 1 or 2),
+ * the gradient buckets, the low-precision copy when lp_dtype is ACC_F16 or ACC_BF16 (ACC_F32:
+ * none). On failure *pm is released. Collective. */
+acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t bucket_cap, int overlap,
+                            int zero, acc_dtype lp_dtype);
+void acc__pmodel_free(acc__pmodel *pm);
+
+/* The gradient sync of one model after the program's backward pass (fp16: the gradients pass
+ * through half precision first). Stage 0: the mean in every gradient. Stage 1 and 2: the mean of
+ * this process's shard; the gradients outside it are zero. Collective. */
+acc_result acc__pmodel_sync(acc__pmodel *pm, acc_state *st, int fp16);
+/* Marks parameter index of the model ready for the overlapped sync (stage 0 and 2). */
+acc_result acc__pmodel_grad_ready(acc__pmodel *pm, size_t index);
+acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype);
+
+/* ZeRO: this process's element range of the layout. */
+void acc__pmodel_zero_range(const acc__pmodel *pm, acc_state *st, size_t *lo, size_t *hi);
+/* ZeRO: after a step of the shard, every process's updated shard all-gathered into place. */
+acc_result acc__pmodel_zero_gather(acc__pmodel *pm, acc_state *st);
+/* ZeRO around save/load_state: the optimizer's state to full tensors and back to the shard. */
+acc_result acc__pmodel_zero_unshard(acc__pmodel *pm, acc_state *st, acc_optimizer *opt);
+acc_result acc__pmodel_zero_reshard(acc__pmodel *pm, acc_state *st, acc_optimizer *opt);
+
+/* Global-norm clipping over the gradients of n models (torch's clip_grad_norm_ over all their
+ * parameters): the sum of squares (or max) in model then registration order; st non-NULL adds
+ * one all-reduce of it (ZeRO: each process holds its shard, zero elsewhere). */
+acc_result acc__clip_norm_models(acc_state *st, acc_model *const *ms, int n, float max_norm, double norm_type,
+                                 float *out);
+
+#endif
