@@ -15,7 +15,13 @@
  * The portable kernel does the same arithmetic in plain C on the same packed data (the bf16
  * halves widened to float, exact), so every CPU gets bf16 products; the AVX-512 BF16 one is
  * chosen at the first call when the CPU has it (__builtin_cpu_supports, no ifunc), unless the
- * library is built with GPT_NO_CLONES. */
+ * library is built with GPT_NO_CLONES.
+ *
+ * model.c does not call these: on the Xeon this example was measured on, vdpbf16ps does half the
+ * floating-point work per second of float32 vfmadd231ps (80 vs 150 GFLOP/s on one core), so these
+ * products run at about 0.5x of OpenBLAS sgemm (bench/gpt/gemm_bench prints both) and bf16 mode
+ * keeps rounding the operands and calling sgemm. On a CPU whose bf16 dot product has the FMA's
+ * instruction rate they would be up to twice as fast as sgemm; gemm_bench says which. */
 #include "gemm_bf16.h"
 
 #include <stdint.h>
