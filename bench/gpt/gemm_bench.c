@@ -1,7 +1,7 @@
 /* The bf16 products of examples/gpt/gemm_bf16.c against OpenBLAS cblas_sgemm, one thread, at the
  * shapes of one training step of the GPT example (4 x 256 tokens, width 256): for each product
- * the best of REPS timings of each (interleaved), in GFLOP/s (2 M N K per product), and the largest difference
- * between the two results relative to the largest |C| of the f32 one.
+ * the best of REPS timings of each (interleaved), in GFLOP/s (2 M N K per product), and the
+ * largest difference between the two results relative to the largest |C| of the f32 one.
  *   usage: gemm_bench [reps]      (OPENBLAS_NUM_THREADS=1 and OPENBLAS_CORETYPE as for the run) */
 #include <cblas.h>
 #include <math.h>
@@ -20,19 +20,15 @@ static double now(void) {
 /* Peak rate of the two instructions, one core: 24 independent accumulators (enough to hide the
  * latency), each vfmadd231ps doing 16 multiply-adds (32 flops), each vdpbf16ps 32 (64 flops). */
 #if defined(__GNUC__) && defined(__x86_64__)
+#define ONE(OP, r) OP " %%zmm30, %%zmm31, %%zmm" #r "\n"
 #define R24(OP)                                                                                 \
-  OP " %%zmm30, %%zmm31, %%zmm0\n" OP " %%zmm30, %%zmm31, %%zmm1\n" OP " %%zmm30, %%zmm31, %%zmm2\n" \
-  OP " %%zmm30, %%zmm31, %%zmm3\n" OP " %%zmm30, %%zmm31, %%zmm4\n" OP " %%zmm30, %%zmm31, %%zmm5\n" \
-  OP " %%zmm30, %%zmm31, %%zmm6\n" OP " %%zmm30, %%zmm31, %%zmm7\n" OP " %%zmm30, %%zmm31, %%zmm8\n" \
-  OP " %%zmm30, %%zmm31, %%zmm9\n" OP " %%zmm30, %%zmm31, %%zmm10\n" OP " %%zmm30, %%zmm31, %%zmm11\n" \
-  OP " %%zmm30, %%zmm31, %%zmm12\n" OP " %%zmm30, %%zmm31, %%zmm13\n" OP " %%zmm30, %%zmm31, %%zmm14\n" \
-  OP " %%zmm30, %%zmm31, %%zmm15\n" OP " %%zmm30, %%zmm31, %%zmm16\n" OP " %%zmm30, %%zmm31, %%zmm17\n" \
-  OP " %%zmm30, %%zmm31, %%zmm18\n" OP " %%zmm30, %%zmm31, %%zmm19\n" OP " %%zmm30, %%zmm31, %%zmm20\n" \
-  OP " %%zmm30, %%zmm31, %%zmm21\n" OP " %%zmm30, %%zmm31, %%zmm22\n" OP " %%zmm30, %%zmm31, %%zmm23\n"
-#define CLOBBER24                                                                               \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",   \
-      "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21",     \
-      "xmm22", "xmm23"
+  ONE(OP, 0) ONE(OP, 1) ONE(OP, 2) ONE(OP, 3) ONE(OP, 4) ONE(OP, 5) ONE(OP, 6) ONE(OP, 7)         \
+  ONE(OP, 8) ONE(OP, 9) ONE(OP, 10) ONE(OP, 11) ONE(OP, 12) ONE(OP, 13) ONE(OP, 14) ONE(OP, 15)   \
+  ONE(OP, 16) ONE(OP, 17) ONE(OP, 18) ONE(OP, 19) ONE(OP, 20) ONE(OP, 21) ONE(OP, 22) ONE(OP, 23)
+#define CLOBBER24                                                                         \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+      "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",      \
+      "xmm20", "xmm21", "xmm22", "xmm23"
 __attribute__((target("avx512f,avx512bf16"))) static void peak(void) {
   const long n = 4000000;
   double fma = 1e9, dp = 1e9; /* best of 5: other jobs on the machine only ever slow a run */
@@ -93,8 +89,9 @@ int main(int argc, char **argv) {
     double best_s = 1e9, best_b = 1e9;
     for (int r = 0; r < reps; r++) {
       double t = now();
-      cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans,
-                  p->M, p->N, p->K, 1.0f, A, lda, B, ldb, 0.0f, C0, p->N);
+      cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans,
+                  p->tb ? CblasTrans : CblasNoTrans, p->M, p->N, p->K, 1.0f, A, lda, B, ldb,
+                  0.0f, C0, p->N);
       t = now() - t;
       best_s = t < best_s ? t : best_s;
       t = now();

@@ -76,7 +76,8 @@ static void pack_b(uint32_t *restrict bp, const float *B, int ldb, int tb, int k
           for (int p = 0; p < kp; p++) dst[(size_t)p * NR + j] = 0;
           continue;
         }
-        for (int p = 0; p < kc / 2; p++) dst[(size_t)p * NR + j] = bf16_pair(src[2 * p], src[2 * p + 1]);
+        for (int p = 0; p < kc / 2; p++)
+          dst[(size_t)p * NR + j] = bf16_pair(src[2 * p], src[2 * p + 1]);
         if (kc & 1) dst[(size_t)(kp - 1) * NR + j] = bf16_pair(src[kc - 1], 0.0f);
       }
     }
@@ -97,7 +98,8 @@ static void pack_a(uint32_t *restrict ap, const float *A, int lda, int ta, int i
           continue;
         }
         const float *src = A + (size_t)(i0 + g + r) * lda + k0;
-        for (int p = 0; p < kc / 2; p++) dst[(size_t)p * MR + r] = bf16_pair(src[2 * p], src[2 * p + 1]);
+        for (int p = 0; p < kc / 2; p++)
+          dst[(size_t)p * MR + r] = bf16_pair(src[2 * p], src[2 * p + 1]);
         if (kc & 1) dst[(size_t)(kp - 1) * MR + r] = bf16_pair(src[kc - 1], 0.0f);
       }
     } else {
@@ -200,7 +202,10 @@ void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A,
   if (M <= 0 || N <= 0) return;
   if (K <= 0) { /* no products: C = beta C */
     for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+      for (int j = 0; j < N; j++) {
+        float *c = C + (size_t)i * ldc + j;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+      }
     return;
   }
   const kernel_fn kernel = pick_kernel();

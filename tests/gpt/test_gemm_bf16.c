@@ -4,7 +4,8 @@
  *     difference is float32 rounding only: |diff| <= (K + 4) 2^-23 (|alpha| sum_k |a_k b_k| +
  *     |beta c|) for the K additions and the final alpha, beta update;
  *   - the float32 product of the unrounded operands: each bf16 operand is within 2^-9 of its
- *     float, so |diff| <= 2^-7 times the same magnitude (bf16 rounding plus summation, with margin).
+ *     float, so |diff| <= 2^-7 times the same magnitude (bf16 rounding plus summation, with
+ *     margin).
  * With the AVX-512 BF16 kernel when the CPU has it and always with the portable one. */
 #include <math.h>
 #include <stdint.h>
@@ -32,7 +33,8 @@ static float urand(void) { /* [-1, 1) */
 
 static void check(int ta, int tb, int M, int N, int K, float alpha, float beta) {
   const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2; /* leading dims > width */
-  const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+  const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb;
+  const size_t nc = (size_t)M * ldc;
   float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
   float *C0 = malloc(nc * sizeof *C0);
   void *scratch = aligned_alloc(64, (gemm_bf16_scratch_bytes(N) + 63) / 64 * 64);
