@@ -99,6 +99,8 @@ def main():
     p.add_argument("--data", default="/usr/share/doc/jargon-text/jargon.txt.gz")
     p.add_argument("--init", default=None)
     p.add_argument("--log-every", type=int, default=1)
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast on the CPU (the products in bf16, master weights float32)")
     a = p.parse_args()
 
     torch.set_num_threads(1)
@@ -150,6 +152,9 @@ def main():
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     offsets = torch.arange(T + 1)
+    # --bf16: what the C program's --mixed-precision bf16 does, the PyTorch way (autocast runs the
+    # matrix products in bf16 and keeps norms, softmax and the loss in float32)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16)
     micro = 0
     tokens = 0
     t0, c0 = time.perf_counter(), time.process_time()
@@ -162,10 +167,12 @@ def main():
             micro += 1
             if k + 1 < a.grad_accum:
                 with ddp.no_sync():
-                    loss = ddp(w[:, :-1], w[:, 1:])
+                    with autocast:
+                        loss = ddp(w[:, :-1], w[:, 1:])
                     (loss / a.grad_accum).backward()
             else:
-                loss = ddp(w[:, :-1], w[:, 1:])
+                with autocast:
+                    loss = ddp(w[:, :-1], w[:, 1:])
                 (loss / a.grad_accum).backward()
             losses.append(loss.item())
             tokens += a.batch * T

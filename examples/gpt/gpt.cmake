@@ -6,7 +6,7 @@
 #                  AVX-512 / AVX2 / baseline versions picked at load time)
 if(NOT TARGET gptcore)
   set(GPT_DIR ${CMAKE_CURRENT_LIST_DIR})
-  set(GPT_SOURCES ${GPT_DIR}/model.c ${GPT_DIR}/data.c)
+  set(GPT_SOURCES ${GPT_DIR}/model.c ${GPT_DIR}/data.c ${GPT_DIR}/gemm_bf16.c)
   include(${GPT_DIR}/../openblas.cmake)
 
   foreach(t gptcore gptcore_plain)

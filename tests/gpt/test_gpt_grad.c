@@ -165,6 +165,11 @@ int main(void) {
   gpt_config bad = {16, 5, 2, 3, 8, 2};
   gpt *m = NULL;
   CHECK(gpt_create(&m, &bad) != 0 && strstr(gpt_last_error(), "n_head") && !m, "width not divisible by heads: %s", gpt_last_error());
+#ifdef GPT_EXPECT_OPENBLAS /* the build found OpenBLAS: the library must use it */
+  CHECK(strncmp(gpt_matmul_backend(), "OpenBLAS", 8) == 0,
+        "OpenBLAS was found at configure time but the products run on: %s", gpt_matmul_backend());
+#endif
+  printf("matrix products: %s\n", gpt_matmul_backend());
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures ? 1 : 0;
 }

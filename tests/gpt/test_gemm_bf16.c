@@ -1,0 +1,113 @@
+/* The bf16 matrix products of examples/gpt/gemm_bf16.c: every transpose combination, sizes that
+ * leave partial tiles, panels and k blocks (and odd K), alpha / beta, against
+ *   - a double-precision product of the operands rounded to bf16: the same arithmetic, so the
+ *     difference is float32 rounding only: |diff| <= (K + 4) 2^-23 (|alpha| sum_k |a_k b_k| +
+ *     |beta c|) for the K additions and the final alpha, beta update;
+ *   - the float32 product of the unrounded operands: each bf16 operand is within 2^-9 of its
+ *     float, so |diff| <= 2^-7 times the same magnitude (bf16 rounding plus summation, with
+ *     margin).
+ * With the AVX-512 BF16 kernel when the CPU has it and always with the portable one. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_bf16.h"
+
+static int failures;
+
+static float to_bf16(float f) { /* nearest, ties to even (no NaN here) */
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint64_t rng = 99;
+static float urand(void) { /* [-1, 1) */
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(rng >> 11) * 0x1.0p-52 - 1.0);
+}
+
+static void check(int ta, int tb, int M, int N, int K, float alpha, float beta) {
+  const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2; /* leading dims > width */
+  const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb;
+  const size_t nc = (size_t)M * ldc;
+  float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
+  float *C0 = malloc(nc * sizeof *C0);
+  void *scratch = aligned_alloc(64, (gemm_bf16_scratch_bytes(N) + 63) / 64 * 64);
+  if (!A || !B || !C || !C0 || !scratch) exit(1);
+  for (size_t i = 0; i < na; i++) A[i] = urand();
+  for (size_t i = 0; i < nb; i++) B[i] = urand();
+  for (size_t i = 0; i < nc; i++) C0[i] = C[i] = urand();
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch);
+  double worst_same = 0, worst_f32 = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double same = 0, f32 = 0, mag = 0;
+      for (int k = 0; k < K; k++) {
+        const float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+        const float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+        same += (double)to_bf16(a) * to_bf16(b);
+        f32 += (double)a * b;
+        mag += fabs((double)a * b);
+      }
+      const double c0 = beta == 0.0f ? 0.0 : beta * (double)C0[(size_t)i * ldc + j];
+      const double got = C[(size_t)i * ldc + j], scale = fabs(alpha) * mag + fabs(c0) + 1e-30;
+      const double e_same = fabs(got - (alpha * same + c0)) / scale;
+      const double e_f32 = fabs(got - (alpha * f32 + c0)) / scale;
+      worst_same = e_same > worst_same ? e_same : worst_same;
+      worst_f32 = e_f32 > worst_f32 ? e_f32 : worst_f32;
+    }
+  /* the padding of C (columns N..ldc) must be untouched */
+  for (int i = 0; i < M; i++)
+    for (int j = N; j < ldc; j++)
+      if (C[(size_t)i * ldc + j] != C0[(size_t)i * ldc + j]) {
+        fprintf(stderr, "FAIL ta=%d tb=%d %dx%dx%d: wrote C outside its %d columns\n", ta, tb, M,
+                N, K, N);
+        failures++;
+        i = M;
+        break;
+      }
+  const double tol_same = (double)(K + 4) * 0x1.0p-23, tol_f32 = 0x1.0p-7;
+  if (worst_same > tol_same || worst_f32 > tol_f32 || !(worst_same == worst_same)) {
+    fprintf(stderr,
+            "FAIL %s ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g: error vs bf16 reference %.3g "
+            "(tolerance %.3g), vs f32 %.3g (tolerance %.3g)\n",
+            gemm_bf16_kernel(), ta, tb, M, N, K, alpha, beta, worst_same, tol_same, worst_f32,
+            tol_f32);
+    failures++;
+  }
+  free(A);
+  free(B);
+  free(C);
+  free(C0);
+  free(scratch);
+}
+
+static void all_shapes(void) {
+  static const int dims[][3] = {{1, 1, 1},   {12, 32, 2},   {13, 33, 3},  {25, 70, 257},
+                                {150, 40, 300}, {64, 256, 64}, {7, 5, 513}};
+  static const float ab[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.25f}};
+  for (size_t d = 0; d < sizeof dims / sizeof *dims; d++)
+    for (int t = 0; t < 4; t++)
+      for (size_t s = 0; s < sizeof ab / sizeof *ab; s++)
+        check(t & 1, t >> 1, dims[d][0], dims[d][1], dims[d][2], ab[s][0], ab[s][1]);
+}
+
+int main(void) {
+  const char *native = gemm_bf16_kernel();
+  printf("kernel: %s\n", native);
+  all_shapes();
+  gemm_bf16_force_portable(1);
+  if (strcmp(gemm_bf16_kernel(), "portable") != 0) {
+    fprintf(stderr, "FAIL gemm_bf16_force_portable(1) left the %s kernel\n", gemm_bf16_kernel());
+    failures++;
+  }
+  if (strcmp(native, "portable") != 0) all_shapes();
+  gemm_bf16_force_portable(0);
+  if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
