@@ -111,6 +111,14 @@ ACC_EXTERN acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, co
                                              size_t bytes, acc_copy_kind kind);
 /** 1 when p points into memory of the accelerator's device (always 1 on the CPU). */
 ACC_EXTERN int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p);
+/**
+ * Converts n floats of src to dtype (ACC_BF16 or ACC_F16; round to nearest even, the bits of
+ * acc_f32_to_bf16 / acc_f32_to_f16) into dst, in device memory on a device (the library's cast
+ * kernel, queued on the accelerator's stream without waiting: e.g. a batch's inputs for bf16
+ * kernels), in host memory on the CPU. dst and src must not overlap.
+ */
+ACC_EXTERN acc_result acc_accelerator_cast(acc_accelerator *acc, uint16_t *dst, const float *src,
+                                           size_t n, acc_dtype dtype);
 
 /*
  * Process control through the accelerator (the same as the acc_state functions of state.h and

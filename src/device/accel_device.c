@@ -129,3 +129,24 @@ int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p) {
   if (acc__device_is_device_ptr(d->dev, p, &yes) != ACC_OK) return 0;
   return yes;
 }
+
+acc_result acc_accelerator_cast(acc_accelerator *acc, uint16_t *dst, const float *src, size_t n,
+                                acc_dtype dtype) {
+  acc__accel_dev *d = NULL;
+  ACC_CHECK(dev_or_error(acc, "acc_accelerator_cast", &d));
+  if (dtype != ACC_BF16 && dtype != ACC_F16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_accelerator_cast: dtype %s is not supported (expected bf16 or f16)",
+                      acc_dtype_name(dtype));
+  if (n == 0) return ACC_OK;
+  if (!dst || !src)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_cast: %s is NULL",
+                      dst ? "src" : "dst");
+  const char *lo = (const char *)src, *hi = lo + n * sizeof(float);
+  const char *dlo = (const char *)dst, *dhi = dlo + n * sizeof(uint16_t);
+  if (dlo < hi && lo < dhi)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_cast: dst and src overlap");
+  if (d->type == ACC_DEVICE_CPU)
+    return dtype == ACC_BF16 ? acc_f32_to_bf16(dst, src, n) : acc_f32_to_f16(dst, src, n);
+  return acc__device_cast(d->dev, dst, src, n, dtype, d->stream);
+}

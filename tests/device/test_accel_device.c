@@ -30,6 +30,41 @@ static void memory_roundtrip(acc_accelerator *acc) {
   CHECK_OK(acc_accelerator_free(acc, d));
 }
 
+/* acc_accelerator_cast gives the bits of the CPU conversions, in device memory on a device. */
+static void cast_check(acc_accelerator *acc) {
+  enum { N = 1000 };
+  float host[N];
+  uint16_t want_bf[N], want_h[N], got[N];
+  for (int i = 0; i < N; i++) host[i] = (float)(i - 500) * 0.37f + (i % 7 == 0 ? 1e-6f : 0.0f);
+  host[1] = 1e30f; /* f16 overflow */
+  host[2] = -0.0f;
+  CHECK_OK(acc_f32_to_bf16(want_bf, host, N));
+  CHECK_OK(acc_f32_to_f16(want_h, host, N));
+  float *d_src = NULL;
+  uint16_t *d_dst = NULL;
+  CHECK_OK(acc_accelerator_alloc(acc, sizeof host, (void **)&d_src));
+  CHECK_OK(acc_accelerator_alloc(acc, sizeof got, (void **)&d_dst));
+  if (!d_src || !d_dst) return;
+  CHECK_OK(acc_accelerator_memcpy(acc, d_src, host, sizeof host, ACC_COPY_HOST_TO_DEVICE));
+  const acc_dtype dts[2] = {ACC_BF16, ACC_F16};
+  const uint16_t *wants[2] = {want_bf, want_h};
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(acc_accelerator_cast(acc, d_dst, d_src, N, dts[k]));
+    CHECK_OK(acc_accelerator_memcpy(acc, got, d_dst, sizeof got, ACC_COPY_DEVICE_TO_HOST));
+    CHECK(memcmp(got, wants[k], sizeof got) == 0, "%s: cast on %s differs from the CPU bits",
+          acc_dtype_name(dts[k]), acc_accelerator_device_name(acc));
+  }
+  CHECK_ERR(acc_accelerator_cast(acc, d_dst, d_src, N, ACC_F32), ACC_ERR_INVALID_ARGUMENT,
+            "expected bf16 or f16");
+  CHECK_ERR(acc_accelerator_cast(acc, (uint16_t *)d_src, d_src, N, ACC_BF16),
+            ACC_ERR_INVALID_ARGUMENT, "overlap");
+  if (acc_accelerator_device_type(acc) != ACC_DEVICE_CPU)
+    CHECK_ERR(acc_accelerator_cast(acc, got, d_src, N, ACC_BF16), ACC_ERR_INVALID_ARGUMENT,
+              "not device memory");
+  CHECK_OK(acc_accelerator_free(acc, d_src));
+  CHECK_OK(acc_accelerator_free(acc, d_dst));
+}
+
 static void single(void) {
   /* default: the CPU whatever the machine has */
   acc_accelerator *acc = make(ACC_UNSET);
@@ -40,6 +75,7 @@ static void single(void) {
   CHECK(acc_accelerator_device_index(acc) == -1, "no GPU ordinal on the CPU");
   CHECK(acc_accelerator_stream(acc) == NULL, "no stream on the CPU");
   memory_roundtrip(acc);
+  cast_check(acc);
   CHECK_OK(acc_accelerator_synchronize(acc));
   acc_accelerator_destroy(acc);
 
@@ -53,6 +89,7 @@ static void single(void) {
   CHECK(acc_accelerator_device_index(acc) == 0, "ordinal = local rank 0");
   CHECK(acc_accelerator_stream(acc) != NULL, "a compute stream");
   memory_roundtrip(acc);
+  cast_check(acc);
   float host[4] = {1, 2, 3, 4};
   CHECK(acc_accelerator_is_device_pointer(acc, host) == 0, "a stack array is not device memory");
   CHECK_ERR(acc_accelerator_memcpy(acc, host, host, sizeof host, ACC_COPY_HOST_TO_DEVICE),
