@@ -16,8 +16,8 @@
 #include "acc_test.h"
 #include "cli/config_file.h"
 #include "internal.h"
+#include "alloc_torture.h"
 
-#define MAX_N 5000
 #define NP 5
 
 static char root[512];
@@ -66,33 +66,8 @@ static int count_entries(const char *prefix) {
   return n;
 }
 
-/* Runs op with allocation n failing, for n = 0.. until op no longer reaches n. check(rc, n) is
- * called after every run and returns the number of failed checks it found. */
-typedef acc_result (*op_fn)(void);
-typedef void (*check_fn)(acc_result rc, long n);
-static void torture(const char *what, op_fn op, check_fn check) {
-  long n = 0, failures = 0;
-  for (; n < MAX_N; n++) {
-    acc_clear_error();
-    acc__alloc_fail_nth(n);
-    acc_result rc = op();
-    long seen = acc__alloc_count();
-    acc__alloc_fail_nth(-1);
-    if (rc != ACC_OK) {
-      failures++;
-      CHECK(strcmp(acc_last_error(), "no error") != 0 && acc_last_error()[0],
-            "%s: allocation %ld failed: %s without a message", what, n, acc_result_string(rc));
-    }
-    check(rc, n);
-    if (seen <= n) {
-      CHECK(rc == ACC_OK, "%s: failed without an injected failure (n=%ld): %s", what, n,
-            acc_last_error());
-      break;
-    }
-  }
-  CHECK(n < MAX_N, "%s: more than %d allocations", what, MAX_N);
-  fprintf(stderr, "%s: %ld allocations, %ld runs failed cleanly\n", what, n, failures);
-}
+/* torture(what, op, check): the loop of tests/alloc_torture.h */
+#define torture acc_test_torture
 
 /* ---- save_state / load_state ---------------------------------------------------------------- */
 static acc_accelerator *acc;

@@ -8,8 +8,8 @@
 
 #include "acc_test.h"
 #include "internal.h"
+#include "alloc_torture.h"
 
-#define MAX_N 5000
 #define N 21
 
 static float feats[N][3];
@@ -17,29 +17,7 @@ static acc_dataset *ds;
 static acc_accelerator *acc;
 static float *dbuf;
 
-typedef acc_result (*op_fn)(void);
-static void torture(const char *what, op_fn op) {
-  long n = 0, failures = 0;
-  for (; n < MAX_N; n++) {
-    acc_clear_error();
-    acc__alloc_fail_nth(n);
-    acc_result rc = op();
-    long seen = acc__alloc_count();
-    acc__alloc_fail_nth(-1);
-    if (rc != ACC_OK) {
-      failures++;
-      CHECK(strcmp(acc_last_error(), "no error") != 0 && acc_last_error()[0],
-            "%s: allocation %ld failed: %s without a message", what, n, acc_result_string(rc));
-    }
-    if (seen <= n) {
-      CHECK(rc == ACC_OK, "%s: failed without an injected failure (n=%ld): %s", what, n,
-            acc_last_error());
-      break;
-    }
-  }
-  CHECK(n < MAX_N, "%s: more than %d allocations", what, MAX_N);
-  fprintf(stderr, "%s: %ld allocations, %ld runs failed cleanly\n", what, n, failures);
-}
+static void torture(const char *what, acc_torture_op op) { acc_test_torture(what, op, NULL); }
 
 static acc_result op_loader(void) {
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;
