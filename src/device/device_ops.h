@@ -120,7 +120,8 @@ typedef struct acc__device_ops {
   int (*host_alloc)(void *ctx, size_t bytes, void **p);
   int (*host_free)(void *ctx, void *p);
   /* ---- ABI 4: the watchdog (src/device/watchdog.h); NULL without NCCL ---- */
-  /* ACC_OK, or the communicator's asynchronous error (last_error holds it). Any thread. */
+  /* ACC_OK, or the communicator's asynchronous error (last_error holds it). Any thread; makes
+   * the communicator's GPU current in the calling thread. */
   int (*nccl_check)(void *ctx, void *comm);
   /* ncclCommAbort: the operations in flight end; the communicator is unusable afterwards (its
    * calls fail, nccl_destroy only frees). Never concurrently with a call issuing on it. */

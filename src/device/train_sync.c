@@ -158,7 +158,13 @@ static int wd_peer(void *pctx, int *rank, int *pid, char *how, size_t cap) {
   return acc__state_peer_gone(pctx, rank, pid, how, cap);
 }
 
-static const acc__wd_ops wd_ops = {wd_query, wd_async_error, wd_abort};
+/* nccl_check makes the communicator's GPU current in the calling thread */
+static void wd_thread_start(void *ctx) {
+  char msg[16];
+  (void)wd_async_error(ctx, msg, sizeof msg);
+}
+
+static const acc__wd_ops wd_ops = {wd_query, wd_async_error, wd_abort, wd_thread_start};
 
 /* ACCELERATE_DEVICE_NCCL: 0 auto, 1 always, 2 never. */
 static acc_result nccl_mode(int *mode) {

@@ -68,6 +68,7 @@ static void *run(void *arg) {
   double last_peer = 0, gone_since = 0;
   int gone_rank = -1, gone_pid = 0;
   char gone_how[96] = "", msg[512];
+  if (c->ops->thread_start) c->ops->thread_start(c->ctx);
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
     if (w->failed || w->count == 0) {

@@ -33,6 +33,9 @@ typedef struct acc__wd_ops {
   /* Aborts the communicator: the operations in flight end. Called once, under the watchdog's
    * lock (so never while the program issues an operation). */
   void (*abort)(void *ctx);
+  /* Optional: called once by the watchdog's thread before its first poll (CUDA: make the
+   * communicator's GPU current in that thread). */
+  void (*thread_start)(void *ctx);
 } acc__wd_ops;
 
 /* Peer liveness: 1 when a peer is gone, with its rank, pid (0: unknown) and how ("died (killed

@@ -178,7 +178,8 @@ int acc__nccl_wait(void *ctx, void *comm, void *s, double timeout_s) {
 /* The watchdog's poll (another thread than the one issuing operations). */
 int acc__nccl_check(void *ctx, void *comm) {
   nccl_comm *nc = comm;
-  (void)ctx;
+  acc__cuda_ctx *c = ctx;
+  (void)cudaSetDevice(c->dev); /* this thread: the communicator's GPU (cheap when current) */
   if (!nc->comm)
     return acc__cuda_fail(ACC_ERR_INVALID_USAGE, "the NCCL communicator was aborted");
   ncclResult_t st = ncclSuccess;
