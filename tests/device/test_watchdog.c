@@ -63,7 +63,13 @@ static int peer_state(void *pctx, int *rank, int *pid, char *how, size_t cap) {
   return acc__state_peer_gone(((stub *)pctx)->st, rank, pid, how, cap);
 }
 
-static const acc__wd_ops ops = {q_stub, a_stub, abort_stub};
+static atomic_int thread_starts;
+static void start_stub(void *ctx) {
+  (void)ctx;
+  atomic_fetch_add(&thread_starts, 1);
+}
+
+static const acc__wd_ops ops = {q_stub, a_stub, abort_stub, start_stub};
 
 static acc__watchdog *start(stub *s, acc_state *st, double timeout, double grace) {
   acc__wd_config c = {&ops, s, peer_stub, s, st, "NCCL", 0, 2, timeout, 0.001, 0.01, grace};
@@ -111,6 +117,7 @@ static void stub_tests(void) {
     REQUIRE_OK(acc__watchdog_check(w));
     CHECK(atomic_load(&s.aborts) == 0, "no abort");
     acc__watchdog_stop(w);
+    CHECK(atomic_load(&thread_starts) == 1, "thread_start once (%d)", atomic_load(&thread_starts));
     REQUIRE_OK(acc_barrier(st));
   }
   /* 2. the deadline: the operation fails, the communicator is aborted once, the message names
