@@ -4,7 +4,7 @@
 #      registry: see `fetch` below) into a private prefix, never into /;
 #   2. builds the project with CUDA (ACC_WITH_CUDA=ON);
 #   3. runs `ctest -L gpu` (the kernels and the training path on the GPU: tests/devtrain's GPU
-#      tests, with the *_2gpu ones only when two GPUs are present), `ctest -L device` (the device layer, the fake
+#      tests, the *_2gpu ones only with two GPUs), `ctest -L device` (the device layer, the fake
 #      device, the loader placement and staged collectives, the CUDA module with a driver), then
 #      the whole suite for information;
 #   4. trains the Fashion-MNIST example on the GPU (--device cuda) and on the CPU, same arguments;
@@ -183,7 +183,7 @@ gpu_tests() {
   return "$rc"
 }
 gpu_step ctest_gpu gpu_tests
-[ "$gpus" -lt 2 ] && note "NOTE ctest_gpu: one GPU, the *_2gpu tests (NCCL across two GPUs) did not run"
+[ "$gpus" -lt 2 ] && note "NOTE ctest_gpu: the *_2gpu tests (NCCL across two GPUs) did not run"
 gpu_step ctest_device "${ct[@]}" -L device -j 4
 [ "$skip_suite" = 1 ] || gpu_step ctest_all "${ct[@]}" -j 8 -LE 'gpu'
 
