@@ -62,6 +62,9 @@ typedef struct acc__proc_info {
 
 acc_result acc__backend_single_create(acc__backend **out);
 acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *info);
+/* 1 when a rank other than this one is dead (*left 0) or left the group (*left 1): its rank and
+ * pid; 0 when all are alive. Any thread (atomics and a trylock of the rank's robust mutex). */
+int acc__shm_peer_gone(acc__backend *be, int *rank, int *pid, int *left);
 /* In src/backend/mpi.c, reached through the module loader (src/module.h). */
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info);
 

@@ -25,6 +25,20 @@ static acc_result fail_remote(acc_state *st, acc_result rc) {
   return rc;
 }
 
+void acc__state_mark_broken(acc_state *st, const char *msg) {
+  if (!st || st->broken) return;
+  st->broken = 1;
+  snprintf(st->broken_msg, sizeof st->broken_msg, "%s", msg);
+}
+
+int acc__state_peer_gone(acc_state *st, int *rank, int *pid, char *how, size_t cap) {
+  if (!st || !st->be || st->size < 2 || strcmp(st->be->ops->name, "shm") != 0) return 0;
+  int left = 0;
+  if (!acc__shm_peer_gone(st->be, rank, pid, &left)) return 0;
+  snprintf(how, cap, "%s", left ? "left the process group" : "died (killed or crashed)");
+  return 1;
+}
+
 static void to_rec(acc__call_rec *r, const acc__call *c) {
   memset(r, 0, sizeof *r);
   acc__call_rec_fields(r, c);

@@ -31,6 +31,13 @@ struct acc_state {
 void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const char *detail,
                            int gpu);
 
+/* Marks the group broken (later collectives fail at once with msg); the first reason stays.
+ * The thread that uses the state only. */
+void acc__state_mark_broken(acc_state *st, const char *msg);
+/* Peer liveness from the CPU backend (shm: the robust mutex of each rank; other backends: no
+ * check, 0): 1 with the rank, pid and how when a peer is dead or left. Any thread. */
+int acc__state_peer_gone(acc_state *st, int *rank, int *pid, char *how, size_t cap);
+
 /* Validates a state handle at API entry. */
 acc_result acc__state_check(const acc_state *st, const char *fn);
 

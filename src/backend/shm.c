@@ -237,6 +237,21 @@ static peer_state peer_check(shm_be *s, int r) {
   return PEER_DEAD; /* free without departing, or not recoverable: treat as dead */
 }
 
+int acc__shm_peer_gone(acc__backend *be, int *rank, int *pid, int *left) {
+  shm_be *s = (shm_be *)be;
+  if (!s->ctrl) return 0;
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me) continue;
+    peer_state ps = peer_check(s, r);
+    if (ps == PEER_ALIVE) continue;
+    *rank = r;
+    *pid = atomic_load(&s->ctrl[r].pid);
+    *left = ps == PEER_LEFT;
+    return 1;
+  }
+  return 0;
+}
+
 static const char *what(shm_be *s) { return s->base.op_name ? s->base.op_name : "collective"; }
 
 /* Checks the ranks that have not reached target; returns an error for the first gone one. */

@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 3u
+#define ACC__DEVICE_ABI_VERSION 4u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -119,6 +119,13 @@ typedef struct acc__device_ops {
    * device has none (cpu, fake); acc__device_host_alloc then uses ordinary host memory. */
   int (*host_alloc)(void *ctx, size_t bytes, void **p);
   int (*host_free)(void *ctx, void *p);
+  /* ---- ABI 4: the watchdog (src/device/watchdog.h); NULL without NCCL ---- */
+  /* ACC_OK, or the communicator's asynchronous error (last_error holds it). Any thread; makes
+   * the communicator's GPU current in the calling thread. */
+  int (*nccl_check)(void *ctx, void *comm);
+  /* ncclCommAbort: the operations in flight end; the communicator is unusable afterwards (its
+   * calls fail, nccl_destroy only frees). Never concurrently with a call issuing on it. */
+  int (*nccl_abort)(void *ctx, void *comm);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */

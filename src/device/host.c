@@ -785,7 +785,7 @@ static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
    h_alloc, h_free, h_is_device_ptr, h_stream_create, h_stream_destroy, h_stream_sync,        \
    h_event_create, h_event_destroy, h_event_record, h_stream_wait, h_event_sync, h_event_query, \
    h_copy, h_memset, h_sgd, h_adamw, h_unscale, h_norm_partials, h_norm_finish, h_scale, h_cast, \
-   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL}
+   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL}
 
 const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu);
 const acc__device_ops acc__device_fake_ops = HOST_OPS("fake", h_open_fake);

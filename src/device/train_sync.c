@@ -11,13 +11,23 @@
  *     GPU): a communication stream waits for the compute stream (an event), all-reduces the
  *     bucket in place (a contiguous bucket) or through a device staging buffer, scales by 1/N
  *     with the scale kernel; at the end of the step the compute stream waits for an event
- *     recorded on the communication stream. No host synchronization. Compiled, never run. */
+ *     recorded on the communication stream. No host synchronization. Compiled, never run.
+ *     ACCELERATE_DEVICE_NCCL=always forces it (an error when it cannot be used), also at one
+ *     process (a one-rank communicator: the GPU tests); never forces the host-staged path.
+ *
+ * Nothing waits unbounded: the NCCL all-reduces are watched by the watchdog thread (watchdog.h:
+ * completion, asynchronous error, dead peers, the collective timeout; on failure the
+ * communicator is aborted and the next call here returns the error with the group broken), and
+ * the host-staged path's waits for its device-to-host copies are bounded polls. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../collcheck.h"
+#include "../env.h"
+#include "../state.h"
 #include "train.h"
+#include "watchdog.h"
 
 struct acc__dev_gsync {
   acc__accel_dev *d;
@@ -37,7 +47,13 @@ struct acc__dev_gsync {
   float *d_staging; /* prefix[n] floats for buckets that are not contiguous */
   float *d_inv;     /* 1/N on the device, for the scale kernel */
   int used;         /* a bucket went through NCCL since the last finish */
+  acc__watchdog *wd;
+  acc__devent *wd_ev[64]; /* one per all-reduce in flight, reused round robin */
+  uint64_t wd_seq[64];    /* the watchdog's number of the all-reduce each last marked */
+  uint64_t wd_n;          /* all-reduces issued */
 };
+
+enum { WD_EVENTS = 64 };
 
 /* ---- prepare_model ------------------------------------------------------------------------ */
 
@@ -110,10 +126,71 @@ acc_result acc__dev_prepare_model(acc_accelerator *acc, acc_model *m) {
 /* NCCL: CUDA, more than one process, the module built with NCCL, and no two processes on one
  * GPU (NCCL needs a GPU per rank). Every process of the group is on CUDA here (the placement is
  * the same everywhere), so the collectives below are matched. */
+/* The watchdog's view of the communicator (watchdog.h). */
+static int wd_query(void *ctx, void *token, char *msg, size_t cap) {
+  acc__dev_gsync *g = ctx;
+  int done = 0;
+  if (acc__devent_query(g->d->dev, token, &done) != ACC_OK) {
+    snprintf(msg, cap, "%s", acc_last_error());
+    return -1;
+  }
+  return done ? 1 : 0;
+}
+
+static int wd_async_error(void *ctx, char *msg, size_t cap) {
+  acc__dev_gsync *g = ctx;
+  void *mctx = NULL;
+  const acc__device_ops *ops = acc__device_ops_of(g->d->dev, &mctx);
+  if (!ops->nccl_check || ops->nccl_check(mctx, g->comm) == ACC_OK) return 0;
+  const char *m = ops->last_error ? ops->last_error() : NULL;
+  snprintf(msg, cap, "%s", m && *m ? m : "unknown error");
+  return 1;
+}
+
+static void wd_abort(void *ctx) {
+  acc__dev_gsync *g = ctx;
+  void *mctx = NULL;
+  const acc__device_ops *ops = acc__device_ops_of(g->d->dev, &mctx);
+  if (ops->nccl_abort) ops->nccl_abort(mctx, g->comm);
+}
+
+static int wd_peer(void *pctx, int *rank, int *pid, char *how, size_t cap) {
+  return acc__state_peer_gone(pctx, rank, pid, how, cap);
+}
+
+/* nccl_check makes the communicator's GPU current in the calling thread */
+static void wd_thread_start(void *ctx) {
+  char msg[16];
+  (void)wd_async_error(ctx, msg, sizeof msg);
+}
+
+static const acc__wd_ops wd_ops = {wd_query, wd_async_error, wd_abort, wd_thread_start};
+
+/* ACCELERATE_DEVICE_NCCL: 0 auto, 1 always, 2 never. */
+static acc_result nccl_mode(int *mode) {
+  int set = 0;
+  *mode = 0;
+  return acc__env_enum("ACCELERATE_DEVICE_NCCL", mode, &set);
+}
+
+/* NCCL: CUDA, more than one process (or ACCELERATE_DEVICE_NCCL=always), the module built with
+ * NCCL, and no two processes on one GPU (NCCL needs a GPU per rank). Every process of the group
+ * is on CUDA here (the placement is the same everywhere), so the collectives below are
+ * matched. */
 static acc_result nccl_setup(acc__dev_gsync *g) {
   acc__accel_dev *d = g->d;
-  int np = acc_state_num_processes(g->st);
-  if (d->type != ACC_DEVICE_CUDA || np < 2) return ACC_OK;
+  int np = acc_state_num_processes(g->st), mode = 0;
+  ACC_CHECK(nccl_mode(&mode));
+  if (mode == 2) return ACC_OK;
+  if (d->type != ACC_DEVICE_CUDA) {
+    if (mode == 1)
+      return acc__error(ACC_ERR_NOT_SUPPORTED,
+                        "ACCELERATE_DEVICE_NCCL=always: NCCL needs a CUDA device, this "
+                        "accelerator trains on %s",
+                        acc__device_name(d->dev));
+    return ACC_OK;
+  }
+  if (np < 2 && mode != 1) return ACC_OK;
   void *ctx = NULL;
   const acc__device_ops *ops = acc__device_ops_of(d->dev, &ctx);
   /* this process's GPU: host name and ordinal; every process must have its own */
@@ -123,9 +200,10 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   uint64_t key = 1469598103934665603ull; /* FNV-1a of the host name, then the ordinal */
   for (const char *c = host; *c; c++) key = (key ^ (uint8_t)*c) * 1099511628211ull;
   key = (key ^ (uint64_t)(d->where.ordinal + 1)) * 1099511628211ull;
-  int32_t usable = ops->nccl_init && ops->nccl_all_reduce ? 1 : 0;
+  int32_t usable = ops->nccl_init && ops->nccl_all_reduce && ops->nccl_abort ? 1 : 0;
   acc__comm_origin(ACC__ORIGIN_PREPARE, -2);
   ACC_CHECK(acc_all_reduce(g->st, &usable, &usable, 1, ACC_I32, ACC_MIN));
+  int no_nccl = !usable, shared = 0;
   int64_t *keys = acc__calloc((size_t)np, sizeof *keys);
   int64_t mine = (int64_t)key;
   if (!keys) return ACC_ERR_NOMEM;
@@ -133,13 +211,20 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   acc_result rc = acc_all_gather(g->st, &mine, keys, 1, ACC_I64);
   for (int a = 0; rc == ACC_OK && a < np; a++)
     for (int b = a + 1; b < np; b++)
-      if (keys[a] == keys[b]) usable = 0;
+      if (keys[a] == keys[b]) usable = 0, shared = 1;
   acc__free(keys);
   ACC_CHECK(rc);
+  if (!usable && mode == 1)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "ACCELERATE_DEVICE_NCCL=always: %s",
+                      no_nccl ? "the CUDA module of a process was built without NCCL"
+                      : shared ? "two processes share a GPU (NCCL needs one GPU per process)"
+                               : "NCCL cannot be used");
   if (!usable) return ACC_OK; /* the host-staged path */
   uint8_t id[ACC__NCCL_ID_BYTES];
   ACC_CHECK(acc__device_nccl_bootstrap_id(g->st, id));
-  int r = ops->nccl_init(ctx, &g->comm, np, acc_state_process_index(g->st), id, 600.0);
+  double timeout = acc_state_timeout(g->st);
+  int r = ops->nccl_init(ctx, &g->comm, np, acc_state_process_index(g->st), id,
+                         timeout > 0 ? timeout : 600.0);
   if (r != ACC_OK) {
     g->comm = NULL;
     const char *m = ops->last_error ? ops->last_error() : NULL;
@@ -150,11 +235,16 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   ACC_CHECK(acc__dstream_create(d->dev, &g->cstream));
   ACC_CHECK(acc__devent_create(d->dev, &g->ev_compute));
   ACC_CHECK(acc__devent_create(d->dev, &g->ev_comm));
+  for (int k = 0; k < WD_EVENTS; k++) ACC_CHECK(acc__devent_create(d->dev, &g->wd_ev[k]));
   ACC_CHECK(acc__device_alloc(d->dev, sizeof(float), (void **)&g->d_inv));
   if (total) ACC_CHECK(acc__device_alloc(d->dev, total * sizeof(float), (void **)&g->d_staging));
   ACC_CHECK(acc__device_copy(d->dev, g->d_inv, &g->inv_world, sizeof(float), ACC__COPY_H2D,
                              d->stream));
-  return acc__dstream_sync(d->dev, d->stream);
+  ACC_CHECK(acc__dstream_sync(d->dev, d->stream));
+  acc__wd_config wc = {&wd_ops, g, wd_peer, g->st, g->st, "NCCL",
+                       acc_state_process_index(g->st), np, timeout > 0 ? timeout : 1800.0,
+                       0, 0, 0};
+  return acc__watchdog_start(&g->wd, &wc);
 }
 
 acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_state *st,
@@ -174,7 +264,9 @@ acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_st
   acc_result rc = g->prefix && g->ev ? ACC_OK : ACC_ERR_NOMEM;
   for (size_t k = 0; rc == ACC_OK && k < n; k++)
     g->prefix[k + 1] = g->prefix[k] + acc_model_parameter(m, order[k])->numel;
-  if (rc == ACC_OK && acc_state_num_processes(st) > 1) {
+  int mode = 0;
+  if (rc == ACC_OK) rc = nccl_mode(&mode);
+  if (rc == ACC_OK && (acc_state_num_processes(st) > 1 || mode == 1)) {
     rc = nccl_setup(g);
     if (rc == ACC_OK && !g->comm) {
       if (g->prefix[n] && !(g->host = acc__calloc(g->prefix[n], sizeof(float)))) rc = ACC_ERR_NOMEM;
@@ -193,8 +285,11 @@ acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_st
 void acc__dev_gsync_free(acc__dev_gsync *g) {
   if (!g) return;
   acc__device *dev = g->d->dev;
+  /* the watchdog still runs here: a dead peer aborts what these waits would wait for */
   acc__dstream_sync(dev, g->d->stream);
   if (g->cstream) acc__dstream_sync(dev, g->cstream);
+  acc__watchdog_stop(g->wd);
+  for (int k = 0; k < WD_EVENTS; k++) acc__devent_destroy(dev, g->wd_ev[k]);
   if (g->comm) {
     void *ctx = NULL;
     const acc__device_ops *ops = acc__device_ops_of(dev, &ctx);
@@ -232,13 +327,29 @@ static acc_result nccl_bucket(acc__dev_gsync *g, size_t bucket, size_t first, si
       off += p->numel;
     }
   }
+  /* the event that marks this all-reduce for the watchdog: its previous use must be over */
+  size_t slot = (size_t)(g->wd_n % WD_EVENTS);
+  if (g->wd_seq[slot]) ACC_CHECK(acc__watchdog_wait(g->wd, g->wd_seq[slot]));
+  ACC_CHECK(acc__watchdog_begin(g->wd)); /* the recorded failure, else holds the lock */
   int r = ops->nccl_all_reduce(ctx, g->comm, buf, buf, numel, (int)ACC_F32, (int)ACC_SUM,
                                g->cstream);
   if (r != ACC_OK) {
+    acc__watchdog_cancel(g->wd);
     const char *m = ops->last_error ? ops->last_error() : NULL;
-    return acc__error((acc_result)r, "gradient bucket %zu: NCCL all-reduce: %s", bucket,
-                      m && *m ? m : "failed");
+    acc_result rc = acc__error((acc_result)r, "gradient bucket %zu: NCCL all-reduce on rank %d: %s",
+                               bucket, acc_state_process_index(g->st), m && *m ? m : "failed");
+    acc__state_mark_broken(g->st, acc_last_error());
+    return rc;
   }
+  acc_result rc = acc__devent_record(d->dev, g->wd_ev[slot], g->cstream);
+  if (rc != ACC_OK) {
+    acc__watchdog_cancel(g->wd);
+    return rc;
+  }
+  char detail[64];
+  snprintf(detail, sizeof detail, "gradient bucket %zu", bucket);
+  ACC_CHECK(acc__watchdog_push(g->wd, g->wd_ev[slot], "all_reduce", detail, &g->wd_seq[slot]));
+  g->wd_n++;
   ACC_CHECK(acc__device_scale(d->dev, buf, numel, g->d_inv, g->cstream));
   if (!inplace)
     for (size_t k = first, off = 0; k < first + count; k++) {
@@ -251,9 +362,42 @@ static acc_result nccl_bucket(acc__dev_gsync *g, size_t bucket, size_t first, si
   return ACC_OK;
 }
 
+typedef struct staged_q {
+  acc__dev_gsync *g;
+  acc__devent *ev;
+  acc_result rc;
+} staged_q;
+
+static int staged_query(void *ctx) {
+  staged_q *q = ctx;
+  int done = 0;
+  q->rc = acc__devent_query(q->g->d->dev, q->ev, &done);
+  return q->rc != ACC_OK ? -1 : done;
+}
+
+/* The host-staged path's wait for a bucket's device-to-host copy: bounded by the collective
+ * timeout (a device that never finishes the backward work queued before the copy would
+ * otherwise hang this process while its peers wait in the all-reduce). */
+static acc_result staged_wait(acc__dev_gsync *g, size_t bucket) {
+  staged_q q = {g, g->ev[bucket], ACC_OK};
+  double timeout = acc_state_timeout(g->st);
+  if (!(timeout > 0)) timeout = 1800.0;
+  acc_result rc = acc__wd_poll(staged_query, &q, timeout);
+  if (rc == ACC_OK) return ACC_OK;
+  if (q.rc != ACC_OK) return q.rc;
+  rc = acc__error(ACC_ERR_TIMEOUT,
+                  "gradient bucket %zu on rank %d: the device %s did not finish the work queued "
+                  "before the bucket's device-to-host copy in %g s (ACCELERATE_TIMEOUT): the "
+                  "device is stuck or a kernel does not end",
+                  bucket, acc_state_process_index(g->st), acc__device_name(g->d->dev), timeout);
+  acc__state_mark_broken(g->st, acc_last_error());
+  return rc;
+}
+
 acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first, size_t count,
                                  size_t numel, float *inplace) {
-  if (numel == 0 || g->inv_world == 1.0f) return ACC_OK;
+  if (g->wd) ACC_CHECK(acc__watchdog_check(g->wd));
+  if (numel == 0 || (g->inv_world == 1.0f && !g->comm)) return ACC_OK;
   if (g->comm) return nccl_bucket(g, bucket, first, count, numel, inplace);
   acc__accel_dev *d = g->d;
   float *h = g->host + g->prefix[first];
@@ -269,7 +413,7 @@ acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first,
     }
   }
   ACC_CHECK(acc__devent_record(d->dev, g->ev[bucket], d->stream));
-  ACC_CHECK(acc__devent_sync(d->dev, g->ev[bucket]));
+  ACC_CHECK(staged_wait(g, bucket));
   acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, (int64_t)bucket);
   ACC_CHECK(acc_all_reduce(g->st, h, h, numel, ACC_F32, ACC_SUM));
   for (size_t i = 0; i < numel; i++) h[i] = h[i] * g->inv_world; /* as the CPU path */
@@ -285,7 +429,9 @@ acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first,
 }
 
 acc_result acc__dev_gsync_finish(acc__dev_gsync *g) {
-  if (!g || !g->comm || !g->used) return ACC_OK;
+  if (!g || !g->comm) return ACC_OK;
+  ACC_CHECK(acc__watchdog_check(g->wd));
+  if (!g->used) return ACC_OK;
   g->used = 0;
   ACC_CHECK(acc__devent_record(g->d->dev, g->ev_comm, g->cstream));
   return acc__dstream_wait(g->d->dev, g->d->stream, g->ev_comm);

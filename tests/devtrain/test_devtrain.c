@@ -11,15 +11,34 @@
  *   test_devtrain equiv <config>     CPU run vs fake-device run, bit for bit
  *   test_devtrain refuse             host memory in a device model is refused
  *   test_devtrain ckpt <config> <dir> save on one side, resume on the other, bit for bit
+ * With a last argument `cuda` the device run is on a GPU (ACC_DEVICE_CUDA): the host passes
+ * stage the parameters and gradients through acc_accelerator_memcpy (parameters and gradients to
+ * the host, forward and backward there, gradients back), so no kernel of the test's own is
+ * needed; the comparisons with the CPU are bit for bit except where the gradient norm clips
+ * (sgd, fp16, bf16lp): the GPU's norm is summed in another order, so those compare within a
+ * tolerance (relative 1e-4 + absolute 1e-6; the first norm within 1e-6 relative).
+ * More modes:
+ *   test_devtrain probe [ngpus]      exit 77 with the reason unless a CUDA GPU (ngpus of them)
+ *                                    can be used (the GPU tests run it first)
+ *   test_devtrain bigbatch <config> <dir> [cuda]   at 2 processes: trains on the device and
+ *                                    writes the parameters; at 1 process: the same with both
+ *                                    processes' data in one batch, compared within the tolerance
+ *   test_devtrain kill <config> <dir> [cuda]   at 2 processes: process 1 is killed before its
+ *                                    gradient all-reduce; process 0 must fail within seconds
+ *                                    naming rank 1, the group broken
  * Configs: sgd (momentum, weight decay, clip_grad_norm returning the norm), adamw (two parameter
  * groups, clip_grad_value, gradient accumulation), fp16 (SGD + momentum, an overflow on process
  * 0 only, clipping), bf16lp (AdamW, the bf16 low-precision copy), split (each tensor its own
  * allocation, small buckets, grad_ready overlap, max-norm clipping). */
 #include <math.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "acc_test.h"
+#include "device/device.h"
 
 enum { D = 6, H = 8, O = 3, BATCH = 4, NP = 4 };
 static const size_t numels[NP] = {H * D, H, O * H, O};
@@ -47,6 +66,10 @@ static const cfg *find_cfg(const char *name) {
 }
 
 static int rank, nprocs;
+static int cuda_mode;    /* the device run is on a GPU, the host passes staged through memcpy */
+static int vranks = 1;   /* bigbatch at 1 process: the data of this many processes in one batch */
+static int kill_mode;    /* a failing call ends the step with its result instead of the test */
+static double tol_rel;   /* 0: bit for bit; else parameters and state within this relative */
 
 /* A deterministic value in [-1, 1) from (a, b, c). */
 static float hval(uint64_t a, uint64_t b, uint64_t c) {
@@ -68,6 +91,8 @@ typedef struct run {
   acc_optimizer *opt;
   float *data[NP], *grad[NP];
   float *block_data, *block_grad; /* one allocation each unless split */
+  float *hd[NP], *hg[NP];         /* what the host passes read and write (staged on a GPU) */
+  float hbuf[2][H * D + H + O * H + O];
   int64_t micro;                  /* micro-steps done */
   int64_t opt_steps;              /* optimizer steps done (sync points) */
   float norms[64];
@@ -94,7 +119,7 @@ static void run_open(run *r, const cfg *c, int fake) {
   r->c = c;
   r->fake = fake;
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
-  o.device = fake ? ACC_DEVICE_AUTO : ACC_DEVICE_CPU;
+  o.device = !fake ? ACC_DEVICE_CPU : cuda_mode ? ACC_DEVICE_CUDA : ACC_DEVICE_AUTO;
   o.gradient_accumulation_steps = c->gas;
   o.mixed_precision = c->fp16   ? ACC_PRECISION_FP16
                       : c->bf16 ? ACC_PRECISION_BF16
@@ -106,7 +131,12 @@ static void run_open(run *r, const cfg *c, int fake) {
   rank = acc_state_process_index(acc_accelerator_state(r->acc));
   nprocs = acc_state_num_processes(acc_accelerator_state(r->acc));
   acc_test_rank = nprocs > 1 ? rank : -1;
-  REQUIRE_OK(acc_accelerator_device_type(r->acc) == (fake ? ACC_DEVICE_FAKE : ACC_DEVICE_CPU)
+  /* cuda mode under ACCELERATE_TEST_DEVICE=fake: the staged passes on the fake device (CI) */
+  const char *td = getenv("ACCELERATE_TEST_DEVICE");
+  acc_device_type want = !fake                             ? ACC_DEVICE_CPU
+                         : cuda_mode && !(td && !strcmp(td, "fake")) ? ACC_DEVICE_CUDA
+                                                                     : ACC_DEVICE_FAKE;
+  REQUIRE_OK(acc_accelerator_device_type(r->acc) == want
                  ? ACC_OK
                  : ACC_ERR_INTERNAL);
   size_t total = 0;
@@ -126,6 +156,8 @@ static void run_open(run *r, const cfg *c, int fake) {
       r->data[i] = r->block_data + off;
       r->grad[i] = r->block_grad + off;
     }
+    r->hd[i] = fake && cuda_mode ? r->hbuf[0] + off : r->data[i];
+    r->hg[i] = fake && cuda_mode ? r->hbuf[1] + off : r->grad[i];
     for (size_t k = 0; k < numels[i]; k++)
       init[k] = 0.5f * hval(1000 + (uint64_t)rank, (uint64_t)i, k);
     if (fake)
@@ -185,13 +217,14 @@ static void run_close(run *r) {
 /* Forward and backward of one micro-batch on the host, adding scale * dloss/dparam to the
  * gradients. */
 static void forward_backward(run *r, int64_t micro) {
-  const float *w1 = r->data[0], *b1 = r->data[1], *w2 = r->data[2], *b2 = r->data[3];
-  float *g1 = r->grad[0], *gb1 = r->grad[1], *g2 = r->grad[2], *gb2 = r->grad[3];
-  const float scale = acc_accelerator_backward_scale(r->acc) / (float)BATCH;
-  for (int s = 0; s < BATCH; s++) {
+  const float *w1 = r->hd[0], *b1 = r->hd[1], *w2 = r->hd[2], *b2 = r->hd[3];
+  float *g1 = r->hg[0], *gb1 = r->hg[1], *g2 = r->hg[2], *gb2 = r->hg[3];
+  const float scale = acc_accelerator_backward_scale(r->acc) / (float)(BATCH * vranks);
+  for (int vs = 0; vs < BATCH * vranks; vs++) {
+    const int s = vs % BATCH, dr = vranks > 1 ? vs / BATCH : rank; /* whose data */
     float x[D], h[H], y[O], dy[O], dh[H];
     for (int k = 0; k < D; k++)
-      x[k] = hval((uint64_t)micro, (uint64_t)rank * 97 + (uint64_t)s, (uint64_t)k);
+      x[k] = hval((uint64_t)micro, (uint64_t)dr * 97 + (uint64_t)s, (uint64_t)k);
     for (int j = 0; j < H; j++) {
       float a = b1[j];
       for (int k = 0; k < D; k++) a += w1[j * D + k] * x[k];
@@ -201,7 +234,7 @@ static void forward_backward(run *r, int64_t micro) {
       float a = b2[o];
       for (int j = 0; j < H; j++) a += w2[o * H + j] * h[j];
       y[o] = a;
-      dy[o] = (a - hval((uint64_t)micro + 7, (uint64_t)rank, (uint64_t)(s * O + o))) * scale;
+      dy[o] = (a - hval((uint64_t)micro + 7, (uint64_t)dr, (uint64_t)(s * O + o))) * scale;
     }
     for (int j = 0; j < H; j++) {
       float a = 0;
@@ -220,30 +253,56 @@ static void forward_backward(run *r, int64_t micro) {
   }
 }
 
+/* A call of a step: its failure ends the test, or in kill mode the step (returned). */
+#define STEP_OK(call)                              \
+  do {                                             \
+    acc_result step_rc_ = (call);                  \
+    if (kill_mode && step_rc_ != ACC_OK) return step_rc_; \
+    REQUIRE_OK(step_rc_);                          \
+  } while (0)
+
+/* Staged passes on a GPU: parameters and gradients to the host (in) or gradients back (out). */
+static acc_result stage(run *r, int in) {
+  for (int i = 0; i < NP; i++) {
+    size_t b = numels[i] * sizeof(float);
+    if (in) {
+      ACC_CHECK(acc_accelerator_memcpy(r->acc, r->hd[i], r->data[i], b, ACC_COPY_DEVICE_TO_HOST));
+      ACC_CHECK(acc_accelerator_memcpy(r->acc, r->hg[i], r->grad[i], b, ACC_COPY_DEVICE_TO_HOST));
+    } else {
+      ACC_CHECK(acc_accelerator_memcpy(r->acc, r->grad[i], r->hg[i], b, ACC_COPY_HOST_TO_DEVICE));
+    }
+  }
+  return ACC_OK;
+}
+
 /* One micro-step: accumulate, forward/backward, and at a sync point the optimizer step. */
-static void run_step(run *r) {
+static acc_result run_step(run *r) {
   const cfg *c = r->c;
-  REQUIRE_OK(acc_accelerator_accumulate(r->acc));
-  REQUIRE_OK(acc_accelerator_synchronize(r->acc)); /* the host "kernels" read device memory */
+  int staged = r->fake && cuda_mode;
+  STEP_OK(acc_accelerator_accumulate(r->acc));
+  STEP_OK(acc_accelerator_synchronize(r->acc)); /* the host "kernels" read device memory */
+  if (staged) STEP_OK(stage(r, 1));
   forward_backward(r, r->micro);
   int sync = acc_accelerator_sync_gradients(r->acc);
-  if (sync && c->inf_step == (int)r->opt_steps && rank == 0) r->grad[2][5] = INFINITY;
+  if (sync && c->inf_step == (int)r->opt_steps && rank == 0) r->hg[2][5] = INFINITY;
+  if (staged) STEP_OK(stage(r, 0));
+  if (kill_mode && rank == 1 && r->micro == 3) raise(SIGKILL); /* before its all-reduce */
   if (c->overlap)
-    for (int i = NP; i-- > 0;) REQUIRE_OK(acc_accelerator_grad_ready(r->acc, (size_t)i));
-  REQUIRE_OK(acc_accelerator_backward(r->acc));
+    for (int i = NP; i-- > 0;) STEP_OK(acc_accelerator_grad_ready(r->acc, (size_t)i));
+  STEP_OK(acc_accelerator_backward(r->acc));
   float norm = -1.0f;
-  if (c->clip == 1) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, &norm));
-  if (c->clip == 2) REQUIRE_OK(acc_accelerator_clip_grad_value(r->acc, 0.05f));
-  if (c->clip == 3) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.2f, INFINITY, &norm));
-  if (c->clip == 4) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, NULL));
+  if (c->clip == 1) STEP_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, &norm));
+  if (c->clip == 2) STEP_OK(acc_accelerator_clip_grad_value(r->acc, 0.05f));
+  if (c->clip == 3) STEP_OK(acc_accelerator_clip_grad_norm(r->acc, 0.2f, INFINITY, &norm));
+  if (c->clip == 4) STEP_OK(acc_accelerator_clip_grad_norm(r->acc, 0.5f, 2.0, NULL));
   /* On the fake device queued work runs only at synchronization points: the parameters (host
    * readable) must not change during optimizer_step and zero_grad, which queue their kernels
    * without waiting (fp16 waits once, for the overflow flag, inside its first step). */
   static float before[H * D];
-  int watch = r->fake && sync && !c->fp16;
+  int watch = r->fake && !cuda_mode && sync && !c->fp16;
   if (watch) memcpy(before, r->data[0], sizeof before);
-  REQUIRE_OK(acc_accelerator_optimizer_step(r->acc, r->opt));
-  REQUIRE_OK(acc_accelerator_optimizer_zero_grad(r->acc, r->opt));
+  STEP_OK(acc_accelerator_optimizer_step(r->acc, r->opt));
+  STEP_OK(acc_accelerator_optimizer_zero_grad(r->acc, r->opt));
   if (watch) {
     CHECK(memcmp(before, r->data[0], sizeof before) == 0,
           "%s: optimizer_step synchronized with the device", c->name);
@@ -259,6 +318,7 @@ static void run_step(run *r) {
     r->opt_steps++;
   }
   r->micro++;
+  return ACC_OK;
 }
 
 /* Everything that must match: parameters, optimizer state tensors, the low-precision copy. */
@@ -276,7 +336,11 @@ static void take(run *r, snap *s) {
   REQUIRE_OK(acc_accelerator_synchronize(r->acc));
   size_t off = 0;
   for (int i = 0; i < NP; i++) {
-    memcpy(s->params + off, r->data[i], numels[i] * sizeof(float)); /* host-addressable */
+    if (r->fake && cuda_mode)
+      REQUIRE_OK(acc_accelerator_memcpy(r->acc, s->params + off, r->data[i],
+                                        numels[i] * sizeof(float), ACC_COPY_DEVICE_TO_HOST));
+    else
+      memcpy(s->params + off, r->data[i], numels[i] * sizeof(float)); /* host-addressable */
     off += numels[i];
   }
   const uint16_t *low = acc_accelerator_low_precision_params(r->acc);
@@ -310,17 +374,43 @@ static void state_of(run *r, snap *s, const char *dir) {
   }
 }
 
-static void compare(const char *what, const snap *a, const snap *b) {
-  CHECK(memcmp(a->params, b->params, sizeof a->params) == 0, "%s: parameters differ", what);
-  for (size_t k = 0; k < sizeof a->params / sizeof(float); k++)
-    if (memcmp(&a->params[k], &b->params[k], sizeof(float)) != 0) {
-      fprintf(stderr, "  first difference at %zu: %.9g vs %.9g\n", k, (double)a->params[k],
-              (double)b->params[k]);
-      break;
+static int close_to(float a, float b, double rel) {
+  if (memcmp(&a, &b, sizeof a) == 0) return 1;
+  if (!(rel > 0) || isnan(a) || isnan(b)) return 0;
+  return fabs((double)a - (double)b) <= rel * fmax(fabs((double)a), fabs((double)b)) + 1e-6;
+}
+
+static int all_close(const float *a, const float *b, size_t n, double rel, size_t *at) {
+  for (size_t k = 0; k < n; k++)
+    if (!close_to(a[k], b[k], rel)) {
+      *at = k;
+      return 0;
     }
-  CHECK(a->nstate == b->nstate && memcmp(a->state, b->state, a->nstate * sizeof(float)) == 0,
+  return 1;
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static void compare(const char *what, const snap *a, const snap *b) {
+  size_t np = sizeof a->params / sizeof(float), at = 0;
+  int ok = all_close(a->params, b->params, np, tol_rel, &at);
+  CHECK(ok, "%s: parameters differ%s", what, tol_rel > 0 ? " beyond the tolerance" : "");
+  if (!ok)
+    fprintf(stderr, "  first difference at %zu: %.9g vs %.9g\n", at, (double)a->params[at],
+            (double)b->params[at]);
+  CHECK(a->nstate == b->nstate && all_close(a->state, b->state, a->nstate, tol_rel, &at),
         "%s: optimizer state differs (%zu vs %zu floats)", what, a->nstate, b->nstate);
-  CHECK(memcmp(a->low, b->low, sizeof a->low) == 0, "%s: low-precision copy differs", what);
+  int low_ok = 1;
+  for (size_t k = 0; k < np; k++)
+    if (a->low[k] != b->low[k] &&
+        !(tol_rel > 0 && close_to(bf16_to_f32(a->low[k]), bf16_to_f32(b->low[k]), 1.0 / 64)))
+      low_ok = 0;
+  CHECK(low_ok, "%s: low-precision copy differs", what);
   CHECK(a->opt_step == b->opt_step, "%s: step count %lld vs %lld", what, (long long)a->opt_step,
         (long long)b->opt_step);
   CHECK(a->scale == b->scale, "%s: loss scale %g vs %g", what, (double)a->scale, (double)b->scale);
@@ -337,16 +427,19 @@ static void equiv(const cfg *c, const char *dir) {
   snprintf(d1, sizeof d1, "%s/equiv_%s_cpu", dir, c->name);
   snprintf(d2, sizeof d2, "%s/equiv_%s_fake", dir, c->name);
   run_open(&cpu, c, 0);
-  for (int s = 0; s < STEPS * c->gas; s++) run_step(&cpu);
+  for (int s = 0; s < STEPS * c->gas; s++) REQUIRE_OK(run_step(&cpu));
   take(&cpu, &a);
   state_of(&cpu, &a, d1);
   run_open(&fake, c, 1);
-  for (int s = 0; s < STEPS * c->gas; s++) run_step(&fake);
+  for (int s = 0; s < STEPS * c->gas; s++) REQUIRE_OK(run_step(&fake));
   take(&fake, &b);
   state_of(&fake, &b, d2);
   compare(c->name, &a, &b);
-  CHECK(memcmp(cpu.norms, fake.norms, sizeof cpu.norms) == 0, "%s: clip norms differ (%g vs %g)",
-        c->name, (double)cpu.norms[0], (double)fake.norms[0]);
+  size_t at = 0;
+  CHECK(all_close(cpu.norms, fake.norms, 64, tol_rel, &at) &&
+            close_to(cpu.norms[0], fake.norms[0], tol_rel > 0 ? 1e-6 : 0),
+        "%s: clip norms differ (%g vs %g at step %zu)", c->name, (double)cpu.norms[at],
+        (double)fake.norms[at], at);
   CHECK(memcmp(cpu.skipped, fake.skipped, sizeof cpu.skipped) == 0, "%s: skipped steps differ",
         c->name);
   if (c->inf_step >= 0)
@@ -354,7 +447,7 @@ static void equiv(const cfg *c, const char *dir) {
           c->name);
   if (c->clip == 1) CHECK(fake.norms[0] > 0.0f, "%s: a norm was returned", c->name);
   /* acc_save_model of the device model writes the same file as the CPU model */
-  if (rank == 0) {
+  if (rank == 0 && !(tol_rel > 0)) {
     char p1[1100], p2[1100];
     snprintf(p1, sizeof p1, "%s/model.safetensors", d1);
     snprintf(p2, sizeof p2, "%s/model.safetensors", d2);
@@ -398,6 +491,20 @@ static void refuse(void) {
   CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_INVALID_ARGUMENT,
             "parameter 'w': its gradient");
   acc_model_destroy(m);
+  /* ACCELERATE_DEVICE_NCCL=always on a device without NCCL (the fake one): an error saying why;
+   * never: the host-staged path */
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "w", dev_w, dev_g, 1, shape));
+  setenv("ACCELERATE_DEVICE_NCCL", "always", 1);
+  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_NOT_SUPPORTED,
+            "ACCELERATE_DEVICE_NCCL=always: NCCL needs a CUDA device");
+  setenv("ACCELERATE_DEVICE_NCCL", "sometimes", 1);
+  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_INVALID_ARGUMENT,
+            "ACCELERATE_DEVICE_NCCL");
+  setenv("ACCELERATE_DEVICE_NCCL", "never", 1);
+  REQUIRE_OK(acc_accelerator_prepare_model(acc, m));
+  unsetenv("ACCELERATE_DEVICE_NCCL");
+  acc_model_destroy(m);
   /* ZeRO is not available on a device */
   acc_accelerator_free(acc, dev_w);
   acc_accelerator_free(acc, dev_g);
@@ -420,7 +527,7 @@ static void ckpt(const cfg *c, const char *dir) {
   snap straight, got;
   run r;
   run_open(&r, c, 0);
-  for (int s = 0; s < 2 * K * c->gas; s++) run_step(&r);
+  for (int s = 0; s < 2 * K * c->gas; s++) REQUIRE_OK(run_step(&r));
   take(&r, &straight);
   run_close(&r);
   static const int sides[3][2] = {{1, 0}, {0, 1}, {1, 1}}; /* {saved on fake, resumed on fake} */
@@ -430,37 +537,175 @@ static void ckpt(const cfg *c, const char *dir) {
     snprintf(what, sizeof what, "%s: saved on %s, resumed on %s", c->name,
              sides[k][0] ? "fake" : "cpu", sides[k][1] ? "fake" : "cpu");
     run_open(&r, c, sides[k][0]);
-    for (int s = 0; s < K * c->gas; s++) run_step(&r);
+    for (int s = 0; s < K * c->gas; s++) REQUIRE_OK(run_step(&r));
     REQUIRE_OK(acc_accelerator_save_state(r.acc, d, NULL));
     run_close(&r);
     run_open(&r, c, sides[k][1]);
     REQUIRE_OK(acc_accelerator_load_state(r.acc, d, NULL));
     r.micro = K * c->gas;
     r.opt_steps = K;
-    for (int s = 0; s < K * c->gas; s++) run_step(&r);
+    for (int s = 0; s < K * c->gas; s++) REQUIRE_OK(run_step(&r));
     take(&r, &got);
     straight.nstate = got.nstate = 0; /* the parameters carry the state's effect */
     compare(what, &straight, &got);
     run_close(&r);
   }
+  /* saved and resumed on the device against 10 steps straight on the device: bit for bit
+   * always (on a GPU too, where the comparisons with the CPU above may need the tolerance) */
+  snap dev_straight, resumed;
+  run_open(&r, c, 1);
+  for (int s = 0; s < 2 * K * c->gas; s++) REQUIRE_OK(run_step(&r));
+  take(&r, &dev_straight);
+  run_close(&r);
+  char d[1024];
+  snprintf(d, sizeof d, "%s/ckpt_%s_dev", dir, c->name);
+  run_open(&r, c, 1);
+  for (int s = 0; s < K * c->gas; s++) REQUIRE_OK(run_step(&r));
+  REQUIRE_OK(acc_accelerator_save_state(r.acc, d, NULL));
+  run_close(&r);
+  run_open(&r, c, 1);
+  REQUIRE_OK(acc_accelerator_load_state(r.acc, d, NULL));
+  r.micro = K * c->gas;
+  r.opt_steps = K;
+  for (int s = 0; s < K * c->gas; s++) REQUIRE_OK(run_step(&r));
+  take(&r, &resumed);
+  run_close(&r);
+  dev_straight.nstate = resumed.nstate = 0;
+  double keep = tol_rel;
+  tol_rel = 0;
+  compare("resumed on the device vs straight on the device", &dev_straight, &resumed);
+  tol_rel = keep;
+}
+
+/* bigbatch: 2 processes write their parameters; 1 process with both processes' data in one
+ * batch compares with them (within the tolerance: the sums are in another order). */
+static void bigbatch(const cfg *c, const char *dir) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/bigbatch_%s.bin", dir, c->name);
+  run r;
+  snap a, b;
+  if (nprocs == 1) vranks = 2;
+  run_open(&r, c, 1);
+  for (int s = 0; s < STEPS * c->gas; s++) REQUIRE_OK(run_step(&r));
+  take(&r, &a);
+  run_close(&r);
+  if (nprocs == 2) {
+    if (rank == 0) {
+      FILE *f = fopen(path, "wb");
+      CHECK(f && fwrite(a.params, sizeof a.params, 1, f) == 1, "writing %s", path);
+      if (f) fclose(f);
+    }
+    return;
+  }
+  REQUIRE_OK(nprocs == 1 ? ACC_OK : ACC_ERR_INVALID_USAGE);
+  memcpy(&b, &a, sizeof b);
+  FILE *f = fopen(path, "rb");
+  CHECK(f && fread(b.params, sizeof b.params, 1, f) == 1,
+        "reading %s (written by the same mode at 2 processes)", path);
+  if (f) fclose(f);
+  double keep = tol_rel;
+  tol_rel = 1e-4;
+  compare("2 processes vs 1 process with twice the batch", &b, &a);
+  tol_rel = keep;
+  vranks = 1;
+}
+
+static double mult(void) {
+  const char *m = getenv("ACC_TEST_TIMEOUT_MULTIPLIER");
+  double v = m ? atof(m) : 1.0;
+  return v >= 1.0 ? v : 1.0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* kill: process 1 dies before its all-reduce of micro-step 3; process 0 fails within seconds,
+ * naming rank 1, and the group is broken afterwards. */
+static void kill_test(const cfg *c, const char *dir) {
+  (void)dir;
+  REQUIRE_OK(nprocs == 2 ? ACC_OK : ACC_ERR_INVALID_USAGE);
+  /* the launcher stops the survivors of a dead rank (SIGTERM, then SIGKILL after its grace
+   * period): process 0 must notice by itself, as under a launcher that does not */
+  signal(SIGTERM, SIG_IGN);
+  kill_mode = 1;
+  run r;
+  run_open(&r, c, 1);
+  acc_result rc = ACC_OK;
+  double t0 = now_s();
+  char first[2048] = "", second[2048] = "";
+  for (int s = 0; s < 50 && rc == ACC_OK; s++) {
+    if (r.micro == 3) t0 = now_s(); /* the step in which process 1 dies */
+    rc = run_step(&r);
+  }
+  double dt = now_s() - t0;
+  CHECK(rc != ACC_OK, "process 0 failed after process 1 died");
+  snprintf(first, sizeof first, "%s", acc_last_error());
+  /* the next call: the group is broken (or the watchdog's failure, naming the rank) */
+  acc_result rc2 = acc_accelerator_backward(r.acc);
+  snprintf(second, sizeof second, "%s", acc_last_error());
+  printf("kill: failed after %.2f s: %s\nkill: then: %s\n", dt, first, second);
+  CHECK(dt < 15.0 * mult(), "process 0 noticed the dead process 1 within seconds (%.2f s)", dt);
+  CHECK(strstr(first, "rank 1") || strstr(second, "rank 1"), "the message names rank 1");
+  CHECK(rc2 != ACC_OK, "the next call fails too");
+  /* the group: broken by the failure (its reason names rank 1). Through NCCL the first failing
+   * call may be a synchronization released by the watchdog's abort; the watchdog's failure,
+   * which marks the group, comes with the next call of the gradient path */
+  CHECK_ERR(acc_barrier(acc_accelerator_state(r.acc)), ACC_ERR_REMOTE, "rank 1");
+  const char *nccl = getenv("ACCELERATE_DEVICE_NCCL");
+  if (!(nccl && !strcmp(nccl, "always")))
+    CHECK(strstr(acc_last_error(), "broken") != NULL, "the group is broken: %s", acc_last_error());
+  int fails = acc_test_failures;
+  if (!fails) printf("kill: PASS\n");
+  fflush(stdout);
+  _exit(fails ? 1 : 0); /* no clean-up: the group is gone */
+}
+
+/* probe [ngpus]: whether the GPU tests can run here (exit 77 and the reason if not). */
+static int probe(int want) {
+  acc__device_probe_info info;
+  memset(&info, 0, sizeof info);
+  acc_result rc = acc__device_cuda_probe(&info);
+  if (rc != ACC_OK) {
+    printf("SKIP: no usable CUDA GPU here: %s\n", acc_last_error());
+    return 77;
+  }
+  if (info.device_count < want) {
+    printf("SKIP: %d CUDA GPU(s) here, this test needs %d\n", info.device_count, want);
+    return 77;
+  }
+  printf("%d CUDA GPU(s), NCCL %d\n", info.device_count, info.nccl_version);
+  return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: test_devtrain equiv <config> <dir> | refuse | ckpt <config> <dir>\n");
+    fprintf(stderr, "usage: test_devtrain equiv|ckpt|bigbatch|kill <config> <dir> [cuda] | "
+                    "refuse | probe [ngpus]\n");
     return 2;
   }
+  if (!strcmp(argv[1], "probe")) return probe(argc > 2 ? atoi(argv[2]) : 1);
+  cuda_mode = argc >= 5 && !strcmp(argv[4], "cuda");
   acc_state *st = NULL; /* one process group for every accelerator of the program */
   REQUIRE_OK(acc_state_create(&st, NULL));
   rank = acc_state_process_index(st);
   nprocs = acc_state_num_processes(st);
   acc_test_rank = nprocs > 1 ? rank : -1;
+  const cfg *c = argc >= 3 ? find_cfg(argv[2]) : NULL;
+  /* norm-2 clipping on a real GPU: the tolerance (on the fake device: bit for bit) */
+  const char *td = getenv("ACCELERATE_TEST_DEVICE");
+  int real_gpu = cuda_mode && !(td && !strcmp(td, "fake"));
+  if (c && real_gpu && (c->clip == 1 || c->clip == 4)) tol_rel = 1e-4;
   if (!strcmp(argv[1], "refuse")) {
     refuse();
-  } else if (argc >= 4 && find_cfg(argv[2])) {
+  } else if (argc >= 4 && c) {
     mkdir(argv[3], 0755); /* may exist: the files inside are replaced */
-    if (!strcmp(argv[1], "equiv")) equiv(find_cfg(argv[2]), argv[3]);
-    else if (!strcmp(argv[1], "ckpt")) ckpt(find_cfg(argv[2]), argv[3]);
+    if (!strcmp(argv[1], "equiv")) equiv(c, argv[3]);
+    else if (!strcmp(argv[1], "ckpt")) ckpt(c, argv[3]);
+    else if (!strcmp(argv[1], "bigbatch")) bigbatch(c, argv[3]);
+    else if (!strcmp(argv[1], "kill")) kill_test(c, argv[3]);
     else return 2;
   } else {
     fprintf(stderr, "unknown mode or config\n");

@@ -274,6 +274,11 @@ static const acc__device_ops ops = {
     NULL, NULL, NULL, NULL, NULL,
 #endif
     clamp, round_f16, host_alloc, host_free,
+#ifdef ACC_CUDA_HAVE_NCCL
+    acc__nccl_check, acc__nccl_abort,
+#else
+    NULL, NULL,
+#endif
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {

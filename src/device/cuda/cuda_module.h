@@ -52,6 +52,8 @@ int acc__nccl_all_reduce(void *ctx, void *comm, const void *send, void *recv, si
                          int dtype, int op, void *s);
 int acc__nccl_wait(void *ctx, void *comm, void *s, double timeout_s);
 int acc__nccl_destroy(void *ctx, void *comm, int abort);
+int acc__nccl_check(void *ctx, void *comm);
+int acc__nccl_abort(void *ctx, void *comm);
 #endif
 
 #endif

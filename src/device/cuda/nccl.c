@@ -123,6 +123,10 @@ static int map_dtype(int dtype, ncclDataType_t *t) {
 int acc__nccl_all_reduce(void *ctx, void *comm, const void *send, void *recv, size_t count,
                          int dtype, int op, void *s) {
   nccl_comm *nc = comm;
+  (void)ctx;
+  if (!nc->comm)
+    return acc__cuda_fail(ACC_ERR_INVALID_USAGE,
+                          "the NCCL communicator was aborted by an earlier error");
   ncclDataType_t t;
   if (!map_dtype(dtype, &t))
     return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL all_reduce: unknown dtype %d", dtype);
@@ -169,6 +173,27 @@ int acc__nccl_wait(void *ctx, void *comm, void *s, double timeout_s) {
     }
     sched_yield();
   }
+}
+
+/* The watchdog's poll (another thread than the one issuing operations). */
+int acc__nccl_check(void *ctx, void *comm) {
+  nccl_comm *nc = comm;
+  acc__cuda_ctx *c = ctx;
+  (void)cudaSetDevice(c->dev); /* this thread: the communicator's GPU (cheap when current) */
+  if (!nc->comm)
+    return acc__cuda_fail(ACC_ERR_INVALID_USAGE, "the NCCL communicator was aborted");
+  ncclResult_t st = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(nc->comm, &st);
+  if (r == ncclSuccess && st != ncclSuccess && st != ncclInProgress) r = st;
+  return r == ncclSuccess ? ACC_OK : nccl_fail(r, nc->comm, "NCCL");
+}
+
+int acc__nccl_abort(void *ctx, void *comm) {
+  nccl_comm *nc = comm;
+  (void)ctx;
+  if (nc->comm) ncclCommAbort(nc->comm);
+  nc->comm = NULL;
+  return ACC_OK;
 }
 
 int acc__nccl_destroy(void *ctx, void *comm, int abort) {
