@@ -262,7 +262,11 @@ static acc_result resolve_local(acc_state *st, int want, int sharing, acc__place
                         explicit_ordinal, count, note, count - 1);
     ordinal = explicit_ordinal;
   } else if (acc_state_local_num_processes(st) > count) {
-    if (!sharing) return outnumber_error(st, &info);
+    /* One visible GPU per process through a CUDA_VISIBLE_DEVICES of its own (a per-rank
+     * wrapper, Slurm's binding): cuda:0 everywhere, and the PCI bus ids compared across the
+     * processes below tell whether they really are different GPUs. */
+    const int pinned = count == 1 && acc__env_str("CUDA_VISIBLE_DEVICES");
+    if (!sharing && !pinned) return outnumber_error(st, &info);
     ordinal = local % count;
   }
   out->kind = fake ? ACC__DEVICE_FAKE : ACC__DEVICE_CUDA;

@@ -86,6 +86,18 @@ failed order
 has "$T/order" "processes 0 and 1 would share one GPU: PCI 00000000:01:00.0 on host"
 has "$T/order" "(process 0: fake:0, PCI 00000000:01:00.0, CUDA_VISIBLE_DEVICES=0,1; process 1: fake:1, PCI 00000000:01:00.0, CUDA_VISIBLE_DEVICES=1,0)"
 
+# each process pinned to one GPU by a CUDA_VISIBLE_DEVICES of its own: cuda:0 everywhere, accepted
+# when the bus ids differ, refused naming both when they are one GPU
+run pinned ACCELERATE_TEST_FAKE_GPUS=2 -- --num_processes 2 sh -c \
+  'CUDA_VISIBLE_DEVICES=$LOCAL_RANK; export CUDA_VISIBLE_DEVICES; exec "$0"' "$PROG"
+ok pinned
+has "$T/pinned" "rank 0 local 0 device=fake:0 state=fake:0 type=MULTI_GPU describe=Device: fake:0 (PCI 00000000:01:00.0, CUDA_VISIBLE_DEVICES=0)"
+has "$T/pinned" "rank 1 local 1 device=fake:0 state=fake:0 type=MULTI_GPU describe=Device: fake:0 (PCI 00000000:02:00.0, CUDA_VISIBLE_DEVICES=1)"
+run pinned_same ACCELERATE_TEST_FAKE_GPUS=2 -- --num_processes 2 sh -c \
+  'CUDA_VISIBLE_DEVICES=1; export CUDA_VISIBLE_DEVICES; exec "$0"' "$PROG"
+failed pinned_same
+has "$T/pinned_same" "processes 0 and 1 would share one GPU: PCI 00000000:02:00.0 on host"
+
 # 7. ACCELERATE_TORCH_DEVICE: cuda:N for every process is one GPU twice; cpu; a bad value
 run td ACCELERATE_TEST_FAKE_GPUS=4 ACCELERATE_TORCH_DEVICE=cuda:2 -- --num_processes 2 "$PROG"
 failed td
