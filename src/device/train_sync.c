@@ -269,7 +269,9 @@ acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_st
   if (rc == ACC_OK && (acc_state_num_processes(st) > 1 || mode == 1)) {
     rc = nccl_setup(g);
     if (rc == ACC_OK && !g->comm) {
-      if (g->prefix[n] && !(g->host = acc__calloc(g->prefix[n], sizeof(float)))) rc = ACC_ERR_NOMEM;
+      /* page-locked on CUDA, so the bucket copies are asynchronous DMA */
+      if (g->prefix[n])
+        rc = acc__device_host_alloc(d->dev, g->prefix[n] * sizeof(float), (void **)&g->host);
       for (size_t b = 0; rc == ACC_OK && b < nbuckets; b++)
         rc = acc__devent_create(d->dev, &g->ev[b]);
     }
@@ -303,7 +305,7 @@ void acc__dev_gsync_free(acc__dev_gsync *g) {
   if (g->cstream) acc__dstream_destroy(dev, g->cstream);
   acc__free(g->ev);
   acc__free(g->prefix);
-  acc__free(g->host);
+  acc__device_host_free(dev, g->host);
   acc__free(g);
 }
 
