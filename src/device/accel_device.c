@@ -21,8 +21,7 @@ acc_result acc__accel_dev_open(acc_state *st, int want, acc__accel_dev **out) {
                                              : ACC_DEVICE_CPU;
   acc_result rc = acc__device_open(&d->dev, where.kind, where.ordinal < 0 ? 0 : where.ordinal);
   if (rc == ACC_OK && d->type != ACC_DEVICE_CPU) rc = acc__dstream_create(d->dev, &d->stream);
-  if (rc == ACC_OK && d->type != ACC_DEVICE_CPU) rc = acc__dev_register(d);
-  if (rc == ACC_OK) rc = acc__devio_register(d); /* collectives stage its buffers (devio.h) */
+  if (rc == ACC_OK) rc = acc__devio_register(d); /* collectives and save_model find it (devio.h) */
   if (rc != ACC_OK) {
     acc__accel_dev_close(d);
     return rc;
@@ -33,9 +32,8 @@ acc_result acc__accel_dev_open(acc_state *st, int want, acc__accel_dev **out) {
 
 void acc__accel_dev_close(acc__accel_dev *d) {
   if (!d) return;
-  acc__dev_unregister(d);
-  acc__dev_train_free(d);
   acc__devio_unregister(d);
+  acc__dev_train_free(d);
   if (d->dev) {
     if (d->stream) acc__dstream_destroy(d->dev, d->stream);
     acc__device_close(d->dev);
@@ -43,15 +41,17 @@ void acc__accel_dev_close(acc__accel_dev *d) {
   acc__free(d);
 }
 
-static acc__accel_dev *dev_of(const acc_accelerator *acc, const char *fn) {
-  if (acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn) != ACC_OK) return NULL;
-  return acc__accelerator_dev(acc);
-}
-
+/* The device of a valid accelerator handle; an invalid one is an error naming fn. */
 static acc_result dev_or_error(const acc_accelerator *acc, const char *fn, acc__accel_dev **d) {
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
   *d = acc__accelerator_dev(acc);
   return ACC_OK;
+}
+
+/* The same for the functions that return a value: NULL for an invalid handle. */
+static acc__accel_dev *dev_of(const acc_accelerator *acc, const char *fn) {
+  acc__accel_dev *d = NULL;
+  return dev_or_error(acc, fn, &d) == ACC_OK ? d : NULL;
 }
 
 acc_device_type acc_accelerator_device_type(const acc_accelerator *acc) {

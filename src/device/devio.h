@@ -16,7 +16,9 @@
 
 #include "accel_device.h"
 
-/* Accelerators that train off the host register their device (open) and drop it (close). */
+/* Accelerators that train off the host register their device (open) and drop it (close): the
+ * one registry of live devices, used by the collectives and by acc_save_model /
+ * acc_load_checkpoint_in_model (train_ckpt.c) to find the device of a buffer. */
 acc_result acc__devio_register(acc__accel_dev *d);
 void acc__devio_unregister(acc__accel_dev *d);
 /* The registered device whose memory holds p (NULL: host memory, or no device registered). */

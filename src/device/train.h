@@ -70,10 +70,6 @@ const uint16_t *acc__dev_low_precision(const acc_accelerator *acc);
 
 /* ---- train_ckpt.c ------------------------------------------------------------------------ */
 
-/* Accelerators training off the host, so acc_save_model / acc_load_checkpoint_in_model find the
- * device of a model's memory. */
-acc_result acc__dev_register(acc__accel_dev *d);
-void acc__dev_unregister(acc__accel_dev *d);
 /* A host copy of a model whose parameters are device memory of a registered device (*out NULL
  * when they are host memory): same names and shapes, data copied in (and gradients too with
  * grads). *dev: the device it came from. Free with acc__dev_host_model_free. */

@@ -3,38 +3,14 @@
  * on a device loads on the CPU and the reverse, bit for bit).
  *
  * acc_save_model / acc_load_checkpoint_in_model take a model, not an accelerator: the
- * accelerators training off the host are registered here, and a model whose memory belongs to
- * one of their devices is saved from (loaded into) a host copy with the same names and shapes. */
-#include <pthread.h>
+ * accelerators training off the host are registered (devio.h, the registry the collectives use
+ * too), and a model whose memory belongs to one of their devices is saved from (loaded into) a
+ * host copy with the same names and shapes. */
 #include <string.h>
 
 #include "../accel_state.h"
+#include "devio.h"
 #include "train.h"
-
-enum { MAX_REGISTERED = 64 };
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static acc__accel_dev *reg[MAX_REGISTERED];
-
-acc_result acc__dev_register(acc__accel_dev *d) {
-  pthread_mutex_lock(&reg_mu);
-  for (int i = 0; i < MAX_REGISTERED; i++)
-    if (!reg[i]) {
-      reg[i] = d;
-      pthread_mutex_unlock(&reg_mu);
-      return ACC_OK;
-    }
-  pthread_mutex_unlock(&reg_mu);
-  return acc__error(ACC_ERR_INVALID_USAGE,
-                    "more than %d accelerators training on a device at once in this process",
-                    MAX_REGISTERED);
-}
-
-void acc__dev_unregister(acc__accel_dev *d) {
-  pthread_mutex_lock(&reg_mu);
-  for (int i = 0; i < MAX_REGISTERED; i++)
-    if (reg[i] == d) reg[i] = NULL;
-  pthread_mutex_unlock(&reg_mu);
-}
 
 void acc__dev_host_model_free(acc_model *h) {
   if (!h) return;
@@ -102,14 +78,7 @@ acc_result acc__dev_host_model(const acc_model *m, int grads, acc_model **out,
   for (size_t i = 0; i < np && !first; i++)
     if (acc_model_parameter(m, i)->numel) first = acc_model_parameter(m, i);
   if (!first) return ACC_OK;
-  acc__accel_dev *d = NULL;
-  pthread_mutex_lock(&reg_mu);
-  for (int i = 0; i < MAX_REGISTERED && !d; i++) {
-    int yes = 0;
-    if (reg[i] && acc__device_is_device_ptr(reg[i]->dev, first->data, &yes) == ACC_OK && yes)
-      d = reg[i];
-  }
-  pthread_mutex_unlock(&reg_mu);
+  acc__accel_dev *d = acc__devio_find(first->data);
   if (!d) return ACC_OK; /* host memory */
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(m, i);

@@ -75,12 +75,12 @@ void acc__dev_train_free(acc__accel_dev *d) {
   d->train = NULL;
 }
 
-/* The accelerator's device, its training state and its prepared model. */
 /* The model trained on the device: one per accelerator there (prepare_model refuses a second). */
 static acc_model *first_model(const acc__accel_parts *parts) {
   return parts->nmodels ? parts->models[0] : NULL;
 }
 
+/* The accelerator's device, its training state and its prepared objects. */
 static acc_result ctx_of(acc_accelerator *acc, acc__accel_dev **d, acc__dev_train **t,
                          acc__accel_parts *parts) {
   *d = acc__accelerator_dev(acc);
@@ -108,6 +108,13 @@ static acc_result grad_ranges(acc__dev_train *t, acc_model *m) {
   t->npartials = parts;
   t->m = m;
   return ACC_OK;
+}
+
+/* ctx_of, and the gradients of the model trained on the device as runs (t->gr). */
+static acc_result ctx_grads(acc_accelerator *acc, acc__accel_dev **d, acc__dev_train **t,
+                            acc__accel_parts *parts) {
+  ACC_CHECK(ctx_of(acc, d, t, parts));
+  return grad_ranges(*t, first_model(parts));
 }
 
 static acc_result ensure_scalars(acc__accel_dev *d, acc__dev_train *t) {
@@ -309,8 +316,7 @@ acc_result acc__dev_round_grads_f16(acc_accelerator *acc) {
   acc__accel_dev *d;
   acc__dev_train *t;
   acc__accel_parts parts;
-  ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  ACC_CHECK(grad_ranges(t, first_model(&parts)));
+  ACC_CHECK(ctx_grads(acc, &d, &t, &parts));
   for (size_t k = 0; k < t->ngr; k++)
     ACC_CHECK(acc__device_round_f16(d->dev, t->gr[k].p, t->gr[k].n, d->stream));
   return ACC_OK;
@@ -320,8 +326,7 @@ acc_result acc__dev_unscale(acc_accelerator *acc) {
   acc__accel_dev *d;
   acc__dev_train *t;
   acc__accel_parts parts;
-  ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  ACC_CHECK(grad_ranges(t, first_model(&parts)));
+  ACC_CHECK(ctx_grads(acc, &d, &t, &parts));
   ACC_CHECK(ensure_scalars(d, t));
   /* as acc_grad_scaler_unscale: inv_scale = float(1 / double(scale)) */
   float inv = (float)(1.0 / (double)acc_grad_scaler_scale(parts.scaler));
@@ -397,8 +402,7 @@ acc_result acc__dev_clip_grad_value(acc_accelerator *acc, float clip_value) {
   acc__accel_dev *d;
   acc__dev_train *t;
   acc__accel_parts parts;
-  ACC_CHECK(ctx_of(acc, &d, &t, &parts));
-  ACC_CHECK(grad_ranges(t, first_model(&parts)));
+  ACC_CHECK(ctx_grads(acc, &d, &t, &parts));
   for (size_t k = 0; k < t->ngr; k++)
     ACC_CHECK(acc__device_clamp(d->dev, t->gr[k].p, t->gr[k].n, clip_value, d->stream));
   return ACC_OK;
