@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "collcheck.h"
+#include "backend/collcheck.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,7 +11,7 @@
 
 #include <accelerate.h>
 
-#include "ckpt_dir.h"
+#include "ckpt/ckpt_dir.h"
 
 static double now_s(void) {
   struct timespec ts;

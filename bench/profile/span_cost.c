@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "accelerate.h"
-#include "obs/profile.h"
+#include "core/profile.h"
 
 static double now(void) {
   struct timespec ts;

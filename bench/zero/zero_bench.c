@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "accelerate.h"
-#include "internal.h"
+#include "core/internal.h"
 
 static double now(void) {
   struct timespec ts;

@@ -5,7 +5,7 @@
 #ifndef ACC_BACKEND_H
 #define ACC_BACKEND_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 typedef struct acc__backend acc__backend;
 

@@ -1,7 +1,7 @@
 /* Collective call descriptors, tags and their messages; origins set by internal layers; the
  * all_gather_bytes size validation; the hang-report threshold. See collcheck.h. */
-#include "collcheck.h"
-#include "internal.h"
+#include "backend/collcheck.h"
+#include "core/internal.h"
 
 #include <errno.h>
 #include <math.h>

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* Collective operations (the op field of a descriptor). */
 enum {

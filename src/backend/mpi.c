@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backend.h"
-#include "../collcheck.h"
+#include "backend/backend.h"
+#include "backend/collcheck.h"
 
 #define ACC_MPI_CHUNK_MAX ((size_t)1 << 30) /* elements or bytes per MPI call */
 

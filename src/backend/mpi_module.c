@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../module.h"
+#include "core/module.h"
 
 static const acc__module_host *H;
 

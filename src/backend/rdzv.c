@@ -1,8 +1,8 @@
 /* Rendezvous helpers of the shared-memory backend: token, private runtime directory, reclaim of
  * stale segments, launch board (see rdzv.h). Linux. */
-#include "rdzv.h"
+#include "backend/rdzv.h"
 
-#include "env.h"
+#include "core/env.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "backend/shm.h"
-#include "spawn.h"
+#include "launch/spawn.h"
 
 /* ---- processes ---------------------------------------------------------------------------- */
 

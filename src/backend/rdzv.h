@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define ACC_RDZV_TOKEN_LEN 32 /* hex characters (128 random bits) */
 #define ACC_RDZV_TOKEN_ENV "ACCELERATE_RENDEZVOUS_TOKEN"

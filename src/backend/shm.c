@@ -52,7 +52,7 @@
  * Determinism. Reductions add slots in rank order (rank 0 + rank 1 + ...) elementwise, whether
  * small or chunked, so every rank gets the same bits, independent of the chunk size.
  */
-#include "shm.h"
+#include "backend/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,8 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../backend.h"
-#include "../rdzv.h"
+#include "backend/backend.h"
+#include "backend/rdzv.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

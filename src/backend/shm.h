@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../collcheck.h"
+#include "backend/collcheck.h"
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
 #define ACC_SHM_VERSION 3u

@@ -1,7 +1,7 @@
 /* The one-process backend: every collective is a copy. */
 #include <string.h>
 
-#include "../backend.h"
+#include "backend/backend.h"
 
 static acc_result single_barrier(acc__backend *be) {
   (void)be;

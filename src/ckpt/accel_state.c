@@ -13,14 +13,14 @@
 
 #include <jansson.h>
 
-#include "accel_state.h"
-#include "obs/profile.h"
-#include "ckpt_dir.h"
-#include "json_util.h"
-#include "collcheck.h"
-#include "data_internal.h"
-#include "device/train.h"
-#include "obs/obs_internal.h"
+#include "ckpt/accel_state.h"
+#include "core/profile.h"
+#include "ckpt/ckpt_dir.h"
+#include "core/json_util.h"
+#include "backend/collcheck.h"
+#include "data/data_internal.h"
+#include "train/train.h"
+#include "core/log.h"
 
 #define STATE_FORMAT "accelerate-c-state"
 #define STATE_VERSION 1

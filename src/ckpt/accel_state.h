@@ -3,7 +3,7 @@
 #ifndef ACC_ACCEL_STATE_H
 #define ACC_ACCEL_STATE_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 typedef struct acc__accel_ckpt acc__accel_ckpt;
 

@@ -1,6 +1,6 @@
 /* Durable file writes, checkpoint directory transactions and the project configuration
  * (automatic checkpoint naming, rotation, "latest complete checkpoint"). */
-#include "ckpt_dir.h"
+#include "ckpt/ckpt_dir.h"
 
 #include <jansson.h>
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* Writes len bytes to path atomically: "<path>.tmp-<pid>-<n>" in the same directory, fsync,
  * rename, fsync of the directory. On failure the temporary file is removed and path untouched. */

@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_dir.h"
-#include "json_util.h"
+#include "ckpt/ckpt_dir.h"
+#include "core/json_util.h"
 
 #define ST_MAX_HEADER 100000000ull
 

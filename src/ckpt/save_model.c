@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_dir.h"
-#include "device/train.h"
-#include "json_util.h"
+#include "ckpt/ckpt_dir.h"
+#include "train/train.h"
+#include "core/json_util.h"
 
 #define WEIGHTS_NAME "model.safetensors"
 #define INDEX_NAME "model.safetensors.index.json"

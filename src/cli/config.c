@@ -8,10 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "config_file.h"
+#include "cli/cli.h"
+#include "cli/config_file.h"
 #include "device/placement.h"
-#include "internal.h"
+#include "core/internal.h"
 
 /* Matches --name, --name=value and the dash spelling of name. *value gets the value (next
  * argument or after '='). Returns 1 on a match, -1 when the value is missing. */

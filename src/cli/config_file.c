@@ -1,6 +1,6 @@
 /* The Accelerate config file: search path, YAML/JSON loading with libyaml, and writing in the
  * formatting of Python Accelerate (PyYAML safe_dump with sorted keys, or json.dump indent 2). */
-#include "config_file.h"
+#include "cli/config_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "ckpt_dir.h"
-#include "env.h"
-#include "internal.h"
+#include "ckpt/ckpt_dir.h"
+#include "core/env.h"
+#include "core/internal.h"
 
 typedef struct key_def {
   const char *name;

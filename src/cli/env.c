@@ -5,13 +5,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "config_file.h"
+#include "cli/cli.h"
+#include "cli/config_file.h"
 #include "device/device.h"
 #include "device/placement.h"
-#include "env.h"
-#include "internal.h"
-#include "module.h"
+#include "core/env.h"
+#include "core/internal.h"
+#include "core/module.h"
 
 static void print_version(FILE *out, const char *what, int v, int nccl) {
   if (nccl) fprintf(out, "%s %d.%d.%d", what, v / 10000, v / 100 % 100, v % 100);

@@ -15,13 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "config_file.h"
+#include "cli/cli.h"
+#include "cli/config_file.h"
 #include "device/placement.h"
-#include "env.h"
-#include "rdzv.h"
-#include "mpirun.h"
-#include "spawn.h"
+#include "core/env.h"
+#include "backend/rdzv.h"
+#include "cli/mpirun.h"
+#include "launch/spawn.h"
 
 extern char **environ;
 

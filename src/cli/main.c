@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "accelerate.h"
-#include "cli.h"
+#include "cli/cli.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -11,10 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "config_file.h"
+#include "cli/cli.h"
+#include "cli/config_file.h"
 #include "device/placement.h"
-#include "internal.h"
+#include "core/internal.h"
 
 /* ---- the self-test program ------------------------------------------------------------- */
 static int g_failures, g_rank;

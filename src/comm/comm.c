@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "collcheck.h"
+#include "backend/collcheck.h"
 #include "device/devio.h"
-#include "state.h"
-#include "obs/profile.h"
+#include "state/state.h"
+#include "core/profile.h"
 
 static acc_result fail_remote(acc_state *st, acc_result rc) {
   if (rc == ACC_ERR_REMOTE || rc == ACC_ERR_TIMEOUT || rc == ACC_ERR_BACKEND ||

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "state.h"
+#include "state/state.h"
 
 acc_result acc_gather_object(acc_state *st, const void *send, size_t len, void **out, size_t **lens) {
   if (out) *out = NULL;

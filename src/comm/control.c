@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "state.h"
+#include "state/state.h"
 
 acc_result acc_wait_for_everyone(acc_state *st) { return acc_barrier(st); }
 

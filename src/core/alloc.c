@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static atomic_long fail_at = -1; /* allocation number that fails; < 0: none */
 static atomic_long seen;         /* allocations since the last acc__alloc_fail_nth */

@@ -6,7 +6,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 size_t acc_dtype_size(acc_dtype dtype) {
   switch (dtype) {

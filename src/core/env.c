@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "env.h"
+#include "core/env.h"
 
 #define LIB ACC__ENV_LIB
 #define CLI ACC__ENV_CLI

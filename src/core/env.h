@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 typedef enum acc__env_type {
   ACC__ENV_INT,    /* decimal integer within [min, max] */

@@ -1,7 +1,7 @@
 /* Handle checks against the one table of handle magics in internal.h. */
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static const struct {
   uint32_t magic;

@@ -1,5 +1,5 @@
 /* JSON helpers shared by the checkpoint writers. */
-#include "json_util.h"
+#include "core/json_util.h"
 
 #include <stdlib.h>
 

@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* json_dumps, checked: NULL (with an ACC_ERR_NOMEM message naming `what`) when serializing
  * fails or when the text does not read back as the same JSON. jansson can drop part of its

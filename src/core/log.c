@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../env.h"
-#include "obs_internal.h"
-#include "../ckpt_dir.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "ckpt/ckpt_dir.h"
 
 #define LOGGER_MAGIC 0x41434c47u             /* "ACLG" */
 #define IN_ORDER_MARKER 0x4c4f47494e4f5244ll /* "LOGINORD" */

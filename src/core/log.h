@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-#include "../internal.h"
+#include "core/internal.h"
 
 /* The library's own diagnostics: logger "accelerate", main process only. */
 void acc__log(int level, const char *fmt, ...) ACC_PRINTF(2, 3);

@@ -1,7 +1,7 @@
 /* The module loader (see module.h for the host/module contract). */
-#include "module.h"
+#include "core/module.h"
 
-#include "env.h"
+#include "core/env.h"
 
 #include <dlfcn.h>
 #include <limits.h>

@@ -21,8 +21,8 @@
 
 #include <stdarg.h>
 
-#include "backend.h"
-#include "collcheck.h"
+#include "backend/backend.h"
+#include "backend/collcheck.h"
 
 #define ACC__MODULE_ABI_VERSION 2u
 #define ACC__MODULE_ENTRY_SYMBOL "acc_module_entry_v1"

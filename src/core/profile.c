@@ -10,10 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../env.h"
-#include "obs_internal.h"
-#include "../ckpt_dir.h"
-#include "profile.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "ckpt/ckpt_dir.h"
+#include "core/profile.h"
 
 int acc__prof_on;
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "accelerate/rng.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #define RNG_STATE_MAGIC 0x31474e52u /* "RNG1" little-endian */
 

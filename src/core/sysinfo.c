@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 int acc__kernel_below(const char *release, int major, int minor, int patch) {
   if (!release) return -1;

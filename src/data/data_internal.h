@@ -3,7 +3,7 @@
 #define ACC_DATA_INTERNAL_H
 
 #include "accelerate/data.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #define ACC_DATA_MAX_FIELDS 16
 /* Sanity bound on batch_size x num_processes (keeps every size computation far from overflow). */

@@ -1,7 +1,7 @@
 /* Map-style and iterable datasets: fixed-size samples made of typed fields. */
 #include <string.h>
 
-#include "data_internal.h"
+#include "data/data_internal.h"
 
 static acc_result dataset_create(acc_dataset **out, int64_t length, const acc_field_desc *fields,
                                  int num_fields, const char *fn) {

@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "data_internal.h"
-#include "device/accel_device.h"
+#include "data/data_internal.h"
+#include "train/accel_device.h"
 
 typedef struct slot {
   void *fields[ACC_DATA_MAX_FIELDS];

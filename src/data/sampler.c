@@ -1,7 +1,7 @@
 /* Samplers: sequential and seedable random order of one epoch; BatchSampler length. */
 #include "accelerate/data.h"
 #include "accelerate/rng.h"
-#include "internal.h"
+#include "core/internal.h"
 
 acc_result acc_sampler_order(int64_t *out, int64_t n, int shuffle, uint64_t seed, int64_t epoch) {
   if (n < 0) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_sampler_order: n is %lld, expected >= 0", (long long)n);

@@ -5,7 +5,7 @@
  * (sizes may differ, e.g. length-bucketed batches). */
 #include <string.h>
 
-#include "data_internal.h"
+#include "data/data_internal.h"
 
 struct acc_batch_shard {
   uint32_t magic;

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../env.h"
-#include "../module.h"
-#include "device_impl.h"
-#include "kernels.h"
+#include "core/env.h"
+#include "core/module.h"
+#include "device/device_impl.h"
+#include "device/kernels.h"
 
 struct acc__device {
   const acc__device_ops *ops;

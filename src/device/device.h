@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../internal.h"
-#include "device_ops.h"
+#include "core/internal.h"
+#include "device/device_ops.h"
 
 typedef struct acc__device acc__device;
 typedef struct acc__dstream acc__dstream; /* a stream: operations run in the order queued */

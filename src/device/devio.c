@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "devio.h"
+#include "device/devio.h"
 
 #define MAX_DEVS 16
 

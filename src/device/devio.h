@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "accel_device.h"
+#include "train/accel_device.h"
 
 /* Accelerators that train off the host register their device (open) and drop it (close): the
  * one registry of live devices, used by the collectives and by acc_save_model /

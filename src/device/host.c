@@ -18,8 +18,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "device_impl.h"
-#include "kernels.h"
+#include "device/device_impl.h"
+#include "device/kernels.h"
 
 /* ---- the operations, run on the host -------------------------------------------------------- */
 

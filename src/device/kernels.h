@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "device_ops.h"
+#include "device/device_ops.h"
 
 #ifdef __CUDACC__
 #define ACC__KFN static inline __host__ __device__

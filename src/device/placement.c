@@ -12,13 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../collcheck.h"
-#include "../env.h"
-#include "../obs/obs_internal.h"
-#include "../state.h"
+#include "backend/collcheck.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "state/state.h"
 #include "accelerate/comm.h"
 #include "accelerate/device.h"
-#include "placement.h"
+#include "device/placement.h"
 
 const char *acc_device_type_name(acc_device_type t) {
   switch (t) {

@@ -3,7 +3,7 @@
 #ifndef ACC_DEVICE_PLACEMENT_H
 #define ACC_DEVICE_PLACEMENT_H
 
-#include "device.h"
+#include "device/device.h"
 
 typedef struct acc__placement {
   acc__device_kind kind;

@@ -2,7 +2,7 @@
  * operations in flight, oldest first (they complete in order: one stream), and fails them on an
  * error, an asynchronous communicator error, a dead peer or the deadline. */
 #define _POSIX_C_SOURCE 200809L
-#include "watchdog.h"
+#include "device/watchdog.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../collcheck.h"
-#include "../state.h"
+#include "backend/collcheck.h"
+#include "state/state.h"
 
 enum { WD_RING = 256 };
 

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../internal.h"
+#include "core/internal.h"
 
 typedef struct acc__watchdog acc__watchdog;
 

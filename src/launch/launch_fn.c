@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "rdzv.h"
-#include "spawn.h"
+#include "core/internal.h"
+#include "backend/rdzv.h"
+#include "launch/spawn.h"
 
 extern char **environ;
 

@@ -1,7 +1,7 @@
 /* Process-group spawning and monitoring (see spawn.h). Linux: signalfd, prctl. */
-#include "spawn.h"
+#include "launch/spawn.h"
 
-#include "rdzv.h"
+#include "backend/rdzv.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,7 +10,7 @@
 #ifndef ACC_SPAWN_H
 #define ACC_SPAWN_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* tee bits: prefix "[rank i] " on each line of the selected streams (pipes + reader loop). */
 #define ACC__TEE_STDOUT 1

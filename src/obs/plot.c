@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../env.h"
-#include "obs_internal.h"
+#include "core/env.h"
+#include "core/log.h"
 
 extern char **environ;
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "obs_internal.h"
+#include "core/log.h"
 
 #define PROGRESS_MAGIC 0x41435052u /* "ACPR" */
 #define PROGRESS_WIDTH 20

@@ -22,8 +22,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "obs_internal.h"
-#include "tboard.h"
+#include "core/log.h"
+#include "obs/tboard.h"
 
 /* ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table driven ------------------- */
 

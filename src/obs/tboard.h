@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../internal.h"
+#include "core/internal.h"
 
 /* CRC-32C of data, and the masked form TFRecord stores: ((c >> 15) | (c << 17)) + 0xa282ead8. */
 uint32_t acc__crc32c(const void *data, size_t n);

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "obs_internal.h"
-#include "../ckpt_dir.h"
-#include "tboard.h"
+#include "core/log.h"
+#include "ckpt/ckpt_dir.h"
+#include "obs/tboard.h"
 
 #define TRACKERS_MAGIC 0x41435452u /* "ACTR" */
 #define MAX_TRACKERS 16

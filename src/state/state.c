@@ -6,9 +6,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "env.h"
-#include "module.h"
-#include "state.h"
+#include "core/env.h"
+#include "core/module.h"
+#include "state/state.h"
 
 static acc_state *g_state;
 

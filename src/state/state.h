@@ -2,7 +2,7 @@
 #ifndef ACC_STATE_INTERNAL_H
 #define ACC_STATE_INTERNAL_H
 
-#include "backend.h"
+#include "backend/backend.h"
 
 struct acc_state {
   uint32_t magic;

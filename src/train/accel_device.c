@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../obs/obs_internal.h"
-#include "accel_device.h"
-#include "train.h"
-#include "devio.h"
+#include "core/log.h"
+#include "train/accel_device.h"
+#include "train/train.h"
+#include "device/devio.h"
 
 acc_result acc__accel_dev_open(acc_state *st, int want, acc__accel_dev **out) {
   *out = NULL;

@@ -5,7 +5,7 @@
 #define ACC_DEVICE_ACCEL_DEVICE_H
 
 #include "accelerate/device.h"
-#include "placement.h"
+#include "device/placement.h"
 
 typedef struct acc__accel_dev {
   acc__device *dev;      /* always open: the cpu device when training on the CPU */

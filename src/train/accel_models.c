@@ -5,9 +5,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "accel_models.h"
-#include "collcheck.h"
-#include "state.h"
+#include "train/accel_models.h"
+#include "backend/collcheck.h"
+#include "state/state.h"
 
 /* Process 0's parameters to every process: consecutive parameters are packed into one broadcast
  * of up to bucket_cap bytes; a parameter larger than that goes alone, in place. */

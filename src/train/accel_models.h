@@ -4,8 +4,8 @@
 #ifndef ACC_ACCEL_MODELS_H
 #define ACC_ACCEL_MODELS_H
 
-#include "grad_sync.h"
-#include "internal.h"
+#include "train/grad_sync.h"
+#include "core/internal.h"
 
 /* One prepared model. */
 typedef struct acc__pmodel {

@@ -6,17 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accel_models.h"
-#include "accel_state.h"
-#include "grad_sync.h"
-#include "data_internal.h"
-#include "obs/profile.h"
-#include "collcheck.h"
-#include "device/accel_device.h"
-#include "device/train.h"
+#include "train/accel_models.h"
+#include "ckpt/accel_state.h"
+#include "train/grad_sync.h"
+#include "data/data_internal.h"
+#include "core/profile.h"
+#include "backend/collcheck.h"
+#include "train/accel_device.h"
+#include "train/train.h"
 #include "device/devio.h"
-#include "grad_sync.h"
-#include "state.h"
+#include "train/grad_sync.h"
+#include "state/state.h"
 
 #define MAX_PREPARED 16
 

@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "collcheck.h"
-#include "device/train.h"
-#include "grad_sync.h"
-#include "obs/profile.h"
+#include "backend/collcheck.h"
+#include "train/train.h"
+#include "train/grad_sync.h"
+#include "core/profile.h"
 
 typedef struct bucket {
   size_t first, count; /* parameter indices [first, first+count) in reverse order: see params */

@@ -2,7 +2,7 @@
 #ifndef ACC_GRAD_SYNC_H
 #define ACC_GRAD_SYNC_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 typedef struct acc__grad_sync acc__grad_sync;
 

@@ -1,7 +1,7 @@
 /* acc_model: the registry of named parameters and gradients. */
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 
 struct acc_model {

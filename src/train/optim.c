@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "collcheck.h"
-#include "internal.h"
+#include "backend/collcheck.h"
+#include "core/internal.h"
 
 enum { MAX_BUFS = 2 };
 

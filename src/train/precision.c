@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 
 static acc_result check_buffers(const char *fn, const void *dst, const void *src, size_t n) {

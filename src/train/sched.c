@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846

@@ -1,5 +1,5 @@
 /* acc_tensor and zero-copy DLPack exchange (CPU, contiguous tensors only). */
-#include "internal.h"
+#include "core/internal.h"
 
 #if defined(__has_include)
 #if __has_include(<dlpack/dlpack.h>)

@@ -14,9 +14,9 @@
 #ifndef ACC_DEVICE_TRAIN_H
 #define ACC_DEVICE_TRAIN_H
 
-#include "../grad_sync.h"
-#include "accel_device.h"
-#include "device.h"
+#include "train/grad_sync.h"
+#include "train/accel_device.h"
+#include "device/device.h"
 
 typedef struct acc__dev_train acc__dev_train; /* per accelerator, owned by its acc__accel_dev */
 typedef struct acc__dev_gsync acc__dev_gsync; /* per gradient-sync object (grad_sync.c) */

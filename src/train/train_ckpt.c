@@ -8,9 +8,9 @@
  * host copy with the same names and shapes. */
 #include <string.h>
 
-#include "../accel_state.h"
-#include "devio.h"
-#include "train.h"
+#include "ckpt/accel_state.h"
+#include "device/devio.h"
+#include "train/train.h"
 
 void acc__dev_host_model_free(acc_model *h) {
   if (!h) return;

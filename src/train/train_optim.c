@@ -12,9 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../accel_state.h"
-#include "kernels.h"
-#include "train.h"
+#include "ckpt/accel_state.h"
+#include "device/kernels.h"
+#include "train/train.h"
 
 enum { MAX_OPTS = 16 };
 

@@ -23,11 +23,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../collcheck.h"
-#include "../env.h"
-#include "../state.h"
-#include "train.h"
-#include "watchdog.h"
+#include "backend/collcheck.h"
+#include "core/env.h"
+#include "state/state.h"
+#include "train/train.h"
+#include "device/watchdog.h"
 
 struct acc__dev_gsync {
   acc__accel_dev *d;

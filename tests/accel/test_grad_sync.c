@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "acc_test.h"
-#include "grad_sync.h"
+#include "train/grad_sync.h"
 
 #define NP 5
 static const size_t numel[NP] = {3, 5, 2, 7, 4}; /* 21 floats */

@@ -15,7 +15,7 @@
 
 #include "acc_test.h"
 #include "cli/config_file.h"
-#include "internal.h"
+#include "core/internal.h"
 #include "alloc_torture.h"
 
 #define NP 5

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt_dir.h"
+#include "ckpt/ckpt_dir.h"
 
 /* A fresh directory under $TMPDIR (or /tmp); exits on failure. */
 static inline char *ckpt_tmpdir(const char *tag) {

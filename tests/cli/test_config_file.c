@@ -6,7 +6,7 @@
 
 #include "acc_test.h"
 #include "cli/config_file.h"
-#include "internal.h"
+#include "core/internal.h"
 
 static acc_result parse(acc_cli_cfg *c, const char *text, char *warn, size_t wlen) {
   FILE *w = tmpfile();

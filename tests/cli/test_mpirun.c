@@ -4,7 +4,7 @@
 
 #include "acc_test.h"
 #include "cli/mpirun.h"
-#include "internal.h"
+#include "core/internal.h"
 
 /* Open MPI's text was captured from this build machine (Debian openmpi-bin 4.1.4); the Intel
  * MPI, MVAPICH (mpirun_rsh and Hydra) and MPICH texts follow those launchers' version banners. */

@@ -10,8 +10,8 @@
 
 #include "acc_test.h"
 #include "device/watchdog.h"
-#include "internal.h"
-#include "state.h"
+#include "core/internal.h"
+#include "state/state.h"
 
 static double mult(void) {
   const char *m = getenv("ACC_TEST_TIMEOUT_MULTIPLIER");

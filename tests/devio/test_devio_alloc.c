@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "acc_test.h"
-#include "internal.h"
+#include "core/internal.h"
 #include "alloc_torture.h"
 
 #define N 21

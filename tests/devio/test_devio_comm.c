@@ -14,7 +14,7 @@
 
 #include "accelerate.h"
 #include "acc_test.h"
-#include "device/accel_device.h"
+#include "train/accel_device.h"
 #include "device/device.h"
 
 #define C 13 /* elements per process */

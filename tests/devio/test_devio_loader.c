@@ -16,7 +16,7 @@
 
 #include "accelerate.h"
 #include "acc_test.h"
-#include "device/accel_device.h"
+#include "train/accel_device.h"
 #include "device/device.h"
 
 #define N 53

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "acc_test.h"
-#include "collcheck.h"
+#include "backend/collcheck.h"
 #include "launch/launch_util.h"
 
 /* ---- rank role ---------------------------------------------------------------------------- */

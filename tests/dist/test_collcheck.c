@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "acc_test.h"
-#include "collcheck.h"
+#include "backend/collcheck.h"
 
 static acc__call base_call(void) {
   acc__call c = {.seq = 7, .op = ACC__OP_ALL_REDUCE, .dtype = ACC_F32, .red = ACC_SUM, .root = 0,

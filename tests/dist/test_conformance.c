@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "acc_test.h"
-#include "internal.h"
-#include "state.h"
+#include "core/internal.h"
+#include "state/state.h"
 
 static int N, R;
 static size_t CHUNK = 512 * 1024;

@@ -14,7 +14,7 @@
 
 #include "acc_test.h"
 #include "backend/shm.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #define MAXR 8
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "acc_test.h"
-#include "internal.h"
+#include "core/internal.h"
 
 enum { STATE, ACCEL, DATASET, LOADER, MODEL, OPTIM, SCHED, SCALER, ST, PROJECT, CKPT, BSHARD, NK };
 static const char *type_name[NK] = {

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "state.h"
+#include "state/state.h"
 
 static const char *dir;
 static int rank;

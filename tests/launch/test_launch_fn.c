@@ -7,7 +7,7 @@
 
 #include "acc_test.h"
 #include "launch_util.h"
-#include "state.h"
+#include "state/state.h"
 
 typedef struct job {
   char dir[64];

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "acc_test.h"
-#include "obs/profile.h"
+#include "core/profile.h"
 
 static int rank;
 

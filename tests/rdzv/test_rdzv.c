@@ -15,8 +15,8 @@
 
 #include "acc_test.h"
 #include "backend/shm.h"
-#include "internal.h"
-#include "rdzv.h"
+#include "core/internal.h"
+#include "backend/rdzv.h"
 
 typedef struct report {
   int rank;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "acc_test.h"
-#include "internal.h"
+#include "core/internal.h"
 
 typedef struct report {
   int rank;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "acc_test.h"
-#include "ckpt_dir.h"
+#include "ckpt/ckpt_dir.h"
 
 #define N 4096
 #define SAVES_PER_CHILD 3

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "acc_test.h"
-#include "ckpt_dir.h"
+#include "ckpt/ckpt_dir.h"
 
 #define N 6
 

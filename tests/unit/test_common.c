@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "acc_test.h"
-#include "internal.h"
+#include "core/internal.h"
 
 static void test_f16(void) {
   struct { float f; uint16_t h; } cases[] = {

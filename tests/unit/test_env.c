@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "acc_test.h"
-#include "state.h"
+#include "state/state.h"
 
 static const char *all_vars[] = {
     "ACCELERATE_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",

@@ -3,7 +3,7 @@
  * the variable, the value and the range, at once: no SIGFPE, no truncation, no wait for peers.
  *   test_env_launch <accelerate> <env_probe> */
 #include "acc_test.h"
-#include "env.h"
+#include "core/env.h"
 #include "launch/launch_util.h"
 
 static const char *cli, *probe;

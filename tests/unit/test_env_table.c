@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "acc_test.h"
-#include "env.h"
+#include "core/env.h"
 
 static void expect_int_error(const char *name, const char *value, const char *fragment) {
   long v = 12345;

@@ -35,7 +35,7 @@
 
 #include "acc_test.h"
 #include "accelerate.h"
-#include "internal.h"
+#include "core/internal.h"
 
 enum { NW = 35, NB = 7, NC = 13, NF = 3, STEPS = 8 };
 

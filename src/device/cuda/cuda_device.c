@@ -12,7 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda_module.h"
+#include "device/cuda/cuda_module.h"
 
 /* ---- errors ------------------------------------------------------------------------------- */
 

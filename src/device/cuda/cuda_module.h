@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../device_ops.h"
+#include "device/device_ops.h"
 
 #define ACC_CHECK(call)                      \
   do {                                       \

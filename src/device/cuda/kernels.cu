@@ -3,8 +3,8 @@
 // multiply-add is fused and each element gets the bits of the host code. NOT YET RUN ON A GPU.
 #include <cuda_runtime.h>
 
-#include "../kernels.h"
-#include "cuda_module.h"
+#include "device/kernels.h"
+#include "device/cuda/cuda_module.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_module.h"
+#include "device/cuda/cuda_module.h"
 
 #ifndef ACC_CUDA_HAVE_NCCL
 
