@@ -69,6 +69,7 @@ static acc_result get_ckpt(acc__accel_parts *p, acc__accel_ckpt **out) {
   if (!*p->ckpt) {
     *p->ckpt = acc__calloc(1, sizeof **p->ckpt);
     if (!*p->ckpt) return ACC_ERR_NOMEM;
+    *p->ckpt_free = acc__accel_ckpt_free; /* the accelerator frees it with itself */
   }
   *out = *p->ckpt;
   return ACC_OK;

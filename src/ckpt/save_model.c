@@ -462,7 +462,7 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
   acc_load_options o = ACC_LOAD_OPTIONS_INIT;
   ACC__READ_OPTIONS(o, opts, acc_load_options, ACC_LOAD_OPTIONS_VERSION, "acc_load_checkpoint_in_model");
   acc_model *staged = NULL; /* a model in device memory loads into a host copy, then goes back */
-  acc__accel_dev *sdev = NULL;
+  acc__devctx *sdev = NULL;
   ACC_CHECK(acc__dev_host_model(model, 0, &staged, &sdev));
   if (staged) {
     acc_result src = acc_load_checkpoint_in_model(staged, path, opts, report);

@@ -14,6 +14,10 @@ acc_result acc__verror(acc_result rc, const char *fmt, va_list ap);
 /* Prefixes the current last error with "<context>: " and returns rc (for error paths). */
 acc_result acc__error_context(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
 
+/* Wraps the result of a user callback, called after acc_clear_error(): a failure with no message
+ * becomes "<what> returned ACC_ERR_..."; one with a message gets "<what>: " in front. */
+acc_result acc__callback_result(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
+
 #define ACC_CHECK(call)                        \
   do {                                         \
     acc_result acc__rc_ = (call);              \

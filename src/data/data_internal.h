@@ -33,10 +33,10 @@ void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, a
  * borrowed; NULL: host batches only) gets every batch in its memory, copied one batch ahead on a
  * copy stream of the loader and handed to dev's compute stream through an event (docs/data.md,
  * "Device placement"). Host staging buffers are page-locked where the device has such memory. */
-struct acc__accel_dev;
+struct acc__devctx;
 acc_result acc__dataloader_create_on(acc_dataloader **out, acc_dataset *ds,
                                      const acc_dataloader_options *opts,
-                                     struct acc__accel_dev *dev);
+                                     struct acc__devctx *dev);
 /* Real (non-padding) samples in the last batch of every process together, when every process
  * yields the same number of batches (what gather_for_metrics keeps on the last batch); else -1. */
 int64_t acc__batch_shard_last_round_real(const acc_batch_shard *sh);

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "data/data_internal.h"
-#include "train/accel_device.h"
+#include "device/devctx.h"
 
 typedef struct slot {
   void *fields[ACC_DATA_MAX_FIELDS];
@@ -51,7 +51,7 @@ struct acc_dataloader {
   int64_t *bl_perm, *bl_pidx, *bl_pcounts; /* the epoch's (shuffled) list */
   int dispatch;                            /* DataLoaderDispatcher */
   int64_t cur_skip; /* batches skipped at the start of the epoch in progress */
-  acc__accel_dev *dev;     /* device placement: the accelerator's device (NULL: host only) */
+  acc__devctx *dev;     /* device placement: the accelerator's device (NULL: host only) */
   acc__dstream *cstream;   /* its copy stream */
   acc__device *host_dev;   /* the device whose acc__device_host_alloc made the slots' buffers */
   int dead;                /* detaching from the device failed: every call fails */
@@ -749,7 +749,7 @@ static void detach_device(acc_dataloader *dl) {
 }
 
 acc_result acc__dataloader_create_on(acc_dataloader **out, acc_dataset *ds,
-                                     const acc_dataloader_options *opts, acc__accel_dev *dev) {
+                                     const acc_dataloader_options *opts, acc__devctx *dev) {
   static const char fn[] = "acc_dataloader_create";
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
   *out = NULL;
@@ -844,7 +844,7 @@ acc_result acc__dataloader_create_on(acc_dataloader **out, acc_dataset *ds,
   }
   dl->cur_slot = dl->ahead_slot = -1;
   dl->remainder = -1;
-  if (dev && acc__accel_dev_offhost(dev) && o.device_placement) {
+  if (dev && acc__devctx_offhost(dev) && o.device_placement) {
     dl->dev = dev;
     dl->host_dev = dev->dev;
   }

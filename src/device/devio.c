@@ -9,11 +9,11 @@
 #define MAX_DEVS 16
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static acc__accel_dev *reg[MAX_DEVS];
+static acc__devctx *reg[MAX_DEVS];
 static atomic_int reg_count;
 
-acc_result acc__devio_register(acc__accel_dev *d) {
-  if (!acc__accel_dev_offhost(d)) return ACC_OK;
+acc_result acc__devio_register(acc__devctx *d) {
+  if (!acc__devctx_offhost(d)) return ACC_OK;
   acc_result rc = ACC_OK;
   pthread_mutex_lock(&reg_mu);
   int n = atomic_load_explicit(&reg_count, memory_order_relaxed);
@@ -29,7 +29,7 @@ acc_result acc__devio_register(acc__accel_dev *d) {
   return rc;
 }
 
-void acc__devio_unregister(acc__accel_dev *d) {
+void acc__devio_unregister(acc__devctx *d) {
   if (!d) return;
   pthread_mutex_lock(&reg_mu);
   int n = atomic_load_explicit(&reg_count, memory_order_relaxed);
@@ -43,9 +43,9 @@ void acc__devio_unregister(acc__accel_dev *d) {
   pthread_mutex_unlock(&reg_mu);
 }
 
-acc__accel_dev *acc__devio_find(const void *p) {
+acc__devctx *acc__devio_find(const void *p) {
   if (!p || atomic_load_explicit(&reg_count, memory_order_acquire) == 0) return NULL;
-  acc__accel_dev *found = NULL;
+  acc__devctx *found = NULL;
   pthread_mutex_lock(&reg_mu);
   int n = atomic_load_explicit(&reg_count, memory_order_relaxed);
   for (int i = 0; i < n && !found; i++) {
@@ -57,7 +57,7 @@ acc__accel_dev *acc__devio_find(const void *p) {
 }
 
 /* A copy on d's compute stream, waited for. */
-static acc_result copy_sync(acc__accel_dev *d, void *dst, const void *src, size_t bytes,
+static acc_result copy_sync(acc__devctx *d, void *dst, const void *src, size_t bytes,
                             acc__copy_kind kind) {
   ACC_CHECK(acc__device_copy(d->dev, dst, src, bytes, kind, d->stream));
   return acc__dstream_sync(d->dev, d->stream);
@@ -65,7 +65,7 @@ static acc_result copy_sync(acc__accel_dev *d, void *dst, const void *src, size_
 
 acc_result acc__devio_to_host(void *dst, const void *src, size_t bytes) {
   if (!bytes) return ACC_OK;
-  acc__accel_dev *d = acc__devio_find(src);
+  acc__devctx *d = acc__devio_find(src);
   if (!d) {
     memcpy(dst, src, bytes);
     return ACC_OK;
@@ -75,7 +75,7 @@ acc_result acc__devio_to_host(void *dst, const void *src, size_t bytes) {
 
 acc_result acc__devio_from_host(void *dst, const void *src, size_t bytes) {
   if (!bytes) return ACC_OK;
-  acc__accel_dev *d = acc__devio_find(dst);
+  acc__devctx *d = acc__devio_find(dst);
   if (!d) {
     memcpy(dst, src, bytes);
     return ACC_OK;
@@ -83,7 +83,7 @@ acc_result acc__devio_from_host(void *dst, const void *src, size_t bytes) {
   return copy_sync(d, dst, src, bytes, ACC__COPY_H2D);
 }
 
-static acc_result stage_in(acc__accel_dev *d, const void *dev, size_t bytes, int copy,
+static acc_result stage_in(acc__devctx *d, const void *dev, size_t bytes, int copy,
                            void **host) {
   ACC_CHECK(acc__device_host_alloc(d->dev, bytes, host));
   if (!copy) return ACC_OK;
@@ -143,7 +143,7 @@ acc_result acc__devio_begin(acc__devio *io, const void *a, size_t a_bytes, int c
 
 acc_result acc__devio_end(acc__devio *io, acc_result rc, int copy_b_out) {
   if (rc == ACC_OK && copy_b_out && io->dev_b) {
-    acc__accel_dev *d = io->db;
+    acc__devctx *d = io->db;
     rc = copy_sync(d, io->dev_b, io->b, io->b_bytes, ACC__COPY_H2D);
   }
   if (io->host_a) acc__device_host_free(io->da->dev, io->host_a);

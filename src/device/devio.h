@@ -14,15 +14,15 @@
 
 #include <stddef.h>
 
-#include "train/accel_device.h"
+#include "device/devctx.h"
 
 /* Accelerators that train off the host register their device (open) and drop it (close): the
  * one registry of live devices, used by the collectives and by acc_save_model /
  * acc_load_checkpoint_in_model (train_ckpt.c) to find the device of a buffer. */
-acc_result acc__devio_register(acc__accel_dev *d);
-void acc__devio_unregister(acc__accel_dev *d);
+acc_result acc__devio_register(acc__devctx *d);
+void acc__devio_unregister(acc__devctx *d);
 /* The registered device whose memory holds p (NULL: host memory, or no device registered). */
-acc__accel_dev *acc__devio_find(const void *p);
+acc__devctx *acc__devio_find(const void *p);
 
 /* A pair of buffers of one collective: a (read: send) and b (written: recv). Either may be device
  * memory; when both are device memory and overlap (in-place forms) one host buffer covers both.
@@ -31,7 +31,7 @@ typedef struct acc__devio {
   const void *a;
   void *b;
   /* staging (internal) */
-  acc__accel_dev *da, *db;
+  acc__devctx *da, *db;
   const void *dev_a;
   void *dev_b;
   void *host_a, *host_b;

@@ -1,88 +1,53 @@
-/* The accelerator's device (accel_device.h) and the public device functions of accelerator.h. */
+/* The public device functions of accelerator.h (the accelerator's device context: device/devctx.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/log.h"
-#include "train/accel_device.h"
-#include "train/train.h"
+#include "train/accel.h"
 #include "device/devio.h"
 
-acc_result acc__accel_dev_open(acc_state *st, int want, acc__accel_dev **out) {
-  *out = NULL;
-  acc__placement where;
-  ACC_CHECK(acc__placement_resolve(st, want, &where));
-  acc__accel_dev *d = acc__calloc(1, sizeof *d);
-  if (!d) return ACC_ERR_NOMEM;
-  d->where = where;
-  if (want == ACC_DEVICE_AUTO && where.why[0] && acc_state_is_main_process(st))
-    acc__log(ACC_LOG_INFO, "training on the CPU: %s", where.why);
-  d->type = where.kind == ACC__DEVICE_CUDA   ? ACC_DEVICE_CUDA
-            : where.kind == ACC__DEVICE_FAKE ? ACC_DEVICE_FAKE
-                                             : ACC_DEVICE_CPU;
-  acc_result rc = acc__device_open(&d->dev, where.kind, where.ordinal < 0 ? 0 : where.ordinal);
-  if (rc == ACC_OK && d->type != ACC_DEVICE_CPU) rc = acc__dstream_create(d->dev, &d->stream);
-  if (rc == ACC_OK) rc = acc__devio_register(d); /* collectives and save_model find it (devio.h) */
-  if (rc != ACC_OK) {
-    acc__accel_dev_close(d);
-    return rc;
-  }
-  *out = d;
-  return ACC_OK;
-}
-
-void acc__accel_dev_close(acc__accel_dev *d) {
-  if (!d) return;
-  acc__devio_unregister(d);
-  acc__dev_train_free(d);
-  if (d->dev) {
-    if (d->stream) acc__dstream_destroy(d->dev, d->stream);
-    acc__device_close(d->dev);
-  }
-  acc__free(d);
-}
-
 /* The device of a valid accelerator handle; an invalid one is an error naming fn. */
-static acc_result dev_or_error(const acc_accelerator *acc, const char *fn, acc__accel_dev **d) {
+static acc_result dev_or_error(const acc_accelerator *acc, const char *fn, acc__devctx **d) {
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
-  *d = acc__accelerator_dev(acc);
+  *d = acc->dev;
   return ACC_OK;
 }
 
 /* The same for the functions that return a value: NULL for an invalid handle. */
-static acc__accel_dev *dev_of(const acc_accelerator *acc, const char *fn) {
-  acc__accel_dev *d = NULL;
+static acc__devctx *dev_of(const acc_accelerator *acc, const char *fn) {
+  acc__devctx *d = NULL;
   return dev_or_error(acc, fn, &d) == ACC_OK ? d : NULL;
 }
 
 acc_device_type acc_accelerator_device_type(const acc_accelerator *acc) {
-  acc__accel_dev *d = dev_of(acc, "acc_accelerator_device_type");
+  acc__devctx *d = dev_of(acc, "acc_accelerator_device_type");
   return d ? d->type : ACC_DEVICE_CPU;
 }
 
 const char *acc_accelerator_device_name(const acc_accelerator *acc) {
-  acc__accel_dev *d = dev_of(acc, "acc_accelerator_device_name");
+  acc__devctx *d = dev_of(acc, "acc_accelerator_device_name");
   if (!d || d->type == ACC_DEVICE_CPU) return "cpu";
   return acc__device_name(d->dev);
 }
 
 int acc_accelerator_device_index(const acc_accelerator *acc) {
-  acc__accel_dev *d = dev_of(acc, "acc_accelerator_device_index");
+  acc__devctx *d = dev_of(acc, "acc_accelerator_device_index");
   return d && d->type != ACC_DEVICE_CPU ? d->where.ordinal : -1;
 }
 
 void *acc_accelerator_stream(const acc_accelerator *acc) {
-  acc__accel_dev *d = dev_of(acc, "acc_accelerator_stream");
+  acc__devctx *d = dev_of(acc, "acc_accelerator_stream");
   return d ? (void *)d->stream : NULL;
 }
 
 acc_result acc_accelerator_synchronize(acc_accelerator *acc) {
-  acc__accel_dev *d = NULL;
+  acc__devctx *d = NULL;
   ACC_CHECK(dev_or_error(acc, "acc_accelerator_synchronize", &d));
   return acc__dstream_sync(d->dev, d->stream);
 }
 
 acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, void **out) {
-  acc__accel_dev *d = NULL;
+  acc__devctx *d = NULL;
   ACC_CHECK(dev_or_error(acc, "acc_accelerator_alloc", &d));
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_alloc: out is NULL");
   *out = NULL;
@@ -100,7 +65,7 @@ acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, void **out)
 }
 
 acc_result acc_accelerator_free(acc_accelerator *acc, void *p) {
-  acc__accel_dev *d = NULL;
+  acc__devctx *d = NULL;
   ACC_CHECK(dev_or_error(acc, "acc_accelerator_free", &d));
   if (!p) return ACC_OK;
   ACC_CHECK(acc__dstream_sync(d->dev, d->stream)); /* no queued work may still use it */
@@ -109,7 +74,7 @@ acc_result acc_accelerator_free(acc_accelerator *acc, void *p) {
 
 acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *src, size_t bytes,
                                   acc_copy_kind kind) {
-  acc__accel_dev *d = NULL;
+  acc__devctx *d = NULL;
   ACC_CHECK(dev_or_error(acc, "acc_accelerator_memcpy", &d));
   if (kind < ACC_COPY_HOST_TO_DEVICE || kind > ACC_COPY_DEVICE_TO_DEVICE)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_memcpy: unknown copy kind %d",
@@ -123,7 +88,7 @@ acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *s
 }
 
 int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p) {
-  acc__accel_dev *d = dev_of(acc, "acc_accelerator_is_device_pointer");
+  acc__devctx *d = dev_of(acc, "acc_accelerator_is_device_pointer");
   if (!d || !p) return 0;
   int yes = 0;
   if (acc__device_is_device_ptr(d->dev, p, &yes) != ACC_OK) return 0;
@@ -132,7 +97,7 @@ int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p) {
 
 acc_result acc_accelerator_cast(acc_accelerator *acc, uint16_t *dst, const float *src, size_t n,
                                 acc_dtype dtype) {
-  acc__accel_dev *d = NULL;
+  acc__devctx *d = NULL;
   ACC_CHECK(dev_or_error(acc, "acc_accelerator_cast", &d));
   if (dtype != ACC_BF16 && dtype != ACC_F16)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,

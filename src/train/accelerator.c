@@ -6,58 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/accel_models.h"
-#include "ckpt/accel_state.h"
-#include "train/grad_sync.h"
-#include "data/data_internal.h"
-#include "core/profile.h"
 #include "backend/collcheck.h"
-#include "train/accel_device.h"
-#include "train/train.h"
+#include "ckpt/accel_state.h"
+#include "core/profile.h"
+#include "data/data_internal.h"
 #include "device/devio.h"
-#include "train/grad_sync.h"
 #include "state/state.h"
-
-#define MAX_PREPARED 16
-
-struct acc_accelerator {
-  uint32_t magic;
-  acc_state *st;
-  acc_mixed_precision mp;
-  int gas;
-  int split_batches, even_batches, step_sched_with_opt, sync_with_dataloader;
-  size_t bucket_cap;
-  int overlap;
-  int64_t step;          /* accumulation counter */
-  int sync_gradients;
-  int step_was_skipped;
-  acc__pmodel models[MAX_PREPARED]; /* prepared models, in prepare order (src/accel_models.c) */
-  acc_model *model_list[MAX_PREPARED]; /* the same models, for checkpointing */
-  int nmodels;
-  acc_grad_scaler *scaler;
-  int want_low_precision;
-  acc_optimizer *opts[MAX_PREPARED];
-  int nopts;
-  acc_scheduler *scheds[MAX_PREPARED];
-  int nscheds;
-  /* fp16 iteration: gradients are unscaled and the overflow agreed once, every prepared
-   * optimizer steps (or skips) at most once, then the scaler is updated once. */
-  int it_agreed;                     /* the overflow flag below is agreed across processes */
-  int32_t it_inf;                    /* an inf/NaN gradient somewhere: every optimizer skips */
-  int it_nstepped;                   /* prepared optimizers that stepped in this iteration */
-  unsigned char it_stepped[MAX_PREPARED];
-  acc_dataloader *active;     /* loader whose batch is being processed */
-  int end_of_dataloader;      /* the active loader's current batch is its last */
-  acc_dataloader *joined;     /* next_batch_joined: this process ran out of this loader's epoch */
-  acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
-  int nloaders, cap_loaders;
-  acc__accel_ckpt *ckpt;      /* checkpointing state (src/accel_state.c) */
-  void *metrics_buf;          /* gather_for_metrics' receive buffer, reused across calls */
-  size_t metrics_cap;
-  int zero; /* ZeRO stage 0, 1 or 2: each model's layout is in its acc__pmodel */
-  acc__pmodel *inflight; /* the model whose buckets grad_ready started reducing (overlap) */
-  acc__accel_dev *dev; /* the device it trains on (src/device/accel_device.c) */
-};
+#include "train/accel.h"
+#include "train/accel_device.h"
+#include "train/grad_sync.h"
+#include "train/train.h"
 
 static acc_result check(const acc_accelerator *acc, const char *fn) {
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
@@ -126,11 +84,12 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
       return rc;
     }
   }
-  acc_result drc = acc__accel_dev_open(st, o.device, &acc->dev);
+  acc_result drc = acc__devctx_open(st, o.device, &acc->dev);
   if (drc != ACC_OK) {
     acc_accelerator_destroy(acc);
     return drc;
   }
+  acc->ops = acc__devctx_offhost(acc->dev) ? &acc__train_device_ops : &acc__train_cpu_ops;
   if (acc_state_is_main_process(st)) acc__warn_old_kernel(); /* as Accelerate, once, on Linux */
   *out = acc;
   return ACC_OK;
@@ -140,18 +99,19 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return;
   for (int i = 0; i < acc->nloaders; i++) acc__dataloader_set_owner(acc->loaders[i], NULL, NULL);
   for (int i = 0; i < acc->nmodels; i++) acc__pmodel_free(&acc->models[i]);
-  acc__accel_ckpt_free(acc->ckpt);
+  if (acc->ckpt_free) acc->ckpt_free(acc->ckpt);
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->metrics_buf);
-  acc__accel_dev_close(acc->dev);
+  acc__dev_train_free(acc->dev); /* the device training state, before its device */
+  acc__devctx_close(acc->dev);
   acc_state_destroy(acc->st);
   acc->magic = ACC__MAGIC_DEAD;
   acc__free(acc);
 }
 
 acc_state *acc_accelerator_state(const acc_accelerator *acc) { return acc ? acc->st : NULL; }
-acc__accel_dev *acc__accelerator_dev(const acc_accelerator *acc) { return acc->dev; }
+acc__devctx *acc__accelerator_dev(const acc_accelerator *acc) { return acc->dev; }
 acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc) {
   return acc ? acc->mp : ACC_PRECISION_NO;
 }
@@ -189,9 +149,6 @@ acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int dev
 
 /* ---- prepare ---------------------------------------------------------------------------------- */
 
-static acc_dtype lp_dtype(const acc_accelerator *acc) {
-  return acc->want_low_precision ? acc_autocast_dtype(acc->mp) : ACC_F32;
-}
 
 /* The prepared entry of model m; NULL when m was not prepared. */
 static acc__pmodel *find_model(acc_accelerator *acc, const acc_model *m) {
@@ -200,60 +157,30 @@ static acc__pmodel *find_model(acc_accelerator *acc, const acc_model *m) {
   return NULL;
 }
 
-static acc_result refresh_low_precision(acc_accelerator *acc) {
-  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_refresh_low_precision(acc);
-  for (int i = 0; i < acc->nmodels; i++) ACC_CHECK(acc__pmodel_refresh_low_precision(&acc->models[i], lp_dtype(acc)));
-  return ACC_OK;
-}
-
 acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "refresh_low_precision"));
-  return refresh_low_precision(acc);
+  return acc->ops->refresh_low_precision(acc);
 }
 
 const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc) {
-  if (acc && acc__accel_dev_offhost(acc->dev)) return acc__dev_low_precision(acc);
-  return acc && acc->nmodels ? acc->models[0].low_precision : NULL;
+  if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return NULL;
+  return acc->ops->low_precision(acc, acc->nmodels ? &acc->models[0] : NULL);
 }
 
 const uint16_t *acc_accelerator_low_precision_params_model(const acc_accelerator *acc, const acc_model *model) {
   if (!acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR)) return NULL;
   const acc__pmodel *pm = find_model((acc_accelerator *)acc, model);
-  if (pm && acc__accel_dev_offhost(acc->dev)) return acc__dev_low_precision(acc);
-  return pm ? pm->low_precision : NULL;
-}
-
-/* prepare_model on a device (src/device/train_*.c): one model, no ZeRO (both refused with the
- * reason); process 0's parameters reach every process through host staging, the gradient buckets
- * are averaged on the device, the low-precision copy is device memory. */
-static acc_result prepare_model_device(acc_accelerator *acc, acc__pmodel *pm, acc_model *model) {
-  if (acc->nmodels)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "prepare_model: this accelerator trains on %s and already has a prepared model; "
-                      "several models are supported on the CPU only for now",
-                      acc_accelerator_device_name(acc));
-  ACC_CHECK(acc__dev_prepare_model(acc, model));
-  memset(pm, 0, sizeof *pm);
-  pm->model = model;
-  pm->st = acc->st;
-  acc_result rc = acc__grad_sync_create(&pm->gs, acc->st, model, acc->bucket_cap, acc->overlap);
-  if (rc == ACC_OK) rc = acc__grad_sync_use_device(pm->gs, acc->dev);
-  if (rc == ACC_OK && acc->want_low_precision) rc = acc__dev_low_precision_alloc(acc, model);
-  if (rc != ACC_OK) acc__pmodel_free(pm);
-  return rc;
+  return pm ? acc->ops->low_precision(acc, pm) : NULL;
 }
 
 acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model) {
   ACC_CHECK(check(acc, "prepare_model"));
   if (!model) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_model: model is NULL");
   if (find_model(acc, model)) return ACC_OK; /* preparing twice returns the same object */
-  if (acc->nmodels == MAX_PREPARED)
-    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_model: at most %d models", MAX_PREPARED);
+  if (acc->nmodels == ACC__MAX_PREPARED)
+    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_model: at most %d models", ACC__MAX_PREPARED);
   acc__pmodel *pm = &acc->models[acc->nmodels];
-  if (acc__accel_dev_offhost(acc->dev))
-    ACC_CHECK(prepare_model_device(acc, pm, model));
-  else
-    ACC_CHECK(acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero, lp_dtype(acc)));
+  ACC_CHECK(acc->ops->prepare_model(acc, pm, model));
   acc->model_list[acc->nmodels++] = model;
   return ACC_OK;
 }
@@ -328,8 +255,8 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
   ACC_CHECK(check(acc, "prepare_optimizer"));
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_optimizer: optimizer is NULL");
   if (find_ptr((void *const *)acc->opts, acc->nopts, opt) >= 0) return ACC_OK;
-  if (acc->nopts == MAX_PREPARED)
-    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_optimizer: at most %d optimizers", MAX_PREPARED);
+  if (acc->nopts == ACC__MAX_PREPARED)
+    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_optimizer: at most %d optimizers", ACC__MAX_PREPARED);
   /* Several optimizers must update disjoint parameters: two would otherwise step the same
    * weights twice per iteration (use parameter groups for different hyperparameters). */
   acc_model *m = acc_optimizer_model(opt);
@@ -353,7 +280,7 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
                         "the optimizer over a prepared model", acc->zero);
     ACC_CHECK(acc__pmodel_zero_reshard(pm, acc->st, opt));
   }
-  if (acc__accel_dev_offhost(acc->dev)) ACC_CHECK(acc__dev_prepare_optimizer(acc, opt));
+  ACC_CHECK(acc->ops->prepare_optimizer(acc, opt));
   acc->opts[acc->nopts++] = opt;
   return ACC_OK;
 }
@@ -362,8 +289,8 @@ acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler
   ACC_CHECK(check(acc, "prepare_scheduler"));
   if (!sched) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_scheduler: scheduler is NULL");
   if (find_ptr((void *const *)acc->scheds, acc->nscheds, sched) >= 0) return ACC_OK;
-  if (acc->nscheds == MAX_PREPARED)
-    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_scheduler: at most %d schedulers", MAX_PREPARED);
+  if (acc->nscheds == ACC__MAX_PREPARED)
+    return acc__error(ACC_ERR_INVALID_USAGE, "prepare_scheduler: at most %d schedulers", ACC__MAX_PREPARED);
   acc->scheds[acc->nscheds++] = sched;
   return ACC_OK;
 }
@@ -420,18 +347,7 @@ acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset 
 
 acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out) {
   ACC_CHECK(check(acc, "checkpointing"));
-  out->st = acc->st;
-  out->models = acc->model_list;
-  out->nmodels = acc->nmodels;
-  out->opts = acc->opts;
-  out->nopts = acc->nopts;
-  out->scheds = acc->scheds;
-  out->nscheds = acc->nscheds;
-  out->loaders = acc->loaders;
-  out->nloaders = acc->nloaders;
-  out->scaler = acc->scaler;
-  out->step = &acc->step;
-  out->ckpt = &acc->ckpt;
+  acc__accel_fill_parts(acc, out);
   return ACC_OK;
 }
 
@@ -555,12 +471,7 @@ acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index) {
 static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
   if (pm->no_sync) return ACC_OK;
   if (acc->inflight == pm) acc->inflight = NULL;
-  if (acc__accel_dev_offhost(acc->dev)) { /* one model, no ZeRO on a device */
-    if (acc->mp == ACC_PRECISION_FP16) ACC_CHECK(acc__dev_round_grads_f16(acc));
-    ACC_CHECK(acc__grad_sync_finish(pm->gs));
-  } else {
-    ACC_CHECK(acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16));
-  }
+  ACC_CHECK(acc->ops->sync_model(acc, pm));
   pm->synced = 1;
   return ACC_OK;
 }
@@ -598,27 +509,7 @@ acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc) {
   ACC_CHECK(check(acc, "unscale_gradients"));
   if (!acc->sync_gradients) return ACC_OK; /* the gradients are unscaled once, when final */
   if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) return ACC_OK;
-  if (acc__accel_dev_offhost(acc->dev)) { /* one model on a device (prepare_model_device) */
-    if (!acc->nmodels || acc->models[0].no_sync || acc_grad_scaler_is_unscaled(acc->scaler))
-      return ACC_OK;
-    return acc__dev_unscale(acc);
-  }
-  /* Every model synchronized in this iteration and not unscaled yet (all of them when backward
-   * did not run); a model under no_sync keeps its scaled partial sums. */
-  int any_synced = 0, any_unscaled = 0;
-  for (int i = 0; i < acc->nmodels; i++) {
-    any_synced |= acc->models[i].synced;
-    any_unscaled |= acc->models[i].unscaled;
-  }
-  if (acc_grad_scaler_is_unscaled(acc->scaler) && !any_unscaled) return ACC_OK; /* the program did */
-  for (int i = 0; i < acc->nmodels; i++) {
-    acc__pmodel *pm = &acc->models[i];
-    if (pm->no_sync || pm->unscaled || (any_synced && !pm->synced)) continue;
-    int found_inf = 0;
-    ACC_CHECK(acc__grad_scaler_unscale_more(acc->scaler, pm->model, &found_inf));
-    pm->unscaled = 1;
-  }
-  return ACC_OK;
+  return acc->ops->unscale(acc);
 }
 
 /* The models the all-model clipping covers: every prepared model not under no_sync. */
@@ -638,23 +529,14 @@ static acc_result clip_norm(acc_accelerator *acc, acc_model **ms, int n, float m
     return ACC_OK;
   }
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
-  float norm = 0;
-  if (acc__accel_dev_offhost(acc->dev)) {
-    if (n) return acc__dev_clip_grad_norm(acc, max_norm, norm_type, total_norm);
-    if (total_norm) *total_norm = 0.0f;
-    return ACC_OK;
-  }
-  /* ZeRO: each process holds its shard (zero elsewhere): one all-reduce makes the norm global */
-  ACC_CHECK(acc__clip_norm_models(acc->zero ? acc->st : NULL, ms, n, max_norm, norm_type, &norm));
-  if (total_norm) *total_norm = norm;
-  return ACC_OK;
+  return acc->ops->clip_grad_norm(acc, ms, n, max_norm, norm_type, total_norm);
 }
 
 acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm, double norm_type,
                                           float *total_norm) {
   ACC_CHECK(check(acc, "clip_grad_norm"));
   ACC_CHECK(need_model(acc, "clip_grad_norm"));
-  acc_model *ms[MAX_PREPARED];
+  acc_model *ms[ACC__MAX_PREPARED];
   int n = clip_models(acc, ms);
   return clip_norm(acc, ms, n, max_norm, norm_type, total_norm);
 }
@@ -673,19 +555,9 @@ acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_valu
   ACC_CHECK(need_model(acc, "clip_grad_value"));
   if (!acc->sync_gradients) return ACC_OK; /* partial gradients: see clip_grad_norm */
   ACC_CHECK(acc_accelerator_unscale_gradients(acc));
-  acc_model *ms[MAX_PREPARED];
+  acc_model *ms[ACC__MAX_PREPARED];
   int n = clip_models(acc, ms);
-  if (acc__accel_dev_offhost(acc->dev)) return n ? acc__dev_clip_grad_value(acc, clip_value) : ACC_OK;
-  for (int i = 0; i < n; i++) ACC_CHECK(acc_clip_grad_value(ms[i], clip_value));
-  return ACC_OK;
-}
-
-/* After a step that ran: the model's ZeRO shards gathered and its low-precision copy refreshed
- * (every model's for an optimizer over a model that was not prepared). */
-static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
-  if (!pm || acc__accel_dev_offhost(acc->dev)) return refresh_low_precision(acc);
-  if (acc->zero) ACC_CHECK(acc__pmodel_zero_gather(pm, acc->st));
-  return acc__pmodel_refresh_low_precision(pm, lp_dtype(acc));
+  return acc->ops->clip_grad_value(acc, ms, n, clip_value);
 }
 
 acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt) {
@@ -702,8 +574,8 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
                       (int)(pm - acc->models));
   if (!acc->scaler || !acc_grad_scaler_enabled(acc->scaler)) {
     acc->step_was_skipped = 0;
-    ACC_CHECK(acc__accel_dev_offhost(acc->dev) ? acc__dev_optimizer_step(acc, opt, 0) : acc_optimizer_step(opt));
-    return after_step(acc, pm);
+    ACC_CHECK(acc->ops->optimizer_step(acc, opt, 0));
+    return acc->ops->after_step(acc, pm);
   }
   int k = find_ptr((void *const *)acc->opts, acc->nopts, opt);
   if (k < 0)
@@ -726,11 +598,11 @@ acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *o
     acc->it_inf = inf;
     acc->it_agreed = 1;
     acc->step_was_skipped = inf != 0;
-    if (acc__accel_dev_offhost(acc->dev)) ACC_CHECK(acc__dev_agree_overflow(acc, inf));
+    ACC_CHECK(acc->ops->agree_overflow(acc, inf));
   }
   if (!acc->it_inf) {
-    ACC_CHECK(acc__accel_dev_offhost(acc->dev) ? acc__dev_optimizer_step(acc, opt, 1) : acc_optimizer_step(opt));
-    ACC_CHECK(after_step(acc, pm));
+    ACC_CHECK(acc->ops->optimizer_step(acc, opt, 1));
+    ACC_CHECK(acc->ops->after_step(acc, pm));
   }
   acc->it_stepped[k] = 1;
   acc->it_nstepped++;
@@ -744,8 +616,7 @@ acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, acc_optimiz
   ACC_CHECK(check(acc, "optimizer_zero_grad"));
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_zero_grad: optimizer is NULL");
   if (!acc->sync_gradients) return ACC_OK;
-  if (acc__accel_dev_offhost(acc->dev)) return acc__dev_zero_grad(acc, opt);
-  return acc_optimizer_zero_grad(opt);
+  return acc->ops->zero_grad(acc, opt);
 }
 
 acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *sched) {

@@ -204,7 +204,7 @@ void acc__grad_sync_destroy(acc__grad_sync *gs) {
   acc__free(gs);
 }
 
-acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__accel_dev *d) {
+acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__devctx *d) {
   size_t n = 0;
   for (size_t bi = 0; bi < gs->nbuckets; bi++) n += gs->buckets[bi].count;
   return acc__dev_gsync_create(&gs->dev, d, gs->st, gs->model, gs->order, n, gs->nbuckets);

@@ -3,7 +3,7 @@
  *
  * The training calls of src/accelerator.c, src/grad_sync.c, src/accel_state.c and
  * src/save_model.c keep their CPU code and hand over to these functions with one line when
- * acc__accel_dev_offhost() is true. Every kernel is queued on the accelerator's compute stream;
+ * acc__devctx_offhost() is true. Every kernel is queued on the accelerator's compute stream;
  * the host waits only where a value must reach it (the fp16 overflow flag, a gradient norm the
  * caller asked for, the host-staged gradient all-reduce, checkpoints).
  *
@@ -15,10 +15,10 @@
 #define ACC_DEVICE_TRAIN_H
 
 #include "train/grad_sync.h"
-#include "train/accel_device.h"
+#include "device/devctx.h"
 #include "device/device.h"
 
-typedef struct acc__dev_train acc__dev_train; /* per accelerator, owned by its acc__accel_dev */
+typedef struct acc__dev_train acc__dev_train; /* per accelerator, owned by its acc__devctx */
 typedef struct acc__dev_gsync acc__dev_gsync; /* per gradient-sync object (grad_sync.c) */
 
 /* ---- train_sync.c ------------------------------------------------------------------------ */
@@ -29,7 +29,7 @@ typedef struct acc__dev_gsync acc__dev_gsync; /* per gradient-sync object (grad_
 acc_result acc__dev_prepare_model(acc_accelerator *acc, acc_model *m);
 /* Gradient averaging of grad_sync.c on the device. order[0..n) are the parameter indices of the
  * buckets in bucket order. */
-acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_state *st,
+acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__devctx *d, acc_state *st,
                                  acc_model *m, const size_t *order, size_t n, size_t nbuckets);
 void acc__dev_gsync_free(acc__dev_gsync *g);
 /* Averages one bucket: params order[first..first+count) (numel floats in all; inplace: their
@@ -45,8 +45,8 @@ int acc__dev_gsync_uses_nccl(const acc__dev_gsync *g);
 
 /* ---- train_optim.c ----------------------------------------------------------------------- */
 
-acc_result acc__dev_train_get(acc__accel_dev *d, acc__dev_train **out); /* created on first use */
-void acc__dev_train_free(acc__accel_dev *d); /* from acc__accel_dev_close */
+acc_result acc__dev_train_get(acc__devctx *d, acc__dev_train **out); /* created on first use */
+void acc__dev_train_free(acc__devctx *d); /* from acc_accelerator_destroy, before the device closes */
 
 /* One optimizer step with the device kernels; fp16: the kernels skip when the agreed overflow
  * flag (on the device) is set. */
@@ -74,11 +74,11 @@ const uint16_t *acc__dev_low_precision(const acc_accelerator *acc);
  * when they are host memory): same names and shapes, data copied in (and gradients too with
  * grads). *dev: the device it came from. Free with acc__dev_host_model_free. */
 acc_result acc__dev_host_model(const acc_model *m, int grads, acc_model **out,
-                               acc__accel_dev **dev);
-acc_result acc__dev_host_model_of(acc__accel_dev *d, const acc_model *m, int grads,
+                               acc__devctx **dev);
+acc_result acc__dev_host_model_of(acc__devctx *d, const acc_model *m, int grads,
                                   acc_model **out);
 /* Copies the host copy's data (and gradients with grads) back into the device model. */
-acc_result acc__dev_host_model_push(acc__accel_dev *d, const acc_model *host, acc_model *m,
+acc_result acc__dev_host_model_push(acc__devctx *d, const acc_model *host, acc_model *m,
                                     int grads);
 void acc__dev_host_model_free(acc_model *host);
 /* save_state / load_state: the prepared optimizers' device state to their host buffers (before
@@ -98,6 +98,6 @@ acc_result acc__optimizer_device_stepped(acc_optimizer *o);
 /* src/precision.c: the gradients were unscaled on the device; found_inf: the local overflow. */
 void acc__grad_scaler_mark_unscaled(acc_grad_scaler *s, int found_inf);
 /* src/grad_sync.c: averaging on the device (called by prepare_model). */
-acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__accel_dev *d);
+acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__devctx *d);
 
 #endif

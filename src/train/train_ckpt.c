@@ -8,7 +8,6 @@
  * host copy with the same names and shapes. */
 #include <string.h>
 
-#include "ckpt/accel_state.h"
 #include "device/devio.h"
 #include "train/train.h"
 
@@ -22,7 +21,7 @@ void acc__dev_host_model_free(acc_model *h) {
   acc_model_destroy(h);
 }
 
-acc_result acc__dev_host_model_of(acc__accel_dev *d, const acc_model *m, int grads,
+acc_result acc__dev_host_model_of(acc__devctx *d, const acc_model *m, int grads,
                                   acc_model **out) {
   *out = NULL;
   acc_model *h = NULL;
@@ -55,7 +54,7 @@ acc_result acc__dev_host_model_of(acc__accel_dev *d, const acc_model *m, int gra
   return ACC_OK;
 }
 
-acc_result acc__dev_host_model_push(acc__accel_dev *d, const acc_model *h, acc_model *m,
+acc_result acc__dev_host_model_push(acc__devctx *d, const acc_model *h, acc_model *m,
                                     int grads) {
   acc_result rc = ACC_OK;
   for (size_t i = 0; i < acc_model_num_parameters(m) && rc == ACC_OK; i++) {
@@ -70,7 +69,7 @@ acc_result acc__dev_host_model_push(acc__accel_dev *d, const acc_model *h, acc_m
 }
 
 acc_result acc__dev_host_model(const acc_model *m, int grads, acc_model **out,
-                               acc__accel_dev **dev) {
+                               acc__devctx **dev) {
   *out = NULL;
   if (dev) *dev = NULL;
   const acc_param *first = NULL;
@@ -78,7 +77,7 @@ acc_result acc__dev_host_model(const acc_model *m, int grads, acc_model **out,
   for (size_t i = 0; i < np && !first; i++)
     if (acc_model_parameter(m, i)->numel) first = acc_model_parameter(m, i);
   if (!first) return ACC_OK;
-  acc__accel_dev *d = acc__devio_find(first->data);
+  acc__devctx *d = acc__devio_find(first->data);
   if (!d) return ACC_OK; /* host memory */
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(m, i);
@@ -93,18 +92,4 @@ acc_result acc__dev_host_model(const acc_model *m, int grads, acc_model **out,
   }
   if (dev) *dev = d;
   return acc__dev_host_model_of(d, m, grads, out);
-}
-
-static acc_result state_move(acc_accelerator *acc, int to_host);
-
-acc_result acc__dev_state_to_host(acc_accelerator *acc) { return state_move(acc, 1); }
-acc_result acc__dev_state_from_host(acc_accelerator *acc) { return state_move(acc, 0); }
-
-/* implemented in train_optim.c, which owns the device state */
-acc_result acc__dev_optimizer_state_move(acc_accelerator *acc, int to_host);
-
-static acc_result state_move(acc_accelerator *acc, int to_host) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
-  if (!acc__accel_dev_offhost(d) || !d->train) return ACC_OK;
-  return acc__dev_optimizer_state_move(acc, to_host);
 }

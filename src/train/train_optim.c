@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ckpt/accel_state.h"
+#include "train/accel.h"
 #include "device/kernels.h"
 #include "train/train.h"
 
@@ -46,7 +46,7 @@ struct acc__dev_train {
   int nopts;
 };
 
-acc_result acc__dev_train_get(acc__accel_dev *d, acc__dev_train **out) {
+acc_result acc__dev_train_get(acc__devctx *d, acc__dev_train **out) {
   if (!d->train) {
     d->train = acc__calloc(1, sizeof *d->train);
     if (!d->train) return ACC_ERR_NOMEM;
@@ -55,7 +55,7 @@ acc_result acc__dev_train_get(acc__accel_dev *d, acc__dev_train **out) {
   return ACC_OK;
 }
 
-void acc__dev_train_free(acc__accel_dev *d) {
+void acc__dev_train_free(acc__devctx *d) {
   acc__dev_train *t = d ? d->train : NULL;
   if (!t) return;
   acc__device *dev = d->dev;
@@ -81,11 +81,12 @@ static acc_model *first_model(const acc__accel_parts *parts) {
 }
 
 /* The accelerator's device, its training state and its prepared objects. */
-static acc_result ctx_of(acc_accelerator *acc, acc__accel_dev **d, acc__dev_train **t,
+static acc_result ctx_of(acc_accelerator *acc, acc__devctx **d, acc__dev_train **t,
                          acc__accel_parts *parts) {
-  *d = acc__accelerator_dev(acc);
+  *d = acc->dev;
   ACC_CHECK(acc__dev_train_get(*d, t));
-  return acc__accelerator_parts(acc, parts);
+  acc__accel_fill_parts(acc, parts);
+  return ACC_OK;
 }
 
 /* The model's gradients as maximal runs of adjacent memory, in registration order. */
@@ -111,13 +112,13 @@ static acc_result grad_ranges(acc__dev_train *t, acc_model *m) {
 }
 
 /* ctx_of, and the gradients of the model trained on the device as runs (t->gr). */
-static acc_result ctx_grads(acc_accelerator *acc, acc__accel_dev **d, acc__dev_train **t,
+static acc_result ctx_grads(acc_accelerator *acc, acc__devctx **d, acc__dev_train **t,
                             acc__accel_parts *parts) {
   ACC_CHECK(ctx_of(acc, d, t, parts));
   return grad_ranges(*t, first_model(parts));
 }
 
-static acc_result ensure_scalars(acc__accel_dev *d, acc__dev_train *t) {
+static acc_result ensure_scalars(acc__devctx *d, acc__dev_train *t) {
   if (!t->d_flag) ACC_CHECK(acc__device_alloc(d->dev, sizeof(int32_t), (void **)&t->d_flag));
   if (!t->d_norm) ACC_CHECK(acc__device_alloc(d->dev, sizeof(float), (void **)&t->d_norm));
   if (!t->d_coef) ACC_CHECK(acc__device_alloc(d->dev, sizeof(float), (void **)&t->d_coef));
@@ -135,7 +136,7 @@ static int state_kinds(const acc_optimizer *opt) {
 
 /* Allocates (zeroed) the state buffers the optimizer needs now and copies in what its host
  * buffers hold (state set before, or loaded from a checkpoint). */
-static acc_result state_alloc(acc__accel_dev *d, dev_opt *o) {
+static acc_result state_alloc(acc__devctx *d, dev_opt *o) {
   for (int b = 0; b < state_kinds(o->opt); b++) {
     if (o->d_state[b] || !o->total) continue;
     ACC_CHECK(acc__device_alloc(d->dev, o->total * sizeof(float), (void **)&o->d_state[b]));
@@ -144,7 +145,7 @@ static acc_result state_alloc(acc__accel_dev *d, dev_opt *o) {
   return ACC_OK;
 }
 
-static acc_result state_copy(acc__accel_dev *d, dev_opt *o, int to_host) {
+static acc_result state_copy(acc__devctx *d, dev_opt *o, int to_host) {
   for (int b = 0; b < state_kinds(o->opt); b++) {
     if (!o->d_state[b]) continue;
     for (size_t i = 0; i < o->nparams; i++) {
@@ -164,7 +165,7 @@ static acc_result state_copy(acc__accel_dev *d, dev_opt *o, int to_host) {
 }
 
 static acc_result find_opt(acc_accelerator *acc, acc_optimizer *opt, dev_opt **out) {
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
@@ -209,7 +210,7 @@ static acc_result find_opt(acc_accelerator *acc, acc_optimizer *opt, dev_opt **o
 
 acc_result acc__dev_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt) {
   acc__accel_parts parts;
-  ACC_CHECK(acc__accelerator_parts(acc, &parts));
+  acc__accel_fill_parts(acc, &parts);
   if (!first_model(&parts) || acc_optimizer_model(opt) != first_model(&parts)) return ACC_OK; /* first step */
   dev_opt *o;
   return find_opt(acc, opt, &o);
@@ -223,7 +224,7 @@ typedef struct run {
   int group, first, open;
 } run;
 
-static acc_result run_flush(acc__accel_dev *d, const dev_opt *o, const run *r, const double *hp,
+static acc_result run_flush(acc__devctx *d, const dev_opt *o, const run *r, const double *hp,
                             int64_t step, const int32_t *skip) {
   if (!r->open || !r->n) return ACC_OK;
   const acc_optimizer *opt = o->opt;
@@ -253,7 +254,7 @@ static acc_result run_flush(acc__accel_dev *d, const dev_opt *o, const run *r, c
 }
 
 acc_result acc__dev_optimizer_step(acc_accelerator *acc, acc_optimizer *opt, int fp16) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
+  acc__devctx *d = acc->dev;
   acc__dev_train *t;
   ACC_CHECK(acc__dev_train_get(d, &t));
   dev_opt *o;
@@ -290,7 +291,7 @@ acc_result acc__dev_optimizer_step(acc_accelerator *acc, acc_optimizer *opt, int
 }
 
 acc_result acc__dev_zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
+  acc__devctx *d = acc->dev;
   acc_model *m = acc_optimizer_model(opt);
   if (!m) return acc__error(ACC_ERR_INVALID_ARGUMENT, "optimizer_zero_grad: invalid optimizer");
   float *at = NULL;
@@ -313,7 +314,7 @@ acc_result acc__dev_zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
 /* ---- fp16 and clipping -------------------------------------------------------------------- */
 
 acc_result acc__dev_round_grads_f16(acc_accelerator *acc) {
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_grads(acc, &d, &t, &parts));
@@ -323,7 +324,7 @@ acc_result acc__dev_round_grads_f16(acc_accelerator *acc) {
 }
 
 acc_result acc__dev_unscale(acc_accelerator *acc) {
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_grads(acc, &d, &t, &parts));
@@ -342,7 +343,7 @@ acc_result acc__dev_unscale(acc_accelerator *acc) {
 }
 
 acc_result acc__dev_agree_overflow(acc_accelerator *acc, int32_t agreed) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
+  acc__devctx *d = acc->dev;
   acc__dev_train *t;
   ACC_CHECK(acc__dev_train_get(d, &t));
   ACC_CHECK(ensure_scalars(d, t));
@@ -363,7 +364,7 @@ acc_result acc__dev_clip_grad_norm(acc_accelerator *acc, float max_norm, double 
   if (!(max_norm >= 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_clip_grad_norm: max_norm %g must be >= 0",
                       (double)max_norm);
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
@@ -399,7 +400,7 @@ acc_result acc__dev_clip_grad_value(acc_accelerator *acc, float clip_value) {
   if (!(clip_value >= 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_clip_grad_value: clip_value %g must be >= 0",
                       (double)clip_value);
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_grads(acc, &d, &t, &parts));
@@ -411,23 +412,23 @@ acc_result acc__dev_clip_grad_value(acc_accelerator *acc, float clip_value) {
 /* ---- the low-precision copy --------------------------------------------------------------- */
 
 acc_result acc__dev_low_precision_alloc(acc_accelerator *acc, acc_model *m) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
+  acc__devctx *d = acc->dev;
   acc__dev_train *t;
   ACC_CHECK(acc__dev_train_get(d, &t));
   size_t n = acc_model_numel(m);
-  acc_dtype dt = acc_autocast_dtype(acc_accelerator_mixed_precision(acc));
+  acc_dtype dt = acc_autocast_dtype(acc->mp);
   ACC_CHECK(acc__device_alloc(d->dev, (n ? n : 1) * acc_dtype_size(dt), &t->d_low));
   t->low_n = n;
   return acc__dev_refresh_low_precision(acc);
 }
 
 acc_result acc__dev_refresh_low_precision(acc_accelerator *acc) {
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc__dev_train *t;
   acc__accel_parts parts;
   ACC_CHECK(ctx_of(acc, &d, &t, &parts));
   if (!t->d_low || !first_model(&parts)) return ACC_OK;
-  acc_dtype dt = acc_autocast_dtype(acc_accelerator_mixed_precision(acc));
+  acc_dtype dt = acc_autocast_dtype(acc->mp);
   size_t es = acc_dtype_size(dt), np = acc_model_num_parameters(first_model(&parts)), out = 0;
   const float *src = NULL;
   size_t n = 0;
@@ -454,14 +455,14 @@ acc_result acc__dev_refresh_low_precision(acc_accelerator *acc) {
 }
 
 const uint16_t *acc__dev_low_precision(const acc_accelerator *acc) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
+  acc__devctx *d = acc->dev;
   return d && d->train ? (const uint16_t *)d->train->d_low : NULL;
 }
 
 /* save_state / load_state (train_ckpt.c): every optimizer's device state to or from its host
  * buffers. */
-acc_result acc__dev_optimizer_state_move(acc_accelerator *acc, int to_host) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
+static acc_result optimizer_state_move(acc_accelerator *acc, int to_host) {
+  acc__devctx *d = acc->dev;
   acc__dev_train *t = d->train;
   for (int k = 0; t && k < t->nopts; k++) {
     if (!acc__handle_ok(t->opts[k].opt, ACC__HANDLE_OPTIMIZER)) continue; /* destroyed */
@@ -470,3 +471,14 @@ acc_result acc__dev_optimizer_state_move(acc_accelerator *acc, int to_host) {
   }
   return acc__dstream_sync(d->dev, d->stream);
 }
+
+/* Checkpoints (accel_state.c) read and write the optimizer state on the host: moved there around
+ * save_state / load_state, and back. */
+static acc_result state_move(acc_accelerator *acc, int to_host) {
+  acc__devctx *d = acc->dev;
+  if (!acc__devctx_offhost(d) || !d->train) return ACC_OK;
+  return optimizer_state_move(acc, to_host);
+}
+
+acc_result acc__dev_state_to_host(acc_accelerator *acc) { return state_move(acc, 1); }
+acc_result acc__dev_state_from_host(acc_accelerator *acc) { return state_move(acc, 0); }

@@ -26,11 +26,12 @@
 #include "backend/collcheck.h"
 #include "core/env.h"
 #include "state/state.h"
+#include "train/accel.h"
 #include "train/train.h"
 #include "device/watchdog.h"
 
 struct acc__dev_gsync {
-  acc__accel_dev *d;
+  acc__devctx *d;
   acc_state *st;
   acc_model *m;
   const size_t *order; /* borrowed from grad_sync.c */
@@ -57,7 +58,7 @@ enum { WD_EVENTS = 64 };
 
 /* ---- prepare_model ------------------------------------------------------------------------ */
 
-static acc_result check_ptr(acc__accel_dev *d, const acc_param *p, const void *ptr,
+static acc_result check_ptr(acc__devctx *d, const acc_param *p, const void *ptr,
                             const char *what) {
   int yes = 0;
   ACC_CHECK(acc__device_is_device_ptr(d->dev, ptr, &yes));
@@ -71,7 +72,7 @@ static acc_result check_ptr(acc__accel_dev *d, const acc_param *p, const void *p
 }
 
 /* Process 0's parameters to every process: device -> host staging -> CPU backend -> device. */
-static acc_result broadcast_parameters(acc__accel_dev *d, acc_state *st, acc_model *m) {
+static acc_result broadcast_parameters(acc__devctx *d, acc_state *st, acc_model *m) {
   size_t np = acc_model_num_parameters(m), total = acc_model_numel(m);
   if (acc_state_num_processes(st) == 1 || total == 0) return ACC_OK;
   float *h = acc__malloc(total * sizeof(float));
@@ -106,19 +107,19 @@ static acc_result broadcast_parameters(acc__accel_dev *d, acc_state *st, acc_mod
 }
 
 acc_result acc__dev_prepare_model(acc_accelerator *acc, acc_model *m) {
-  acc__accel_dev *d = acc__accelerator_dev(acc);
-  if (acc_accelerator_zero_stage(acc) != 0)
+  acc__devctx *d = acc->dev;
+  if (acc->zero != 0)
     return acc__error(ACC_ERR_NOT_SUPPORTED,
                       "prepare_model: ZeRO (zero_stage %d) is not supported when training on a "
                       "device (%s); use zero_stage 0",
-                      acc_accelerator_zero_stage(acc), acc__device_name(d->dev));
+                      acc->zero, acc__device_name(d->dev));
   for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
     const acc_param *p = acc_model_parameter(m, i);
     if (!p->numel) continue;
     ACC_CHECK(check_ptr(d, p, p->data, "data"));
     if (p->grad) ACC_CHECK(check_ptr(d, p, p->grad, "gradient"));
   }
-  return broadcast_parameters(d, acc_accelerator_state(acc), m);
+  return broadcast_parameters(d, acc->st, m);
 }
 
 /* ---- gradient averaging ------------------------------------------------------------------- */
@@ -178,7 +179,7 @@ static acc_result nccl_mode(int *mode) {
  * is on CUDA here (the placement is the same everywhere), so the collectives below are
  * matched. */
 static acc_result nccl_setup(acc__dev_gsync *g) {
-  acc__accel_dev *d = g->d;
+  acc__devctx *d = g->d;
   int np = acc_state_num_processes(g->st), mode = 0;
   ACC_CHECK(nccl_mode(&mode));
   if (mode == 2) return ACC_OK;
@@ -247,7 +248,7 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   return acc__watchdog_start(&g->wd, &wc);
 }
 
-acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__accel_dev *d, acc_state *st,
+acc_result acc__dev_gsync_create(acc__dev_gsync **out, acc__devctx *d, acc_state *st,
                                  acc_model *m, const size_t *order, size_t n, size_t nbuckets) {
   *out = NULL;
   acc__dev_gsync *g = acc__calloc(1, sizeof *g);
@@ -313,7 +314,7 @@ int acc__dev_gsync_uses_nccl(const acc__dev_gsync *g) { return g && g->comm; }
 
 static acc_result nccl_bucket(acc__dev_gsync *g, size_t bucket, size_t first, size_t count,
                               size_t numel, float *inplace) {
-  acc__accel_dev *d = g->d;
+  acc__devctx *d = g->d;
   void *ctx = NULL;
   const acc__device_ops *ops = acc__device_ops_of(d->dev, &ctx);
   /* the communication stream starts after the backward work queued so far */
@@ -401,7 +402,7 @@ acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first,
   if (g->wd) ACC_CHECK(acc__watchdog_check(g->wd));
   if (numel == 0 || (g->inv_world == 1.0f && !g->comm)) return ACC_OK;
   if (g->comm) return nccl_bucket(g, bucket, first, count, numel, inplace);
-  acc__accel_dev *d = g->d;
+  acc__devctx *d = g->d;
   float *h = g->host + g->prefix[first];
   if (inplace) {
     ACC_CHECK(acc__device_copy(d->dev, h, inplace, numel * sizeof(float), ACC__COPY_D2H,

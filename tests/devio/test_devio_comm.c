@@ -27,7 +27,7 @@ static int R, P;
 static void *dev_from(const void *h, size_t bytes) {
   void *d = NULL;
   REQUIRE_OK(acc_accelerator_alloc(acc, bytes, &d));
-  acc__accel_dev *ad = acc__accelerator_dev(acc);
+  acc__devctx *ad = acc__accelerator_dev(acc);
   REQUIRE_OK(acc__device_copy(ad->dev, d, h, bytes, ACC__COPY_H2D, ad->stream));
   return d;
 }

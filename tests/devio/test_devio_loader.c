@@ -88,7 +88,7 @@ static void record(acc_accelerator *acc, const acc_batch *b, int placed, trace *
       CHECK(0, "device trace buffer too small");
       continue;
     }
-    acc__accel_dev *ad = acc__accelerator_dev(acc);
+    acc__devctx *ad = acc__accelerator_dev(acc);
     CHECK_OK(acc__device_copy(ad->dev, dt->d + dt->len, b->device_fields[f], n, ACC__COPY_D2D,
                               ad->stream));
     dt->len += n;
