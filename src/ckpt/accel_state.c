@@ -612,7 +612,7 @@ static acc_result save_state_body(acc_accelerator *acc, const char *output_dir, 
   }
   acc_result local = main_proc ? save_shared(&p, tmp) : ACC_OK;
   if (local == ACC_OK) local = save_process(&p, tmp);
-  if (local == ACC_OK && acc__ckpt_progress_hook) acc__ckpt_progress_hook("state-written");
+  if (local == ACC_OK && acc__fs_progress_hook) acc__fs_progress_hook("state-written");
   rc = agree(p.st, local, "save_state (writing the checkpoint files)");
   if (rc != ACC_OK) {
     acc_checkpoint_abort(c); /* the temporary directory goes; earlier checkpoints are untouched */

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "ckpt/ckpt_dir.h"
+#include "core/fs.h"
 #include "core/env.h"
 #include "core/internal.h"
 

@@ -15,10 +15,9 @@
 
 #include "core/env.h"
 #include "core/log.h"
-#include "ckpt/ckpt_dir.h"
+#include "core/fs.h"
 
 #define LOGGER_MAGIC 0x41434c47u             /* "ACLG" */
-#define IN_ORDER_MARKER 0x4c4f47494e4f5244ll /* "LOGINORD" */
 
 struct acc_logger {
   uint32_t magic;
@@ -33,12 +32,23 @@ static pthread_mutex_t term_mu = PTHREAD_MUTEX_INITIALIZER;
 static int sink_fd = -1;  /* -1: not opened yet */
 static int env_level = 0; /* 0: not read yet; -1: invalid */
 
+static void (*overlay_hide)(void), (*overlay_show)(void); /* under term_mu */
+
 void acc__term_lock(void) { pthread_mutex_lock(&term_mu); }
 void acc__term_unlock(void) { pthread_mutex_unlock(&term_mu); }
+void acc__term_set_overlay(void (*hide)(void), void (*show)(void)) {
+  overlay_hide = hide;
+  overlay_show = show;
+}
+
+static int (*rank_source)(void); /* set by the process state (src/state/state.c) */
+
+void acc__log_set_rank_source(int (*fn)(void)) { __atomic_store_n(&rank_source, fn, __ATOMIC_RELEASE); }
 
 int acc__obs_rank(void) {
-  acc_state *st = acc_state_get();
-  if (st) return acc_state_process_index(st);
+  int (*fn)(void) = __atomic_load_n(&rank_source, __ATOMIC_ACQUIRE);
+  int mine = fn ? fn() : -1;
+  if (mine >= 0) return mine;
   static const char *vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
                                "SLURM_PROCID"};
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
@@ -112,7 +122,7 @@ static acc_result read_env_level(int *out) {
   return ACC_OK;
 }
 
-static int effective_level(const acc_logger *lg) {
+int acc__logger_effective_level(const acc_logger *lg) {
   if (lg->level != ACC_UNSET) return lg->level;
   int lv;
   (void)read_env_level(&lv); /* an invalid value was reported by acc_get_logger */
@@ -155,10 +165,10 @@ acc_result acc_get_logger(const char *name, int level, acc_logger **out) {
   return ACC_OK;
 }
 
-static int valid_logger(const acc_logger *lg) { return lg && lg->magic == LOGGER_MAGIC; }
+int acc__logger_ok(const acc_logger *lg) { return lg && lg->magic == LOGGER_MAGIC; }
 
 acc_result acc_logger_set_level(acc_logger *lg, int level) {
-  if (!valid_logger(lg))
+  if (!acc__logger_ok(lg))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_logger_set_level: not a logger");
   if (level != ACC_UNSET && !valid_level(level))
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -167,10 +177,10 @@ acc_result acc_logger_set_level(acc_logger *lg, int level) {
   return ACC_OK;
 }
 
-int acc_logger_level(const acc_logger *lg) { return valid_logger(lg) ? effective_level(lg) : -1; }
+int acc_logger_level(const acc_logger *lg) { return acc__logger_ok(lg) ? acc__logger_effective_level(lg) : -1; }
 
 int acc_logger_enabled(const acc_logger *lg, int level) {
-  return valid_logger(lg) && level >= effective_level(lg);
+  return acc__logger_ok(lg) && level >= acc__logger_effective_level(lg);
 }
 
 /* ---- the sink -------------------------------------------------------------------------------- */
@@ -250,7 +260,7 @@ static void write_all(int fd, const char *p, size_t n) {
   }
 }
 
-static void emit(const acc_logger *lg, int level, int rank, const char *fmt, va_list ap) {
+void acc__log_emit(const acc_logger *lg, int level, int rank, const char *fmt, va_list ap) {
   char stack[1024], *line = stack;
   struct timeval tv;
   gettimeofday(&tv, NULL);
@@ -281,75 +291,21 @@ static void emit(const acc_logger *lg, int level, int rank, const char *fmt, va_
   line[total++] = '\n';
   acc__term_lock();
   int fd = sink();
-  if (fd == STDERR_FILENO) acc__progress_hide();
+  if (fd == STDERR_FILENO && overlay_hide) overlay_hide();
   write_all(fd, line, total);
-  if (fd == STDERR_FILENO) acc__progress_show();
+  if (fd == STDERR_FILENO && overlay_show) overlay_show();
   acc__term_unlock();
   if (line != stack) free(line);
 }
 
 void acc_log(acc_logger *lg, int level, const char *fmt, ...) {
-  if (!valid_logger(lg) || !fmt || level < effective_level(lg)) return;
+  if (!acc__logger_ok(lg) || !fmt || level < acc__logger_effective_level(lg)) return;
   int rank = acc__obs_rank();
   if (rank != 0) return;
   va_list ap;
   va_start(ap, fmt);
-  emit(lg, level, rank, fmt, ap);
+  acc__log_emit(lg, level, rank, fmt, ap);
   va_end(ap);
-}
-
-/* In debug mode: every process contributes a marker; anything else means a process is in a
- * different collective. */
-static acc_result check_in_order(acc_state *st) {
-  int n = acc_state_num_processes(st);
-  int64_t mine = IN_ORDER_MARKER, all[n];
-  acc_result rc = acc_all_gather(st, &mine, all, 1, ACC_I64);
-  if (rc != ACC_OK)
-    return acc__error_context(
-        rc, "acc_log_ex(ACC_LOG_IN_ORDER) is collective (every process must call it)");
-  for (int r = 0; r < n; r++)
-    if (all[r] != IN_ORDER_MARKER)
-      return acc__error(
-          ACC_ERR_MISMATCH,
-          "acc_log_ex(ACC_LOG_IN_ORDER) is collective: process %d made a different collective call "
-          "instead (every process must call it, in the same order)",
-          r);
-  return ACC_OK;
-}
-
-acc_result acc_log_ex(acc_logger *lg, int level, int flags, const char *fmt, ...) {
-  if (!valid_logger(lg)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_log_ex: not a logger");
-  if (!fmt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_log_ex: fmt is NULL");
-  if (flags & ~(ACC_LOG_ALL_PROCESSES | ACC_LOG_IN_ORDER))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_log_ex: unknown flags 0x%x", (unsigned)flags);
-  int enabled = level >= effective_level(lg);
-  int rank = acc__obs_rank();
-  va_list ap;
-  acc_state *st = acc_state_get();
-  if (!(flags & ACC_LOG_IN_ORDER) || !st || acc_state_num_processes(st) == 1) {
-    if (enabled && (rank == 0 || (flags & (ACC_LOG_ALL_PROCESSES | ACC_LOG_IN_ORDER)))) {
-      va_start(ap, fmt);
-      emit(lg, level, rank, fmt, ap);
-      va_end(ap);
-    }
-    return ACC_OK;
-  }
-  /* In order: process i writes, then everyone waits; n barriers. The level is the same
-   * everywhere only if the environment is, so the barriers run whatever the level. */
-  if (acc_state_debug(st)) ACC_CHECK(check_in_order(st));
-  int n = acc_state_num_processes(st);
-  for (int i = 0; i < n; i++) {
-    if (i == rank && enabled) {
-      va_start(ap, fmt);
-      emit(lg, level, rank, fmt, ap);
-      va_end(ap);
-    }
-    acc_result rc = acc_wait_for_everyone(st);
-    if (rc != ACC_OK)
-      return acc__error_context(
-          rc, "acc_log_ex(ACC_LOG_IN_ORDER) is collective (every process must call it)");
-  }
-  return ACC_OK;
 }
 
 void acc__log(int level, const char *fmt, ...) {
@@ -357,9 +313,9 @@ void acc__log(int level, const char *fmt, ...) {
   if (!lib && acc_get_logger("accelerate", ACC_UNSET, &lib) != ACC_OK) {
     if (acc_get_logger("accelerate", ACC_LOG_DEFAULT_LEVEL, &lib) != ACC_OK) return;
   }
-  if (level < effective_level(lib) || acc__obs_rank() != 0) return;
+  if (level < acc__logger_effective_level(lib) || acc__obs_rank() != 0) return;
   va_list ap;
   va_start(ap, fmt);
-  emit(lib, level, 0, fmt, ap);
+  acc__log_emit(lib, level, 0, fmt, ap);
   va_end(ap);
 }

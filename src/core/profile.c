@@ -12,7 +12,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
-#include "ckpt/ckpt_dir.h"
+#include "core/fs.h"
 #include "core/profile.h"
 
 int acc__prof_on;

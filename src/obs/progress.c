@@ -97,15 +97,19 @@ static void put_line(acc_progress *p, int final) {
   fflush(p->out);
 }
 
+static void progress_hide(void);
+static void progress_show(void);
+
 static void draw(acc_progress *p, double elapsed_s, int final) {
   acc__term_lock();
+  acc__term_set_overlay(progress_hide, progress_show); /* log lines step around the bar */
   acc_progress_format(p, elapsed_s, p->line, sizeof p->line);
   put_line(p, final);
   acc__term_unlock();
   p->last_draw_s = elapsed_s;
 }
 
-void acc__progress_hide(void) {
+static void progress_hide(void) {
   acc_progress *p = on_screen;
   if (p && p->drawn) {
     fputs("\r\033[K", p->out);
@@ -113,7 +117,7 @@ void acc__progress_hide(void) {
   }
 }
 
-void acc__progress_show(void) {
+static void progress_show(void) {
   acc_progress *p = on_screen;
   if (p && p->drawn) {
     fprintf(p->out, "\r%s\033[K", p->line);

@@ -7,10 +7,17 @@
 #include <unistd.h>
 
 #include "core/env.h"
+#include "core/log.h"
 #include "core/module.h"
 #include "state/state.h"
 
 static acc_state *g_state;
+
+/* The rank in the library's log lines (core/log.c asks; -1 before a state exists). */
+static int state_rank(void) {
+  acc_state *st = acc_state_get();
+  return st ? acc_state_process_index(st) : -1;
+}
 
 acc_result acc__state_check(const acc_state *st, const char *fn) {
   ACC_CHECK(acc__check_handle(st, ACC__HANDLE_STATE, fn));
@@ -360,6 +367,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   }
   build_describe(st);
   g_state = st;
+  acc__log_set_rank_source(state_rank); /* log prefixes name this process */
   *out = st;
   return ACC_OK;
 }

@@ -72,7 +72,7 @@ static void child(const char *proj, int fd) {
   if (acc_project_checkpoint_loaded(p, latest) != ACC_OK) _exit(5);
   acc_free(latest);
   float *w = malloc(NUMEL * sizeof *w);
-  acc__ckpt_progress_hook = hook;
+  acc__fs_progress_hook = hook;
   for (int i = 0; i < 1000; i++)
     if (save_ckpt(p, w) != ACC_OK) {
       fprintf(stderr, "child: %s\n", acc_last_error());

@@ -107,12 +107,12 @@ static int child(const char *dir, int verify_only) {
   }
   if (d) closedir(d);
   if (acc_barrier(acc_accelerator_state(acc))) FAILX(5, "barrier: %s", acc_last_error());
-  acc__ckpt_progress_hook = hook;
+  acc__fs_progress_hook = hook;
   for (int s = 0; s < (verify_only ? 0 : SAVES_PER_CHILD); s++) {
     fill(acc_project_config_iteration(p), opt);
     if (acc_accelerator_save_state(acc, NULL, NULL) != ACC_OK) FAILX(5, "save: %s", acc_last_error());
   }
-  acc__ckpt_progress_hook = NULL;
+  acc__fs_progress_hook = NULL;
   acc_optimizer_destroy(opt);
   acc_model_destroy(m);
   acc_accelerator_destroy(acc);
