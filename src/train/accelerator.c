@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
-#include "ckpt/accel_state.h"
 #include "core/profile.h"
 #include "data/data_internal.h"
 #include "device/devio.h"
