@@ -1,5 +1,5 @@
 /* The module loader (see module.h for the host/module contract). */
-#include "core/module.h"
+#include "backend/module.h"
 
 #include "core/env.h"
 

@@ -1,13 +1,13 @@
-/* The MPI backend as a module (libaccelerate-mpi.so): the entry point the loader looks up, and
- * the library services mpi.c calls, forwarded to the host table the library hands over (see
- * src/module.h). This file is compiled only into the module; when the MPI backend is linked
+/* The MPI backend as a module (libaccelerate-mpi.so): the library services mpi.c calls, forwarded
+ * to the host table the library hands over (see src/backend/module.h; the entry point that
+ * receives it is mpi_entry.c). This file is compiled only into the module; when the MPI backend is linked
  * into the library (ACC_MPI_MODULE=OFF) mpi.c calls the library's own functions.
  * A new library function used by mpi.c needs a field in acc__module_host and a forwarder here. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "core/module.h"
+#include "backend/module.h"
 
 static const acc__module_host *H;
 
@@ -65,14 +65,4 @@ size_t acc_dtype_size(acc_dtype dtype) {
   }
 }
 
-static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "mpi",
-                                    acc__backend_mpi_create};
-
-__attribute__((visibility("default"))) const acc__module_ops *acc_module_entry_v1(
-    const acc__module_host *host) {
-  if (!host || host->abi_version != ACC__MODULE_ABI_VERSION || !host->library_version ||
-      strcmp(host->library_version, ACC_VERSION_STRING) != 0)
-    return NULL;
-  H = host;
-  return &ops;
-}
+void acc__mpi_module_set_host(const acc__module_host *host) { H = host; }

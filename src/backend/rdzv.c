@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "backend/shm.h"
-#include "launch/spawn.h"
 
 /* ---- processes ---------------------------------------------------------------------------- */
 

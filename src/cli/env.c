@@ -11,7 +11,7 @@
 #include "device/placement.h"
 #include "core/env.h"
 #include "core/internal.h"
-#include "core/module.h"
+#include "backend/module.h"
 
 static void print_version(FILE *out, const char *what, int v, int nccl) {
   if (nccl) fprintf(out, "%s %d.%d.%d", what, v / 10000, v / 100 % 100, v % 100);

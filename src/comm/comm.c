@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
-#include "device/devio.h"
+#include "comm/stage.h"
 #include "state/state.h"
 #include "core/profile.h"
 
@@ -179,11 +179,11 @@ acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dt
   if (rc != ACC_OK || count == 0 || st->size == 1) return leave(st, began, rc);
   rc = need_buf(buf, "broadcast", "buf");
   size_t nb = count * acc_dtype_size(dtype);
-  acc__devio io = {0}; /* device memory: staged through the host (devio.h) */
-  if (rc == ACC_OK) rc = acc__devio_begin(&io, NULL, 0, 0, buf, nb, st->rank == root);
+  acc__devio io = {0}; /* device memory: staged through the host (comm/stage.h) */
+  if (rc == ACC_OK) rc = acc__comm_stage_begin(&io, NULL, 0, 0, buf, nb, st->rank == root);
   if (rc == ACC_OK)
     rc = fail_remote(st, st->be->ops->broadcast(st->be, io.b, nb, root));
-  if (buf) rc = acc__devio_end(&io, rc, st->rank != root);
+  if (buf) rc = acc__comm_stage_end(&io, rc, st->rank != root);
   return leave(st, began, rc);
 }
 
@@ -211,9 +211,9 @@ acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t
   if (rc == ACC_OK) {
     size_t nb = count * acc_dtype_size(dtype);
     acc__devio io;
-    rc = acc__devio_begin(&io, send, nb, 1, recv, nb, 0);
+    rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb, 0);
     if (rc == ACC_OK) rc = all_reduce_body(st, io.a, io.b, count, dtype, op);
-    rc = acc__devio_end(&io, rc, 1);
+    rc = acc__comm_stage_end(&io, rc, 1);
   }
   return leave(st, began, rc);
 }
@@ -244,9 +244,9 @@ acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t cou
   if (rc == ACC_OK) {
     size_t nb = count * acc_dtype_size(dtype), rb = st->rank == root ? nb : 0;
     acc__devio io;
-    rc = acc__devio_begin(&io, send, nb, 1, recv, rb, 0);
+    rc = acc__comm_stage_begin(&io, send, nb, 1, recv, rb, 0);
     if (rc == ACC_OK) rc = reduce_body(st, io.a, io.b, count, dtype, op, root);
-    rc = acc__devio_end(&io, rc, st->rank == root);
+    rc = acc__comm_stage_end(&io, rc, st->rank == root);
   }
   return leave(st, began, rc);
 }
@@ -299,9 +299,9 @@ acc_result acc_reduce_scatter_at(acc_state *st, const void *send, void *recv, si
   if (rc == ACC_OK) {
     size_t nb = count * acc_dtype_size(dtype);
     acc__devio io;
-    rc = acc__devio_begin(&io, send, nb * (size_t)st->size, 1, recv, nb, 0);
+    rc = acc__comm_stage_begin(&io, send, nb * (size_t)st->size, 1, recv, nb, 0);
     if (rc == ACC_OK) rc = reduce_scatter_body(st, io.a, io.b, count, dtype, op);
-    rc = acc__devio_end(&io, rc, 1);
+    rc = acc__comm_stage_end(&io, rc, 1);
   }
   return leave(st, began, rc);
 }
@@ -328,9 +328,9 @@ acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t
   if (rc == ACC_OK) {
     size_t nb = count * acc_dtype_size(dtype);
     acc__devio io;
-    rc = acc__devio_begin(&io, send, nb, 1, recv, nb * (size_t)st->size, 0);
+    rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb * (size_t)st->size, 0);
     if (rc == ACC_OK) rc = all_gather_body(st, io.a, io.b, count, dtype);
-    rc = acc__devio_end(&io, rc, 1);
+    rc = acc__comm_stage_end(&io, rc, 1);
   }
   return leave(st, began, rc);
 }
@@ -357,9 +357,9 @@ acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t cou
   if (rc == ACC_OK) {
     size_t nb = count * acc_dtype_size(dtype), rb = st->rank == root ? nb * (size_t)st->size : 0;
     acc__devio io;
-    rc = acc__devio_begin(&io, send, nb, 1, recv, rb, 0);
+    rc = acc__comm_stage_begin(&io, send, nb, 1, recv, rb, 0);
     if (rc == ACC_OK) rc = gather_body(st, io.a, io.b, count, dtype, root);
-    rc = acc__devio_end(&io, rc, st->rank == root);
+    rc = acc__comm_stage_end(&io, rc, st->rank == root);
   }
   return leave(st, began, rc);
 }
@@ -439,9 +439,9 @@ acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbyte
   acc_result rc = enter(st, "all_gather_bytes", &c, file, line, &began);
   if (rc == ACC_OK) {
     acc__devio io; /* a device send buffer is staged; the result is host memory */
-    rc = acc__devio_begin(&io, send, nbytes, 1, NULL, 0, 0);
+    rc = acc__comm_stage_begin(&io, send, nbytes, 1, NULL, 0, 0);
     if (rc == ACC_OK) rc = all_gather_bytes_body(st, &c, io.a, nbytes, out, out_sizes);
-    rc = acc__devio_end(&io, rc, 0);
+    rc = acc__comm_stage_end(&io, rc, 0);
   }
   return leave(st, began, rc);
 }

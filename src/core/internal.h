@@ -120,6 +120,8 @@ float acc__bf16_to_f32(uint16_t b);
 int acc__kernel_below(const char *release, int major, int minor, int patch);
 int acc__kernel_warning(const char *sysname, const char *release, char *buf, size_t cap);
 void acc__warn_old_kernel(void);
+/* Name of a signal ("SIGKILL"), or "signal <n>" in a static buffer for unknown ones. */
+const char *acc__signal_name(int sig);
 
 /* ZeRO (src/optim.c). The parameters with a gradient are laid out end to end in registration
  * order: offset[i] is parameter i's first element in that flat layout (SIZE_MAX: not in it).

@@ -1,4 +1,5 @@
-/* Host checks: the Linux kernel version warning (kernels before 5.5 can hang multi-process runs). */
+/* Host facts: the Linux kernel version warning (kernels before 5.5 can hang multi-process runs), signal names. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,4 +42,32 @@ void acc__warn_old_kernel(void) {
   char msg[512];
   if (uname(&u) == 0 && acc__kernel_warning(u.sysname, u.release, msg, sizeof msg))
     fprintf(stderr, "accelerate: warning: %s\n", msg);
+}
+
+const char *acc__signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    default: {
+      static _Thread_local char buf[32];
+      snprintf(buf, sizeof buf, "signal %d", sig);
+      return buf;
+    }
+  }
 }

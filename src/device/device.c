@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/env.h"
-#include "core/module.h"
+#include "backend/module.h"
 #include "device/device_impl.h"
 #include "device/kernels.h"
 

@@ -12,8 +12,11 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static acc__devctx *reg[MAX_DEVS];
 static atomic_int reg_count;
 
+static const acc__stage_ops stage_ops = {acc__devio_begin, acc__devio_end};
+
 acc_result acc__devio_register(acc__devctx *d) {
   if (!acc__devctx_offhost(d)) return ACC_OK;
+  acc__comm_set_stage_ops(&stage_ops); /* the collectives stage device buffers from now on */
   acc_result rc = ACC_OK;
   pthread_mutex_lock(&reg_mu);
   int n = atomic_load_explicit(&reg_count, memory_order_relaxed);

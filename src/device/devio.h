@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "comm/stage.h"
 #include "device/devctx.h"
 
 /* Accelerators that train off the host register their device (open) and drop it (close): the
@@ -24,22 +25,8 @@ void acc__devio_unregister(acc__devctx *d);
 /* The registered device whose memory holds p (NULL: host memory, or no device registered). */
 acc__devctx *acc__devio_find(const void *p);
 
-/* A pair of buffers of one collective: a (read: send) and b (written: recv). Either may be device
- * memory; when both are device memory and overlap (in-place forms) one host buffer covers both.
- * After acc__devio_begin, io->a and io->b are host pointers for the collective. */
-typedef struct acc__devio {
-  const void *a;
-  void *b;
-  /* staging (internal) */
-  acc__devctx *da, *db;
-  const void *dev_a;
-  void *dev_b;
-  void *host_a, *host_b;
-  size_t a_bytes, b_bytes;
-  int b_in_a; /* b lies in a's host buffer */
-} acc__devio;
-
-/* Stages: a (a_bytes, copied in when copy_a) and b (b_bytes, copied in when copy_b_in: its
+/* The staging the collectives call through comm/stage.h (set once, at the first registration).
+ * Stages: a (a_bytes, copied in when copy_a) and b (b_bytes, copied in when copy_b_in: its
  * current contents matter, e.g. a broadcast's root). NULL or 0-byte buffers are left alone. */
 acc_result acc__devio_begin(acc__devio *io, const void *a, size_t a_bytes, int copy_a, void *b,
                             size_t b_bytes, int copy_b_in);

@@ -60,7 +60,5 @@ void acc__spawn_run_id(char *buf, size_t cap);
 /* Removes every /dev/shm/acc-* entry whose name contains run_id. Returns how many. */
 int acc__spawn_remove_segments(const char *run_id);
 
-/* Name of a signal ("SIGKILL"), or "signal <n>" in a static buffer for unknown ones. */
-const char *acc__signal_name(int sig);
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
-#include "core/module.h"
+#include "backend/module.h"
 #include "state/state.h"
 
 static acc_state *g_state;

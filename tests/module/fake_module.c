@@ -2,7 +2,7 @@
  * ABI version, 2 has no entry point. */
 #include <string.h>
 
-#include "core/module.h"
+#include "backend/module.h"
 
 #if FAKE_KIND == 0 || FAKE_KIND == 1
 static const acc__module_ops ops = {FAKE_KIND == 0 ? ACC__MODULE_ABI_VERSION : 999u,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "acc_test.h"
-#include "core/module.h"
+#include "backend/module.h"
 
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
