@@ -1,7 +1,7 @@
 /* The CUDA device module (libaccelerate-cuda.so), host side, C11 against the CUDA runtime. The
  * core library loads it with dlopen only when a CUDA device is asked for, and reaches it only
  * through the ops table returned by acc_device_cuda_ops_v1 (device_ops.h). Kernels are in
- * kernels.cu, NCCL in nccl.c.
+ * kernels.cu, NCCL in nccl.c, errors in cuda_errors.c.
  *
  * NOT YET RUN ON A GPU: this file compiles and runs its no-driver paths on a machine without a
  * GPU; everything past cudaGetDeviceCount has not been executed. */
@@ -13,29 +13,6 @@
 #include <cuda_runtime_api.h>
 
 #include "device/cuda/cuda_module.h"
-
-/* ---- errors ------------------------------------------------------------------------------- */
-
-static _Thread_local char last_msg[1024];
-
-const char *acc__cuda_last_error(void) { return last_msg; }
-
-int acc__cuda_fail(int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_msg, sizeof last_msg, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-int acc__cuda_check(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return ACC_OK;
-  (void)cudaGetLastError(); /* clear a sticky-free error so the next call starts clean */
-  int rc = e == cudaErrorMemoryAllocation ? ACC_ERR_NOMEM
-           : (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) ? ACC_ERR_NOT_SUPPORTED
-                                                                           : ACC_ERR_BACKEND;
-  return acc__cuda_fail(rc, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
 
 #define CK(call, what) ACC_CHECK((acc_result)acc__cuda_check((call), (what)))
 
