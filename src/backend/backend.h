@@ -1,5 +1,5 @@
 /* The communication backend interface. Each backend (single, shm, mpi, later nccl) fills an
- * acc__backend_ops table; src/comm.c validates arguments, runs debug-mode checks and turns MEAN
+ * acc__backend_ops table; src/comm/comm.c validates arguments, runs debug-mode checks and turns MEAN
  * into SUM + divide before calling the table, so backends see only valid, non-empty calls and
  * only SUM/MIN/MAX. */
 #ifndef ACC_BACKEND_H
@@ -65,7 +65,7 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
 /* 1 when a rank other than this one is dead (*left 0) or left the group (*left 1): its rank and
  * pid; 0 when all are alive. Any thread (atomics and a trylock of the rank's robust mutex). */
 int acc__shm_peer_gone(acc__backend *be, int *rank, int *pid, int *left);
-/* In src/backend/mpi.c, reached through the module loader (src/module.h). */
+/* In src/backend/mpi.c, reached through the module loader (src/backend/module.h). */
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info);
 
 #endif

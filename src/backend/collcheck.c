@@ -185,7 +185,7 @@ acc_result acc__hang_report_env(double *seconds) {
   *seconds = ACC__HANG_REPORT_DEFAULT_S;
   double x = 0;
   int set = 0;
-  ACC_CHECK(acc__env_double("ACCELERATE_HANG_REPORT_S", &x, &set)); /* range from src/env.c */
+  ACC_CHECK(acc__env_double("ACCELERATE_HANG_REPORT_S", &x, &set)); /* range from src/core/env.c */
   if (set) *seconds = x;
   return ACC_OK;
 }

@@ -40,7 +40,7 @@ typedef struct acc__module_host {
   double (*now)(void);
   void (*reduce_inplace)(void *dst, const void *src, size_t count, acc_dtype dtype, acc_op op);
   acc_result (*env_int)(const char *name, long *out, int *was_set);
-  /* 2: call descriptors and hang reports (src/collcheck.h) */
+  /* 2: call descriptors and hang reports (src/backend/collcheck.h) */
   void (*call_rec_site)(acc__call_rec *r, const char *file);
   void (*call_rec_describe)(char *buf, size_t cap, const acc__call_rec *r);
   acc_result (*hang_report_env)(double *seconds);

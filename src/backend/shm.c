@@ -7,7 +7,7 @@
  *
  * Rendezvous. The job id is predictable under some launchers, so the name also carries a random
  * token that only the job's user can learn (exported by `accelerate launch`, or published by
- * rank 0 in a 0600 file of the user's private runtime directory: src/rdzv.c). Rank 0 reclaims
+ * rank 0 in a 0600 file of the user's private runtime directory: src/backend/rdzv.c). Rank 0 reclaims
  * segments whose creator died, creates the object with O_EXCL (a leftover of ours with the same
  * name is unlinked and recreated; another user's is refused), records itself as the creator,
  * reserves the memory (posix_fallocate: a full /dev/shm is an error, not a SIGBUS later),

@@ -216,7 +216,7 @@ done:
   return rc;
 }
 
-/* A model in device memory is saved from a host copy (src/device/train_ckpt.c). */
+/* A model in device memory is saved from a host copy (src/train/train_ckpt.c). */
 static acc_result save_staged(const acc_model *m, const char *dir, uint64_t max_shard, acc_dtype dtype) {
   acc_model *h = NULL;
   ACC_CHECK(acc__dev_host_model(m, 0, &h, NULL));

@@ -1,5 +1,5 @@
 /* `accelerate launch`: parse the arguments, build each rank's environment, start the ranks
- * through the shared spawner (src/spawn.c) with fail-fast, restarts and signal forwarding, or
+ * through the shared spawner (src/launch/spawn.c) with fail-fast, restarts and signal forwarding, or
  * exec mpirun with --use_mpi / --mpirun_hostfile. */
 #include <arpa/inet.h>
 #include <stddef.h>
@@ -682,7 +682,7 @@ int acc_cli_launch(int argc, char **argv) {
   for (long attempt = 0;; attempt++) {
     acc__spawn_run_id(run_id, sizeof run_id);
     /* the segment name's secret part (the run id alone is visible in /dev/shm listings), and
-     * the board where the ranks learn at once of a sibling that exited (src/rdzv.h) */
+     * the board where the ranks learn at once of a sibling that exited (src/backend/rdzv.h) */
     char token[ACC_RDZV_TOKEN_LEN + 1];
     if (acc__random_hex(token, ACC_RDZV_TOKEN_LEN / 2) != ACC_OK) {
       fprintf(stderr, WHO ": %s\n", acc_last_error());

@@ -123,7 +123,7 @@ static acc_result row_of(const char *name, const acc__env_var **out) {
   *out = acc__env_find(name);
   if (!*out)
     return acc__error(ACC_ERR_INTERNAL,
-                      "environment variable %s is read but missing from the table of src/env.c",
+                      "environment variable %s is read but missing from the table of src/core/env.c",
                       name);
   return ACC_OK;
 }

@@ -32,7 +32,7 @@ acc_result acc__callback_result(acc_result rc, const char *fmt, ...) ACC_PRINTF(
 
 /* Opaque handles. Every handle struct starts with `uint32_t magic`, set to its kind's value at
  * creation and to ACC__MAGIC_DEAD when destroyed. This is the one table of those values
- * (src/handle.c checks at compile time that they are distinct):
+ * (src/core/handle.c checks at compile time that they are distinct):
  *   X(KIND, magic, public type name, noun used in messages) */
 #define ACC__HANDLE_KINDS(X)                                                      \
   X(STATE, 0x41435354, "acc_state", "state")                 /* "ACST" */        \
@@ -73,7 +73,7 @@ int acc__handle_ok(const void *h, acc__handle_kind kind);
 /* Reads the caller's options struct `user` (may be NULL: defaults) into dst, which holds the
  * defaults (the INIT macro) and is dst_size bytes of the library's current `version`: rejects
  * an uninitialized struct, a newer version and unknown trailing fields that are set (see
- * src/options.c). Used by every function that takes an options struct. */
+ * src/core/options.c). Used by every function that takes an options struct. */
 acc_result acc__options_read(void *dst, size_t dst_size, uint32_t version, const void *user,
                              const char *fn, const char *type);
 #define ACC__READ_OPTIONS(dst, user, type, VERSION, fn) \
@@ -85,7 +85,7 @@ void *acc__calloc(size_t count, size_t size);
 void *acc__realloc(void *p, size_t n);
 void acc__free(void *p);
 char *acc__strdup(const char *s);
-/* Tests only (src/alloc.c): from now on, allocation number n (0-based) through the wrappers
+/* Tests only (src/core/alloc.c): from now on, allocation number n (0-based) through the wrappers
  * fails; n < 0 disarms. acc__alloc_count() is the number of allocations since that call. */
 void acc__alloc_fail_nth(long n);
 long acc__alloc_count(void);
@@ -123,7 +123,7 @@ void acc__warn_old_kernel(void);
 /* Name of a signal ("SIGKILL"), or "signal <n>" in a static buffer for unknown ones. */
 const char *acc__signal_name(int sig);
 
-/* ZeRO (src/optim.c). The parameters with a gradient are laid out end to end in registration
+/* ZeRO (src/train/optim.c). The parameters with a gradient are laid out end to end in registration
  * order: offset[i] is parameter i's first element in that flat layout (SIZE_MAX: not in it).
  * restrict keeps only elements [lo, hi) of the layout: the step updates only them and the state
  * buffers shrink to them (not collective). unrestrict all-gathers the state back to full
@@ -134,7 +134,7 @@ size_t acc__optimizer_state_floats(const acc_optimizer *o);
  * staging, ZeRO's flat layout (stage 1) or bucket/chunk buffer (stage 2). */
 size_t acc__accelerator_sync_buffer_floats(const acc_accelerator *acc);
 int acc__optimizer_is_restricted(const acc_optimizer *o);
-/* Unscales one more model's gradients in the current iteration (src/precision.c). */
+/* Unscales one more model's gradients in the current iteration (src/train/precision.c). */
 acc_result acc__grad_scaler_unscale_more(acc_grad_scaler *s, acc_model *m, int *found_inf);
 acc_result acc__optimizer_restrict(acc_optimizer *o, const size_t *offset, size_t lo, size_t hi);
 acc_result acc__optimizer_unrestrict(acc_optimizer *o, acc_state *st, const size_t *offset,

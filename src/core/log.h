@@ -1,5 +1,5 @@
 /* The library's log sink and the loggers behind acc_get_logger / acc_log (src/core/log.c), for every
- * layer; acc_log_ex's in-order mode is built on collectives in src/obs/logger.c. Not API. */
+ * layer; acc_log_ex's in-order mode is built on collectives in src/core/log.c. Not API. */
 #ifndef ACC_OBS_INTERNAL_H
 #define ACC_OBS_INTERNAL_H
 
@@ -26,7 +26,7 @@ int acc__obs_rank(void);
 void acc__log_set_rank_source(int (*fn)(void));
 
 /* One formatted line to the sink ("[RANK r] time LEVEL name: ..."), and the logger checks that
- * acc_log_ex (src/obs/logger.c) needs. */
+ * acc_log_ex (src/core/log.c) needs. */
 void acc__log_emit(const acc_logger *lg, int level, int rank, const char *fmt, va_list ap);
 int acc__logger_ok(const acc_logger *lg);
 int acc__logger_effective_level(const acc_logger *lg);

@@ -334,7 +334,7 @@ acc_result acc__device_module_load(const char *name, const acc__device_ops **out
   if (env && *env) {
     snprintf(cand[nc++], sizeof cand[0], "%s", env);
   } else {
-    /* the same search as every other module (src/module.c), then the system's library path */
+    /* the same search as every other module (src/backend/module.c), then the system's library path */
     if (acc__module_find("cuda", "then the system library path", cand[nc], sizeof cand[0]) == ACC_OK)
       nc++;
     else

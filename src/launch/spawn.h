@@ -36,7 +36,7 @@ typedef struct acc__spawn_opts {
   int null_stdin;            /* children read /dev/null instead of the caller's stdin */
   int quiet;                 /* do not print the failure report */
   const char *who;           /* prefix of printed messages, e.g. "accelerate launch" */
-  int has_board;             /* board_fd is a launch board (acc__board_create, src/rdzv.h): */
+  int has_board;             /* board_fd is a launch board (acc__board_create, src/backend/rdzv.h): */
   int board_fd;              /* each exit is recorded there at once, and the children inherit it */
 } acc__spawn_opts;
 

@@ -56,7 +56,7 @@ struct acc_accelerator {
   int64_t step;          /* accumulation counter */
   int sync_gradients;
   int step_was_skipped;
-  acc__pmodel models[ACC__MAX_PREPARED]; /* prepared models, in prepare order (src/accel_models.c) */
+  acc__pmodel models[ACC__MAX_PREPARED]; /* prepared models, in prepare order (src/train/accel_models.c) */
   acc_model *model_list[ACC__MAX_PREPARED]; /* the same models, for checkpointing */
   int nmodels;
   acc_grad_scaler *scaler;

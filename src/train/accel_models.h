@@ -1,5 +1,5 @@
-/* The models prepared in an accelerator (src/accel_models.c): each with its own gradient buckets,
- * low-precision copy and ZeRO layout. The accelerator (src/accelerator.c) keeps an array of them
+/* The models prepared in an accelerator (src/train/accel_models.c): each with its own gradient buckets,
+ * low-precision copy and ZeRO layout. The accelerator (src/train/accelerator.c) keeps an array of them
  * in prepare order and iterates it; everything that concerns one model lives here. Internal. */
 #ifndef ACC_ACCEL_MODELS_H
 #define ACC_ACCEL_MODELS_H

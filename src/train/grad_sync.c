@@ -45,7 +45,7 @@ struct acc__grad_sync {
   int stop, thread_started;
   acc_result thread_rc;
   char thread_err[1024];
-  acc__dev_gsync *dev; /* gradients in device memory (src/device/train_sync.c) */
+  acc__dev_gsync *dev; /* gradients in device memory (src/train/train_sync.c) */
 };
 
 static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {

@@ -743,7 +743,7 @@ acc_result acc_clip_grad_value(acc_model *m, float clip_value) {
   return ACC_OK;
 }
 
-/* ---- training on a device (src/device/train_optim.c) ------------------------------------- */
+/* ---- training on a device (src/train/train_optim.c) ------------------------------------- */
 
 int acc__optimizer_param_group(const acc_optimizer *o, size_t i) {
   if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) || i >= o->nparams) return -1;

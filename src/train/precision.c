@@ -224,7 +224,7 @@ acc_result acc_grad_scaler_set_state(acc_grad_scaler *s, float scale, int64_t gr
   return ACC_OK;
 }
 
-/* Training on a device (src/device/train_optim.c): the device kernels unscaled the gradients;
+/* Training on a device (src/train/train_optim.c): the device kernels unscaled the gradients;
  * the scaler records it as acc_grad_scaler_unscale does. */
 void acc__grad_scaler_mark_unscaled(acc_grad_scaler *s, int found_inf) {
   if (!acc__handle_ok(s, ACC__HANDLE_GRAD_SCALER)) return;

@@ -1,8 +1,8 @@
 /* Training on a device: what acc_accelerator_* does when its parameters, gradients and optimizer
  * state live in device memory (the fake device in CI, a GPU through the CUDA module). Not API.
  *
- * The training calls of src/accelerator.c, src/grad_sync.c, src/accel_state.c and
- * src/save_model.c keep their CPU code and hand over to these functions with one line when
+ * The training calls of src/train/accelerator.c, src/train/grad_sync.c, src/ckpt/accel_state.c and
+ * src/ckpt/save_model.c keep their CPU code and hand over to these functions with one line when
  * acc__devctx_offhost() is true. Every kernel is queued on the accelerator's compute stream;
  * the host waits only where a value must reach it (the fp16 overflow flag, a gradient norm the
  * caller asked for, the host-staged gradient all-reduce, checkpoints).
@@ -88,16 +88,16 @@ acc_result acc__dev_state_from_host(acc_accelerator *acc);
 
 /* ---- hooks implemented outside src/device ------------------------------------------------ */
 
-/* src/optim.c: a parameter's group (-1: not updated, or frozen), whether a state buffer holds a
+/* src/train/optim.c: a parameter's group (-1: not updated, or frozen), whether a state buffer holds a
  * value, its host buffer (allocated on demand), and the bookkeeping of a step run on a device
  * (the step count, SGD's momentum buffers now present). */
 int acc__optimizer_param_group(const acc_optimizer *o, size_t i);
 int acc__optimizer_state_present(const acc_optimizer *o, size_t i, int b);
 float *acc__optimizer_state_host(acc_optimizer *o, size_t i, int b);
 acc_result acc__optimizer_device_stepped(acc_optimizer *o);
-/* src/precision.c: the gradients were unscaled on the device; found_inf: the local overflow. */
+/* src/train/precision.c: the gradients were unscaled on the device; found_inf: the local overflow. */
 void acc__grad_scaler_mark_unscaled(acc_grad_scaler *s, int found_inf);
-/* src/grad_sync.c: averaging on the device (called by prepare_model). */
+/* src/train/grad_sync.c: averaging on the device (called by prepare_model). */
 acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__devctx *d);
 
 #endif

@@ -1,5 +1,5 @@
 /* Training on a device (train.h): the checks of prepare_model, the initial broadcast of process
- * 0's parameters, and the gradient averaging of the buckets of src/grad_sync.c.
+ * 0's parameters, and the gradient averaging of the buckets of src/train/grad_sync.c.
  *
  * Two paths average a bucket:
  *   - host-staged (every device; the one that runs in CI on the fake device): the bucket's

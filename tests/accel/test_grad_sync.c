@@ -1,4 +1,4 @@
-/* The gradient buckets (internal API src/grad_sync.h), run by the launcher at 1..4 processes:
+/* The gradient buckets (internal API src/train/grad_sync.h), run by the launcher at 1..4 processes:
  *  - bucket count for a given cap (reverse registration order, a parameter bigger than the cap
  *    alone in its bucket), and how many are reduced in place;
  *  - contiguous (in place) and scattered (staged) gradient buffers give bit-identical results,

@@ -1,4 +1,4 @@
-/* Unit checks of the collective call descriptors (src/collcheck.c): tags, messages, the
+/* Unit checks of the collective call descriptors (src/backend/collcheck.c): tags, messages, the
  * all_gather_bytes size validation (regression for red-team D2: the sum of peer-reported sizes
  * wrapped and gave a small buffer for a large copy) and the hang-report variable. */
 #include <stdlib.h>

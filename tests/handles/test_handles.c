@@ -1,7 +1,7 @@
 /* Handle checks (regression for new-user review R6): every kind of handle passed where another
  * kind is expected is refused with ACC_ERR_INVALID_ARGUMENT and a message naming both types; a
  * destroyed handle, a stray pointer and NULL are refused the same way. The magic values live in
- * one table in src/internal.h; their uniqueness is checked when src/handle.c compiles. */
+ * one table in src/core/internal.h; their uniqueness is checked when src/core/handle.c compiles. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>

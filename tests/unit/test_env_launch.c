@@ -75,7 +75,7 @@ static void test_world_size(void) {
 }
 
 /* Every variable accelerate launch exports (with the options that add some) has a row in the
- * table of src/env.c. */
+ * table of src/core/env.c. */
 static void test_exports_in_table(void) {
   char cfg[128];
   snprintf(cfg, sizeof cfg, "/tmp/acc-env-launch-%ld.yaml", (long)getpid());
@@ -102,7 +102,7 @@ static void test_exports_in_table(void) {
     *eq = '\0';
     if (getenv(line)) continue; /* inherited from this process */
     exported++;
-    CHECK(acc__env_find(line) != NULL, "accelerate launch exports %s, which has no row in src/env.c", line);
+    CHECK(acc__env_find(line) != NULL, "accelerate launch exports %s, which has no row in src/core/env.c", line);
   }
   CHECK(exported >= 2 * 20, "only %d exported variables seen", exported);
 }
