@@ -1,5 +1,6 @@
-/* Layout of the shared-memory segment of the shm backend. Internal: shared by shm.c and the
- * tests that forge stale segments. Bump SHM_VERSION on any change. */
+/* Layout of the shared-memory segment of the shm backend. Internal: shared by the backend's files
+ * (shm.c, shm_step.c, shm_coll.c) and the tests that forge stale segments. Bump SHM_VERSION on
+ * any change. */
 #ifndef ACC_BACKEND_SHM_H
 #define ACC_BACKEND_SHM_H
 

@@ -1,4 +1,4 @@
-/* Internal structures of the data module (dataset.c, loader.c). Not API. */
+/* Internal structures of the data module (dataset.c, the loader: loader*.c). Not API. */
 #ifndef ACC_DATA_INTERNAL_H
 #define ACC_DATA_INTERNAL_H
 

@@ -1,0 +1,249 @@
+/* Shared-memory backend, the collectives: barrier, broadcast, all_reduce / reduce (one step up to
+ * SHM_SMALL_BYTES, else chunked), reduce_scatter, all_gather / gather / all_gather_v, each a
+ * sequence of steps (shm_step.c) moving data through the slots and the result area of the
+ * segment (shm.h).
+ *
+ * Buffer rule (why double buffering is safe). A step numbered s uses buffers of parity s & 1:
+ *   - slots of parity p are written only before publishing a step s with s & 1 == p, and read
+ *     only after step s and before publishing s + 1;
+ *   - the result area of parity p is written only after step s (s & 1 == p) and before s + 1,
+ *     and read only after s + 1 and before publishing s + 2.
+ * A rank writes the same buffer again for step s + 2 only after it has passed step s + 1 (slots)
+ * or s + 2 (result), i.e. after every rank has published the step that follows its reads. So a
+ * large all_reduce needs ONE step per chunk (plus one): write chunk c into my slot; step; copy
+ * out the result of chunk c-1; reduce my 1/N share of chunk c into the result area; repeat.
+ *
+ * Determinism. Reductions add slots in rank order (rank 0 + rank 1 + ...) elementwise, whether
+ * small or chunked, so every rank gets the same bits, independent of the chunk size.
+ */
+#include "backend/shm_impl.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+#define SHM_SMALL_BYTES (16u * 1024u) /* one-step all_reduce/reduce up to this size */
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+/* memcpy for the data copies. glibc's memcpy uses `rep movsb` below ~L2 size, which on the AMD
+ * EPYC of the build machine runs at ~2 GB/s instead of ~40 GB/s when the destination is 16 bytes
+ * off the source's alignment, as with malloc'ed user buffers against page-aligned slots
+ * (measured, docs/PERFORMANCE.md). A plain SSE2 loop has no such cliff. */
+static void copy_bytes(void *dst, const void *src, size_t n) {
+#if defined(__x86_64__)
+  if (n >= 512) {
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+      __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+      __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+      __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+      _mm_storeu_si128((__m128i *)(d + i), a);
+      _mm_storeu_si128((__m128i *)(d + i + 16), b);
+      _mm_storeu_si128((__m128i *)(d + i + 32), c);
+      _mm_storeu_si128((__m128i *)(d + i + 48), e);
+    }
+    if (i < n) memcpy(d + i, s + i, n - i);
+    return;
+  }
+#endif
+  memcpy(dst, src, n);
+}
+
+static inline uint8_t *slot(shm_be *s, int r, int p) {
+  return s->slots + ((size_t)r * 2 + (size_t)p) * s->chunk;
+}
+static inline uint8_t *result_area(shm_be *s, int p) {
+  return s->slots + ((size_t)s->n * 2 + (size_t)p) * s->chunk;
+}
+/* Parity of the next step. */
+static inline int next_parity(shm_be *s) { return (int)((s->counter + 1) & 1); }
+
+/* ---- reductions --------------------------------------------------------------------------- */
+
+/* dst[0..n) = slot(0) op slot(1) op ... (rank order), elements starting at element `lo`. */
+static void reduce_slots(shm_be *s, void *dst, int p, size_t lo, size_t n, acc_dtype dt, acc_op op) {
+  size_t es = acc_dtype_size(dt);
+  if (n == 0) return;
+  if (dt == ACC_F32 && op == ACC_SUM) {
+    float *restrict d = dst;
+    const float *restrict a = (const float *)slot(s, 0, p) + lo;
+    const float *restrict b = (const float *)slot(s, 1, p) + lo;
+    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+    for (int r = 2; r < s->n; r++) {
+      const float *restrict c = (const float *)slot(s, r, p) + lo;
+      for (size_t i = 0; i < n; i++) d[i] += c[i];
+    }
+    return;
+  }
+  if (dt == ACC_F64 && op == ACC_SUM) {
+    double *restrict d = dst;
+    const double *restrict a = (const double *)slot(s, 0, p) + lo;
+    const double *restrict b = (const double *)slot(s, 1, p) + lo;
+    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+    for (int r = 2; r < s->n; r++) {
+      const double *restrict c = (const double *)slot(s, r, p) + lo;
+      for (size_t i = 0; i < n; i++) d[i] += c[i];
+    }
+    return;
+  }
+  copy_bytes(dst, slot(s, 0, p) + lo * es, n * es);
+  for (int r = 1; r < s->n; r++) acc__reduce_inplace(dst, slot(s, r, p) + lo * es, n, dt, op);
+}
+
+/* All-reduce (root < 0) or reduce to root. recv is NULL on non-roots for reduce. */
+static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t count, acc_dtype dt,
+                                acc_op op, int root) {
+  size_t es = acc_dtype_size(dt);
+  size_t bytes = count * es;
+  int out = root < 0 || root == s->me;
+  if (bytes <= SHM_SMALL_BYTES && bytes <= s->chunk) {
+    int p = next_parity(s);
+    copy_bytes(slot(s, s->me, p), send, bytes);
+    ACC_CHECK(acc__shm_step(s));
+    if (out) reduce_slots(s, recv, p, 0, count, dt, op);
+    return ACC_OK;
+  }
+  size_t ce = s->chunk / es;
+  const uint8_t *in = send;
+  uint8_t *o = recv;
+  size_t prev_off = 0, prev_n = 0;
+  int prev_p = 0, have_prev = 0;
+  for (size_t off = 0; off < count; off += ce) {
+    size_t nc = count - off < ce ? count - off : ce;
+    int p = next_parity(s);
+    copy_bytes(slot(s, s->me, p), in + off * es, nc * es);
+    ACC_CHECK(acc__shm_step(s)); /* everyone wrote chunk c and finished reducing chunk c-1 */
+    if (have_prev && out) copy_bytes(o + prev_off * es, result_area(s, prev_p), prev_n * es);
+    size_t lo = (size_t)s->me * nc / (size_t)s->n, hi = ((size_t)s->me + 1) * nc / (size_t)s->n;
+    reduce_slots(s, result_area(s, p) + lo * es, p, lo, hi - lo, dt, op);
+    prev_off = off, prev_n = nc, prev_p = p, have_prev = 1;
+  }
+  ACC_CHECK(acc__shm_step(s));
+  if (out) copy_bytes(o + prev_off * es, result_area(s, prev_p), prev_n * es);
+  return ACC_OK;
+}
+
+/* ---- ops ----------------------------------------------------------------------------------- */
+
+acc_result acc__shm_barrier(acc__backend *be) { return acc__shm_step((shm_be *)be); }
+
+acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
+  shm_be *s = (shm_be *)be;
+  uint8_t *b = buf;
+  for (size_t off = 0; off < nbytes; off += s->chunk) {
+    size_t len = nbytes - off < s->chunk ? nbytes - off : s->chunk;
+    int p = next_parity(s);
+    if (s->me == root) copy_bytes(slot(s, root, p), b + off, len);
+    ACC_CHECK(acc__shm_step(s));
+    if (s->me != root) copy_bytes(b + off, slot(s, root, p), len);
+  }
+  return ACC_OK;
+}
+
+acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                               acc_dtype dtype, acc_op op) {
+  return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1);
+}
+
+acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                           acc_dtype dtype, acc_op op, int root) {
+  return reduce_common((shm_be *)be, send, recv, count, dtype, op, root);
+}
+
+/* Reduce-scatter: step k carries piece k of every block. Each rank writes, into its slot, piece k
+ * of block r at element r * pe (pe = chunk / es / n, the piece length), and after the step
+ * reduces piece k of its own block from every slot straight into recv: every rank reduces at
+ * once, one step per piece, no result area (the reads happen after step s and before s + 1,
+ * as for any slot). In place (recv = send + me * count) is safe: piece k of the own block has
+ * been copied to the slot before recv's piece k is written, and later steps read later pieces. */
+acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
+                                   acc_dtype dt, acc_op op) {
+  shm_be *s = (shm_be *)be;
+  size_t es = acc_dtype_size(dt), n = (size_t)s->n;
+  size_t pe = s->chunk / es / n;
+  if (pe >= 16) pe &= ~(size_t)15; /* pieces start on 64-byte boundaries for f32 */
+  if (pe == 0) { /* more ranks than elements in a slot: all-reduce the lot, keep the block */
+    uint8_t *tmp = acc__malloc(count * es * n);
+    if (!tmp) return acc__error(ACC_ERR_NOMEM, "reduce_scatter: cannot allocate %zu bytes",
+                                count * es * n);
+    acc_result rc = reduce_common(s, send, tmp, count * n, dt, op, -1);
+    if (rc == ACC_OK) memmove(recv, tmp + (size_t)s->me * count * es, count * es);
+    acc__free(tmp);
+    return rc;
+  }
+  const uint8_t *in = send;
+  uint8_t *o = recv;
+  for (size_t off = 0; off < count; off += pe) {
+    size_t len = count - off < pe ? count - off : pe;
+    int p = next_parity(s);
+    uint8_t *mine = slot(s, s->me, p);
+    for (size_t r = 0; r < n; r++) copy_bytes(mine + r * pe * es, in + (r * count + off) * es, len * es);
+    ACC_CHECK(acc__shm_step(s));
+    reduce_slots(s, o + off * es, p, (size_t)s->me * pe, len, dt, op);
+  }
+  return ACC_OK;
+}
+
+/* Gathers sizes[r] bytes from every rank into recv at displacement disp[r]; only when `out`. */
+static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, const size_t *sizes,
+                                const size_t *disp, int out) {
+  size_t maxlen = 0;
+  for (int r = 0; r < s->n; r++)
+    if (sizes[r] > maxlen) maxlen = sizes[r];
+  const uint8_t *in = send;
+  for (size_t off = 0; off < maxlen; off += s->chunk) {
+    int p = next_parity(s);
+    size_t mine = sizes[s->me] > off ? sizes[s->me] - off : 0;
+    if (mine > s->chunk) mine = s->chunk;
+    if (mine) copy_bytes(slot(s, s->me, p), in + off, mine);
+    ACC_CHECK(acc__shm_step(s));
+    if (!out) continue;
+    for (int r = 0; r < s->n; r++) {
+      size_t len = sizes[r] > off ? sizes[r] - off : 0;
+      if (len > s->chunk) len = s->chunk;
+      if (!len) continue;
+      uint8_t *dst = recv + disp[r] + off;
+      if (r == s->me) {
+        if (dst != in + off) memmove(dst, in + off, len);
+      } else {
+        copy_bytes(dst, slot(s, r, p), len);
+      }
+    }
+  }
+  return ACC_OK;
+}
+
+static acc_result uniform_gather(shm_be *s, const void *send, void *recv, size_t nbytes, int out) {
+  size_t *sizes = acc__malloc(2 * (size_t)s->n * sizeof *sizes);
+  if (!sizes) return ACC_ERR_NOMEM;
+  size_t *disp = sizes + s->n;
+  for (int r = 0; r < s->n; r++) sizes[r] = nbytes, disp[r] = (size_t)r * nbytes;
+  acc_result rc = gather_common(s, send, recv, sizes, disp, out);
+  acc__free(sizes);
+  return rc;
+}
+
+acc_result acc__shm_all_gather(acc__backend *be, const void *send, void *recv, size_t nbytes) {
+  return uniform_gather((shm_be *)be, send, recv, nbytes, 1);
+}
+
+acc_result acc__shm_gather(acc__backend *be, const void *send, void *recv, size_t nbytes, int root) {
+  return uniform_gather((shm_be *)be, send, recv, nbytes, be->rank == root);
+}
+
+acc_result acc__shm_all_gather_v(acc__backend *be, const void *send, void *recv, const size_t *sizes) {
+  shm_be *s = (shm_be *)be;
+  size_t *disp = acc__malloc((size_t)s->n * sizeof *disp);
+  if (!disp) return ACC_ERR_NOMEM;
+  size_t at = 0;
+  for (int r = 0; r < s->n; r++) disp[r] = at, at += sizes[r];
+  acc_result rc = gather_common(s, send, recv, sizes, disp, 1);
+  acc__free(disp);
+  return rc;
+}
