@@ -1,11 +1,62 @@
-/* save_state / load_state's state inside an accelerator (src/ckpt/accel_state.c). The accelerator
- * hands its prepared objects over as acc__accel_parts (train/accel.h). Not API. */
+/* The checkpoint state inside an accelerator and what save_state and load_state share. Not API.
+ *   accel_state.c  the per-accelerator state (project configuration, objects registered for
+ *                  checkpointing, save/load pre-hooks), the agreement between processes, file names;
+ *   save_state.c   acc_accelerator_save_state: writing a checkpoint, rotation;
+ *   load_state.c   acc_accelerator_load_state: checking and restoring a checkpoint.
+ * save_state.c and load_state.c use accel_state.c, never each other. The accelerator hands its
+ * prepared objects over as acc__accel_parts (train/accel.h). */
 #ifndef ACC_ACCEL_STATE_H
 #define ACC_ACCEL_STATE_H
 
+#include <stdint.h>
+
 #include "train/accel.h"
 
+#define ACC__STATE_FORMAT "accelerate-c-state" /* checkpoint.json's "format" */
+#define ACC__STATE_VERSION 1
+#define ACC__STATE_PATH_BUF 4096 /* the checkpoint paths broadcast to every process */
+
+/* An object registered for checkpointing (custom_checkpoint_<i>.bin). */
+typedef struct acc__custom_obj {
+  void *obj;
+  acc_checkpoint_save_fn save;
+  acc_checkpoint_load_fn load;
+  uint64_t max_bytes; /* a larger custom_checkpoint_<i>.bin is refused before it is read */
+} acc__custom_obj;
+
+typedef struct acc__state_hook acc__state_hook; /* a save/load pre-hook (accel_state.c) */
+
+struct acc__accel_ckpt {
+  acc_project_config *project;
+  acc__state_hook *hooks; /* in registration order */
+  int nhooks, hooks_cap;
+  uint64_t next_hook_id; /* the last id issued */
+  int in_hook;           /* a hook is running: registering or removing hooks is refused */
+  int automatic;   /* the project uses automatic checkpoint naming */
+  int total_limit; /* > 0: keep this many checkpoints; pruned after a commit, not before */
+  acc__custom_obj *custom;
+  int ncustom, cap;
+  int strict_processes; /* refuse a checkpoint saved by another number of processes */
+};
 
 void acc__accel_ckpt_free(acc__accel_ckpt *c);
+
+/* The project configuration; a default one (project_dir ".", explicit directories) when unset.
+ * Creates the accelerator's checkpoint state (*p->ckpt) when there is none. */
+acc_result acc__accel_ckpt_project(acc__accel_parts *p, acc_project_config **out);
+
+/* This process's save (load 0) or load (load 1) pre-hooks, in order; not collective (c may be NULL:
+ * no hooks). */
+acc_result acc__accel_ckpt_run_hooks(acc_accelerator *acc, acc__accel_ckpt *c, int load, const char *dir);
+
+/* Every process returns the same result: ACC_OK when no process failed, else the error of the
+ * failing process (the highest-numbered one when several fail). Collective. */
+acc_result acc__state_agree(acc_state *st, acc_result local, const char *what);
+
+/* Process 0's string (a path) to every process. Collective. */
+acc_result acc__state_bcast_path(acc_state *st, char buf[ACC__STATE_PATH_BUF]);
+
+/* <dir>/<stem><ext> for i 0, <dir>/<stem>_<i><ext> after it; NULL when out of memory. */
+char *acc__state_file_name(const char *dir, const char *stem, int i, const char *ext);
 
 #endif
