@@ -15,7 +15,7 @@
 
 #define ACC__MAX_PREPARED 16
 
-typedef struct acc__accel_ckpt acc__accel_ckpt; /* defined by src/ckpt/accel_state.c */
+typedef struct acc__accel_ckpt acc__accel_ckpt; /* defined in src/ckpt/accel_state.h */
 
 /* The training calls whose work depends on where the training state lives. Every entry is
  * called by accelerator.c after its own checks and rules, once per public call. */
