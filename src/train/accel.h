@@ -44,7 +44,6 @@ typedef struct acc__train_ops {
 extern const acc__train_ops acc__train_cpu_ops;    /* train_cpu.c */
 extern const acc__train_ops acc__train_device_ops; /* train_device.c */
 
-
 struct acc_accelerator {
   uint32_t magic;
   acc_state *st;
