@@ -159,7 +159,16 @@ int main(int argc, char **argv) {
       if (p == 0) block();
       char text[64];
       snprintf(text, sizeof text, "%ld\n", (long)p);
-      write_file("grandchild", text, 1);
+      /* written whole under another name, then renamed: rank 1 waits for the name, and must
+       * not see an empty file (it exits, and the launcher kills this rank mid-write) */
+      write_file("grandchild.tmp", text, 1);
+      char from[512], to[512];
+      snprintf(from, sizeof from, "%s/grandchild.tmp", dir);
+      snprintf(to, sizeof to, "%s/grandchild", dir);
+      if (rename(from, to) != 0) {
+        fprintf(stderr, "launch_helper: cannot rename %s: %s\n", from, strerror(errno));
+        exit(1);
+      }
       block();
     }
     /* wait until rank 0 has recorded its grandchild */
