@@ -239,10 +239,10 @@ static void test_errors(void) {
     memset(deep + n, '[', depth);
     memset(deep + n + depth, ']', depth);
     deep[n + 2 * depth] = '\0';
-    double t0 = acc__now();
+    /* the column (67) proves the parser stopped at level 65; the test's time guard bounds it
+     * (no wall-clock assertion: it would fail on a loaded machine, not on a slow parser) */
     CHECK_ERR(acc_cli_config_parse(&c, deep, strlen(deep), "deep.yaml", NULL), ACC_ERR_FORMAT,
               "deep.yaml:2:67: nested more than 64 levels deep");
-    CHECK(acc__now() - t0 < 1.0, "deep nesting took %.2f s", acc__now() - t0);
     free(deep);
   }
   /* unknown keys: one warning line naming all of them, values ignored */

