@@ -87,12 +87,11 @@ acc_result acc__mpi_module_for(const acc__env_info *e, const acc__module_ops **m
   if (acc__module_find(oname, "", opath, sizeof opath) == ACC_OK)
     return acc__error(ACC_ERR_NOT_SUPPORTED,
                       "the launcher is %s, which only %s can join, but the installed MPI module "
-                      "is %s's (%s): it is not loaded, because %s started under this launcher %s. "
-                      "Build the %s module (install %s and rebuild: one module is built per MPI "
-                      "found) or launch with %s",
+                      "is %s's (%s): it is not loaded, because %s cannot join processes started "
+                      "this way (it aborts the process inside MPI_Init or runs every process as "
+                      "rank 0 of 1, neither of which the library could undo). Build the %s module "
+                      "(install %s and rebuild: one module is built per MPI found) or launch with %s",
                       why, flavor_name(flavor), flavor_name(other), opath, flavor_name(other),
-                      strcmp(other, "openmpi") == 0 ? "aborts the process inside MPI_Init"
-                                                   : "runs every task as rank 0 of 1",
                       flavor_name(flavor),
                       strcmp(flavor, "openmpi") == 0 ? "libopenmpi-dev" : "libmpich-dev",
                       strcmp(other, "openmpi") == 0 ? "Open MPI's mpirun or srun --mpi=pmix"

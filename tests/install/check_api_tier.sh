@@ -44,7 +44,7 @@ run $launch --num_processes 2 "$b/test_prepare"
 run $launch --num_processes 3 "$b/test_metrics"
 if [ "$have_mpi" != 2 ]; then
   run $launch --num_processes 2 "$b/test_maps" shm
-  run env ACCELERATE_BACKEND=mpi ACCELERATE_MODULE_DIR=/nonexistent-acc-module-dir \
+  run env ACCELERATE_BACKEND=mpi ACCELERATE_MPI_FLAVOR=openmpi ACCELERATE_MODULE_DIR=/nonexistent-acc-module-dir \
     $launch --num_processes 2 "$b/test_maps" missing
 fi
 if [ "$have_mpi" = 1 ]; then

@@ -1,7 +1,7 @@
 /* libaccelerate.so loads Open MPI only when MPI is used (regression for new-user review R8).
  * Linked against the SHARED library. Modes:
  *   shm      (launched with N processes): after a collective, /proc/self/maps shows neither
- *            libmpi nor libaccelerate-mpi.so;
+ *            libmpi nor any libaccelerate-mpi-<flavor>.so;
  *   mpi      (under mpirun, ACCELERATE_BACKEND=mpi): both are mapped and the collective works,
  *            the module found next to libaccelerate.so;
  *   missing  (ACCELERATE_BACKEND=mpi, ACCELERATE_MODULE_DIR pointing nowhere): acc_state_create
