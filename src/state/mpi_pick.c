@@ -14,6 +14,11 @@ static const char *flavor_name(const char *f) {
   return strcmp(f, "openmpi") == 0 ? "Open MPI" : "MPICH";
 }
 
+static int has(const char *name) {
+  const char *v = acc__env_str(name);
+  return v && *v;
+}
+
 const char *acc__mpi_flavor(const acc__env_info *e, const char **why) {
   const char *force = acc__env_str("ACCELERATE_MPI_FLAVOR");
   if (force && *force) {
@@ -21,31 +26,37 @@ const char *acc__mpi_flavor(const acc__env_info *e, const char **why) {
     if (strcasecmp(force, "openmpi") == 0) return "openmpi";
     if (strcasecmp(force, "mpich") == 0) return "mpich";
   }
-  if (strcmp(e->launcher, "openmpi") == 0) {
+  /* accelerate launch's own processes are no MPI processes: PMI variables they carry come from
+   * an outer srun (the per-node recipe) and describe another group. Under --use_mpi the launcher
+   * removes ACCELERATE_RUN_ID, so mpirun's variables decide. */
+  if (strcmp(e->launcher, "accelerate") == 0) {
+    *why = "accelerate launch";
+    return NULL;
+  }
+  /* The process manager that started this process, whatever variables the ranks were read from
+   * (a torchrun-style environment set under mpirun still runs under mpirun). */
+  if (has("OMPI_COMM_WORLD_RANK")) {
     *why = "Open MPI's mpirun (OMPI_COMM_WORLD_RANK)";
     return "openmpi";
   }
-  if (strcmp(e->launcher, "mpich") == 0) {
-    *why = "an MPICH process manager (PMI_RANK)";
-    return "mpich";
-  }
-  if (strcmp(e->launcher, "mvapich") == 0) {
+  if (has("MV2_COMM_WORLD_RANK")) {
     *why = "MVAPICH's mpirun (MV2_COMM_WORLD_RANK)";
     return "mpich";
   }
-  if (strcmp(e->launcher, "slurm") == 0) {
-    if (strcmp(e->pmi, "pmix") == 0) {
-      *why = "srun --mpi=pmix (PMIX_RANK)";
-      return "openmpi";
-    }
-    if (strcmp(e->pmi, "pmi2") == 0) {
-      *why = "srun --mpi=pmi2 (PMI_RANK)";
-      return "mpich";
-    }
-    *why = "srun --mpi=none (no PMI_RANK, no PMIX_RANK)";
-    return NULL;
+  if (has("MPI_LOCALRANKID")) {
+    *why = "MPICH's Hydra (PMI_RANK, MPI_LOCALRANKID)";
+    return "mpich";
   }
-  *why = "no MPI launcher";
+  int srun = strcmp(e->launcher, "slurm") == 0;
+  if (has("PMIX_RANK")) {
+    *why = srun ? "srun --mpi=pmix (PMIX_RANK)" : "a PMIx process manager (PMIX_RANK)";
+    return "openmpi";
+  }
+  if (has("PMI_RANK")) {
+    *why = srun ? "srun --mpi=pmi2 (PMI_RANK)" : "a PMI process manager (PMI_RANK)";
+    return "mpich";
+  }
+  *why = srun ? "srun --mpi=none (no PMI_RANK, no PMIX_RANK)" : "no MPI launcher";
   return NULL;
 }
 
