@@ -4,12 +4,17 @@
  * scripts of tests/slurm and tests/mpi run it under srun, sbatch, mpirun and mpirun.mpich and
  * compare the lines with what each launcher must give.
  *   probe            -> "probe rank R of S local L of LS launcher X backend B module M omp T blas T sum N"
- *                       exit 0, or 1 with the library's error on stderr */
+ *                       exit 0, or 1 with the library's error on stderr (or when a linked
+ *                       OpenBLAS runs another number of threads than OPENBLAS_NUM_THREADS says) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "accelerate.h"
+
+#ifdef ACC_PROBE_OPENBLAS
+int openblas_get_num_threads(void); /* OpenBLAS's own (cblas.h spells it the same) */
+#endif
 
 /* The MPI module in this process's address space ("none" when no module is mapped). */
 static void mapped_module(char *out, size_t cap) {
@@ -50,6 +55,14 @@ int main(void) {
          blas ? blas : "unset", sum);
   fflush(stdout);
   acc_state_destroy(st);
+#ifdef ACC_PROBE_OPENBLAS
+  /* OpenBLAS sized its pool when it was loaded, before main; the state must have told it. */
+  if (blas && openblas_get_num_threads() != atoi(blas)) {
+    fprintf(stderr, "probe: rank %d: OPENBLAS_NUM_THREADS=%s but OpenBLAS runs %d threads\n", rank,
+            blas, openblas_get_num_threads());
+    return 1;
+  }
+#endif
   if (sum != want) {
     fprintf(stderr, "probe: rank %d: all_reduce of rank+1 gave %g, expected %g\n", rank, sum, want);
     return 1;
