@@ -132,11 +132,14 @@ acc_result acc__detect_env(acc__env_info *e) {
     ACC_CHECK(acc__env_int("SLURM_NTASKS", &ntasks, &set));
     snprintf(e->launcher, sizeof e->launcher, "slurm-batch");
     if (set && ntasks > 1) {
-      const char *job = acc__env_str("SLURM_JOB_ID");
+      const char *job = acc__env_str("SLURM_JOB_ID"), *step = acc__env_str("SLURM_STEP_ID");
+      char stepv[48];
+      if (step && *step) snprintf(stepv, sizeof stepv, "SLURM_STEP_ID=%.24s", step);
+      else snprintf(stepv, sizeof stepv, "no SLURM_STEP_ID");
       snprintf(e->warning, sizeof e->warning,
-               "running as 1 process: this is the batch script of Slurm job %s, not an srun task "
-               "(SLURM_NTASKS=%ld, no SLURM_STEP_ID); start the program with `srun` to run it as "
-               "%ld tasks", job && *job ? job : "?", ntasks, ntasks);
+               "running as 1 process: this is the batch script of Slurm job %.32s, not an srun "
+               "task (SLURM_NTASKS=%ld, %s); start the program with `srun` to run it as %ld tasks",
+               job && *job ? job : "?", ntasks, stepv, ntasks);
     }
     make_job_id(e);
     return ACC_OK;
