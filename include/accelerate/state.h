@@ -30,7 +30,7 @@ typedef enum acc_backend_kind {
   ACC_BACKEND_AUTO = 0,   /* shm on one machine, MPI under mpirun across machines */
   ACC_BACKEND_SINGLE = 1, /* one process */
   ACC_BACKEND_SHM = 2,    /* built-in shared memory, one machine */
-  ACC_BACKEND_MPI = 3     /* MPI (the module libaccelerate-mpi.so, loaded when needed) */
+  ACC_BACKEND_MPI = 3     /* MPI (the module libaccelerate-mpi-<flavor>.so, loaded when needed) */
 } acc_backend_kind;
 
 #define ACC_UNSET (-1)

@@ -20,8 +20,8 @@
 
 #ifdef ACC_MPI_BUILTIN
 /* The MPI backend linked into the library itself (ACC_MPI_MODULE=OFF). */
-static const acc__module_ops mpi_builtin = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "mpi",
-                                            acc__backend_mpi_create};
+static const acc__module_ops mpi_builtin = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING,
+                                            ACC_MPI_BUILTIN, acc__backend_mpi_create};
 #endif
 
 static const acc__module_host host = {
@@ -143,10 +143,14 @@ acc_result acc__module_load(const char *name, const char *hint, const acc__modul
   if (!name || strlen(name) >= sizeof loaded[0].name || !out)
     return acc__error(ACC_ERR_INTERNAL, "acc__module_load: bad module name");
 #ifdef ACC_MPI_BUILTIN
-  if (strcmp(name, "mpi") == 0) {
+  if (strcmp(name, ACC_MPI_BUILTIN) == 0) { /* "mpi-openmpi" or "mpi-mpich" */
     *out = &mpi_builtin;
     return ACC_OK;
   }
+  if (strncmp(name, "mpi-", 4) == 0)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "this library has the MPI backend built in (%s), not %s: %s", ACC_MPI_BUILTIN,
+                      name, hint);
 #endif
   pthread_mutex_lock(&lock);
   acc_result rc = ACC_OK;

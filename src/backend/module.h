@@ -1,7 +1,7 @@
 /* Optional parts of the library that live in their own shared object (a "module") and are
  * loaded with dlopen only when a program asks for them, so that libaccelerate itself never
- * depends on their libraries. Today: the MPI backend (libaccelerate-mpi.so, which needs
- * libmpi). The same loader is meant for a later CUDA/NCCL module.
+ * depends on their libraries. Today: the MPI backend, one module per MPI implementation
+ * (libaccelerate-mpi-openmpi.so, libaccelerate-mpi-mpich.so; state/mpi_pick.c picks one). The same loader is meant for a later CUDA/NCCL module.
  *
  * The contract between the library (the host) and a module:
  *   - A module exports exactly one symbol, ACC__MODULE_ENTRY_SYMBOL, a function of type
@@ -51,14 +51,14 @@ typedef struct acc__module_host {
 typedef struct acc__module_ops {
   uint32_t abi_version; /* ACC__MODULE_ABI_VERSION */
   const char *library_version; /* ACC_VERSION_STRING the module was built with */
-  const char *name;            /* "mpi" */
+  const char *name;            /* "mpi-openmpi", "mpi-mpich" */
   /* A communication backend (the MPI module). */
   acc_result (*backend_create)(acc__backend **out, const acc__proc_info *info);
 } acc__module_ops;
 
 typedef const acc__module_ops *(*acc__module_entry_fn)(const acc__module_host *host);
 
-/* Loads the module called name ("mpi" -> libaccelerate-mpi.so) once per process and returns its
+/* Loads the module called name ("mpi-mpich" -> libaccelerate-mpi-mpich.so) once per process and returns its
  * ops table. Search order: the directory in ACCELERATE_MODULE_DIR when set (and only there);
  * otherwise <dir>/accelerate/ and <dir>/ where <dir> holds the loaded libaccelerate (or the
  * program, for the static library), then <dir>/../<libdir>/accelerate/, then the install

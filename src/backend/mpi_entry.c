@@ -1,4 +1,5 @@
-/* The MPI module's entry point (libaccelerate-mpi.so): checks the host's table, hands it to the
+/* The MPI module's entry point (libaccelerate-mpi-<flavor>.so, one per MPI implementation; CMake
+ * sets ACC_MPI_MODULE_NAME to "mpi-openmpi" or "mpi-mpich"): checks the host's table, hands it to the
  * forwarders of mpi_module.c and offers the MPI backend (mpi.c). Compiled only into the module. */
 #include <string.h>
 
@@ -6,7 +7,10 @@
 
 void acc__mpi_module_set_host(const acc__module_host *host); /* mpi_module.c */
 
-static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "mpi",
+#ifndef ACC_MPI_MODULE_NAME
+#error "ACC_MPI_MODULE_NAME (mpi-openmpi, mpi-mpich) is set by CMakeLists.txt"
+#endif
+static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, ACC_MPI_MODULE_NAME,
                                     acc__backend_mpi_create};
 
 __attribute__((visibility("default"))) const acc__module_ops *acc_module_entry_v1(

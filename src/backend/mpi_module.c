@@ -1,4 +1,4 @@
-/* The MPI backend as a module (libaccelerate-mpi.so): the library services mpi.c calls, forwarded
+/* The MPI backend as a module (libaccelerate-mpi-<flavor>.so): the library services mpi.c calls, forwarded
  * to the host table the library hands over (see src/backend/module.h; the entry point that
  * receives it is mpi_entry.c). This file is compiled only into the module; when the MPI backend is linked
  * into the library (ACC_MPI_MODULE=OFF) mpi.c calls the library's own functions.

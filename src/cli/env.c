@@ -110,8 +110,18 @@ int acc_cli_env(int argc, char **argv) {
 #ifdef __VERSION__
   fprintf(out, "- C compiler: %s\n", __VERSION__);
 #endif
-  const acc__module_ops *mpi_mod = NULL;
-  const char *mpi = acc__module_load("mpi", "", &mpi_mod) == ACC_OK ? "yes" : "no (module not installed)";
+  /* One MPI module per implementation; found, not loaded (each would map its libmpi). */
+  char mpi[96] = "", mpath[4096 + 64];
+  static const char *const flavors[][2] = {{"mpi-openmpi", "Open MPI"}, {"mpi-mpich", "MPICH"}};
+  const acc__module_ops *builtin = NULL;
+  for (int i = 0; i < 2; i++)
+    /* the load only answers when MPI is built into the library: the file was not found */
+    if (acc__module_find(flavors[i][0], "", mpath, sizeof mpath) == ACC_OK ||
+        acc__module_load(flavors[i][0], "", &builtin) == ACC_OK)
+      snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi), "%s%s", mpi[0] ? ", " : "yes (",
+               flavors[i][1]);
+  if (mpi[0]) snprintf(mpi + strlen(mpi), sizeof mpi - strlen(mpi), ")");
+  else snprintf(mpi, sizeof mpi, "no (module not installed)");
   acc_clear_error();
   const acc__device_ops *cuda_mod = NULL;
   const char *nccl = acc__device_module_load("cuda", &cuda_mod) != ACC_OK

@@ -9,6 +9,9 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "backend/module.h"
+#include "state/mpi_pick.h"
+#include "state/slurm.h"
+#include "state/threads.h"
 #include "state/state.h"
 
 static acc_state *g_state;
@@ -40,7 +43,8 @@ static const source sources[] = {
     {"mpich", "PMI_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
     {"mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
      "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"},
-    {"slurm", "SLURM_PROCID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+    /* the last row: read by state/slurm.c */
+    {"slurm", "SLURM_PROCID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
 
 static acc_result env_int_required(const char *launcher, const char *name, long *out) {
@@ -49,31 +53,6 @@ static acc_result env_int_required(const char *launcher, const char *name, long 
   if (!set)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "the %s launch environment is incomplete: %s is not set", launcher, name);
-  return ACC_OK;
-}
-
-/* Slurm's per-node task count: SLURM_NTASKS_PER_NODE, else the first entry of
- * SLURM_STEP_TASKS_PER_NODE/SLURM_TASKS_PER_NODE ("4(x2),3"), else ntasks / nnodes. */
-static acc_result slurm_local_size(long size, long *out) {
-  int set = 0;
-  ACC_CHECK(acc__env_int("SLURM_NTASKS_PER_NODE", out, &set));
-  if (set) return ACC_OK;
-  const char *name = "SLURM_STEP_TASKS_PER_NODE";
-  const char *v = acc__env_str(name);
-  if (!v || !*v) v = acc__env_str(name = "SLURM_TASKS_PER_NODE");
-  if (v && *v) {
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (end == v || n <= 0 || errno)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                        "environment variable %s=\"%s\": cannot read the tasks per node", name, v);
-    *out = n;
-    return ACC_OK;
-  }
-  long nodes = 1;
-  ACC_CHECK(acc__env_int("SLURM_NNODES", &nodes, &set));
-  *out = (set && nodes > 0) ? size / nodes : size;
   return ACC_OK;
 }
 
@@ -111,55 +90,94 @@ static void make_job_id(acc__env_info *e) {
   sanitize_id(e->job_id, sizeof e->job_id, raw);
 }
 
+/* The local rank and size when the launcher gives them; otherwise unknown (local_known = 0):
+ * never guessed as "every task on this machine". */
+static acc_result local_ids(const source *src, long rank, long size, long *lrank, long *lsize,
+                            int *known) {
+  int rset = 0, sset = 0;
+  ACC_CHECK(acc__env_int(src->local_rank, lrank, &rset));
+  ACC_CHECK(acc__env_int(src->local_size, lsize, &sset));
+  *known = size == 1 || (rset && sset) || strcmp(src->name, "torchrun") == 0 ||
+           strcmp(src->name, "accelerate") == 0;
+  if (!rset) *lrank = (size == 1) ? 0 : rank;
+  if (!sset) *lsize = size;
+  return ACC_OK;
+}
+
 acc_result acc__detect_env(acc__env_info *e) {
   memset(e, 0, sizeof *e);
   e->size = 1;
   e->local_size = 1;
   e->num_machines = 1;
+  e->local_known = 1;
   snprintf(e->launcher, sizeof e->launcher, "none");
+  snprintf(e->pmi, sizeof e->pmi, "none");
   const source *src = NULL;
   for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
     const char *v = acc__env_str(sources[i].probe);
+    /* An srun task: Slurm's own variables win over the PMI_* of its pmi2 plugin (state/slurm.c). */
+    if (strcmp(sources[i].name, "mpich") == 0 && acc__slurm_is_task()) {
+      src = &sources[sizeof sources / sizeof sources[0] - 1];
+      break;
+    }
     if (v && *v) {
       src = &sources[i];
       break;
     }
+  }
+  if (src && strcmp(src->name, "slurm") == 0 && acc__slurm_batch_step()) {
+    /* The job script itself (no srun): one process, whatever SLURM_NTASKS says. */
+    long ntasks = 1;
+    int set = 0;
+    ACC_CHECK(acc__env_int("SLURM_NTASKS", &ntasks, &set));
+    snprintf(e->launcher, sizeof e->launcher, "slurm-batch");
+    if (set && ntasks > 1) {
+      const char *job = acc__env_str("SLURM_JOB_ID"), *step = acc__env_str("SLURM_STEP_ID");
+      char stepv[48];
+      if (step && *step) snprintf(stepv, sizeof stepv, "SLURM_STEP_ID=%.24s", step);
+      else snprintf(stepv, sizeof stepv, "no SLURM_STEP_ID");
+      snprintf(e->warning, sizeof e->warning,
+               "running as 1 process: this is the batch script of Slurm job %.32s, not an srun "
+               "task (SLURM_NTASKS=%ld, %s); start the program with `srun` to run it as %ld tasks",
+               job && *job ? job : "?", ntasks, stepv, ntasks);
+    }
+    make_job_id(e);
+    return ACC_OK;
   }
   if (!src) {
     make_job_id(e);
     return ACC_OK;
   }
   snprintf(e->launcher, sizeof e->launcher, "%s", src->name);
-  long rank = 0, size = 1, lrank = 0, lsize = 1;
-  ACC_CHECK(env_int_required(src->name, src->rank, &rank));
-  ACC_CHECK(env_int_required(src->name, src->size, &size));
-  if (size < 1)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s=%ld: the world size must be at least 1",
-                      src->size, size);
-  if (rank >= size)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s=%ld is not a valid rank for %s=%ld (expected 0..%ld)", src->rank, rank,
-                      src->size, size, size - 1);
+  long rank = 0, size = 1, lrank = 0, lsize = 1, machines = 0;
   int set = 0;
-  ACC_CHECK(acc__env_int(src->local_rank, &lrank, &set));
-  if (!set) lrank = (size == 1) ? 0 : rank;
-  if (src->local_size) {
-    ACC_CHECK(acc__env_int(src->local_size, &lsize, &set));
-    if (!set) lsize = size;
+  if (strcmp(src->name, "slurm") == 0) {
+    ACC_CHECK(acc__slurm_detect(&rank, &size, &lrank, &lsize, &machines));
+    snprintf(e->pmi, sizeof e->pmi, "%s", acc__slurm_pmi());
   } else {
-    ACC_CHECK(slurm_local_size(size, &lsize));
+    ACC_CHECK(env_int_required(src->name, src->rank, &rank));
+    ACC_CHECK(env_int_required(src->name, src->size, &size));
+    if (size < 1)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s=%ld: the world size must be at least 1",
+                        src->size, size);
+    if (rank >= size)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s=%ld is not a valid rank for %s=%ld (expected 0..%ld)", src->rank, rank,
+                        src->size, size, size - 1);
+    ACC_CHECK(local_ids(src, rank, size, &lrank, &lsize, &e->local_known));
+    if (lsize < 1 || lsize > size)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s=%ld is not a valid local world size for world size %ld (expected 1..%ld)",
+                        src->local_size, lsize, size, size);
+    if (lrank >= lsize)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s=%ld is not a valid local rank for local world size %ld (expected 0..%ld)",
+                        src->local_rank, lrank, lsize, lsize - 1);
   }
-  if (lsize < 1 || lsize > size)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s=%ld is not a valid local world size for world size %ld (expected 1..%ld)",
-                      src->local_size ? src->local_size : "SLURM_NTASKS_PER_NODE", lsize, size, size);
-  if (lrank >= lsize)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s=%ld is not a valid local rank for local world size %ld (expected 0..%ld)",
-                      src->local_rank, lrank, lsize, lsize - 1);
-  long machines = 0;
-  ACC_CHECK(acc__env_int("ACCELERATE_NUM_MACHINES", &machines, &set));
-  if (!set || machines < 1) machines = (size + lsize - 1) / lsize;
+  long acc_machines = 0;
+  ACC_CHECK(acc__env_int("ACCELERATE_NUM_MACHINES", &acc_machines, &set));
+  if (set && acc_machines >= 1) machines = acc_machines;
+  if (machines < 1) machines = (size + lsize - 1) / lsize;
   e->rank = (int)rank;
   e->size = (int)size;
   e->local_rank = (int)lrank;
@@ -255,14 +273,9 @@ static acc_result check_same(const acc_state *st, const acc_state_options *in, c
   return ACC_OK;
 }
 
-#define ACC_MPI_MODULE_HINT                                                                     \
-  "install the MPI module libaccelerate-mpi.so in <libdir>/accelerate/ (it is built when "       \
-  "libopenmpi-dev is installed, or with -DACC_WITH_MPI=ON), or set ACCELERATE_MODULE_DIR to the " \
-  "directory that holds it"
-
-static acc_result create_mpi(acc_state *st, const acc__proc_info *info) {
+static acc_result create_mpi(acc_state *st, const acc__env_info *e, const acc__proc_info *info) {
   const acc__module_ops *mod = NULL;
-  acc_result rc = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod);
+  acc_result rc = acc__mpi_module_for(e, &mod);
   if (rc != ACC_OK) return acc__error_context(rc, "the MPI backend is needed");
   if (!mod->backend_create)
     return acc__error(ACC_ERR_NOT_SUPPORTED, "the MPI module provides no backend");
@@ -276,13 +289,25 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
   if (e->size == 1) kind = ACC_BACKEND_SINGLE;
   acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s};
   if (kind == ACC_BACKEND_AUTO) {
-    /* Several machines need MPI. Under an MPI launcher on one machine, MPI is used when its
-     * module is installed and shared memory otherwise. */
-    if (e->local_size != e->size) kind = ACC_BACKEND_MPI;
-    else if (mpi_launcher) {
+    /* Several machines (or a launcher that does not say which tasks share one) need MPI. Under
+     * an MPI launcher on one machine, MPI is used when the module of its flavor is installed and
+     * shared memory otherwise; under srun on one node, shared memory (state/mpi_pick.c). */
+    if (e->local_size != e->size || !e->local_known) {
+      kind = ACC_BACKEND_MPI;
+      if (!e->local_known) {
+        const acc__module_ops *mod = NULL;
+        if (acc__mpi_module_for(e, &mod) != ACC_OK)
+          return acc__error_context(
+              ACC_ERR_NOT_SUPPORTED,
+              "the %s launch environment does not say which of the %d tasks share this machine "
+              "(MPI_LOCALRANKID, MPI_LOCALNRANKS are not set), so the shared-memory backend "
+              "cannot be chosen and the MPI backend is needed; set ACCELERATE_BACKEND=shm if "
+              "every task runs on this machine",
+              e->launcher, e->size);
+      }
+    } else if (mpi_launcher) {
       const acc__module_ops *mod = NULL;
-      kind = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod) == ACC_OK ? ACC_BACKEND_MPI
-                                                                          : ACC_BACKEND_SHM;
+      kind = acc__mpi_module_for(e, &mod) == ACC_OK ? ACC_BACKEND_MPI : ACC_BACKEND_SHM;
       acc_clear_error();
     } else kind = ACC_BACKEND_SHM;
   }
@@ -302,7 +327,7 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
                           e->size, e->local_size, e->num_machines);
       return acc__backend_shm_create(&st->be, &info);
     case ACC_BACKEND_MPI:
-      return create_mpi(st, &info);
+      return create_mpi(st, e, &info);
   }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
 }
@@ -341,6 +366,8 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   }
   acc__env_info e;
   ACC_CHECK(acc__detect_env(&e));
+  if (e.warning[0]) acc__log(ACC_LOG_WARNING, "%s", e.warning);
+  acc__limit_threads(&e); /* as accelerate launch does, for the other launchers */
   acc_state *st = acc__calloc(1, sizeof *st);
   if (!st) return ACC_ERR_NOMEM;
   st->magic = ACC__MAGIC_STATE;

@@ -44,8 +44,12 @@ acc_result acc__state_check(const acc_state *st, const char *fn);
 /* Detected launch environment (exposed for tests through acc__detect_env). */
 typedef struct acc__env_info {
   int rank, size, local_rank, local_size, num_machines;
-  char launcher[16];
+  int local_known;  /* 0: the launcher gave no local ids (PMI without MPI_LOCALRANKID): local_rank
+                     * and local_size are placeholders, the tasks may span machines */
+  char launcher[16]; /* accelerate, torchrun, openmpi, mpich, mvapich, slurm, slurm-batch, none */
+  char pmi[8];       /* under srun: the PMI its mpi plugin set up (pmix, pmi2, none) */
   char job_id[160];
+  char warning[320]; /* logged once by acc_state_create when not empty */
 } acc__env_info;
 
 acc_result acc__detect_env(acc__env_info *out);

@@ -26,7 +26,7 @@ if grep -n '^Requires' "$libdir/pkgconfig/accelerate.pc"; then
   echo "FAIL: accelerate.pc requires other pkg-config packages"; exit 1
 fi
 if [ "$have_mpi" = 1 ]; then
-  test -f "$libdir/accelerate/libaccelerate-mpi.so" || { echo "FAIL: MPI module not installed"; exit 1; }
+  test -f "$libdir/accelerate/libaccelerate-mpi-openmpi.so" || { echo "FAIL: Open MPI module not installed"; exit 1; }
 fi
 
 cmake -S "$(dirname "$0")/api" -B "$work/b" -DCMAKE_PREFIX_PATH="$prefix" -DACC_TESTS_DIR="$tests" \
@@ -44,7 +44,7 @@ run $launch --num_processes 2 "$b/test_prepare"
 run $launch --num_processes 3 "$b/test_metrics"
 if [ "$have_mpi" != 2 ]; then
   run $launch --num_processes 2 "$b/test_maps" shm
-  run env ACCELERATE_BACKEND=mpi ACCELERATE_MODULE_DIR=/nonexistent-acc-module-dir \
+  run env ACCELERATE_BACKEND=mpi ACCELERATE_MPI_FLAVOR=openmpi ACCELERATE_MODULE_DIR=/nonexistent-acc-module-dir \
     $launch --num_processes 2 "$b/test_maps" missing
 fi
 if [ "$have_mpi" = 1 ]; then
