@@ -26,6 +26,8 @@ struct acc_dataset {
   const char *(*fetch_error)(void *payload); /* why the last fetch failed, for the loader's message */
 };
 
+/* The loader destroys its dataset with itself (a dataset the library created for the program). */
+void acc__dataloader_own_dataset(acc_dataloader *dl);
 /* The loader's message for a failed fetch: the dataset's own reason when it has one, else "". */
 const char *acc__dataset_fetch_error(const acc_dataset *ds);
 

@@ -114,6 +114,7 @@ void acc__model_mark(acc_model *m, size_t i, size_t flat_first) {
 size_t acc__model_flat_first(const acc_model *m, size_t i) { return i < m->count ? m->flat_first[i] : SIZE_MAX; }
 
 void acc__model_set_grad(acc_model *m, size_t i, float *grad) {
+  if (m->params[i].grad == grad && m->trainable[i]) return; /* the same buffer: nothing to rebuild */
   m->params[i].grad = grad;
   m->trainable[i] = 1;
   m->grad_gen++;
