@@ -240,6 +240,7 @@ acc_result acc__pmodel_zero_reshard(acc__pmodel *pm, acc_state *st, acc_optimize
 
 acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype) {
   if (!pm->low_precision) return ACC_OK;
+  pm->lp_gen++;
   return acc_precision_copy_params(pm->model, lp_dtype, pm->low_precision, acc_model_numel(pm->model));
 }
 

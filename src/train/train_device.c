@@ -65,6 +65,12 @@ static acc_result clip_grad_value(acc_accelerator *acc, acc_model **ms, int n, f
 
 static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
   (void)pm; /* one model: its low-precision copy */
+  if (acc->nmodels) acc->models[0].lp_gen++;
+  return acc__dev_refresh_low_precision(acc);
+}
+
+static acc_result refresh_low_precision(acc_accelerator *acc) {
+  if (acc->nmodels) acc->models[0].lp_gen++;
   return acc__dev_refresh_low_precision(acc);
 }
 
@@ -85,6 +91,6 @@ const acc__train_ops acc__train_device_ops = {
     .optimizer_step = acc__dev_optimizer_step,
     .after_step = after_step,
     .zero_grad = acc__dev_zero_grad,
-    .refresh_low_precision = acc__dev_refresh_low_precision,
+    .refresh_low_precision = refresh_low_precision,
     .low_precision = low_precision,
 };
