@@ -30,6 +30,7 @@
 #include "accelerate/data.h"
 #include "accelerate/accelerator.h"
 #include "accelerate/checkpoint.h"
+#include "accelerate/program_state.h"
 #include "accelerate/obs.h"
 
 #endif

@@ -4,7 +4,7 @@
  * out as mlp_params()/mlp_grads() of the host model (same tensor offsets), owned by the caller;
  * everything is queued on one CUDA stream (the accelerator's compute stream), nothing waits.
  *
- * Built only when CUDA is available (FMNIST_HAVE_CUDA); fallible functions return 0 or -1 with
+ * Built only when CUDA is available (FMNIST_HAVE_CUDA), loaded only when asked for; fallible functions return 0 or -1 with
  * the reason in mlp_cuda_last_error(). Compiled on a machine without a GPU; not yet run on one. */
 #ifndef FMNIST_MLP_CUDA_H
 #define FMNIST_MLP_CUDA_H
@@ -15,6 +15,19 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The CUDA part is a module (libfmnist_cuda.so) that fashion_mnist dlopens only when it trains
+ * on a GPU (mlp_cuda_load.c), so a CPU run maps no CUDA library. Inside the module the functions
+ * carry the names below; the program calls the mlp_cuda_* forwarders of mlp_cuda_load.c. */
+#ifdef FMNIST_CUDA_MODULE
+#define mlp_cuda_create fmnist_module_create
+#define mlp_cuda_destroy fmnist_module_destroy
+#define mlp_cuda_forward fmnist_module_forward
+#define mlp_cuda_loss_backward fmnist_module_loss_backward
+#define mlp_cuda_hits fmnist_module_hits
+#define mlp_cuda_take_loss fmnist_module_take_loss
+#define mlp_cuda_last_error fmnist_module_last_error
 #endif
 
 typedef struct mlp_cuda mlp_cuda;

@@ -303,6 +303,27 @@ ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accele
  * NULL without a copy or for a model that was not prepared. */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params_model(const acc_accelerator *acc,
                                                                       const acc_model *model);
+/** A low-precision copy with its element type, so that bf16 and fp16 bits are never confused.
+ * @since 0.2 */
+typedef struct acc_low_precision_view {
+  acc_dtype dtype;     /* ACC_BF16 or ACC_F16: how to read data */
+  const uint16_t *data; /* numel values (device memory when training on a device); borrowed */
+  size_t numel;
+  uint64_t generation; /* changes at every rewrite (prepare, optimizer step, load_state, refresh):
+                          a copy the program derived from data is stale when it differs */
+} acc_low_precision_view;
+/**
+ * The typed low-precision copy of a prepared model (NULL: the first). `expected` is the dtype the
+ * caller's code reads (ACC_BF16 or ACC_F16); a copy of the other dtype is ACC_ERR_MISMATCH naming
+ * both, so a bf16 run never feeds fp16 kernels by mistake. ACC_ERR_INVALID_USAGE without a copy.
+ * Not collective. docs/mixed-precision.md, "Pitfalls of low-precision copies".
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_low_precision_view(const acc_accelerator *acc, const acc_model *model,
+                                                         acc_dtype expected, acc_low_precision_view *out);
+/** Converts a host low-precision view to float32 by its own dtype (dst: view->numel floats).
+ * @since 0.2 */
+ACC_EXTERN acc_result acc_low_precision_view_to_f32(const acc_low_precision_view *view, float *dst);
 /**
  * Recomputes the low-precision copy from the model's fp32 parameters. load_state does it; call it
  * after changing the parameters yourself (e.g. acc_load_checkpoint_in_model). No-op without a

@@ -64,6 +64,42 @@ ACC_EXTERN acc_result acc_dataset_create_memory(acc_dataset **out, int64_t lengt
                                                 const void *const *data);
 /** Number of samples, or -1 when unknown. */
 ACC_EXTERN int64_t acc_dataset_length(const acc_dataset *ds);
+/** How the token files of acc_dataset_create_tokens are stored. @since 0.2 */
+typedef enum acc_token_format {
+  ACC_TOKENS_LLMC = 0, /* llm.c shard: 256 x int32 header (magic 20240520, version 1, token count), uint16 tokens */
+  ACC_TOKENS_U16 = 1,  /* raw little-endian uint16 tokens, no header */
+  ACC_TOKENS_U32 = 2   /* raw little-endian uint32 tokens, no header */
+} acc_token_format;
+
+#define ACC_TOKEN_OPTIONS_VERSION 1u
+/** Options of acc_dataset_create_tokens. Initialize with ACC_TOKEN_OPTIONS_INIT. @since 0.2 */
+typedef struct acc_token_options {
+  size_t size;             /* sizeof(acc_token_options), set by the INIT macro */
+  uint32_t version;        /* ACC_TOKEN_OPTIONS_VERSION */
+  int64_t seq_len;         /* T (required, >= 1): a sample is a window of T + 1 tokens */
+  acc_token_format format;
+  int64_t vocab_size;      /* > 0: a token >= vocab_size fails the batch, naming file and position */
+} acc_token_options;
+#define ACC_TOKEN_OPTIONS_INIT { sizeof(acc_token_options), ACC_TOKEN_OPTIONS_VERSION, 0, ACC_TOKENS_LLMC, 0 }
+/** Fills opts with the defaults of `version` (for FFI). @since 0.2 */
+ACC_EXTERN acc_result acc_token_options_init(acc_token_options *opts, uint32_t version);
+
+/**
+ * A map-style dataset of token windows over one or more token files (a language model's
+ * training stream). Sample i is window i: T + 1 consecutive tokens starting at token i x T of
+ * the concatenated files, never crossing from one file into the next (each file of n tokens
+ * gives (n - 1) / T windows). It has two fields of T x ACC_I32 each: `inputs` (tokens 0..T-1 of
+ * the window) and `targets` (tokens 1..T), so a batch of B samples is the B x T inputs and the
+ * B x T targets of an llm.c-style trainer. Prepared like any map-style dataset, the library's
+ * loader shards it over processes, shuffles it with its seeded sampler and resumes it mid-epoch
+ * and at another process count: with shuffling on, 1 process x 2B and 2 processes x B see the
+ * same windows at every optimizer step. Headers and file sizes are validated at creation
+ * (errors name the file and the field); tokens are read with pread on the loader thread.
+ * Ownership: acc_dataset_destroy closes the files. docs/data.md, "Token streams".
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths, int num_paths,
+                                                const acc_token_options *opts);
 ACC_EXTERN void acc_dataset_destroy(acc_dataset *ds);
 
 /* ---- samplers ------------------------------------------------------------------------------ */

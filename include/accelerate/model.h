@@ -42,6 +42,46 @@ ACC_EXTERN const acc_param *acc_model_parameter(const acc_model *m, size_t i);
 /** Index of the parameter with this name; ACC_ERR_INVALID_ARGUMENT naming it when absent. */
 ACC_EXTERN acc_result acc_model_find(const acc_model *m, const char *name, size_t *index);
 
+/** One row of a parameter table for acc_model_add_flat: a name and a shape.
+ * @since 0.2 */
+typedef struct acc_param_spec {
+  const char *name;
+  int ndim;
+  int64_t shape[ACC_MAX_DIMS];
+} acc_param_spec;
+
+/**
+ * Registers the `count` parameters of `table`, laid end to end in one buffer: row r's data starts
+ * at `params` plus the elements of rows 0..r-1 (the layout of a trainer that keeps all its
+ * parameters in one allocation), and its gradient at the same offset in `grads`. `grads` may be
+ * NULL: the parameters then take a gradient that is attached later with
+ * acc_model_set_flat_grads (before the first backward, which otherwise fails naming the first
+ * parameter still without one). Gradient averaging reduces `grads` in place: neighbouring
+ * parameters are neighbours in memory, so every gradient bucket is one contiguous range handed to
+ * the all-reduce without a staging copy. The table is checked whole before anything is
+ * registered. *first_index (optional) receives the index of row 0.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_model_add_flat(acc_model *m, const acc_param_spec *table, size_t count, float *params,
+                                         float *grads, size_t *first_index);
+/**
+ * Attaches or replaces the gradients of a table registered by acc_model_add_flat (`first`: the
+ * index it returned), laid out like its parameters. Allowed any time between steps (a prepared
+ * model rebuilds its gradient buckets at the next backward); on a device, before
+ * acc_accelerator_prepare_model.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_model_set_flat_grads(acc_model *m, size_t first, float *grads);
+/**
+ * Attaches or replaces the gradient of parameter `index` (numel floats owned by the program); a
+ * frozen parameter becomes trainable. Same timing rules as acc_model_set_flat_grads.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_model_set_grad(acc_model *m, size_t index, float *grad);
+/** 1 when parameter i takes a gradient (attached or still to come), 0 when frozen or out of range.
+ * @since 0.2 */
+ACC_EXTERN int acc_model_requires_grad(const acc_model *m, size_t i);
+
 #ifdef __cplusplus
 }
 #endif

@@ -204,7 +204,10 @@ ACC_EXTERN acc_result acc_scheduler_set_group_base_lr(acc_scheduler *s, size_t g
  * (acc_dataloader_len of a prepared loader), one optimizer step per gradient_accumulation_steps
  * batches and at every epoch end, and num_processes scheduler steps per optimizer step (1 with
  * split_batches). *num_training_steps gets the total; *num_warmup_steps (may be NULL) gets
- * warmup_fraction of it, rounded down. The same schedule then comes out at every process count.
+ * warmup_fraction of the optimizer steps, rounded down, times the scheduler steps per optimizer
+ * step (since 0.2; before, the fraction of the total was rounded, and warmup could end at
+ * different optimizer steps at different process counts). The same schedule then comes out at
+ * every process count for the same global batch.
  * acc_accelerator_scheduler_steps does the same from a prepared loader. Collective: no.
  */
 ACC_EXTERN acc_result acc_scheduler_training_steps(int64_t batches_per_epoch, int64_t num_epochs,

@@ -116,6 +116,16 @@ ACC_EXTERN const char *acc_state_launcher(const acc_state *st);
  */
 ACC_EXTERN const char *acc_state_describe(const acc_state *st);
 
+/**
+ * Only the main process prints: on every process but process 0, stdout is flushed and then
+ * redirected to /dev/null (file descriptor 1, so printf, puts and write(1, ...) all go quiet).
+ * stderr is left alone, so errors and warnings of every rank still show. For programs that print
+ * from everywhere (the library's acc_accelerator_print already prints on the main process only);
+ * the launcher's --local_ranks_filter does the same from outside. Not collective. Irreversible.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_state_silence_non_main_stdout(acc_state *st);
+
 ACC_EXTERN const char *acc_distributed_type_name(acc_distributed_type t);
 ACC_EXTERN const char *acc_mixed_precision_name(acc_mixed_precision p);
 /** Parses "no", "fp16", "bf16" (case-insensitive). */

@@ -20,6 +20,7 @@ struct acc__state_hook {
 void acc__accel_ckpt_free(acc__accel_ckpt *c) {
   if (!c) return;
   acc_project_config_destroy(c->project);
+  if (c->own_free) c->own_free(c->own);
   acc__free(c->custom);
   acc__free(c->hooks);
   acc__free(c);

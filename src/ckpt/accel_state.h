@@ -37,6 +37,8 @@ struct acc__accel_ckpt {
   acc__custom_obj *custom;
   int ncustom, cap;
   int strict_processes; /* refuse a checkpoint saved by another number of processes */
+  void *own;                   /* the program's buffers and per-process objects (own_state.c) */
+  void (*own_free)(void *own); /* set with own, called by acc__accel_ckpt_free */
 };
 
 void acc__accel_ckpt_free(acc__accel_ckpt *c);

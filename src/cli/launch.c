@@ -39,6 +39,7 @@ typedef struct launch_args {
   const char *main_process_ip, *gpu_ids;
   int tee;
   const char *log_dir, *role, *rdzv_backend, *rdzv_conf;
+  const char *local_ranks_filter;
   long max_restarts;
   double monitor_interval;
   int use_mpi;
@@ -93,6 +94,9 @@ static const option_def options[] = {
      "prefix \"[rank i] \" on output lines: 1 stdout, 2 stderr, 3 both (bare --tee = 3)"},
     {"--log_dir", NULL, STR, OFF(log_dir), "none",
      "write each rank's output to DIR/rank<i>.stdout.log and .stderr.log (also shown with --tee)"},
+    {"--local_ranks_filter", NULL, STR, OFF(local_ranks_filter), "all",
+     "comma list of local ranks whose stdout and stderr reach the console, e.g. 0 (torchrun's "
+     "--local-ranks-filter; --log_dir files still get every rank)"},
     {"--role", NULL, STR, OFF(role), "default", "accepted and ignored (torchrun worker role)"},
     {"--rdzv_backend", NULL, STR, OFF(rdzv_backend), "static", "accepted and ignored (rendezvous is static)"},
     {"--rdzv_conf", NULL, STR, OFF(rdzv_conf), "\"\"", "accepted and ignored"},
@@ -139,6 +143,30 @@ static int usage_error(const char *fmt, const char *a, const char *b) {
   fprintf(stderr, fmt, a, b);
   fprintf(stderr, " (see accelerate launch -h)\n");
   return 2;
+}
+
+/* --local_ranks_filter "0,2": *muted gets one flag per local process, set for those not listed. */
+static int ranks_filter(const char *list, long n, unsigned char **muted) {
+  unsigned char *m = malloc((size_t)n);
+  if (!m) return usage_error("out of memory%s%s", "", "");
+  memset(m, 1, (size_t)n);
+  const char *p = list;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long r = strtol(p, &end, 10);
+    if (end == p || errno || r < 0 || r >= n || (*end && *end != ',')) {
+      free(m);
+      char nb[32];
+      snprintf(nb, sizeof nb, "%ld", n - 1);
+      return usage_error("argument --local_ranks_filter: '%s' is not a comma list of local ranks 0..%s", list, nb);
+    }
+    m[r] = 0;
+    if (!*end) break;
+    p = end + 1;
+  }
+  *muted = m;
+  return 0;
 }
 
 static int parse_long(const char *s, long *out) {
@@ -656,9 +684,15 @@ int acc_cli_launch(int argc, char **argv) {
     return 127;
   }
   long local = a.num_processes / a.num_machines;
+  if (a.use_mpi && a.local_ranks_filter)
+    return usage_error("--local_ranks_filter is not supported with --use_mpi (use mpirun's own output "
+                       "options)%s%s", "", "");
+  unsigned char *muted = NULL;
+  if (a.local_ranks_filter && (rc = ranks_filter(a.local_ranks_filter, local, &muted)) != 0) return rc;
   long port = a.main_process_port;
   if (port == 0 && (port = free_port()) <= 0) {
     fprintf(stderr, WHO ": --main_process_port 0: could not find a free port: %s\n", strerror(errno));
+    free(muted);
     return 1;
   }
   if (a.use_mpi) return run_mpi(&a, local, port);
@@ -720,6 +754,7 @@ int acc_cli_launch(int argc, char **argv) {
                          .ranks = ranks,
                          .tee = a.tee,
                          .log_dir = a.log_dir,
+                         .muted = muted,
                          .log_append = attempt > 0,
                          .grace_s = grace_period(),
                          .monitor_interval_s = a.monitor_interval,
@@ -753,5 +788,6 @@ int acc_cli_launch(int argc, char **argv) {
   free(envs);
   free(envp);
   free(ranks);
+  free(muted);
   return status;
 }

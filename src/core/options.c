@@ -110,6 +110,8 @@ DEFINE_OPTIONS_INIT(acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION,
                     offsetof(acc_dataloader_options, batch_indices),    /* 1 */
                     offsetof(acc_dataloader_options, device_placement), /* 2 */
                     sizeof(acc_dataloader_options))                     /* 3 */
+DEFINE_OPTIONS_INIT(acc_token_options, ACC_TOKEN_OPTIONS_VERSION, ACC_TOKEN_OPTIONS_INIT,
+                    sizeof(acc_token_options))
 DEFINE_OPTIONS_INIT(acc_sgd_options, ACC_SGD_OPTIONS_VERSION, ACC_SGD_OPTIONS_INIT,
                     sizeof(acc_sgd_options))
 DEFINE_OPTIONS_INIT(acc_adamw_options, ACC_ADAMW_OPTIONS_VERSION, ACC_ADAMW_OPTIONS_INIT,

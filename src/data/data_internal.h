@@ -22,7 +22,14 @@ struct acc_dataset {
   acc_dataset_reset_fn reset;
   void *payload;
   const void *mem[ACC_DATA_MAX_FIELDS]; /* acc_dataset_create_memory: borrowed arrays */
+  void (*free_payload)(void *payload);  /* a dataset that owns its payload (tokens.c) */
+  const char *(*fetch_error)(void *payload); /* why the last fetch failed, for the loader's message */
 };
+
+/* The loader destroys its dataset with itself (a dataset the library created for the program). */
+void acc__dataloader_own_dataset(acc_dataloader *dl);
+/* The loader's message for a failed fetch: the dataset's own reason when it has one, else "". */
+const char *acc__dataset_fetch_error(const acc_dataset *ds);
 
 /* A prepared loader knows its accelerator: destroying the loader first tells the accelerator to
  * forget it (forget(owner, dl)); destroying the accelerator first clears the link (owner NULL),

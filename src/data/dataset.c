@@ -96,5 +96,11 @@ int64_t acc_dataset_length(const acc_dataset *ds) {
 void acc_dataset_destroy(acc_dataset *ds) {
   if (!acc__handle_ok(ds, ACC__HANDLE_DATASET)) return;
   ds->magic = ACC__MAGIC_DEAD;
+  if (ds->free_payload) ds->free_payload(ds->payload);
   acc__free(ds);
+}
+
+const char *acc__dataset_fetch_error(const acc_dataset *ds) {
+  const char *e = ds && ds->fetch_error ? ds->fetch_error(ds->payload) : NULL;
+  return e ? e : "";
 }

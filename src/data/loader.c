@@ -391,8 +391,17 @@ void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, a
   if (!forget && dl->dev) detach_device(dl);
 }
 
+void acc__dataloader_own_dataset(acc_dataloader *dl) { dl->owns_ds = 1; }
+
 void acc_dataloader_destroy(acc_dataloader *dl) {
   if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return;
+  if (dl->owns_ds) {
+    acc_dataset *ds = dl->ds;
+    dl->owns_ds = 0;
+    acc_dataloader_destroy(dl);
+    acc_dataset_destroy(ds);
+    return;
+  }
   if (dl->owner_forget) dl->owner_forget(dl->owner, dl);
   acc__loader_thread_stop(dl);
   if (dl->dev) acc__loader_place_destroy(dl);

@@ -66,8 +66,8 @@ int acc__loader_produce_map(acc_dataloader *dl, dl_slot *s) {
       return acc__loader_perror(
           dl, ACC_ERR_INVALID_ARGUMENT,
           "dataloader: the dataset fetch callback returned %d for sample index %lld "
-          "(batch %lld of epoch %lld)",
-          rc, (long long)ix[i], (long long)s->index, (long long)dl->p_epoch);
+          "(batch %lld of epoch %lld)%s",
+          rc, (long long)ix[i], (long long)s->index, (long long)dl->p_epoch, acc__dataset_fetch_error(ds));
   }
   if (!dl->o.collate) {
     for (int f = 0; f < ds->num_fields; f++) s->bytes[f] = (size_t)n * ds->sample_bytes[f];

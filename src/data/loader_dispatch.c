@@ -54,8 +54,8 @@ static int64_t dispatch_read(acc_dataloader *dl, int b) {
         return acc__loader_perror(
             dl, ACC_ERR_INVALID_ARGUMENT,
             "dataloader: the dataset fetch callback returned %d for sample index %lld "
-            "(epoch %lld)",
-            rc, (long long)ix, (long long)dl->p_epoch);
+            "(epoch %lld)%s",
+            rc, (long long)ix, (long long)dl->p_epoch, acc__dataset_fetch_error(ds));
       dl->g_idx[b][n++] = ix;
     } else {
       if (dl->p_ended) break;

@@ -37,6 +37,7 @@ struct acc_dataloader {
   void (*owner_forget)(void *owner, acc_dataloader *dl); /* the accelerator that prepared it */
   void *owner;
   acc_dataset *ds;
+  int owns_ds; /* destroy ds with the loader (acc__dataloader_own_dataset) */
   acc_dataloader_options o;
   size_t capacity[ACC_DATA_MAX_FIELDS];
   int np, split;

@@ -90,6 +90,7 @@ static void signal_all(monitor *m, int sig) {
 }
 
 static void emit_line(stream *s, int rank, const char *line, size_t n, int add_newline) {
+  if (s->out_fd < 0) return; /* muted on the console: the log file got the bytes */
   char prefix[32];
   int pl = snprintf(prefix, sizeof prefix, "[rank %d] ", rank);
   size_t total = (size_t)pl + n + (add_newline ? 1 : 0);
@@ -308,7 +309,7 @@ static acc_result start_one(monitor *m, int i) {
       }
       p->s[k].fd = pf[0];
       p->s[k].log_fd = log_fd;
-      p->s[k].out_fd = k + 1;
+      p->s[k].out_fd = o->muted && o->muted[i] ? -1 : k + 1;
       p->s[k].buf = malloc(LINE_CAP);
       if (!p->s[k].buf) {
         close(pf[1]);
@@ -318,6 +319,13 @@ static acc_result start_one(monitor *m, int i) {
       child_fd[k] = pf[1];
     } else {
       child_fd[k] = log_fd; /* -1: inherit */
+      if (log_fd < 0 && o->muted && o->muted[i]) {
+        child_fd[k] = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (child_fd[k] < 0) {
+          rc = acc__error(ACC_ERR_SYSTEM, "cannot open /dev/null for rank %d: %s", p->rank, strerror(errno));
+          goto fail;
+        }
+      }
     }
   }
   if (!o->argv) {

@@ -25,6 +25,9 @@ typedef struct acc__spawn_opts {
   const int *ranks;          /* global rank of local process i (messages, prefixes, log names) */
   int tee;                   /* ACC__TEE_* bits; 0 = children inherit stdout/stderr (zero-copy) */
   const char *log_dir;       /* NULL or a directory: rank<r>.stdout.log / rank<r>.stderr.log */
+  const unsigned char *muted; /* NULL, or muted[i] != 0: local process i's stdout and stderr do not
+                                reach the console (log_dir files still get them); torchrun's
+                                --local-ranks-filter */
   int log_append;            /* append to the log files (restarts) instead of truncating */
   double grace_s;            /* SIGTERM -> SIGKILL delay */
   double monitor_interval_s; /* upper bound of one wait in the monitor loop */

@@ -83,6 +83,7 @@ struct acc_accelerator {
   acc__pmodel *inflight; /* the model whose buckets grad_ready started reducing (overlap) */
   acc__devctx *dev; /* the device it trains on (src/device/devctx.c) */
   const acc__train_ops *ops; /* CPU or device variants of the training calls, chosen at create */
+  unsigned char model_owned[ACC__MAX_PREPARED]; /* created by acc_accelerator_prepare_flat: destroyed with it */
 };
 
 /* The dtype of the low-precision parameter copy (ACC_F32: none). */

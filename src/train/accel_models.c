@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "train/accel_models.h"
+#include "train/model_internal.h"
 #include "backend/collcheck.h"
 #include "state/state.h"
 
@@ -110,9 +111,10 @@ static acc_result zero_layout(acc__pmodel *pm, acc_state *st, size_t bucket_cap)
   if (!pm->zoff) return ACC_ERR_NOMEM;
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(m, i);
-    pm->zoff[i] = p->grad ? t : SIZE_MAX;
-    if (p->grad) t += p->numel;
-    if (p->grad && p->numel > big) big = p->numel;
+    int g = acc_model_requires_grad(m, i);
+    pm->zoff[i] = g ? t : SIZE_MAX;
+    if (g) t += p->numel;
+    if (g && p->numel > big) big = p->numel;
   }
   pm->ztotal = t;
   pm->zshard = t ? (t + n - 1) / n : 1; /* padded, never refused */
@@ -238,6 +240,7 @@ acc_result acc__pmodel_zero_reshard(acc__pmodel *pm, acc_state *st, acc_optimize
 
 acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype) {
   if (!pm->low_precision) return ACC_OK;
+  pm->lp_gen++;
   return acc_precision_copy_params(pm->model, lp_dtype, pm->low_precision, acc_model_numel(pm->model));
 }
 
@@ -247,6 +250,9 @@ acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t
   pm->model = m;
   pm->st = st;
   pm->zero = zero;
+  pm->bucket_cap = bucket_cap;
+  pm->overlap = overlap;
+  pm->grad_gen = acc__model_grad_gen(m);
   acc_result rc = broadcast_parameters(st, m, bucket_cap);
   if (rc == ACC_OK && zero) rc = zero_layout(pm, st, bucket_cap);
   if (rc == ACC_OK && zero != 1) rc = acc__grad_sync_create(&pm->gs, st, m, bucket_cap, overlap);
@@ -278,13 +284,40 @@ static void round_grads_f16(acc_model *m) {
   }
 }
 
+acc_result acc__pmodel_check_grads(acc__pmodel *pm, const char *fn) {
+  uint64_t gen = acc__model_grad_gen(pm->model);
+  if (pm->grads_checked && gen == pm->grad_gen) return ACC_OK;
+  const char *missing = acc__model_missing_grad(pm->model);
+  if (missing)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "%s: parameter '%s' takes a gradient but none is attached; attach the gradient buffer "
+                      "with acc_model_set_flat_grads or acc_model_set_grad before the first backward",
+                      fn, missing);
+  if (gen != pm->grad_gen && pm->gs) {
+    if (acc__grad_sync_in_flight(pm->gs))
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "%s: gradients were attached or replaced while this step's gradients are in flight "
+                        "(grad_ready); attach them before the step's first grad_ready", fn);
+    acc__grad_sync *gs = NULL;
+    ACC_CHECK(acc__grad_sync_create(&gs, pm->st, pm->model, pm->bucket_cap, pm->overlap));
+    acc__grad_sync_destroy(pm->gs);
+    pm->gs = gs;
+    if (pm->zero == 2) acc__grad_sync_set_reducer(pm->gs, zero2_reduce_bucket, pm);
+  }
+  pm->grad_gen = gen;
+  pm->grads_checked = 1;
+  return ACC_OK;
+}
+
 acc_result acc__pmodel_sync(acc__pmodel *pm, acc_state *st, int fp16) {
+  ACC_CHECK(acc__pmodel_check_grads(pm, "backward"));
   if (fp16) round_grads_f16(pm->model);
   if (pm->zero == 1) return zero1_reduce_grads(pm, st);
   return acc__grad_sync_finish(pm->gs);
 }
 
 acc_result acc__pmodel_grad_ready(acc__pmodel *pm, size_t index) {
+  ACC_CHECK(acc__pmodel_check_grads(pm, "grad_ready"));
   if (pm->zero == 1) { /* one reduce-scatter in backward(); the index is still checked */
     if (index >= acc_model_num_parameters(pm->model))
       return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_ready: parameter index %zu is out of range (model has %zu)",

@@ -27,6 +27,11 @@ typedef struct acc__pmodel {
   size_t zchunk;
   float *zbuf;    /* stage 2: max(bucket, zchunk * N) floats */
   size_t zbuf_n;
+  size_t bucket_cap;   /* kept to rebuild the buckets when gradients are attached later */
+  int overlap;
+  uint64_t grad_gen;   /* the model's gradient generation the buckets were built for */
+  int grads_checked;   /* every parameter that takes a gradient has one (checked at backward) */
+  uint64_t lp_gen;     /* bumped at every rewrite of low_precision (acc_accelerator_low_precision_view) */
 } acc__pmodel;
 
 /* Prepares m: process 0's parameters broadcast to every process, the ZeRO layout (zero 1 or 2),
@@ -40,6 +45,10 @@ void acc__pmodel_free(acc__pmodel *pm);
  * through half precision first). Stage 0: the mean in every gradient. Stage 1 and 2: the mean of
  * this process's shard; the gradients outside it are zero. Collective. */
 acc_result acc__pmodel_sync(acc__pmodel *pm, acc_state *st, int fp16);
+/* Before a backward (sync or grad_ready): fails naming the first parameter that takes a gradient
+ * but has none attached, and rebuilds the buckets when gradients were attached or replaced since
+ * they were built (refused while gradients of this step are in flight). */
+acc_result acc__pmodel_check_grads(acc__pmodel *pm, const char *fn);
 /* Marks parameter index of the model ready for the overlapped sync (stage 0 and 2). */
 acc_result acc__pmodel_grad_ready(acc__pmodel *pm, size_t index);
 acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype);

@@ -99,6 +99,8 @@ void acc_accelerator_destroy(acc_accelerator *acc) {
   for (int i = 0; i < acc->nloaders; i++) acc__dataloader_set_owner(acc->loaders[i], NULL, NULL);
   for (int i = 0; i < acc->nmodels; i++) acc__pmodel_free(&acc->models[i]);
   if (acc->ckpt_free) acc->ckpt_free(acc->ckpt);
+  for (int i = 0; i < acc->nmodels; i++)
+    if (acc->model_owned[i]) acc_model_destroy(acc->model_list[i]); /* src/train/port.c */
   acc__free(acc->loaders);
   acc_grad_scaler_destroy(acc->scaler);
   acc__free(acc->metrics_buf);

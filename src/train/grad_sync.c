@@ -226,6 +226,13 @@ size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs) { return gs ? gs-
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs) { return gs ? gs->nbuckets : 0; }
 size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs) { return gs ? gs->ninplace : 0; }
 
+int acc__grad_sync_in_flight(const acc__grad_sync *gs) {
+  if (!gs) return 0;
+  for (size_t i = 0; i < gs->nparams; i++)
+    if (gs->ready[i]) return 1;
+  return 0;
+}
+
 acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index) {
   if (!gs || index >= gs->nparams)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_ready: parameter index %zu is out of range (model has %zu)",

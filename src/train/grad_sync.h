@@ -32,6 +32,9 @@ size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs);
 size_t acc__grad_sync_num_buckets(const acc__grad_sync *gs);
 size_t acc__grad_sync_num_inplace(const acc__grad_sync *gs);
 
+/* 1 when some gradient of this step was marked ready and not reduced yet by finish. */
+int acc__grad_sync_in_flight(const acc__grad_sync *gs);
+
 /* Marks parameter `index` as having its final gradient for this step. With overlap, a bucket
  * whose parameters are all ready is handed to the background thread at once. */
 acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index);

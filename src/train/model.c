@@ -8,6 +8,9 @@ struct acc_model {
   uint32_t magic;
   acc_param *params;
   size_t count, cap, numel;
+  unsigned char *trainable; /* per parameter: takes a gradient (attached or still to come) */
+  size_t *flat_first;       /* per parameter: first index of its acc_model_add_flat group, or SIZE_MAX */
+  uint64_t grad_gen;        /* bumped by every acc__model_set_grad */
 };
 
 acc_result acc_model_create(acc_model **out) {
@@ -23,6 +26,8 @@ void acc_model_destroy(acc_model *m) {
   if (!acc__handle_ok(m, ACC__HANDLE_MODEL)) return;
   for (size_t i = 0; i < m->count; i++) acc__free((char *)m->params[i].name);
   acc__free(m->params);
+  acc__free(m->trainable);
+  acc__free(m->flat_first);
   m->magic = ACC__MAGIC_DEAD;
   acc__free(m);
 }
@@ -54,6 +59,12 @@ acc_result acc_model_add_parameter(acc_model *m, const char *name, float *data, 
     acc_param *p = acc__realloc(m->params, cap * sizeof *p);
     if (!p) return ACC_ERR_NOMEM;
     m->params = p;
+    unsigned char *t = acc__realloc(m->trainable, cap);
+    if (!t) return ACC_ERR_NOMEM;
+    m->trainable = t;
+    size_t *ff = acc__realloc(m->flat_first, cap * sizeof *ff);
+    if (!ff) return ACC_ERR_NOMEM;
+    m->flat_first = ff;
     m->cap = cap;
   }
   acc_param *p = &m->params[m->count];
@@ -65,6 +76,8 @@ acc_result acc_model_add_parameter(acc_model *m, const char *name, float *data, 
   p->ndim = ndim;
   for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
   p->numel = numel;
+  m->trainable[m->count] = grad != NULL;
+  m->flat_first[m->count] = SIZE_MAX;
   m->count++;
   m->numel += numel;
   return ACC_OK;
@@ -85,4 +98,32 @@ acc_result acc_model_find(const acc_model *m, const char *name, size_t *index) {
       return ACC_OK;
     }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "the model has no parameter named '%s'", name);
+}
+
+/* ---- gradients attached after registration (src/train/flat.c) ------------------------------- */
+
+int acc_model_requires_grad(const acc_model *m, size_t i) {
+  return acc__handle_ok(m, ACC__HANDLE_MODEL) && i < m->count && m->trainable[i];
+}
+
+void acc__model_mark(acc_model *m, size_t i, size_t flat_first) {
+  m->trainable[i] = 1;
+  m->flat_first[i] = flat_first;
+}
+
+size_t acc__model_flat_first(const acc_model *m, size_t i) { return i < m->count ? m->flat_first[i] : SIZE_MAX; }
+
+void acc__model_set_grad(acc_model *m, size_t i, float *grad) {
+  if (m->params[i].grad == grad && m->trainable[i]) return; /* the same buffer: nothing to rebuild */
+  m->params[i].grad = grad;
+  m->trainable[i] = 1;
+  m->grad_gen++;
+}
+
+uint64_t acc__model_grad_gen(const acc_model *m) { return m->grad_gen; }
+
+const char *acc__model_missing_grad(const acc_model *m) {
+  for (size_t i = 0; i < m->count; i++)
+    if (m->trainable[i] && !m->params[i].grad) return m->params[i].name;
+  return NULL;
 }

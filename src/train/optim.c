@@ -255,7 +255,7 @@ static acc_result create_adamw(acc_optimizer **out, acc_model *m, const acc_para
   /* AdamW's buffers start at zero (torch creates them lazily with zeros: same values). */
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(m, i);
-    if (!p->grad || o->slots[i].group < 0) continue;
+    if (!acc_model_requires_grad(m, i) || o->slots[i].group < 0) continue;
     for (int b = 0; b < 2; b++) {
       o->slots[i].buf[b] = acc__calloc(p->numel ? p->numel : 1, sizeof(float));
       if (!o->slots[i].buf[b]) {
@@ -522,7 +522,7 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
                           "%s (%zu elements)",
                           fn, name, got, numel, p->name, want, p->numel);
       }
-      if (!p->grad)
+      if (!acc_model_requires_grad(o->model, i))
         return acc__error(ACC_ERR_MISMATCH, "%s: parameter '%s' is frozen (no gradient) and has no optimizer state",
                           fn, p->name);
       float *buf = ensure_buf(o, i, b);

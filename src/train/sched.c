@@ -196,6 +196,10 @@ acc_result acc_scheduler_training_steps(int64_t batches_per_epoch, int64_t num_e
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the number of steps overflows", fn);
   int64_t total = opt_steps * num_epochs * per_step;
   *num_training_steps = total;
-  if (num_warmup_steps) *num_warmup_steps = (int64_t)((double)total * warmup_fraction);
+  /* warmup rounded in optimizer steps, then scaled: warmup ends at the same optimizer step at
+   * every process count (rounding total * fraction would not: 1 x 15 steps at 10 % warms up 1
+   * optimizer step, 2 processes' 30 scheduler steps 3, i.e. 1.5 optimizer steps) */
+  if (num_warmup_steps)
+    *num_warmup_steps = (int64_t)((double)(opt_steps * num_epochs) * warmup_fraction) * per_step;
   return ACC_OK;
 }

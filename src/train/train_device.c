@@ -6,6 +6,7 @@
 #include "accelerate.h"
 #include "train/accel.h"
 #include "train/train.h"
+#include "train/model_internal.h"
 
 /* Process 0's parameters reach every process through host staging, the gradient buckets are
  * averaged on the device, the low-precision copy is device memory. */
@@ -15,10 +16,17 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                       "prepare_model: this accelerator trains on %s and already has a prepared model; "
                       "several models are supported on the CPU only for now",
                       acc__device_name(acc->dev->dev));
+  const char *missing = acc__model_missing_grad(model);
+  if (missing)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "prepare_model: parameter '%s' takes a gradient but none is attached; on %s, attach the "
+                      "gradient buffers (acc_model_set_flat_grads / acc_model_set_grad) before preparing the model",
+                      missing, acc__device_name(acc->dev->dev));
   ACC_CHECK(acc__dev_prepare_model(acc, model));
   memset(pm, 0, sizeof *pm);
   pm->model = model;
   pm->st = acc->st;
+  pm->grad_gen = acc__model_grad_gen(model);
   acc_result rc = acc__grad_sync_create(&pm->gs, acc->st, model, acc->bucket_cap, acc->overlap);
   if (rc == ACC_OK) rc = acc__grad_sync_use_device(pm->gs, acc->dev);
   if (rc == ACC_OK && acc->want_low_precision) rc = acc__dev_low_precision_alloc(acc, model);
@@ -27,6 +35,11 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
 }
 
 static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
+  if (acc__model_grad_gen(pm->model) != pm->grad_gen)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "backward: gradients were attached or replaced after the model was prepared on %s; "
+                      "on a device attach them before acc_accelerator_prepare_model",
+                      acc__device_name(acc->dev->dev));
   if (acc->mp == ACC_PRECISION_FP16) ACC_CHECK(acc__dev_round_grads_f16(acc));
   return acc__grad_sync_finish(pm->gs);
 }
@@ -52,6 +65,12 @@ static acc_result clip_grad_value(acc_accelerator *acc, acc_model **ms, int n, f
 
 static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
   (void)pm; /* one model: its low-precision copy */
+  if (acc->nmodels) acc->models[0].lp_gen++;
+  return acc__dev_refresh_low_precision(acc);
+}
+
+static acc_result refresh_low_precision(acc_accelerator *acc) {
+  if (acc->nmodels) acc->models[0].lp_gen++;
   return acc__dev_refresh_low_precision(acc);
 }
 
@@ -72,6 +91,6 @@ const acc__train_ops acc__train_device_ops = {
     .optimizer_step = acc__dev_optimizer_step,
     .after_step = after_step,
     .zero_grad = acc__dev_zero_grad,
-    .refresh_low_precision = acc__dev_refresh_low_precision,
+    .refresh_low_precision = refresh_low_precision,
     .low_precision = low_precision,
 };

@@ -133,6 +133,16 @@ int main(int argc, char **argv) {
     if (rank == 1 && strcmp(env("ACCELERATE_RESTART_COUNT"), "0") == 0) return 7;
     return 0;
   }
+  if (strcmp(mode, "quiet") == 0) { /* acc_state_silence_non_main_stdout */
+    acc_state *st;
+    if (acc_state_create(&st, NULL) != ACC_OK) return 3;
+    printf("before %d\n", rank);
+    if (acc_state_silence_non_main_stdout(st) != ACC_OK) return 4;
+    printf("after %d\n", rank);
+    fflush(stdout);
+    fprintf(stderr, "err %d\n", rank);
+    return 0;
+  }
   if (strcmp(mode, "print") == 0) {
     printf("hello from %d\n", rank);
     fflush(stdout);

@@ -203,6 +203,41 @@ static void test_output(void) {
   lu_remove_dir(dir);
 }
 
+/* --local_ranks_filter (torchrun's --local-ranks-filter) and acc_state_silence_non_main_stdout */
+static void test_rank_filter(void) {
+  char *a0[] = {acc, "launch", "--num_processes", "3", "--local_ranks_filter", "0", helper, "print", NULL};
+  lu_run(&r, a0, NULL);
+  CHECK(r.status == 0, "filtered run exited %d: %s", r.status, r.err);
+  CHECK(strstr(r.out, "hello from 0\n") && !strstr(r.out, "hello from 1") && !strstr(r.out, "hello from 2"),
+        "only rank 0's stdout: %s", r.out);
+  CHECK(strstr(r.err, "warn 0\n") && !strstr(r.err, "warn 1") && !strstr(r.err, "warn 2"),
+        "only rank 0's stderr: %s", r.err);
+  char *a1[] = {acc, "launch", "--num_processes", "3", "--tee", "3", "--local-ranks-filter", "0,2", helper,
+                "print", NULL};
+  lu_run(&r, a1, NULL);
+  CHECK(strstr(r.out, "[rank 0] hello from 0\n") && strstr(r.out, "[rank 2] hello from 2\n") &&
+        !strstr(r.out, "[rank 1]"), "tee and filter 0,2: %s", r.out);
+  CHECK(!strstr(r.err, "[rank 1]"), "tee and filter 0,2, stderr: %s", r.err);
+  /* the log files still get every rank */
+  char dir[64], text[4096], path[128];
+  lu_make_dir(dir, sizeof dir);
+  char *a2[] = {acc, "launch", "--num_processes", "2", "--log_dir", dir, "--tee", "1", "--local_ranks_filter", "0",
+                helper, "print", NULL};
+  lu_run(&r, a2, NULL);
+  snprintf(path, sizeof path, "%s/rank1.stdout.log", dir);
+  lu_read_file(path, text, sizeof text);
+  CHECK(strcmp(text, "hello from 1\ntail 1") == 0, "rank1.stdout.log under the filter: '%s'", text);
+  CHECK(strstr(r.out, "[rank 0] hello from 0") && !strstr(r.out, "hello from 1"), "console: %s", r.out);
+  lu_remove_dir(dir);
+  /* the library call: stdout of rank 1 is quiet after it, stderr is not */
+  char *a3[] = {acc, "launch", "--num_processes", "2", helper, "quiet", NULL};
+  lu_run(&r, a3, NULL);
+  CHECK(r.status == 0, "quiet run exited %d: %s", r.status, r.err);
+  CHECK(strstr(r.out, "before 0\n") && strstr(r.out, "before 1\n") && strstr(r.out, "after 0\n") &&
+        !strstr(r.out, "after 1"), "silenced after the call on rank 1 only: %s", r.out);
+  CHECK(strstr(r.err, "err 1\n") != NULL, "stderr of rank 1 still shows: %s", r.err);
+}
+
 static void test_restarts(void) {
   char dir[64], text[1024], path[128];
   lu_make_dir(dir, sizeof dir);
@@ -266,6 +301,10 @@ static void test_usage(void) {
   char *a13[] = {acc, "launch", "--tee", "7", helper, NULL};
   /* a number after --tee is its value: 7 is an invalid level, not the program (red-team D13) */
   expect_usage(a13, 2, "argument --tee: invalid value '7' (expected 0, 1, 2 or 3", NULL);
+  char *a14[] = {acc, "launch", "--num_processes", "2", "--local_ranks_filter", "0,5", helper, NULL};
+  expect_usage(a14, 2, "argument --local_ranks_filter: '0,5' is not a comma list of local ranks 0..1", NULL);
+  char *a15[] = {acc, "launch", "--local_ranks_filter", "x", helper, NULL};
+  expect_usage(a15, 2, "argument --local_ranks_filter: 'x'", NULL);
   /* -h lists every option with its default */
   char *h[] = {acc, "launch", "-h", NULL};
   lu_run(&r, h, NULL);
@@ -338,6 +377,7 @@ int main(int argc, char **argv) {
   test_env();
   test_ports_and_gpus();
   test_output();
+  test_rank_filter();
   test_restarts();
   test_usage();
   CHECK(lu_no_leftovers(), "a process was left behind");

@@ -151,6 +151,41 @@ static void test_training_steps(void) {
   CHECK(t == 42 && wu == 4, "training %lld warmup %lld", (long long)t, (long long)wu);
   CHECK_OK(acc_scheduler_training_steps(25, 3, 4, 2, 1, 0.0, &t, &wu));
   CHECK(t == 21 && wu == 0, "split_batches: one scheduler step per optimizer step (%lld)", (long long)t);
+  /* the same global batch of 32 at 1 x 32 and 2 x 16 over 480 samples: 15 optimizer steps,
+   * 10 % warmup; the learning rate after every optimizer step is identical (the scheduler steps
+   * once per process per optimizer step, as the Accelerator steps it) */
+  double lr1[15], lr2[15];
+  for (int np = 1; np <= 2; np++) {
+    CHECK_OK(acc_scheduler_training_steps(15, 1, 1, np, 0, 0.1, &t, &wu));
+    CHECK(t == 15 * np && wu == np, "%d process(es): training %lld warmup %lld, expected %d and %d", np,
+          (long long)t, (long long)wu, 15 * np, np);
+    float wv[1] = {0}, gv[1] = {0};
+    int64_t s1[1] = {1};
+    acc_model *m;
+    REQUIRE_OK(acc_model_create(&m));
+    REQUIRE_OK(acc_model_add_parameter(m, "w", wv, gv, 1, s1));
+    acc_sgd_options so = ACC_SGD_OPTIONS_INIT;
+    so.lr = 1.0;
+    acc_optimizer *o;
+    REQUIRE_OK(acc_optimizer_create_sgd(&o, m, &so));
+    acc_scheduler_options sc = ACC_SCHEDULER_OPTIONS_INIT;
+    sc.kind = ACC_SCHEDULER_LINEAR_WITH_WARMUP;
+    sc.num_training_steps = t;
+    sc.num_warmup_steps = wu;
+    acc_scheduler *s;
+    REQUIRE_OK(acc_scheduler_create(&s, o, &sc));
+    for (int k = 0; k < 15; k++) {
+      for (int r = 0; r < np; r++) REQUIRE_OK(acc_scheduler_step(s));
+      (np == 1 ? lr1 : lr2)[k] = acc_optimizer_get_lr(o);
+    }
+    acc_scheduler_destroy(s);
+    acc_optimizer_destroy(o);
+    acc_model_destroy(m);
+  }
+  int diff = 0;
+  for (int k = 0; k < 15; k++) diff += lr1[k] != lr2[k];
+  CHECK(diff == 0, "1 x 32 and 2 x 16: %d optimizer steps with different learning rates (step 1: %g vs %g)", diff,
+        lr1[0], lr2[0]);
   CHECK_ERR(acc_scheduler_training_steps(25, 3, 0, 2, 0, 0.1, &t, &wu), ACC_ERR_INVALID_ARGUMENT,
             "gradient_accumulation_steps");
   CHECK_ERR(acc_scheduler_training_steps(INT64_MAX / 2, INT64_MAX / 2, 1, 2, 0, 0.1, &t, &wu),

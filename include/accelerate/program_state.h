@@ -1,0 +1,92 @@
+/* accelerate-c: checkpointing the state a program keeps itself: the buffers of its own optimizer
+ * (named arrays saved as safetensors) and objects that differ from process to process.
+ * docs/checkpointing.md, "The program's own state"; docs/porting.md. */
+#ifndef ACCELERATE_PROGRAM_STATE_H
+#define ACCELERATE_PROGRAM_STATE_H
+
+#include "accelerator.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** One named array of the program's (e.g. AdamW's first moment). `data` points at the program's
+ * pointer, read at every save_state and load_state, so a buffer allocated lazily (or replaced)
+ * after registration is found; *data NULL means "not allocated yet". @since 0.2 */
+typedef struct acc_named_buffer {
+  const char *name;  /* unique within the group; copied */
+  acc_dtype dtype;   /* any fixed-size dtype (ACC_F32 moments, ACC_I64 a step counter, ...) */
+  void **data;       /* the program's pointer to `count` elements (or NULL: see fixed); borrowed */
+  size_t count;      /* elements */
+  void *fixed;       /* used when data is NULL: the address of an array that never moves (a step
+                        counter inside a struct: {"t", ACC_I64, NULL, 1, &opt.t}) */
+} acc_named_buffer;
+
+/**
+ * Registers a group of the program's arrays for save_state / load_state: save_state writes them
+ * from the main process into `<checkpoint>/<stem>.safetensors` (one tensor per allocated buffer;
+ * a NULL buffer is left out); load_state reads that file on every process and copies each tensor
+ * into its buffer, allocating a NULL one with malloc-compatible memory the program then owns
+ * (release it with free()). A saved tensor whose dtype or size differs, a missing file or tensor
+ * of an allocated buffer, or a saved tensor for an unknown name is an error naming file, tensor,
+ * expected and found. The buffers must hold the same values on every process (the state of an
+ * optimizer that steps the averaged gradients): they are then valid at any process count, and a
+ * checkpoint resumes on another number of processes. Under ZeRO (zero_stage >= 1) registration
+ * is refused: only the library's optimizer state is sharded. The stem (a file name without
+ * extension: letters, digits, '_', '-', '.') must be unique per accelerator. Not collective;
+ * register the same groups on every process. Names and stem are copied.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *stem,
+                                                       const acc_named_buffer *bufs, size_t count);
+
+/**
+ * The per-process variant of acc_accelerator_register_for_checkpointing: every process saves its
+ * own object (`process_object_<i>_<process>.bin`, i = registration order among per-process
+ * objects) and loads its own file back. A checkpoint saved by another number of processes cannot
+ * be mapped (which process would get which object is the program's knowledge) and load_state
+ * refuses it naming the object and both counts; objects whose state is the same on every process
+ * belong in acc_accelerator_register_for_checkpointing. The size limit is
+ * ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT. Not collective; register the same objects on every
+ * process.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing_per_process(acc_accelerator *acc, void *obj,
+                                                                             acc_checkpoint_save_fn save,
+                                                                             acc_checkpoint_load_fn load);
+
+/* ---- porting an existing trainer in few lines (docs/porting.md) ---------------------------- */
+
+/**
+ * acc_model_create + acc_model_add_flat + acc_accelerator_prepare_model in one call: the table of
+ * (name, shape) over the program's flat parameter buffer, gradients in `grads` (or NULL: attach
+ * them with acc_model_set_flat_grads once allocated, before the first backward). The model
+ * belongs to the accelerator (destroyed with it); *out (may be NULL) receives it, borrowed, as does
+ * acc_accelerator_model(acc, index in prepare order).
+ * Collective (prepare_model broadcasts process 0's parameters).
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_flat(acc_accelerator *acc, const acc_param_spec *table, size_t count,
+                                                   float *params, float *grads, acc_model **out);
+/**
+ * A prepared loader of token windows over llm.c shards (acc_dataset_create_tokens with format
+ * ACC_TOKENS_LLMC and seq_len T): batch_size windows per process, shuffled by the library's
+ * sampler (seed 0), full batches only (drop_last), so B x T inputs and targets every step.
+ * Ownership: acc_dataloader_destroy, which also destroys the dataset. Collective.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_tokens(acc_accelerator *acc, const char *const *paths, int num_paths,
+                                                     int64_t seq_len, int64_t batch_size, acc_dataloader **out);
+/**
+ * The next batch of a token loader as an llm.c-style trainer wants it: *inputs and *targets point
+ * at B x T ints, valid until the next call. At the end of an epoch the next epoch starts (the
+ * stream never ends). Borrowed pointers.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_next_tokens(acc_accelerator *acc, acc_dataloader *dl, int **inputs,
+                                                  int **targets);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,317 @@
+/* The state a program keeps itself, in save_state / load_state (include/accelerate/program_state.h):
+ * groups of named buffers (its own optimizer's moments, a step counter) saved from the main
+ * process as <stem>.safetensors, and per-process objects saved by every process as
+ * process_object_<i>_<process>.bin. Both ride on one save and one load pre-hook of the
+ * accelerator (ckpt/accel_state.c), so their results join the processes' agreement there. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/accel_state.h"
+#include "core/fs.h"
+
+typedef struct own_buf {
+  char *name;
+  acc_dtype dtype;
+  void **data; /* the program's pointer, or &fixed */
+  size_t count;
+  void *fixed;
+} own_buf;
+
+typedef struct own_group {
+  char *stem;
+  own_buf *bufs;
+  size_t n;
+} own_group;
+
+typedef struct own_obj {
+  void *obj;
+  acc_checkpoint_save_fn save;
+  acc_checkpoint_load_fn load;
+} own_obj;
+
+typedef struct own_reg {
+  own_group *groups;
+  size_t ngroups;
+  own_obj *objs;
+  size_t nobjs;
+} own_reg;
+
+static void reg_free(void *p) {
+  own_reg *r = p;
+  if (!r) return;
+  for (size_t g = 0; g < r->ngroups; g++) {
+    for (size_t i = 0; i < r->groups[g].n; i++) acc__free(r->groups[g].bufs[i].name);
+    acc__free(r->groups[g].bufs);
+    acc__free(r->groups[g].stem);
+  }
+  acc__free(r->groups);
+  acc__free(r->objs);
+  acc__free(r);
+}
+
+/* ---- the hooks ---------------------------------------------------------------------------- */
+
+static acc_result save_group(const own_group *g, const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
+  acc_tensor_view *v = acc__calloc(g->n ? g->n : 1, sizeof *v);
+  if (!v) return ACC_ERR_NOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < g->n; i++) {
+    const own_buf *b = &g->bufs[i];
+    if (!*b->data) continue; /* not allocated yet: left out */
+    v[k] = (acc_tensor_view){.name = b->name, .dtype = b->dtype, .ndim = 1, .data = *b->data};
+    v[k].shape[0] = (int64_t)b->count;
+    k++;
+  }
+  acc_result rc = acc_safetensors_write(path, v, k, NULL, NULL, 0);
+  acc__free(v);
+  return rc;
+}
+
+static acc_result load_group(const own_group *g, const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
+  acc_safetensors *f;
+  ACC_CHECK(acc_safetensors_open(&f, path));
+  acc_result rc = ACC_OK;
+  /* every saved tensor must be a registered buffer */
+  for (size_t t = 0; rc == ACC_OK && t < acc_safetensors_count(f); t++) {
+    acc_tensor_view v;
+    rc = acc_safetensors_tensor(f, t, &v);
+    int known = 0;
+    for (size_t i = 0; rc == ACC_OK && i < g->n && !known; i++) known = strcmp(g->bufs[i].name, v.name) == 0;
+    if (rc == ACC_OK && !known)
+      rc = acc__error(ACC_ERR_MISMATCH, "load_state: '%s' holds tensor '%s', which is not a buffer registered with "
+                      "acc_accelerator_register_buffers under the stem '%s'", path, v.name, g->stem);
+  }
+  for (size_t i = 0; rc == ACC_OK && i < g->n; i++) {
+    const own_buf *b = &g->bufs[i];
+    acc_tensor_view v;
+    if (acc_safetensors_find(f, b->name, &v) != ACC_OK) {
+      acc_clear_error();
+      if (*b->data)
+        rc = acc__error(ACC_ERR_MISMATCH,
+                        "load_state: '%s' has no tensor '%s' (the buffer was not allocated when the checkpoint "
+                        "was saved) but the program's buffer is allocated now", path, b->name);
+      continue; /* not allocated at save, not allocated now: nothing to restore */
+    }
+    size_t es = acc_dtype_size(b->dtype);
+    if (v.dtype != b->dtype || v.nbytes != b->count * es) {
+      rc = acc__error(ACC_ERR_MISMATCH,
+                      "load_state: tensor '%s' of '%s' is %s with %zu bytes, expected %s with %zu elements (%zu bytes)",
+                      b->name, path, acc_safetensors_dtype_name(v.dtype), v.nbytes,
+                      acc_safetensors_dtype_name(b->dtype), b->count, b->count * es);
+      break;
+    }
+    if (!*b->data) {
+      *b->data = acc__malloc(v.nbytes); /* the program owns it from now on (free()) */
+      if (!*b->data) {
+        rc = ACC_ERR_NOMEM;
+        break;
+      }
+    }
+    if (v.nbytes) memcpy(*b->data, v.data, v.nbytes);
+  }
+  acc_safetensors_close(f);
+  return rc;
+}
+
+static void obj_path(char *out, size_t cap, const char *dir, size_t i, int proc) {
+  snprintf(out, cap, "%s/process_object_%zu_%d.bin", dir, i, proc);
+}
+
+static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc) {
+  char path[4096];
+  obj_path(path, sizeof path, dir, i, proc);
+  size_t len = 0;
+  acc_clear_error();
+  acc_result rc = o->save(o->obj, NULL, 0, &len);
+  if (rc != ACC_OK) goto failed;
+  if (len > ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: per-process object %zu of process %d wants %zu bytes, "
+                      "more than the limit of %llu", i, proc, len,
+                      (unsigned long long)ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT);
+  void *buf = acc__malloc(len ? len : 1);
+  if (!buf) return ACC_ERR_NOMEM;
+  size_t got = len;
+  rc = o->save(o->obj, buf, len, &got);
+  if (rc == ACC_OK && got > len)
+    rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: the save callback of per-process object %zu wrote %zu "
+                    "bytes into a buffer of %zu", i, got, len);
+  if (rc == ACC_OK) rc = acc__write_file_atomic(path, buf, got);
+  acc__free(buf);
+  if (rc == ACC_OK) return ACC_OK;
+failed:
+  if (!acc_last_error()[0])
+    acc__error(rc, "save_state: the save callback of per-process object %zu returned %s", i, acc_result_string(rc));
+  return rc;
+}
+
+static acc_result load_obj(const own_obj *o, size_t i, const char *dir, int proc, int nproc) {
+  char path[4096];
+  int saved = 0; /* processes that saved this object: files _0 .. _{saved-1} */
+  for (;; saved++) {
+    obj_path(path, sizeof path, dir, i, saved);
+    if (!acc__is_file(path)) break;
+  }
+  if (saved != nproc)
+    return acc__error(ACC_ERR_MISMATCH,
+                      "load_state: per-process object %zu was saved by %d process(es) (process_object_%zu_<p>.bin in "
+                      "'%s') but %d processes are loading it; a per-process object cannot be mapped to another "
+                      "number of processes (resume with %d, or keep state that is the same on every process in "
+                      "acc_accelerator_register_for_checkpointing)", i, saved, i, dir, nproc, saved);
+  obj_path(path, sizeof path, dir, i, proc);
+  int fd;
+  struct stat st;
+  ACC_CHECK(acc__open_regular(path, "per-process object", &fd, &st));
+  if ((uint64_t)st.st_size > ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT) {
+    close(fd);
+    return acc__error(ACC_ERR_FORMAT, "load_state: '%s' has %lld bytes, more than the limit of %llu", path,
+                      (long long)st.st_size, (unsigned long long)ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT);
+  }
+  size_t len = (size_t)st.st_size;
+  void *buf = acc__malloc(len ? len : 1);
+  acc_result rc = buf ? ACC_OK : ACC_ERR_NOMEM;
+  size_t off = 0;
+  while (rc == ACC_OK && off < len) {
+    ssize_t r = pread(fd, (char *)buf + off, len - off, (off_t)off);
+    if (r <= 0) rc = acc__error(ACC_ERR_IO, "load_state: cannot read '%s'", path);
+    else off += (size_t)r;
+  }
+  close(fd);
+  if (rc == ACC_OK) {
+    acc_clear_error();
+    rc = o->load(o->obj, buf, len);
+    if (rc != ACC_OK && !acc_last_error()[0])
+      acc__error(rc, "load_state: the load callback of per-process object %zu ('%s') returned %s", i, path,
+                 acc_result_string(rc));
+  }
+  acc__free(buf);
+  return rc;
+}
+
+static acc_result save_hook(acc_accelerator *acc, const char *dir, void *payload) {
+  own_reg *r = payload;
+  acc_state *st = acc_accelerator_state(acc);
+  int proc = acc_state_process_index(st);
+  if (proc == 0)
+    for (size_t g = 0; g < r->ngroups; g++) ACC_CHECK(save_group(&r->groups[g], dir));
+  for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(save_obj(&r->objs[i], i, dir, proc));
+  return ACC_OK;
+}
+
+static acc_result load_hook(acc_accelerator *acc, const char *dir, void *payload) {
+  own_reg *r = payload;
+  acc_state *st = acc_accelerator_state(acc);
+  int proc = acc_state_process_index(st), n = acc_state_num_processes(st);
+  for (size_t g = 0; g < r->ngroups; g++) ACC_CHECK(load_group(&r->groups[g], dir));
+  for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(load_obj(&r->objs[i], i, dir, proc, n));
+  return ACC_OK;
+}
+
+/* ---- registration ------------------------------------------------------------------------- */
+
+static acc_result get_reg(acc_accelerator *acc, own_reg **out) {
+  acc__accel_parts p;
+  ACC_CHECK(acc__accelerator_parts(acc, &p));
+  acc_project_config *proj;
+  ACC_CHECK(acc__accel_ckpt_project(&p, &proj)); /* creates the checkpoint state */
+  acc__accel_ckpt *c = *p.ckpt;
+  if (!c->own) {
+    own_reg *r = acc__calloc(1, sizeof *r);
+    if (!r) return ACC_ERR_NOMEM;
+    acc_result rc = acc_accelerator_register_save_state_pre_hook(acc, save_hook, r, "program state (save)", NULL);
+    if (rc == ACC_OK)
+      rc = acc_accelerator_register_load_state_pre_hook(acc, load_hook, r, "program state (load)", NULL);
+    if (rc != ACC_OK) {
+      acc__free(r);
+      return rc;
+    }
+    c->own = r;
+    c->own_free = reg_free;
+  }
+  *out = c->own;
+  return ACC_OK;
+}
+
+static int stem_ok(const char *s) {
+  if (!s || !*s || strlen(s) > 200 || s[0] == '.') return 0;
+  for (const char *q = s; *q; q++)
+    if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
+          *q == '-' || *q == '.'))
+      return 0;
+  return 1;
+}
+
+acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *stem, const acc_named_buffer *bufs,
+                                            size_t count) {
+  static const char fn[] = "acc_accelerator_register_buffers";
+  ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
+  if (!stem_ok(stem))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: stem '%s' is not a file name (letters, digits, '_', '-', '.'; not starting with '.')", fn,
+                      stem ? stem : "(null)");
+  if (!bufs || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no buffers given for '%s'", fn, stem);
+  if (acc_accelerator_zero_stage(acc) > 0)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "%s: zero_stage %d shards the library's optimizer state only; the program's own buffers "
+                      "('%s') are replicated and cannot be sharded: use acc_optimizer_create_adamw with ZeRO, or "
+                      "zero_stage 0 with your own optimizer", fn, acc_accelerator_zero_stage(acc), stem);
+  for (size_t i = 0; i < count; i++) {
+    if (!bufs[i].name || !*bufs[i].name || (!bufs[i].data && !bufs[i].fixed) || acc_dtype_size(bufs[i].dtype) == 0 || !bufs[i].count)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: buffer %zu of '%s' (%s) needs a name, data or fixed, a known dtype "
+                        "and count >= 1", fn, i, stem, bufs[i].name ? bufs[i].name : "no name");
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(bufs[i].name, bufs[j].name) == 0)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: buffer name '%s' appears twice in '%s'", fn, bufs[i].name,
+                          stem);
+  }
+  own_reg *r;
+  ACC_CHECK(get_reg(acc, &r));
+  for (size_t g = 0; g < r->ngroups; g++)
+    if (strcmp(r->groups[g].stem, stem) == 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
+  own_group *gs = acc__realloc(r->groups, (r->ngroups + 1) * sizeof *gs);
+  if (!gs) return ACC_ERR_NOMEM;
+  r->groups = gs;
+  own_group *g = &gs[r->ngroups];
+  memset(g, 0, sizeof *g);
+  g->stem = acc__strdup(stem);
+  g->bufs = acc__calloc(count, sizeof *g->bufs);
+  acc_result rc = g->stem && g->bufs ? ACC_OK : ACC_ERR_NOMEM;
+  for (size_t i = 0; rc == ACC_OK && i < count; i++) {
+    g->bufs[i] = (own_buf){acc__strdup(bufs[i].name), bufs[i].dtype, bufs[i].data, bufs[i].count, bufs[i].fixed};
+    if (!bufs[i].data) g->bufs[i].data = &g->bufs[i].fixed; /* own_buf lives as long as the registry */
+    g->n = i + 1;
+    if (!g->bufs[i].name) rc = ACC_ERR_NOMEM;
+  }
+  r->ngroups++; /* freed with the registry even when incomplete */
+  if (rc != ACC_OK) {
+    r->ngroups--;
+    for (size_t i = 0; i < g->n; i++) acc__free(g->bufs[i].name);
+    acc__free(g->bufs);
+    acc__free(g->stem);
+  }
+  return rc;
+}
+
+acc_result acc_accelerator_register_for_checkpointing_per_process(acc_accelerator *acc, void *obj,
+                                                                  acc_checkpoint_save_fn save,
+                                                                  acc_checkpoint_load_fn load) {
+  static const char fn[] = "acc_accelerator_register_for_checkpointing_per_process";
+  ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
+  if (!save || !load)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: an object needs both a save and a load callback (got save %s, "
+                      "load %s)", fn, save ? "set" : "NULL", load ? "set" : "NULL");
+  own_reg *r;
+  ACC_CHECK(get_reg(acc, &r));
+  own_obj *v = acc__realloc(r->objs, (r->nobjs + 1) * sizeof *v);
+  if (!v) return ACC_ERR_NOMEM;
+  r->objs = v;
+  v[r->nobjs++] = (own_obj){obj, save, load};
+  return ACC_OK;
+}

@@ -1,0 +1,187 @@
+/* Token-stream datasets (acc_dataset_create_tokens): windows of T + 1 tokens over token files,
+ * raw uint16/uint32 or llm.c shards, as a map-style dataset the library's loader shards, shuffles
+ * and resumes like any other. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/data_internal.h"
+#include "core/fs.h"
+
+#define LLMC_MAGIC 20240520
+#define LLMC_HEADER_INTS 256
+#define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
+
+typedef struct tok_file {
+  char *path;
+  int fd;
+  int64_t data_off, ntok, first_window; /* windows [first_window, next file's first_window) */
+} tok_file;
+
+typedef struct tok_set {
+  tok_file *files;
+  int nfiles;
+  int64_t T, vocab, windows;
+  size_t width;
+  unsigned char *buf; /* (T + 1) x width bytes, one window */
+  char err[512];
+} tok_set;
+
+static void tok_free(void *payload) {
+  tok_set *s = payload;
+  if (!s) return;
+  for (int f = 0; f < s->nfiles; f++) {
+    if (s->files[f].fd >= 0) close(s->files[f].fd);
+    acc__free(s->files[f].path);
+  }
+  acc__free(s->files);
+  acc__free(s->buf);
+  acc__free(s);
+}
+
+static const char *tok_error(void *payload) { return ((tok_set *)payload)->err; }
+
+static uint32_t le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int read_full(int fd, void *buf, size_t n, off_t off) {
+  unsigned char *b = buf;
+  while (n) {
+    ssize_t r = pread(fd, b, n, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    b += r, n -= (size_t)r, off += r;
+  }
+  return 0;
+}
+
+static acc_result open_file(tok_set *s, tok_file *tf, const char *path, acc_token_format fmt) {
+  static const char fn[] = "acc_dataset_create_tokens";
+  struct stat st;
+  tf->path = acc__strdup(path);
+  if (!tf->path) return ACC_ERR_NOMEM;
+  ACC_CHECK(acc__open_regular(path, "token file", &tf->fd, &st));
+  int64_t size = (int64_t)st.st_size;
+  if (fmt == ACC_TOKENS_LLMC) {
+    unsigned char h[12];
+    if (size < LLMC_HEADER_BYTES || read_full(tf->fd, h, sizeof h, 0) != 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: token file '%s' has %lld bytes, fewer than the %d-byte header of an llm.c shard "
+                        "(for raw token files set format to ACC_TOKENS_U16 or ACC_TOKENS_U32)",
+                        fn, path, (long long)size, LLMC_HEADER_BYTES);
+    uint32_t magic = le32(h), version = le32(h + 4), count = le32(h + 8);
+    if (magic != LLMC_MAGIC)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: token file '%s': header field 'magic' (int32 0) is %u, expected %d for an llm.c "
+                        "shard (for raw token files set format to ACC_TOKENS_U16 or ACC_TOKENS_U32)",
+                        fn, path, magic, LLMC_MAGIC);
+    if (version != 1)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: token file '%s': header field 'version' (int32 1) is %u, expected 1 (uint16 tokens)",
+                        fn, path, version);
+    int64_t want = LLMC_HEADER_BYTES + 2 * (int64_t)count;
+    if ((int32_t)count < 0 || want != size)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: token file '%s': header field 'token count' (int32 2) is %d, so the file should "
+                        "have %lld bytes, but it has %lld (truncated or not an llm.c shard)",
+                        fn, path, (int32_t)count, (long long)want, (long long)size);
+    tf->data_off = LLMC_HEADER_BYTES;
+    tf->ntok = (int64_t)count;
+  } else {
+    if (size % (int64_t)s->width != 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: token file '%s' has %lld bytes, not a multiple of %zu (uint%zu tokens)", fn, path,
+                        (long long)size, s->width, s->width * 8);
+    tf->data_off = 0;
+    tf->ntok = size / (int64_t)s->width;
+  }
+  return ACC_OK;
+}
+
+static int tok_fetch(int64_t index, void *const *fields, void *payload) {
+  tok_set *s = payload;
+  s->err[0] = '\0';
+  int lo = 0, hi = s->nfiles - 1; /* the last file whose first window is <= index */
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (s->files[mid].first_window <= index) lo = mid;
+    else hi = mid - 1;
+  }
+  const tok_file *tf = &s->files[lo];
+  int64_t pos = (index - tf->first_window) * s->T, n = s->T + 1;
+  off_t off = (off_t)(tf->data_off + pos * (int64_t)s->width);
+  if (read_full(tf->fd, s->buf, (size_t)n * s->width, off) != 0) {
+    snprintf(s->err, sizeof s->err, ": cannot read tokens %lld..%lld of '%s' (%s)", (long long)pos,
+             (long long)(pos + n - 1), tf->path, errno ? strerror(errno) : "file shrank");
+    return 1;
+  }
+  int32_t *in = fields[0], *tg = fields[1];
+  for (int64_t k = 0; k < n; k++) {
+    uint32_t t = s->width == 2 ? (uint32_t)(s->buf[2 * k] | s->buf[2 * k + 1] << 8) : le32(s->buf + 4 * k);
+    if ((s->vocab > 0 && (int64_t)t >= s->vocab) || t > INT32_MAX) {
+      snprintf(s->err, sizeof s->err, ": token %lld of '%s' is %u, outside the vocabulary (vocab_size %lld)",
+               (long long)(pos + k), tf->path, t, (long long)s->vocab);
+      return 2;
+    }
+    if (k < s->T) in[k] = (int32_t)t;
+    if (k > 0) tg[k - 1] = (int32_t)t;
+  }
+  return 0;
+}
+
+acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths, int num_paths,
+                                     const acc_token_options *user) {
+  static const char fn[] = "acc_dataset_create_tokens";
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  *out = NULL;
+  acc_token_options o = ACC_TOKEN_OPTIONS_INIT;
+  if (!user)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: options are required (seq_len at least)", fn);
+  ACC__READ_OPTIONS(o, user, acc_token_options, ACC_TOKEN_OPTIONS_VERSION, fn);
+  if (o.seq_len < 1 || o.seq_len > ((int64_t)1 << 28))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: seq_len is %lld, expected 1..2^28", fn, (long long)o.seq_len);
+  if (o.format != ACC_TOKENS_LLMC && o.format != ACC_TOKENS_U16 && o.format != ACC_TOKENS_U32)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: format is %d, expected ACC_TOKENS_LLMC (0), ACC_TOKENS_U16 (1) or ACC_TOKENS_U32 (2)", fn,
+                      (int)o.format);
+  if (o.vocab_size < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: vocab_size is %lld, expected >= 0 (0: unchecked)", fn,
+                      (long long)o.vocab_size);
+  if (!paths || num_paths < 1)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no token files (num_paths %d)", fn, num_paths);
+  for (int f = 0; f < num_paths; f++)
+    if (!paths[f] || !*paths[f]) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: path %d is empty", fn, f);
+  tok_set *s = acc__calloc(1, sizeof *s);
+  if (!s) return ACC_ERR_NOMEM;
+  s->T = o.seq_len;
+  s->vocab = o.vocab_size;
+  s->width = o.format == ACC_TOKENS_U32 ? 4 : 2;
+  s->files = acc__calloc((size_t)num_paths, sizeof *s->files);
+  s->buf = acc__malloc((size_t)(s->T + 1) * s->width);
+  acc_result rc = s->files && s->buf ? ACC_OK : ACC_ERR_NOMEM;
+  if (rc == ACC_OK)
+    for (int f = 0; f < num_paths; f++) s->files[f].fd = -1;
+  for (int f = 0; rc == ACC_OK && f < num_paths; f++) {
+    s->nfiles = f + 1;
+    rc = open_file(s, &s->files[f], paths[f], o.format);
+    if (rc != ACC_OK) break;
+    s->files[f].first_window = s->windows;
+    s->windows += s->files[f].ntok >= 1 ? (s->files[f].ntok - 1) / s->T : 0;
+  }
+  if (rc == ACC_OK && s->windows == 0)
+    rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "%s: the %d token file(s) (first: '%s') hold no window of seq_len + 1 = %lld tokens", fn,
+                    num_paths, paths[0], (long long)(s->T + 1));
+  acc_field_desc fields[2] = {{ACC_I32, (size_t)s->T}, {ACC_I32, (size_t)s->T}};
+  if (rc == ACC_OK) rc = acc_dataset_create_map(out, s->windows, fields, 2, tok_fetch, s);
+  if (rc != ACC_OK) {
+    tok_free(s);
+    return rc;
+  }
+  (*out)->free_payload = tok_free;
+  (*out)->fetch_error = tok_error;
+  return ACC_OK;
+}

@@ -1,0 +1,91 @@
+/* Registering what programs already have: a table of (name, shape) over one contiguous parameter
+ * buffer and one contiguous gradient buffer, and gradients attached or replaced after
+ * registration (trainers that allocate them lazily, on the first backward pass). */
+#include <stdint.h>
+#include <string.h>
+
+#include "accelerate.h"
+#include "train/model_internal.h"
+
+static acc_result spec_numel(const acc_param_spec *s, size_t row, size_t *out) {
+  if (!s->name || !*s->name)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: row %zu of the table has no name", row);
+  if (s->ndim < 0 || s->ndim > ACC_MAX_DIMS)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_model_add_flat: parameter '%s' (row %zu) has ndim %d (expected 0..%d)", s->name, row,
+                      s->ndim, ACC_MAX_DIMS);
+  size_t n = 1;
+  for (int d = 0; d < s->ndim; d++) {
+    if (s->shape[d] <= 0)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "acc_model_add_flat: parameter '%s' (row %zu) has dimension %d of size %lld (must be > 0)",
+                        s->name, row, d, (long long)s->shape[d]);
+    if ((uint64_t)s->shape[d] > SIZE_MAX / n)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: parameter '%s' (row %zu) is too large",
+                        s->name, row);
+    n *= (size_t)s->shape[d];
+  }
+  *out = n;
+  return ACC_OK;
+}
+
+acc_result acc_model_add_flat(acc_model *m, const acc_param_spec *table, size_t count, float *params,
+                              float *grads, size_t *first_index) {
+  ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, "acc_model_add_flat"));
+  if (!table || !count || !params)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_model_add_flat: %s", !params ? "the parameter buffer is NULL" : "the table is empty");
+  size_t first = acc_model_num_parameters(m), off = 0;
+  /* the whole table is checked before anything is registered: a bad row leaves the model as it was */
+  for (size_t r = 0; r < count; r++) {
+    size_t n;
+    ACC_CHECK(spec_numel(&table[r], r, &n));
+    for (size_t q = 0; q < r; q++)
+      if (strcmp(table[q].name, table[r].name) == 0)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: parameter '%s' appears twice (rows %zu, %zu)",
+                          table[r].name, q, r);
+    size_t idx;
+    if (acc_model_find(m, table[r].name, &idx) == ACC_OK)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: parameter '%s' is already registered",
+                        table[r].name);
+    acc_clear_error();
+  }
+  for (size_t r = 0; r < count; r++) {
+    size_t n;
+    ACC_CHECK(spec_numel(&table[r], r, &n));
+    ACC_CHECK(acc_model_add_parameter(m, table[r].name, params + off, grads ? grads + off : NULL, table[r].ndim,
+                                      table[r].shape));
+    acc__model_mark(m, first + r, first);
+    off += n;
+  }
+  if (first_index) *first_index = first;
+  return ACC_OK;
+}
+
+acc_result acc_model_set_grad(acc_model *m, size_t index, float *grad) {
+  ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, "acc_model_set_grad"));
+  if (index >= acc_model_num_parameters(m))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_set_grad: parameter index %zu is out of range (model has %zu)",
+                      index, acc_model_num_parameters(m));
+  if (!grad)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_set_grad: the gradient of '%s' is NULL",
+                      acc_model_parameter(m, index)->name);
+  acc__model_set_grad(m, index, grad);
+  return ACC_OK;
+}
+
+acc_result acc_model_set_flat_grads(acc_model *m, size_t first, float *grads) {
+  ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, "acc_model_set_flat_grads"));
+  size_t np = acc_model_num_parameters(m);
+  if (first >= np || acc__model_flat_first(m, first) != first)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_model_set_flat_grads: parameter index %zu does not start a table registered with "
+                      "acc_model_add_flat (pass the index it returned)", first);
+  if (!grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_set_flat_grads: the gradient buffer is NULL");
+  size_t off = 0;
+  for (size_t i = first; i < np && acc__model_flat_first(m, i) == first; i++) {
+    acc__model_set_grad(m, i, grads + off);
+    off += acc_model_parameter(m, i)->numel;
+  }
+  return ACC_OK;
+}
