@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/log.h"
 #include "ckpt/ckpt_dir.h"
 #include "obs/tboard.h"
@@ -363,6 +364,7 @@ acc_result acc_trackers_create(acc_trackers **out, acc_state *st, const char *lo
                                const acc_project_config *project) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_trackers_create: out is NULL");
   *out = NULL;
+  acc__reserve_std_fds(); /* a tracker file must never become stdout */
   acc_trackers *tr = acc__calloc(1, sizeof *tr);
   if (!tr) return ACC_ERR_NOMEM;
   tr->magic = TRACKERS_MAGIC;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/env.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "backend/module.h"
 #include "state/state.h"
@@ -331,6 +332,7 @@ void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const c
 acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_state_create: out is NULL");
   *out = NULL;
+  acc__reserve_std_fds(); /* before any segment or file: none may become stdout */
   resolved r;
   ACC_CHECK(resolve_options(opts, &r));
   if (g_state) {
