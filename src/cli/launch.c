@@ -346,11 +346,17 @@ static int validate(launch_args *a) {
     snprintf(buf, sizeof buf, "%ld", a->num_processes);
     return usage_error("--num_processes %s is too large (at most 65536)%s", buf, "");
   }
-  if (a->max_restarts < 0) return usage_error("--max_restarts must be >= 0%s%s", "", "");
+  if (a->max_restarts < 0 || a->max_restarts > 2147483647L) {
+    snprintf(buf, sizeof buf, "%ld", a->max_restarts);
+    return usage_error("--max_restarts %s is out of range (0..2147483647, as ACCELERATE_RESTART_COUNT)%s", buf, "");
+  }
   if (a->machine_rank < 0) return usage_error("--machine_rank must be >= 0%s%s", "", "");
   if (a->main_process_port < 0) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
-  if (a->num_cpu_threads_per_process != UNSET && a->num_cpu_threads_per_process < 1)
-    return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
+  if (a->num_cpu_threads_per_process != UNSET &&
+      (a->num_cpu_threads_per_process < 1 || a->num_cpu_threads_per_process > 65536)) {
+    snprintf(buf, sizeof buf, "%ld", a->num_cpu_threads_per_process);
+    return usage_error("--num_cpu_threads_per_process %s is out of range (1..65536, as OMP_NUM_THREADS)%s", buf, "");
+  }
   if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
     return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
   if (a->zero_stage != UNSET && (a->zero_stage < 0 || a->zero_stage > 2)) {
