@@ -66,6 +66,12 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   /* The accelerator's own setting wins; unset, it follows the state (ACCELERATE_MIXED_PRECISION). */
   acc->mp = o.mixed_precision != ACC_UNSET ? (acc_mixed_precision)o.mixed_precision
                                            : acc_state_mixed_precision(st);
+  /* One source of truth: the state reports what the accelerator runs (new-user review 3, #6). */
+  acc_result mrc = acc__state_adopt_mixed_precision(st, acc->mp);
+  if (mrc != ACC_OK) {
+    acc_accelerator_destroy(acc);
+    return mrc;
+  }
   acc->gas = (int)gas;
   acc->split_batches = o.split_batches;
   acc->even_batches = o.even_batches;
