@@ -393,12 +393,34 @@ acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloade
   }
   /* has a batch now, has one after it, failed: summed over the processes */
   int64_t v[3] = {rc == ACC_OK && b, rc == ACC_OK && b && !b->end_of_dataloader, rc != ACC_OK};
+  acc__comm_origin(ACC__ORIGIN_JOIN, 0);
   ACC_CHECK(acc_all_reduce(acc->st, v, v, 3, ACC_I64, ACC_SUM));
+  if (v[2] > 0) { /* every process learns which one failed and why (the highest-numbered one) */
+    const int rank = acc_state_process_index(acc->st), n = acc_state_num_processes(acc->st);
+    int32_t who = rc != ACC_OK ? rank + 1 : 0;
+    acc__comm_origin(ACC__ORIGIN_JOIN, 1);
+    acc_result xrc = acc_all_reduce(acc->st, &who, &who, 1, ACC_I32, ACC_MAX);
+    struct {
+      int32_t rc;
+      char msg[1020];
+    } e;
+    memset(&e, 0, sizeof e);
+    if (xrc == ACC_OK && who >= 1 && who <= n) {
+      if (who - 1 == rank) {
+        e.rc = (int32_t)rc;
+        snprintf(e.msg, sizeof e.msg, "%s", msg);
+      }
+      acc__comm_origin(ACC__ORIGIN_JOIN, 2);
+      xrc = acc_broadcast(acc->st, &e, sizeof e, ACC_U8, who - 1);
+    }
+    if (rc != ACC_OK) return acc__error(rc, "%s", msg);
+    if (xrc != ACC_OK) return acc__error_context(xrc, "next_batch_joined: %lld other process(es) could not load "
+                                                 "their next batch", (long long)v[2]);
+    e.msg[sizeof e.msg - 1] = 0;
+    return acc__error(ACC_ERR_REMOTE, "next_batch_joined: process %d could not load its next batch: %s%s",
+                      (int)who - 1, e.msg, v[2] > 1 ? " (and other processes failed too)" : "");
+  }
   if (rc != ACC_OK) return acc__error(rc, "%s", msg);
-  if (v[2] > 0)
-    return acc__error(ACC_ERR_REMOTE,
-                      "next_batch_joined: %lld other process(es) could not load their next batch",
-                      (long long)v[2]);
   if (!joined && !b) acc->joined = dl;
   if (v[0] == 0) { /* every process has run out: the epoch is over */
     acc->joined = NULL;
