@@ -270,6 +270,12 @@ int main(int argc, char **argv) {
   CHECK_OK(acc_accelerator_save_state(acc, good, NULL));
   CHECK_OK(acc_accelerator_load_state(acc, good, NULL));
   CHECK(state_hash(m, opt, sch, dl) == before, "a good save + load round-trips the state");
+  /* cluster trial F11: optimizer.json holds the counters as integers */
+  char ojson[1100];
+  snprintf(ojson, sizeof ojson, "%s/optimizer.json", good);
+  const char *oj = read_all(ojson, NULL);
+  CHECK(strstr(oj, "\"step\": 5,") != NULL && strstr(oj, "\"kind\": 1,") != NULL,
+        "optimizer.json stores step and kind as integers: %s", oj);
 
   acc_accelerator_destroy(acc);
   acc_dataloader_destroy(dl);
