@@ -221,6 +221,19 @@ ACC_EXTERN acc_result acc_accelerator_accumulate(acc_accelerator *acc);
 /** 1 when this batch ends an accumulation window: gradients will be averaged and the optimizer
  * will step. */
 ACC_EXTERN int acc_accelerator_sync_gradients(const acc_accelerator *acc);
+/**
+ * Accelerate's setters after creation. gradient_accumulation_steps (>= 1, else
+ * ACC_ERR_INVALID_ARGUMENT) applies from the next acc_accelerator_accumulate (the counter is
+ * kept, as Accelerate updates the plugin's num_steps); sync_gradients overrides the decision of
+ * the current batch (Accelerate's `accelerator.sync_gradients = ...`); sync_each_batch (Accelerate's
+ * GradientAccumulationPlugin.sync_each_batch) averages the gradients in every backward while the
+ * optimizer still steps every gradient_accumulation_steps batches (less memory held unreduced,
+ * more communication; refused with ZeRO stage 2, whose gradients are sharded). Not collective:
+ * call them alike on every process.
+ */
+ACC_EXTERN acc_result acc_accelerator_set_gradient_accumulation_steps(acc_accelerator *acc, int steps);
+ACC_EXTERN acc_result acc_accelerator_set_sync_gradients(acc_accelerator *acc, int sync);
+ACC_EXTERN acc_result acc_accelerator_set_sync_each_batch(acc_accelerator *acc, int on);
 /** The factor to seed the backward pass with: 1/gradient_accumulation_steps (times the loss
  * scale under fp16). Multiply d(loss)/d(output) by it. */
 ACC_EXTERN float acc_accelerator_backward_scale(const acc_accelerator *acc);

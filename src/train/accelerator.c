@@ -452,6 +452,29 @@ acc_result acc_accelerator_accumulate(acc_accelerator *acc) {
   return ACC_OK;
 }
 
+acc_result acc_accelerator_set_gradient_accumulation_steps(acc_accelerator *acc, int steps) {
+  ACC_CHECK(check(acc, "set_gradient_accumulation_steps"));
+  if (steps < 1)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "set_gradient_accumulation_steps: %d must be at least 1", steps);
+  acc->gas = steps;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_set_sync_gradients(acc_accelerator *acc, int sync) {
+  ACC_CHECK(check(acc, "set_sync_gradients"));
+  acc->sync_gradients = sync != 0;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_set_sync_each_batch(acc_accelerator *acc, int on) {
+  ACC_CHECK(check(acc, "set_sync_each_batch"));
+  if (on && acc->zero >= 2)
+    return acc__error(ACC_ERR_INVALID_USAGE, "set_sync_each_batch: ZeRO stage 2 shards the averaged gradients, so "
+                      "they cannot be averaged before the last batch of a window; use stage 0 or 1");
+  acc->sync_each_batch = on != 0;
+  return ACC_OK;
+}
+
 float acc_accelerator_backward_scale(const acc_accelerator *acc) {
   if (!acc) return 1.0f;
   float s = 1.0f / (float)acc->gas;
@@ -475,7 +498,7 @@ acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *mod
   ACC_CHECK(check(acc, "grad_ready"));
   acc__pmodel *pm;
   ACC_CHECK(prepared(acc, model, "grad_ready", &pm));
-  if (!acc->sync_gradients || pm->no_sync) return ACC_OK;
+  if ((!acc->sync_gradients && !acc->sync_each_batch) || pm->no_sync) return ACC_OK;
   if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
   /* One model's buckets at a time: with overlap its thread owns the process group until its
    * sync is finished. */
@@ -507,8 +530,8 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "backward_sync");
   ACC_CHECK(check(acc, "backward"));
   ACC_CHECK(need_model(acc, "backward"));
-  if (!acc->sync_gradients) return ACC_OK;
-  ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
+  if (!acc->sync_gradients && !acc->sync_each_batch) return ACC_OK;
+  if (acc->sync_gradients) ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
   /* every model not under no_sync, in prepare order; first the one whose overlap thread holds
    * the process group (every process marked the same parameters, so it is the same everywhere) */
   acc__pmodel *first = acc->inflight;
@@ -523,8 +546,8 @@ acc_result acc_accelerator_backward_model(acc_accelerator *acc, acc_model *model
   ACC_CHECK(check(acc, "backward_model"));
   acc__pmodel *pm;
   ACC_CHECK(prepared(acc, model, "backward_model", &pm));
-  if (!acc->sync_gradients) return ACC_OK;
-  ACC_CHECK(finish_iteration(acc));
+  if (!acc->sync_gradients && !acc->sync_each_batch) return ACC_OK;
+  if (acc->sync_gradients) ACC_CHECK(finish_iteration(acc));
   if (acc->inflight && acc->inflight != pm)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "backward_model: prepared model %d still has gradients in flight (grad_ready); finish its "
