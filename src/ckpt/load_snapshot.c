@@ -140,11 +140,12 @@ acc_result acc__load_snapshot_take(const acc__accel_parts *p, acc__load_snapshot
       cs->ok = 1;
     }
   }
-  acc_clear_error();
   if (rc != ACC_OK) {
+    if (rc == ACC_ERR_NOMEM) rc = acc__error(ACC_ERR_NOMEM, "load_state: out of memory copying the prepared objects");
     acc__load_snapshot_free(s, p);
     return rc;
   }
+  acc_clear_error(); /* a save callback that failed above left its text */
   *out = s;
   return ACC_OK;
 }

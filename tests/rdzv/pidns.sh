@@ -21,21 +21,22 @@ ns="unshare --pid --fork --mount-proc"
 unshare --pid --fork --mount-proc true 2>/dev/null || ns="unshare --user --map-root-user --pid --fork --mount-proc"
 port=$((20000 + $$ % 20000))
 export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TORCHELASTIC_RUN_ID="pidns$$"
-export ACCELERATE_RENDEZVOUS_TIMEOUT=$((30 * k)) ACCELERATE_TIMEOUT=$((30 * k))
+# generous bounds (hang guards only): on a loaded machine the outer job may take a while
+export ACCELERATE_RENDEZVOUS_TIMEOUT=$((150 * k)) ACCELERATE_TIMEOUT=$((150 * k))
 # the inner job: rank 1 waits (bounded) for GO
 $ns sh -c "RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 '$probe' > '$dir/r0.log' 2>&1 & p0=\$!
-  n=0; while [ ! -e '$dir/GO' ] && [ \$n -lt $((600 * k)) ]; do sleep 0.1; n=\$((n + 1)); done
+  n=0; while [ ! -e '$dir/GO' ] && [ \$n -lt $((1500 * k)) ]; do sleep 0.1; n=\$((n + 1)); done
   RANK=1 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 '$probe' > '$dir/r1.log' 2>&1; r1=\$?
   wait \$p0; r0=\$?; echo \"\$r0 \$r1\" > '$dir/rc'" &
 inner=$!
 # wait (bounded) until the inner rank 0 has created its segment
 n=0
-while ! ls /dev/shm 2>/dev/null | grep -q "pidns$$"; do
+while ! ls /dev/shm 2>/dev/null | grep -q "^acc-torchrun-pidns$$-"; do
   n=$((n + 1))
   if [ $n -gt $((300 * k)) ]; then echo "FAIL: the inner rank 0 never created its segment"; cat "$dir/r0.log"; touch "$dir/GO"; wait $inner; exit 1; fi
   sleep 0.1
 done
-seg=$(ls /dev/shm | grep "pidns$$")
+seg=$(ls /dev/shm | grep "^acc-torchrun-pidns$$-" | head -1)
 # the outer job (other variables: its own run)
 env -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u TORCHELASTIC_RUN_ID "$cli" launch --num_processes 2 "$probe" \
   > "$dir/outer.log" 2>&1
@@ -48,5 +49,7 @@ fail=0
 [ $orc -eq 0 ] || { echo "FAIL: the outer job failed ($orc)"; cat "$dir/outer.log"; fail=1; }
 [ $still = yes ] || { echo "FAIL: the outer job deleted the live segment /dev/shm/$seg of the job in another PID namespace"; fail=1; }
 [ "$(cat "$dir/rc" 2>/dev/null)" = "0 0" ] || { echo "FAIL: the inner job failed (rc $(cat "$dir/rc" 2>/dev/null))"; cat "$dir/r0.log" "$dir/r1.log"; fail=1; }
+# a segment of another namespace is never reclaimed from here: remove what this test left
+rm -f /dev/shm/acc-torchrun-pidns$$-* 2>/dev/null
 [ $fail -eq 0 ] && echo "pidns: the live segment survived, both jobs succeeded"
 exit $fail
