@@ -30,11 +30,32 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
+# apt-get, waiting (bounded, with a message) while another apt or dpkg holds its locks, as
+# unattended-upgrades or cloud-init often do right after a machine boots.
+apt_wait() {
+  local limit=${ACC_APT_LOCK_TIMEOUT:-600} retry=${ACC_APT_LOCK_RETRY_S:-5} start=$SECONDS said=0 out rc
+  while :; do
+    out=$(apt-get -o DPkg::Lock::Timeout=10 "$@" 2>&1) && rc=0 || rc=$?
+    if [ $rc -ne 0 ] && printf '%s' "$out" | grep -q 'Could not get lock\|Unable to acquire the dpkg' &&
+       [ $((SECONDS - start)) -lt "$limit" ]; then
+      [ $said -eq 0 ] && echo "accelerate-c: another apt-get or dpkg holds the package lock; waiting up to ${limit} s (ACC_APT_LOCK_TIMEOUT)" >&2
+      said=1
+      sleep "$retry"
+      continue
+    fi
+    [ -n "$out" ] && printf '%s\n' "$out"
+    if [ $rc -ne 0 ] && [ $said -eq 1 ]; then
+      echo "accelerate-c: gave up after $((SECONDS - start)) s waiting for the package lock; run scripts/deps.sh again when the other apt-get has finished" >&2
+    fi
+    return $rc
+  done
+}
+
 echo "accelerate-c: installing missing packages: ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  apt_wait update -qq || exit $?
+  apt_wait install -y -qq --no-install-recommends "${missing[@]}" || exit $?
 else
   echo "accelerate-c: run this first (needs root):" >&2
   echo "  sudo apt-get install -y ${missing[*]}" >&2

@@ -59,63 +59,72 @@ typedef struct acc_accelerator_options {
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
   { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_PRECISION_UNSET,        \
     ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0, ACC_UNSET, ACC_UNSET }
-/** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). */
+/** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_options_init(acc_accelerator_options *opts, uint32_t version);
 
 /**
  * Creates the accelerator and, through it, the process state (acc_state_create).
  * Collective: every process must call it. Ownership: acc_accelerator_destroy.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_options *opts);
 /** Releases the accelerator (not the prepared objects: they stay the program's) and its state
+ * @since 0.1
  * reference. Accepts NULL. */
 ACC_EXTERN void acc_accelerator_destroy(acc_accelerator *acc);
 
-/** The process state (borrowed). */
+/** The process state (borrowed). @since 0.1 */
 ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
 /** The precision the accelerator runs (its option, else ACCELERATE_MIXED_PRECISION). The process
+ * @since 0.1
  * state created by the accelerator reports the same in acc_state_describe. */
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
-/** The ZeRO stage the accelerator runs (0, 1 or 2; 0 for an invalid handle). */
+/** The ZeRO stage the accelerator runs (0, 1 or 2; 0 for an invalid handle). @since 0.1 */
 ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
-/** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). */
+/** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). @since 0.1 */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN int acc_accelerator_gradient_accumulation_steps(const acc_accelerator *acc);
 
 /* ---- the device (docs/gpu.md) --------------------------------------------------------------- */
 
 /** The device this process trains on: ACC_DEVICE_CPU, ACC_DEVICE_CUDA (or ACC_DEVICE_FAKE in
+ * @since 0.1
  * tests); never ACC_DEVICE_AUTO. */
 ACC_EXTERN acc_device_type acc_accelerator_device_type(const acc_accelerator *acc);
-/** "cpu", "cuda:<ordinal>", "fake:<ordinal>" (borrowed). */
+/** "cpu", "cuda:<ordinal>", "fake:<ordinal>" (borrowed). @since 0.1 */
 ACC_EXTERN const char *acc_accelerator_device_name(const acc_accelerator *acc);
-/** The ordinal of the GPU (as the CUDA runtime numbers the visible GPUs); -1 on the CPU. */
+/** The ordinal of the GPU (as the CUDA runtime numbers the visible GPUs); -1 on the CPU. @since 0.1 */
 ACC_EXTERN int acc_accelerator_device_index(const acc_accelerator *acc);
 /**
  * The stream the library queues its device work on (a cudaStream_t on CUDA; NULL on the CPU).
  * Run the program's kernels on it: the library's work on the gradients (backward, optimizer
  * steps) is then ordered after them without a host synchronization.
+ * @since 0.1
  */
 ACC_EXTERN void *acc_accelerator_stream(const acc_accelerator *acc);
-/** Waits until every operation queued on the accelerator's stream has finished. */
+/** Waits until every operation queued on the accelerator's stream has finished. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_synchronize(acc_accelerator *acc);
-/** bytes of device memory (host memory on the CPU), zeroed. Ownership: acc_accelerator_free. */
+/** bytes of device memory (host memory on the CPU), zeroed. Ownership: acc_accelerator_free. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, void **out);
 /** Frees memory from acc_accelerator_alloc. Accepts NULL. A pointer that is not such memory is
+ * @since 0.1
  * ACC_ERR_INVALID_ARGUMENT. */
 ACC_EXTERN acc_result acc_accelerator_free(acc_accelerator *acc, void *p);
 /** Copies bytes in the accelerator's stream order and returns when the copy is done (the host
  * buffer may be reused and, for ACC_COPY_DEVICE_TO_HOST, read). A host pointer where device
+ * @since 0.1
  * memory is expected (or the reverse) is ACC_ERR_INVALID_ARGUMENT naming the argument. */
 ACC_EXTERN acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *src,
                                              size_t bytes, acc_copy_kind kind);
-/** 1 when p points into memory of the accelerator's device (always 1 on the CPU). */
+/** 1 when p points into memory of the accelerator's device (always 1 on the CPU). @since 0.1 */
 ACC_EXTERN int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p);
 /**
  * Converts n floats of src to dtype (ACC_BF16 or ACC_F16; round to nearest even, the bits of
  * acc_f32_to_bf16 / acc_f32_to_f16) into dst, in device memory on a device (the library's cast
  * kernel, queued on the accelerator's stream without waiting: e.g. a batch's inputs for bf16
  * kernels), in host memory on the CPU. dst and src must not overlap.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_cast(acc_accelerator *acc, uint16_t *dst, const float *src,
                                            size_t n, acc_dtype dtype);
@@ -124,20 +133,26 @@ ACC_EXTERN acc_result acc_accelerator_cast(acc_accelerator *acc, uint16_t *dst, 
  * Process control through the accelerator (the same as the acc_state functions of state.h and
  * control.h on acc_accelerator_state(acc)), so a training program needs one handle.
  */
+/** @since 0.1 */
 ACC_EXTERN int acc_accelerator_process_index(const acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN int acc_accelerator_local_process_index(const acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN int acc_accelerator_num_processes(const acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN int acc_accelerator_is_main_process(const acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN int acc_accelerator_is_local_main_process(const acc_accelerator *acc);
-/** Barrier. Collective. */
+/** Barrier. Collective. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_wait_for_everyone(acc_accelerator *acc);
-/** printf on the main process only (flushes stdout); returns printf's count, 0 elsewhere. */
+/** printf on the main process only (flushes stdout); returns printf's count, 0 elsewhere. @since 0.1 */
 ACC_EXTERN int acc_accelerator_print(const acc_accelerator *acc, const char *fmt, ...) ACC_PRINTF(2, 3);
-/** acc_split_between_processes for this accelerator's processes. Not collective. */
+/** acc_split_between_processes for this accelerator's processes. Not collective. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_split_between_processes(const acc_accelerator *acc, size_t n,
                                                               int apply_padding, acc_split *out);
-/** main_process_first as a pair; prefer the block macro below. Collective. */
+/** main_process_first as a pair; prefer the block macro below. Collective. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_main_process_first_begin(acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_main_process_first_end(acc_accelerator *acc);
 /* ACC_ACCELERATOR_MAIN_PROCESS_FIRST(acc, rc) { ...body... }: as ACC_MAIN_PROCESS_FIRST. */
 #define ACC_ACCELERATOR_MAIN_PROCESS_FIRST(acc, rc)                                              \
@@ -147,6 +162,7 @@ ACC_EXTERN acc_result acc_accelerator_main_process_first_end(acc_accelerator *ac
 /**
  * Seeds the library's global generator (acc_rng_global) with seed, plus the process index when
  * device_specific. Not collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t seed, int device_specific);
 
@@ -161,10 +177,13 @@ ACC_EXTERN acc_result acc_accelerator_set_seed(acc_accelerator *acc, uint64_t se
  * Collective. Ownership: the model stays the program's and must outlive the accelerator.
  * Training on a device: every parameter's data and gradient must be device memory of the
  * accelerator's device (acc_accelerator_alloc); host memory is ACC_ERR_INVALID_ARGUMENT.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_model(acc_accelerator *acc, acc_model *model);
-/** The number of prepared models, and prepared model `index` (prepare order; NULL out of range). */
+/** The number of prepared models, and prepared model `index` (prepare order; NULL out of range).
+ * @since 0.1 */
 ACC_EXTERN int acc_accelerator_num_models(const acc_accelerator *acc);
+/** @since 0.1 */
 ACC_EXTERN acc_model *acc_accelerator_model(const acc_accelerator *acc, int index);
 /**
  * Accelerate's no_sync(model): while on, backward leaves this model's gradients local (they
@@ -172,19 +191,22 @@ ACC_EXTERN acc_model *acc_accelerator_model(const acc_accelerator *acc, int inde
  * unscaling skip it, and stepping one of its optimizers is ACC_ERR_INVALID_USAGE. Turn it off
  * before the backward of the batch that ends its window. Every process must set the same. Not
  * collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_no_sync(acc_accelerator *acc, acc_model *model, int on);
 /** Registers an optimizer: its step/zero_grad then follow the accumulation rules. Several
  * prepared optimizers must update disjoint parameters (use parameter groups for several learning
+ * @since 0.1
  * rates): an overlap is ACC_ERR_INVALID_USAGE naming the parameter. Not collective. */
 ACC_EXTERN acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt);
-/** Registers a scheduler: stepped by acc_accelerator_scheduler_step with Accelerate's rules. */
+/** Registers a scheduler: stepped by acc_accelerator_scheduler_step with Accelerate's rules. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_prepare_scheduler(acc_accelerator *acc, acc_scheduler *sched);
 /**
  * Creates a sharded data loader over ds (Accelerate's prepare(dataloader)): opts->shard is filled
  * from the process state and the accelerator's split_batches/even_batches, and the shuffle seed
  * is process 0's (broadcast), so every process walks the same permutation.
  * Collective. Ownership: acc_dataloader_destroy (ds borrowed).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
                                                          const acc_dataloader_options *opts,
@@ -193,6 +215,7 @@ ACC_EXTERN acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, a
  * The next batch of a prepared loader; *out is NULL at the end of the epoch (the next call starts
  * the next epoch). Use this rather than acc_dataloader_next so the accelerator knows which loader
  * is active (end of epoch for accumulation, padding for gather_for_metrics).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl,
                                                  const acc_batch **out);
@@ -206,6 +229,7 @@ ACC_EXTERN acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_datal
  * *more is 0 (and *out NULL) once every process has run out: the epoch is over everywhere. The
  * last step of the epoch is the last for every process (gradient sync, gather_for_metrics). A
  * load error on any process fails the call on every process.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloader *dl,
                                                         const acc_batch **out, int *more);
@@ -216,12 +240,31 @@ ACC_EXTERN acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, ac
  * Call at the start of every batch (Accelerate's `with accelerator.accumulate(model):`).
  * Decides whether this batch synchronizes gradients: every gradient_accumulation_steps-th batch,
  * and always the last batch of the epoch. Not collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_accumulate(acc_accelerator *acc);
 /** 1 when this batch ends an accumulation window: gradients will be averaged and the optimizer
+ * @since 0.1
  * will step. */
 ACC_EXTERN int acc_accelerator_sync_gradients(const acc_accelerator *acc);
+/**
+ * Accelerate's setters after creation. gradient_accumulation_steps (>= 1, else
+ * ACC_ERR_INVALID_ARGUMENT) applies from the next acc_accelerator_accumulate (the counter is
+ * kept, as Accelerate updates the plugin's num_steps); sync_gradients overrides the decision of
+ * the current batch (Accelerate's `accelerator.sync_gradients = ...`); sync_each_batch (Accelerate's
+ * GradientAccumulationPlugin.sync_each_batch) averages the gradients in every backward while the
+ * optimizer still steps every gradient_accumulation_steps batches (less memory held unreduced,
+ * more communication; refused with ZeRO stage 2, whose gradients are sharded). Not collective:
+ * call them alike on every process.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_set_gradient_accumulation_steps(acc_accelerator *acc, int steps);
+/** @since 0.2 */
+ACC_EXTERN acc_result acc_accelerator_set_sync_gradients(acc_accelerator *acc, int sync);
+/** @since 0.2 */
+ACC_EXTERN acc_result acc_accelerator_set_sync_each_batch(acc_accelerator *acc, int on);
 /** The factor to seed the backward pass with: 1/gradient_accumulation_steps (times the loss
+ * @since 0.1
  * scale under fp16). Multiply d(loss)/d(output) by it. */
 ACC_EXTERN float acc_accelerator_backward_scale(const acc_accelerator *acc);
 /**
@@ -229,6 +272,7 @@ ACC_EXTERN float acc_accelerator_backward_scale(const acc_accelerator *acc);
  * overlap_grad_sync, a bucket whose gradients are all final is reduced at once on a background
  * thread while the backward pass continues. No effect on batches that do not sync. Every process
  * must mark the same parameters in the same order.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index);
 /**
@@ -236,6 +280,7 @@ ACC_EXTERN acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t in
  * prepared model). With overlap, one model's buckets are in flight at a time: finish its sync
  * (acc_accelerator_backward_model, or backward) before marking another model's parameters
  * (ACC_ERR_INVALID_USAGE otherwise).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *model,
                                                        size_t index);
@@ -244,6 +289,7 @@ ACC_EXTERN acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc
  * precision, as a half-precision backward would produce them) then every gradient becomes the
  * mean over processes, in buckets. Otherwise nothing (gradients accumulate locally: no_sync).
  * Collective on sync batches.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_backward(acc_accelerator *acc);
 /**
@@ -254,23 +300,27 @@ ACC_EXTERN acc_result acc_accelerator_backward(acc_accelerator *acc);
  * optimizer steps after them: backward_model(a), backward_model(b), step(a), step(b) is one
  * iteration (an overflow in either skips both); backward_model(a), step(a), backward_model(b),
  * step(b) is two. Collective on sync batches.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_backward_model(acc_accelerator *acc, acc_model *model);
 /** fp16, on a sync batch: divides every gradient by the loss scale, once per iteration whatever
+ * @since 0.1
  * the number of optimizers. Otherwise (and on non-sync batches) nothing. */
 ACC_EXTERN acc_result acc_accelerator_unscale_gradients(acc_accelerator *acc);
 /** On a sync batch: unscales, then clips the global gradient norm (gradients are already
  * averaged, so every process computes the same norm). *total_norm (may be NULL) gets the norm
+ * @since 0.1
  * before clipping. On non-sync batches the gradients are partial: nothing happens (*total_norm 0). */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_norm(acc_accelerator *acc, float max_norm,
                                                      double norm_type, float *total_norm);
 /** clip_grad_norm over one prepared model's gradients (Accelerate's clip_grad_norm_ with that
  * model's parameters); acc_accelerator_clip_grad_norm covers every prepared model not under
+ * @since 0.1
  * no_sync as one set of parameters (one norm). */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_norm_model(acc_accelerator *acc, acc_model *model,
                                                            float max_norm, double norm_type,
                                                            float *total_norm);
-/** clip_grad_value over every prepared model not under no_sync (after unscaling). */
+/** clip_grad_value over every prepared model not under no_sync (after unscaling). @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, float clip_value);
 /**
  * Steps a prepared optimizer on sync batches only. fp16, once per iteration (a sync backward and
@@ -280,15 +330,17 @@ ACC_EXTERN acc_result acc_accelerator_clip_grad_value(acc_accelerator *acc, floa
  * under fp16 the optimizer must be prepared). The loss scale is updated once per iteration: after
  * the last prepared optimizer stepped, else at the next accumulate(), sync backward() or
  * save_state(). Collective on sync batches under fp16.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_optimizer_step(acc_accelerator *acc, acc_optimizer *opt);
-/** Zeroes the gradients on sync batches only. */
+/** Zeroes the gradients on sync batches only. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_optimizer_zero_grad(acc_accelerator *acc, acc_optimizer *opt);
-/** 1 when the last optimizer step was skipped (fp16 overflow). */
+/** 1 when the last optimizer step was skipped (fp16 overflow). @since 0.1 */
 ACC_EXTERN int acc_accelerator_optimizer_step_was_skipped(const acc_accelerator *acc);
 /**
  * Steps a prepared scheduler with Accelerate's rules: not on non-sync batches, not
  * when the optimizer step was skipped, num_processes times per call unless split_batches.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_scheduler *sched);
 /**
@@ -297,9 +349,11 @@ ACC_EXTERN acc_result acc_accelerator_scheduler_step(acc_accelerator *acc, acc_s
  * them out), refreshed after every optimizer step that ran; the fp32 master weights stay in the
  * model. NULL otherwise. Borrowed: lives as long as the accelerator. Training on a device, it
  * is device memory, written on the compute stream.
+ * @since 0.1
  */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params(const acc_accelerator *acc);
 /** The low-precision copy of a prepared model (low_precision_params means the first model);
+ * @since 0.1
  * NULL without a copy or for a model that was not prepared. */
 ACC_EXTERN const uint16_t *acc_accelerator_low_precision_params_model(const acc_accelerator *acc,
                                                                       const acc_model *model);
@@ -328,6 +382,7 @@ ACC_EXTERN acc_result acc_low_precision_view_to_f32(const acc_low_precision_view
  * Recomputes the low-precision copy from the model's fp32 parameters. load_state does it; call it
  * after changing the parameters yourself (e.g. acc_load_checkpoint_in_model). No-op without a
  * copy. Not collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc);
 /**
@@ -337,20 +392,22 @@ ACC_EXTERN acc_result acc_accelerator_refresh_low_precision(acc_accelerator *acc
  * *num_training_steps = the scheduler steps of the whole run, *num_warmup_steps (may be NULL) =
  * warmup_fraction of it. Pass them to acc_scheduler_create: the schedule then has the same shape
  * at every process count. Not collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_scheduler_steps(const acc_accelerator *acc,
                                                       const acc_dataloader *dl, int64_t num_epochs,
                                                       double warmup_fraction,
                                                       int64_t *num_training_steps,
                                                       int64_t *num_warmup_steps);
-/** The grad scaler (NULL unless fp16). Borrowed. */
+/** The grad scaler (NULL unless fp16). Borrowed. @since 0.1 */
 ACC_EXTERN acc_grad_scaler *acc_accelerator_grad_scaler(const acc_accelerator *acc);
-/** The accumulation counter (Accelerate's accelerator.step). */
+/** The accumulation counter (Accelerate's accelerator.step). @since 0.1 */
 ACC_EXTERN int64_t acc_accelerator_step(const acc_accelerator *acc);
 
 /* ---- metrics ------------------------------------------------------------------------------------ */
 
 /** All-gather of count elements: every process receives every process's elements in rank order
+ * @since 0.1
  * (recv holds count * num_processes elements). Collective. (acc_gather gathers to one root.) */
 ACC_EXTERN acc_result acc_accelerator_all_gather(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype);
@@ -361,12 +418,14 @@ ACC_EXTERN acc_result acc_accelerator_all_gather(acc_accelerator *acc, const voi
  * counts every dataset sample exactly once. A prepared loader on its last batch whose batches did
  * not come through acc_accelerator_next_batch is ACC_ERR_INVALID_USAGE (its padding could not be
  * dropped). recv must hold capacity samples; *n_out receives the samples kept. Collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_gather_for_metrics(acc_accelerator *acc, const void *send,
                                                          int64_t n_samples, size_t sample_elems,
                                                          acc_dtype dtype, void *recv,
                                                          int64_t capacity, int64_t *n_out);
 /** All-reduce with op: every process receives the result (Accelerate's accelerator.reduce, whose
+ * @since 0.1
  * default op is sum). Collective. (acc_reduce reduces to one root.) */
 ACC_EXTERN acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const void *send, void *recv,
                                              size_t count, acc_dtype dtype, acc_op op);
@@ -374,6 +433,7 @@ ACC_EXTERN acc_result acc_accelerator_all_reduce(acc_accelerator *acc, const voi
  * Pads buf (n_samples samples of sample_elems) along the sample axis to the largest n_samples of
  * any process, with pad_value (pad_first: at the front). buf must hold the padded size;
  * *n_out receives it. Collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc, void *buf,
                                                            int64_t n_samples, size_t sample_elems,
@@ -388,9 +448,10 @@ ACC_EXTERN acc_result acc_accelerator_pad_across_processes(acc_accelerator *acc,
  * automatic_checkpoint_naming (checkpoints/checkpoint_<i>), total_limit, iteration. Without it,
  * save_state / load_state need an explicit directory. The options are copied; calling it again
  * replaces the configuration. Not collective, but give every process the same options.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_set_project_config(acc_accelerator *acc, const acc_project_options *opts);
-/** The project configuration (borrowed; NULL until set_project_config or the first save_state). */
+/** The project configuration (borrowed; NULL until set_project_config or the first save_state). @since 0.1 */
 ACC_EXTERN acc_project_config *acc_accelerator_project_config(const acc_accelerator *acc);
 
 /**
@@ -415,6 +476,7 @@ typedef acc_result (*acc_checkpoint_load_fn)(void *obj, const void *data, size_t
  * register_for_checkpointing): its bytes go to custom_checkpoint_<i>.bin, i = registration
  * order. Both callbacks are required. Saved by the main process; loaded by every process.
  * Ownership: obj is borrowed and must outlive the accelerator. Not collective.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing(acc_accelerator *acc, void *obj,
                                                                  acc_checkpoint_save_fn save,
@@ -423,6 +485,7 @@ ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing(acc_accelerator
  * The same with an explicit size limit: save_state refuses to write more than max_bytes for this
  * object, and load_state refuses a larger file (checked with its size, before reading it), so
  * the load callback never sees more than max_bytes.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing_limit(acc_accelerator *acc, void *obj,
                                                                        acc_checkpoint_save_fn save,
@@ -446,16 +509,19 @@ typedef acc_result (*acc_state_hook_fn)(acc_accelerator *acc, const char *dir, v
  * @param id NULL, or receives the hook's id for acc_accelerator_remove_state_hook (ids start at
  *           1 and are never reused by one accelerator).
  * Not collective, but register the same hooks on every process.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_register_save_state_pre_hook(acc_accelerator *acc, acc_state_hook_fn fn,
                                                                    void *payload, const char *name, uint64_t *id);
-/** The same for acc_accelerator_load_state: run after the checkpoint is found, before it is read. */
+/** The same for acc_accelerator_load_state: run after the checkpoint is found, before it is read.
+ * @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_register_load_state_pre_hook(acc_accelerator *acc, acc_state_hook_fn fn,
                                                                    void *payload, const char *name, uint64_t *id);
 /**
  * Removes a save or load pre-hook by the id its registration returned (Accelerate's
  * RemovableHandle.remove()). Removing a hook already removed does nothing and returns ACC_OK;
  * an id this accelerator never issued is ACC_ERR_INVALID_ARGUMENT.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_remove_state_hook(acc_accelerator *acc, uint64_t id);
 
@@ -474,6 +540,7 @@ ACC_EXTERN acc_result acc_accelerator_remove_state_hook(acc_accelerator *acc, ui
  * gradients accumulated for a step not yet taken are not saved. Every loader prepared with this
  * accelerator is saved, so do not destroy a prepared loader before the last save_state /
  * load_state call.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const char *output_dir, char **saved_dir);
 
@@ -489,6 +556,7 @@ ACC_EXTERN acc_result acc_accelerator_save_state(acc_accelerator *acc, const cha
  * the loaded one's plus one.
  * @param loaded_dir NULL, or receives the directory loaded. Ownership: acc_free.
  * Collective: yes.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_load_state(acc_accelerator *acc, const char *input_dir, char **loaded_dir);
 
@@ -498,6 +566,7 @@ ACC_EXTERN acc_result acc_accelerator_load_state(acc_accelerator *acc, const cha
  * data loader's epoch and remapping the per-process random states (docs/checkpointing.md,
  * "Resuming on another number of processes"), and logs one warning line of what changed.
  * Not collective; set it on every process alike.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_accelerator_set_strict_process_count(acc_accelerator *acc, int strict);
 

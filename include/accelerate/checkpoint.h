@@ -41,6 +41,7 @@ typedef struct acc_tensor_view {
  * Names must be unique, non-empty and not "__metadata__".
  * @param meta_keys, meta_values  arrays of meta_count strings (may be NULL when meta_count is 0)
  * Ownership: nothing is kept. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensors, size_t count,
                                             const char *const *meta_keys, const char *const *meta_values,
@@ -54,40 +55,43 @@ typedef struct acc_safetensors acc_safetensors;
  * offsets (inside the data section, matching numel * dtype size, not overlapping), duplicate
  * names. Any problem is an ACC_ERR_FORMAT error naming the file and the tensor.
  * Ownership: release with acc_safetensors_close. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_safetensors_open(acc_safetensors **out, const char *path);
 
 /**
  * Like acc_safetensors_open on size bytes in memory. label names the buffer in error messages
  * (NULL: "<memory>"). Ownership: data is borrowed and must outlive the handle.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_safetensors_open_memory(acc_safetensors **out, const void *data, size_t size,
                                                   const char *label);
 
-/** Unmaps and frees. Accepts NULL. */
+/** Unmaps and frees. Accepts NULL. @since 0.1 */
 ACC_EXTERN void acc_safetensors_close(acc_safetensors *f);
 
-/** Number of tensors. Tensors are numbered in the order of their data in the file. */
+/** Number of tensors. Tensors are numbered in the order of their data in the file. @since 0.1 */
 ACC_EXTERN size_t acc_safetensors_count(const acc_safetensors *f);
 
-/** Tensor i (< count). Ownership: out's pointers are borrowed from f. */
+/** Tensor i (< count). Ownership: out's pointers are borrowed from f. @since 0.1 */
 ACC_EXTERN acc_result acc_safetensors_tensor(const acc_safetensors *f, size_t i, acc_tensor_view *out);
 
-/** The tensor with this name; ACC_ERR_INVALID_ARGUMENT naming it and the file when absent. */
+/** The tensor with this name; ACC_ERR_INVALID_ARGUMENT naming it and the file when absent. @since 0.1 */
 ACC_EXTERN acc_result acc_safetensors_find(const acc_safetensors *f, const char *name, acc_tensor_view *out);
 
-/** The "__metadata__" value of key, or NULL when absent. Borrowed from f. */
+/** The "__metadata__" value of key, or NULL when absent. Borrowed from f. @since 0.1 */
 ACC_EXTERN const char *acc_safetensors_metadata(const acc_safetensors *f, const char *key);
 
-/** Number of "__metadata__" entries, and entry i (< that number). Borrowed from f. */
+/** Number of "__metadata__" entries, and entry i (< that number). Borrowed from f. @since 0.1 */
 ACC_EXTERN size_t acc_safetensors_metadata_count(const acc_safetensors *f);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_safetensors_metadata_at(const acc_safetensors *f, size_t i, const char **key,
                                                   const char **value);
 
-/** The file name (or memory label) the handle was opened with. Borrowed. */
+/** The file name (or memory label) the handle was opened with. Borrowed. @since 0.1 */
 ACC_EXTERN const char *acc_safetensors_path(const acc_safetensors *f);
 
-/** "F32", "F64", "F16", "BF16", "I32", "I64", "U8"; NULL for an unknown dtype. */
+/** "F32", "F64", "F16", "BF16", "I32", "I64", "U8"; NULL for an unknown dtype. @since 0.1 */
 ACC_EXTERN const char *acc_safetensors_dtype_name(acc_dtype dtype);
 
 /* ---- model weights ------------------------------------------------------------------------ */
@@ -105,6 +109,7 @@ ACC_EXTERN const char *acc_safetensors_dtype_name(acc_dtype dtype);
  * @param max_shard_size  bytes; 0 means ACC_DEFAULT_MAX_SHARD_SIZE
  * @param dtype  ACC_F32, or ACC_F16 / ACC_BF16 to convert (round to nearest even)
  * Collective: yes when st is given.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_save_model(acc_state *st, const acc_model *model, const char *dir,
                                      uint64_t max_shard_size, acc_dtype dtype);
@@ -117,7 +122,7 @@ typedef struct acc_load_options {
                        nothing is loaded. 0: load what matches and report the rest. */
 } acc_load_options;
 #define ACC_LOAD_OPTIONS_INIT { sizeof(acc_load_options), ACC_LOAD_OPTIONS_VERSION, 1 }
-/** Fills opts with the defaults of `version` (ACC_LOAD_OPTIONS_VERSION; for FFI). */
+/** Fills opts with the defaults of `version` (ACC_LOAD_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_load_options_init(acc_load_options *opts, uint32_t version);
 
 /** What acc_load_checkpoint_in_model did not load (names in model / file order). */
@@ -131,7 +136,7 @@ typedef struct acc_load_report {
   size_t n_loaded;   /* parameters actually loaded */
 } acc_load_report;
 
-/** Frees the lists of a report and zeroes it. Accepts NULL. */
+/** Frees the lists of a report and zeroes it. Accepts NULL. @since 0.1 */
 ACC_EXTERN void acc_load_report_clear(acc_load_report *report);
 
 /**
@@ -141,6 +146,7 @@ ACC_EXTERN void acc_load_report_clear(acc_load_report *report);
  * @param opts   NULL: defaults (strict)
  * @param report NULL, or receives the lists. Ownership: free with acc_load_report_clear.
  * Collective: no (every process reads the files itself).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path,
                                                    const acc_load_options *opts, acc_load_report *report);
@@ -162,22 +168,24 @@ typedef struct acc_project_options {
   const char *logging_dir;         /* where trackers write (acc_trackers_create); NULL: project_dir */
 } acc_project_options;
 #define ACC_PROJECT_OPTIONS_INIT { sizeof(acc_project_options), ACC_PROJECT_OPTIONS_VERSION, NULL, 0, -1, 0, NULL }
-/** Fills opts with the defaults of `version` (ACC_PROJECT_OPTIONS_VERSION; for FFI). */
+/** Fills opts with the defaults of `version` (ACC_PROJECT_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_project_options_init(acc_project_options *opts, uint32_t version);
 
 typedef struct acc_project_config acc_project_config;
 /** One checkpoint being written (a transaction). Opaque. */
 typedef struct acc_checkpoint acc_checkpoint;
 
-/** Ownership: release with acc_project_config_destroy. The options are copied. */
+/** Ownership: release with acc_project_config_destroy. The options are copied. @since 0.1 */
 ACC_EXTERN acc_result acc_project_config_create(acc_project_config **out, const acc_project_options *opts);
+/** @since 0.1 */
 ACC_EXTERN void acc_project_config_destroy(acc_project_config *p);
-/** Number of the next automatic checkpoint (Accelerate's project_configuration.iteration). */
+/** Number of the next automatic checkpoint (Accelerate's project_configuration.iteration). @since 0.1 */
 ACC_EXTERN int64_t acc_project_config_iteration(const acc_project_config *p);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_project_config_set_iteration(acc_project_config *p, int64_t iteration);
-/** The project directory. Borrowed. */
+/** The project directory. Borrowed. @since 0.1 */
 ACC_EXTERN const char *acc_project_config_dir(const acc_project_config *p);
-/** The logging directory (logging_dir, else the project directory). Borrowed. */
+/** The logging directory (logging_dir, else the project directory). Borrowed. @since 0.1 */
 ACC_EXTERN const char *acc_project_config_logging_dir(const acc_project_config *p);
 
 /**
@@ -188,28 +196,31 @@ ACC_EXTERN const char *acc_project_config_logging_dir(const acc_project_config *
  * is removed. Files go into acc_checkpoint_dir(c), a temporary "<target>.tmp-writing" directory,
  * until acc_checkpoint_commit.
  * Ownership: commit or abort c exactly once. Collective: no (single process for now).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_checkpoint_begin(acc_project_config *p, const char *output_dir, acc_checkpoint **out);
-/** Directory to write the checkpoint's files into. Borrowed. */
+/** Directory to write the checkpoint's files into. Borrowed. @since 0.1 */
 ACC_EXTERN const char *acc_checkpoint_dir(const acc_checkpoint *c);
-/** Final directory the checkpoint will have. Borrowed. */
+/** Final directory the checkpoint will have. Borrowed. @since 0.1 */
 ACC_EXTERN const char *acc_checkpoint_target(const acc_checkpoint *c);
 /**
  * Makes the checkpoint durable: fsyncs its files and directory, renames it to the target,
  * fsyncs the parent and writes the COMPLETE marker (fsync'd); then the iteration advances by one
  * (as Accelerate's save_state does, with or without automatic naming). Frees c in every case; on failure the partial directory stays
  * behind, ignored by acc_project_latest_checkpoint.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_checkpoint_commit(acc_checkpoint *c);
-/** Removes the temporary directory and frees c. Accepts NULL. */
+/** Removes the temporary directory and frees c. Accepts NULL. @since 0.1 */
 ACC_EXTERN void acc_checkpoint_abort(acc_checkpoint *c);
 
-/** 1 when dir is a directory holding the COMPLETE marker, else 0. */
+/** 1 when dir is a directory holding the COMPLETE marker, else 0. @since 0.1 */
 ACC_EXTERN int acc_checkpoint_is_complete(const char *dir);
 
 /**
  * The newest complete checkpoints/checkpoint_<i> (largest i). ACC_ERR_INVALID_USAGE when there
  * is none. Ownership: *out is freed with acc_free.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_project_latest_checkpoint(const acc_project_config *p, char **out);
 
@@ -217,6 +228,7 @@ ACC_EXTERN acc_result acc_project_latest_checkpoint(const acc_project_config *p,
  * The directory to load: input_dir when given (it must be a complete checkpoint: a directory
  * still being written or without the COMPLETE marker is an ACC_ERR_INVALID_USAGE error saying
  * so), else the latest complete checkpoint (automatic naming only). Ownership: acc_free(*out).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_project_resolve_load(const acc_project_config *p, const char *input_dir, char **out);
 
@@ -224,6 +236,7 @@ ACC_EXTERN acc_result acc_project_resolve_load(const acc_project_config *p, cons
  * Records that the checkpoint at dir was loaded: when its name is checkpoint_<k> the next
  * automatic checkpoint is k + 1 (Accelerate leaves the iteration unchanged, so the next save
  * fails with "already exists"; see docs/checkpointing.md).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_project_checkpoint_loaded(acc_project_config *p, const char *dir);
 

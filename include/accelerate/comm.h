@@ -21,16 +21,17 @@
 extern "C" {
 #endif
 
+/** @since 0.1 */
 ACC_EXTERN acc_result (acc_barrier)(acc_state *st);
 
-/** Broadcasts count elements of buf from process root to every process (in place). */
+/** Broadcasts count elements of buf from process root to every process (in place). @since 0.1 */
 ACC_EXTERN acc_result (acc_broadcast)(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root);
 
-/** recv[i] = op over processes of send[i]. send == recv is allowed (in place). */
+/** recv[i] = op over processes of send[i]. send == recv is allowed (in place). @since 0.1 */
 ACC_EXTERN acc_result (acc_all_reduce)(acc_state *st, const void *send, void *recv, size_t count,
                                      acc_dtype dtype, acc_op op);
 
-/** Like acc_all_reduce, but only root's recv is written (recv may be NULL elsewhere). */
+/** Like acc_all_reduce, but only root's recv is written (recv may be NULL elsewhere). @since 0.1 */
 ACC_EXTERN acc_result (acc_reduce)(acc_state *st, const void *send, void *recv, size_t count,
                                  acc_dtype dtype, acc_op op, int root);
 
@@ -42,16 +43,18 @@ ACC_EXTERN acc_result (acc_reduce)(acc_state *st, const void *send, void *recv, 
  * be send + rank * count elements (in place: the process's own block of send is overwritten);
  * any other overlap is refused. Every acc_op applies (MEAN divides by num_processes).
  * One process: a copy. Used by ZeRO for the gradients (docs/zero.md).
+ * @since 0.1
  */
 ACC_EXTERN acc_result (acc_reduce_scatter)(acc_state *st, const void *send, void *recv, size_t count,
                                          acc_dtype dtype, acc_op op);
 
 /** recv (count * num_processes elements) = the send buffers of all processes in rank order.
+ * @since 0.1
  * In place: send may be recv + rank * count elements. */
 ACC_EXTERN acc_result (acc_all_gather)(acc_state *st, const void *send, void *recv, size_t count,
                                      acc_dtype dtype);
 
-/** Like acc_all_gather, but only root's recv is written (recv may be NULL elsewhere). */
+/** Like acc_all_gather, but only root's recv is written (recv may be NULL elsewhere). @since 0.1 */
 ACC_EXTERN acc_result (acc_gather)(acc_state *st, const void *send, void *recv, size_t count,
                                  acc_dtype dtype, int root);
 
@@ -59,26 +62,35 @@ ACC_EXTERN acc_result (acc_gather)(acc_state *st, const void *send, void *recv, 
  * All-gather of byte blobs of different sizes (the base of gather_object).
  * *out receives the concatenation in rank order, *out_sizes num_processes sizes.
  * Ownership: free both with acc_free.
+ * @since 0.1
  */
 ACC_EXTERN acc_result (acc_all_gather_bytes)(acc_state *st, const void *send, size_t nbytes,
                                            void **out, size_t **out_sizes);
 
 /* The same with the caller's call site (file may be NULL: unknown). */
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_barrier_at(acc_state *st, const char *file, int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dtype,
                                        int root, const char *file, int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
                                         acc_dtype dtype, acc_op op, const char *file, int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
                                     acc_dtype dtype, acc_op op, int root, const char *file,
                                     int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_reduce_scatter_at(acc_state *st, const void *send, void *recv,
                                             size_t count, acc_dtype dtype, acc_op op,
                                             const char *file, int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t count,
                                         acc_dtype dtype, const char *file, int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t count,
                                     acc_dtype dtype, int root, const char *file, int line);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbytes,
                                               void **out, size_t **out_sizes, const char *file,
                                               int line);
@@ -101,6 +113,7 @@ ACC_EXTERN acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, s
  *             lens[0..r-1]). Ownership: acc_free.
  * @param lens receives num_processes sizes. Ownership: acc_free.
  * Collective: yes (built on acc_all_gather_bytes). One process: a copy of its own blob.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_gather_object(acc_state *st, const void *send, size_t len, void **out, size_t **lens);
 
@@ -113,6 +126,7 @@ ACC_EXTERN acc_result acc_gather_object(acc_state *st, const void *send, size_t 
  * acc_free. A root with a NULL buffer and a non-zero size, or a receiver that cannot allocate
  * the size, is an error on every process (no hang); on error non-root *buf is NULL.
  * Collective: yes (three collectives: size, allocation check, bytes).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_broadcast_object(acc_state *st, void **buf, size_t *len, int root);
 

@@ -24,6 +24,20 @@ extern "C" {
 #define ACC_PRINTF(fmt_index, first_arg)
 #endif
 
+/*
+ * Conventions of the public headers.
+ * - Versions: every function declaration carries `@since X.Y`, the library version that added
+ *   it (0.1: the first release; 0.2: added after it), as libgit2 and libuv document theirs.
+ * - Getters: a property is read by acc_<object>_<property>(obj) without "get_"
+ *   (acc_state_num_processes, acc_accelerator_mixed_precision, acc_optimizer_group_lr); a
+ *   setter is acc_<object>_set_<property>. "get_" is kept by calls that copy a whole state out
+ *   through out-parameters, each paired with a set_state (acc_scheduler_get_state,
+ *   acc_grad_scaler_get_state, acc_rng_state_get), by acc_get_logger (Accelerate's get_logger:
+ *   it fetches or creates a logger), and by three getters that carry torch's names
+ *   (acc_optimizer_get_kind, acc_optimizer_get_lr, acc_scheduler_get_last_lr: get_lr(),
+ *   get_last_lr()); they are not renamed, so no program breaks.
+ */
+
 /**
  * Status of every fallible call. ACC_OK is 0; everything else is an error whose details are in
  * acc_last_error(). New values are only ever appended.
@@ -45,31 +59,34 @@ typedef enum acc_result {
   ACC_ERR_NOT_FOUND = 13        /* what was looked for does not exist (e.g. no checkpoint yet) */
 } acc_result;
 
-/** A static one-line description of a result code. Never NULL. */
+/** A static one-line description of a result code. Never NULL. @since 0.1 */
 ACC_EXTERN const char *acc_result_string(acc_result rc);
 
 /**
  * The detailed message of the last failed acc_* call on this thread: what went wrong, naming the
  * file, key, rank or value involved. Never NULL; valid until the next acc_* call on this thread.
  * Thread safety: thread-local.
+ * @since 0.1
  */
 ACC_EXTERN const char *acc_last_error(void);
 
-/** Clears this thread's last error. */
+/** Clears this thread's last error. @since 0.1 */
 ACC_EXTERN void acc_clear_error(void);
 
 /**
  * Sets this thread's last error from user code (a checkpoint callback, a helper module) and
  * returns rc, so a callback can `return acc_error_set(ACC_ERR_FORMAT, "counter: %zu bytes", n);`
  * and the library's caller reads that message. printf format.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_error_set(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
 
-/** The enumerator's name of a result code ("ACC_ERR_IO"); "ACC_ERR_?" for an unknown code. */
+/** The enumerator's name of a result code ("ACC_ERR_IO"); "ACC_ERR_?" for an unknown code. @since 0.1 */
 ACC_EXTERN const char *acc_result_name(acc_result rc);
 
-/** ACC_VERSION_NUMBER of the library actually linked. */
+/** ACC_VERSION_NUMBER of the library actually linked. @since 0.1 */
 ACC_EXTERN unsigned acc_version(void);
+/** @since 0.1 */
 ACC_EXTERN const char *acc_version_string(void);
 
 /** Element types of buffers passed to collectives and tensors. Values are never renumbered. */
@@ -84,16 +101,17 @@ typedef enum acc_dtype {
   ACC_DTYPE_COUNT_ = 7
 } acc_dtype;
 
-/** Size in bytes of one element; 0 for an unknown dtype. */
+/** Size in bytes of one element; 0 for an unknown dtype. @since 0.1 */
 ACC_EXTERN size_t acc_dtype_size(acc_dtype dtype);
-/** Short name ("f32", "bf16", ...); "unknown" for an unknown dtype. */
+/** Short name ("f32", "bf16", ...); "unknown" for an unknown dtype. @since 0.1 */
 ACC_EXTERN const char *acc_dtype_name(acc_dtype dtype);
 
 /** Reduction operations. MEAN is SUM divided by the number of processes. */
 typedef enum acc_op { ACC_SUM = 0, ACC_MEAN = 1, ACC_MIN = 2, ACC_MAX = 3, ACC_OP_COUNT_ = 4 } acc_op;
+/** @since 0.1 */
 ACC_EXTERN const char *acc_op_name(acc_op op);
 
-/** Frees memory that an acc_* call allocated for the caller ("Ownership: free with acc_free"). */
+/** Frees memory that an acc_* call allocated for the caller ("Ownership: free with acc_free"). @since 0.1 */
 ACC_EXTERN void acc_free(void *ptr);
 
 #ifdef __cplusplus

@@ -10,18 +10,21 @@
 extern "C" {
 #endif
 
-/** Barrier. Collective: every process must call it. No-op with one process. */
+/** Barrier. Collective: every process must call it. No-op with one process. @since 0.1 */
 ACC_EXTERN acc_result acc_wait_for_everyone(acc_state *st);
 
 /**
  * main_process_first as a begin/end pair: the main process runs the block first, the others
  * enter only after it called _end. Collective (one barrier per process). Prefer the block macro
  * ACC_MAIN_PROCESS_FIRST, which cannot forget the _end.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_main_process_first_begin(acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_main_process_first_end(acc_state *st);
-/** Same with the local main process of each machine first (still a global barrier). */
+/** Same with the local main process of each machine first (still a global barrier). @since 0.1 */
 ACC_EXTERN acc_result acc_local_main_process_first_begin(acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_local_main_process_first_end(acc_state *st);
 
 /*
@@ -44,19 +47,26 @@ typedef void (*acc_fn)(void *payload);
  * Run fn(payload) on the chosen process only (or always when not distributed).
  * Return 1 if fn ran here, 0 if not. Not collective. st may be NULL: then fn runs (one process).
  */
+/** @since 0.1 */
 ACC_EXTERN int acc_on_main_process(const acc_state *st, acc_fn fn, void *payload);
+/** @since 0.1 */
 ACC_EXTERN int acc_on_local_main_process(const acc_state *st, acc_fn fn, void *payload);
+/** @since 0.1 */
 ACC_EXTERN int acc_on_last_process(const acc_state *st, acc_fn fn, void *payload);
+/** @since 0.1 */
 ACC_EXTERN int acc_on_process(const acc_state *st, int process_index, acc_fn fn, void *payload);
+/** @since 0.1 */
 ACC_EXTERN int acc_on_local_process(const acc_state *st, int local_process_index, acc_fn fn, void *payload);
 
 /** printf on the main process only, once overall (flushes stdout). Returns printf's count, 0
+ * @since 0.1
  *  elsewhere. Accelerate's print is once per machine: see acc_print_local. */
 ACC_EXTERN int acc_print(const acc_state *st, const char *fmt, ...) ACC_PRINTF(2, 3);
 /**
  * printf on the local main process of every machine (local process index 0), i.e. once per
  * machine: what Accelerate's accelerator.print does. Flushes stdout. Returns printf's count, 0
  * on the other processes.
+ * @since 0.1
  */
 ACC_EXTERN int acc_print_local(const acc_state *st, const char *fmt, ...) ACC_PRINTF(2, 3);
 
@@ -73,17 +83,18 @@ typedef struct acc_split {
   size_t total;        /* n */
 } acc_split;
 
-/** Not collective. */
+/** Not collective. @since 0.1 */
 ACC_EXTERN acc_result acc_split_between_processes(const acc_state *st, size_t n, int apply_padding,
                                                   acc_split *out);
-/** Input index of the i-th item of a split (i < padded_count): start+i, or n-1 for padding. */
+/** Input index of the i-th item of a split (i < padded_count): start+i, or n-1 for padding. @since 0.1 */
 ACC_EXTERN size_t acc_split_item(const acc_split *split, size_t i);
 
-/** Sets this process's trigger flag (no communication). */
+/** Sets this process's trigger flag (no communication). @since 0.1 */
 ACC_EXTERN acc_result acc_set_trigger(acc_state *st);
 /**
  * Collective: *out = 1 if any process set its trigger since the last check (then every process's
  * flag is reset), else 0.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_check_trigger(acc_state *st, int *out);
 

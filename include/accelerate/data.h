@@ -41,6 +41,7 @@ typedef struct acc_dataset acc_dataset;
  * Creates a map-style dataset of `length` samples made of num_fields fixed-size fields.
  * @param out receives the dataset. Ownership: acc_dataset_destroy (after every loader using it).
  * @param payload passed to fetch; borrowed.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_dataset_create_map(acc_dataset **out, int64_t length,
                                              const acc_field_desc *fields, int num_fields,
@@ -48,6 +49,7 @@ ACC_EXTERN acc_result acc_dataset_create_map(acc_dataset **out, int64_t length,
 /**
  * Creates an iterable dataset. length is the number of samples per epoch, or -1 when unknown
  * (then the loader's remainder is -1). reset may be NULL (the stream simply continues).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_dataset_create_iterable(acc_dataset **out, int64_t length,
                                                   const acc_field_desc *fields, int num_fields,
@@ -58,11 +60,12 @@ ACC_EXTERN acc_result acc_dataset_create_iterable(acc_dataset **out, int64_t len
  * fields[f] record at data[f] + i * (record bytes of field f), i.e. data[f] holds `length`
  * records back to back (e.g. data[0]: length x 784 f32 images, data[1]: length x 1 i32 labels).
  * Ownership: data is borrowed and must outlive the dataset and its loaders.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_dataset_create_memory(acc_dataset **out, int64_t length,
                                                 const acc_field_desc *fields, int num_fields,
                                                 const void *const *data);
-/** Number of samples, or -1 when unknown. */
+/** Number of samples, or -1 when unknown. @since 0.1 */
 ACC_EXTERN int64_t acc_dataset_length(const acc_dataset *ds);
 /** How the token files of acc_dataset_create_tokens are stored. @since 0.2 */
 typedef enum acc_token_format {
@@ -100,6 +103,7 @@ ACC_EXTERN acc_result acc_token_options_init(acc_token_options *opts, uint32_t v
  */
 ACC_EXTERN acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths, int num_paths,
                                                 const acc_token_options *opts);
+/** @since 0.1 */
 ACC_EXTERN void acc_dataset_destroy(acc_dataset *ds);
 
 /* ---- samplers ------------------------------------------------------------------------------ */
@@ -108,10 +112,11 @@ ACC_EXTERN void acc_dataset_destroy(acc_dataset *ds);
  * Writes the sampler order of one epoch into out[0..n): sequential 0..n-1 when shuffle is 0,
  * else the SeedableRandomSampler permutation seeded with seed + epoch (identical on every
  * process for the same seed, without communication).
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_sampler_order(int64_t *out, int64_t n, int shuffle, uint64_t seed,
                                         int64_t epoch);
-/** len(BatchSampler): ceil(n / batch_size), or floor when drop_last. */
+/** len(BatchSampler): ceil(n / batch_size), or floor when drop_last. @since 0.1 */
 ACC_EXTERN int64_t acc_batch_sampler_len(int64_t n, int64_t batch_size, int drop_last);
 
 /* ---- sharding ------------------------------------------------------------------------------ */
@@ -135,6 +140,7 @@ typedef struct acc_batch_shard acc_batch_shard;
  * of `order`. With num_processes == 1 the batch sampler is used as is (as prepare_data_loader).
  * @param order the epoch's sample order (n indices); copied.
  * Ownership: acc_batch_shard_destroy. Errors: split mode with batch_size % num_processes != 0.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_t *order,
                                              int64_t n, int64_t batch_size, int drop_last,
@@ -149,6 +155,7 @@ ACC_EXTERN acc_result acc_batch_shard_create(acc_batch_shard **out, const int64_
  * acc_batch_shard_create (docs/data.md lists the variable-size cases).
  * Errors: a count < 1 or > batch_size; split_batches with batch_size 0 or not a multiple of
  * num_processes. Ownership: acc_batch_shard_destroy; indices and counts are copied.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out,
                                                           const int64_t *indices,
@@ -157,16 +164,19 @@ ACC_EXTERN acc_result acc_batch_shard_create_from_batches(acc_batch_shard **out,
                                                           int drop_last,
                                                           const acc_shard_config *cfg);
 /** BatchSamplerShard.__len__ (Accelerate's formula; in split mode with even_batches off it can
+ * @since 0.1
  *  exceed the number of batches actually yielded, as in Accelerate). */
 ACC_EXTERN int64_t acc_batch_shard_len(const acc_batch_shard *sh);
-/** Number of batches this process actually yields in the epoch. */
+/** Number of batches this process actually yields in the epoch. @since 0.1 */
 ACC_EXTERN int64_t acc_batch_shard_count(const acc_batch_shard *sh);
 /**
  * Batch i (0-based) of this process: *indices (borrowed, valid until destroy) and *count.
  * Returns ACC_ERR_INVALID_ARGUMENT when i is out of range.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_batch_shard_get(const acc_batch_shard *sh, int64_t i,
                                           const int64_t **indices, int64_t *count);
+/** @since 0.1 */
 ACC_EXTERN void acc_batch_shard_destroy(acc_batch_shard *sh);
 
 /** IterableDatasetShard as a push iterator over int64 items. */
@@ -176,22 +186,26 @@ typedef struct acc_iterable_shard acc_iterable_shard;
  * @param batch_size the loader's batch size (global in split mode, per process otherwise).
  * Ownership: acc_iterable_shard_destroy. Errors: split mode with batch_size > 1 not a multiple
  * of num_processes.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_iterable_shard_create(acc_iterable_shard **out, int64_t batch_size,
                                                 int drop_last, const acc_shard_config *cfg);
 /**
  * Feeds the next item of the stream. Returns 1 when this process's chunk of a completed real
  * batch is ready in *items / *count (borrowed until the next push/finish), else 0.
+ * @since 0.1
  */
 ACC_EXTERN int acc_iterable_shard_push(acc_iterable_shard *sh, int64_t item,
                                        const int64_t **items, int64_t *count);
 /** Ends the stream: returns 1 with the padded last chunk when one is due (not drop_last and a
+ * @since 0.1
  *  partial real batch is buffered), else 0. Resets the shard for the next epoch. */
 ACC_EXTERN int acc_iterable_shard_finish(acc_iterable_shard *sh, const int64_t **items,
                                          int64_t *count);
-/** IterableDatasetShard.__len__: samples per process for a dataset of dataset_len samples. */
+/** IterableDatasetShard.__len__: samples per process for a dataset of dataset_len samples. @since 0.1 */
 ACC_EXTERN int64_t acc_iterable_shard_len(int64_t dataset_len, int64_t batch_size, int drop_last,
                                           int num_processes);
+/** @since 0.1 */
 ACC_EXTERN void acc_iterable_shard_destroy(acc_iterable_shard *sh);
 
 /* ---- dataloader ---------------------------------------------------------------------------- */
@@ -257,6 +271,7 @@ typedef struct acc_dataloader_options {
     ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 1 }
 
 /** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). version 1
+ * @since 0.1
  *  fills only the fields of version 1 (the struct an older caller was compiled with). */
 ACC_EXTERN acc_result acc_dataloader_options_init(acc_dataloader_options *opts, uint32_t version);
 
@@ -286,33 +301,37 @@ typedef struct acc_dataloader acc_dataloader;
  * Creates a loader over ds. Preallocates (and touches) every batch buffer; with prefetch > 0 a
  * loader thread fills them ahead and calls the dataset's callbacks.
  * Ownership: acc_dataloader_destroy; ds is borrowed and must outlive the loader.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
                                             const acc_dataloader_options *opts);
 /**
  * Next batch of the current epoch. At the end of the epoch returns ACC_OK with *out == NULL and
  * moves to the next epoch (the following call starts it). Ownership: *out is borrowed.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_dataloader_next(acc_dataloader *dl, const acc_batch **out);
 /** Batches this process yields per epoch (BatchSamplerShard len); -1 when unknown. For an epoch
  *  started with skipped batches (skip_first_batches, state_set) it is the number of batches that
  *  epoch still yields, as the loader Accelerate's skip_first_batches returns; the following
+ * @since 0.1
  *  epochs report the whole length again. */
 ACC_EXTERN int64_t acc_dataloader_len(const acc_dataloader *dl);
-/** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. */
+/** Samples in one full batch over all processes: batch_size (split) or batch_size x processes. @since 0.1 */
 ACC_EXTERN int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl);
-/** 1 while the last batch of the epoch is being processed. */
+/** 1 while the last batch of the epoch is being processed. @since 0.1 */
 ACC_EXTERN int acc_dataloader_end_of_dataloader(const acc_dataloader *dl);
-/** total_dataset_length % total_batch_size, or -1 with drop_last or an unknown length. */
+/** total_dataset_length % total_batch_size, or -1 with drop_last or an unknown length. @since 0.1 */
 ACC_EXTERN int64_t acc_dataloader_remainder(const acc_dataloader *dl);
-/** The epoch being (or about to be) iterated. */
+/** The epoch being (or about to be) iterated. @since 0.1 */
 ACC_EXTERN int64_t acc_dataloader_epoch(const acc_dataloader *dl);
-/** Sets the epoch of the next iteration (abandons an epoch in progress). */
+/** Sets the epoch of the next iteration (abandons an epoch in progress). @since 0.1 */
 ACC_EXTERN acc_result acc_dataloader_set_epoch(acc_dataloader *dl, int64_t epoch);
 /**
  * Accelerate's skip_first_batches on this loader: the next epoch to start yields only its batches
  * after the first n (its acc_dataloader_len becomes the remaining count, 0 when n exceeds it);
  * later epochs are whole again. ACC_ERR_INVALID_USAGE when called mid-epoch.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_dataloader_skip_first_batches(acc_dataloader *dl, int64_t n);
 
@@ -323,18 +342,20 @@ typedef struct acc_dataloader_state {
   int64_t batches;    /* batches of this epoch already handed out (counting skipped ones) */
 } acc_dataloader_state;
 
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_dataloader_state_get(const acc_dataloader *dl, acc_dataloader_state *out);
-/** Restores a position: the next acc_dataloader_next returns batch `batches` of `epoch`. */
+/** Restores a position: the next acc_dataloader_next returns batch `batches` of `epoch`. @since 0.1 */
 ACC_EXTERN acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dataloader_state *st);
 
 /**
  * gather_for_metrics bookkeeping: given that gathering the current batch over all
  * processes produced `gathered` samples, how many to keep (the padding duplicates sit at the
  * end). On the last batch with remainder > 0 that is min(remainder, gathered); else gathered.
+ * @since 0.1
  */
 ACC_EXTERN int64_t acc_dataloader_gather_keep(const acc_dataloader *dl, int64_t gathered);
 
-/** Stops the loader thread (even mid-epoch) and frees every buffer. NULL is a no-op. */
+/** Stops the loader thread (even mid-epoch) and frees every buffer. NULL is a no-op. @since 0.1 */
 ACC_EXTERN void acc_dataloader_destroy(acc_dataloader *dl);
 
 #ifdef __cplusplus

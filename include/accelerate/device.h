@@ -31,7 +31,7 @@ typedef enum acc_copy_kind {
   ACC_COPY_DEVICE_TO_DEVICE = 2
 } acc_copy_kind;
 
-/** "cpu", "cuda", "auto", "fake". */
+/** "cpu", "cuda", "auto", "fake". @since 0.1 */
 ACC_EXTERN const char *acc_device_type_name(acc_device_type t);
 
 #ifdef __cplusplus

@@ -32,6 +32,7 @@ typedef int (*acc_launch_fn)(void *payload);
  * Ownership: nothing is kept. Collective: no (call it from one process, before acc_state_create).
  * Thread safety: call from one thread; stdio buffers are flushed before forking. The children
  * must not use acc_* objects created by the parent.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_launch_function(int num_processes, acc_launch_fn fn, void *payload);
 

@@ -30,7 +30,7 @@ typedef struct acc_sgd_options {
   double weight_decay; /* >= 0, L2 (added to the gradient) */
 } acc_sgd_options;
 #define ACC_SGD_OPTIONS_INIT { sizeof(acc_sgd_options), ACC_SGD_OPTIONS_VERSION, 1e-3, 0.0, 0.0, 0, 0.0 }
-/** Fills opts with the defaults of `version` (ACC_SGD_OPTIONS_VERSION; for FFI). */
+/** Fills opts with the defaults of `version` (ACC_SGD_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_sgd_options_init(acc_sgd_options *opts, uint32_t version);
 
 #define ACC_ADAMW_OPTIONS_VERSION 1
@@ -45,7 +45,7 @@ typedef struct acc_adamw_options {
 } acc_adamw_options;
 #define ACC_ADAMW_OPTIONS_INIT \
   { sizeof(acc_adamw_options), ACC_ADAMW_OPTIONS_VERSION, 1e-3, 0.9, 0.999, 1e-8, 1e-2 }
-/** Fills opts with the defaults of `version` (ACC_ADAMW_OPTIONS_VERSION; for FFI). */
+/** Fills opts with the defaults of `version` (ACC_ADAMW_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_adamw_options_init(acc_adamw_options *opts, uint32_t version);
 
 /**
@@ -53,8 +53,10 @@ ACC_EXTERN acc_result acc_adamw_options_init(acc_adamw_options *opts, uint32_t v
  * seen; step() then fails). opts NULL: defaults. Parameters whose grad is NULL are skipped.
  * Ownership: the model is borrowed and must outlive the optimizer; release with
  * acc_optimizer_destroy. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_optimizer_create_sgd(acc_optimizer **out, acc_model *m, const acc_sgd_options *opts);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_create_adamw(acc_optimizer **out, acc_model *m,
                                                  const acc_adamw_options *opts);
 /** Some of a model's parameters with their own hyperparameters (torch's param_groups). */
@@ -73,41 +75,47 @@ typedef struct acc_param_group {
  * zeroed), so several optimizers over disjoint parameter sets can share one model (a GAN's
  * generator and discriminator). The other hyperparameters (momentum, betas, eps) come from opts.
  * Ownership and collectiveness as acc_optimizer_create_sgd.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_optimizer_create_sgd_groups(acc_optimizer **out, acc_model *m,
                                                       const acc_param_group *groups, size_t n_groups,
                                                       const acc_sgd_options *opts);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_create_adamw_groups(acc_optimizer **out, acc_model *m,
                                                         const acc_param_group *groups,
                                                         size_t n_groups,
                                                         const acc_adamw_options *opts);
-/** Number of parameter groups (1 for acc_optimizer_create_sgd/adamw; 0 for an invalid handle). */
+/** Number of parameter groups (1 for acc_optimizer_create_sgd/adamw; 0 for an invalid handle). @since 0.1 */
 ACC_EXTERN size_t acc_optimizer_group_count(const acc_optimizer *o);
-/** The lr / weight decay of group `group` (0 when out of range). */
+/** The lr / weight decay of group `group` (0 when out of range). @since 0.1 */
 ACC_EXTERN double acc_optimizer_group_lr(const acc_optimizer *o, size_t group);
+/** @since 0.1 */
 ACC_EXTERN double acc_optimizer_group_weight_decay(const acc_optimizer *o, size_t group);
-/** Sets the lr of one group. */
+/** Sets the lr of one group. @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_set_group_lr(acc_optimizer *o, size_t group, double lr);
-/** 1 when the optimizer updates model parameter `index` (it is in one of its groups). */
+/** 1 when the optimizer updates model parameter `index` (it is in one of its groups). @since 0.1 */
 ACC_EXTERN int acc_optimizer_has_parameter(const acc_optimizer *o, size_t index);
 
-/** Frees the optimizer and its state. Accepts NULL. */
+/** Frees the optimizer and its state. Accepts NULL. @since 0.1 */
 ACC_EXTERN void acc_optimizer_destroy(acc_optimizer *o);
+/** @since 0.1 */
 ACC_EXTERN acc_optimizer_kind acc_optimizer_get_kind(const acc_optimizer *o);
-/** The model the optimizer updates (borrowed). */
+/** The model the optimizer updates (borrowed). @since 0.1 */
 ACC_EXTERN acc_model *acc_optimizer_model(const acc_optimizer *o);
 
-/** One update of every parameter from its gradient (float32 arithmetic, as torch on CPU). */
+/** One update of every parameter from its gradient (float32 arithmetic, as torch on CPU). @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_step(acc_optimizer *o);
-/** Sets every gradient to 0 (PyTorch's set_to_none has no C equivalent: buffers stay). */
+/** Sets every gradient to 0 (PyTorch's set_to_none has no C equivalent: buffers stay). @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_zero_grad(acc_optimizer *o);
 /**
  * The learning rate used by the next step; a scheduler overwrites it on each of its steps.
  * set_lr sets every group's lr (one-group optimizers: the lr); get_lr is group 0's.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_optimizer_set_lr(acc_optimizer *o, double lr);
+/** @since 0.1 */
 ACC_EXTERN double acc_optimizer_get_lr(const acc_optimizer *o);
-/** Number of steps taken (AdamW's bias-correction step). */
+/** Number of steps taken (AdamW's bias-correction step). @since 0.1 */
 ACC_EXTERN int64_t acc_optimizer_step_count(const acc_optimizer *o);
 
 /*
@@ -119,11 +127,12 @@ ACC_EXTERN int64_t acc_optimizer_step_count(const acc_optimizer *o);
  * "weight_decay" are group 0's; each further group g adds "group<g>.lr" and
  * "group<g>.weight_decay". Only the parameters the optimizer updates have state tensors.
  */
-/** Number of state tensors now. */
+/** Number of state tensors now. @since 0.1 */
 ACC_EXTERN size_t acc_optimizer_state_count(const acc_optimizer *o);
 /**
  * State tensor i (< state_count): name, data, numel, ndim and shape (any out may be NULL).
  * Ownership: all pointers are borrowed, valid until the next step/set/destroy. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_optimizer_state_get(const acc_optimizer *o, size_t i, const char **name,
                                               const float **data, size_t *numel, int *ndim,
@@ -132,14 +141,16 @@ ACC_EXTERN acc_result acc_optimizer_state_get(const acc_optimizer *o, size_t i, 
  * Restores one state tensor by name (copies numel floats). An unknown name, a buffer this kind of
  * optimizer does not have, or a shape that differs from the parameter's is ACC_ERR_MISMATCH
  * naming the parameter and both shapes. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const float *data,
                                               size_t numel, int ndim, const int64_t *shape);
-/** Number of scalars and scalar i (name borrowed, static). */
+/** Number of scalars and scalar i (name borrowed, static). @since 0.1 */
 ACC_EXTERN size_t acc_optimizer_scalar_count(const acc_optimizer *o);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_scalar_get(const acc_optimizer *o, size_t i, const char **name,
                                                double *value);
-/** Sets a scalar by name; "kind" must equal this optimizer's kind (ACC_ERR_MISMATCH otherwise). */
+/** Sets a scalar by name; "kind" must equal this optimizer's kind (ACC_ERR_MISMATCH otherwise). @since 0.1 */
 ACC_EXTERN acc_result acc_optimizer_scalar_set(acc_optimizer *o, const char *name, double value);
 
 /* ---- learning-rate schedulers ------------------------------------------------------------ */
@@ -170,7 +181,7 @@ typedef struct acc_scheduler_options {
 } acc_scheduler_options;
 #define ACC_SCHEDULER_OPTIONS_INIT \
   { sizeof(acc_scheduler_options), ACC_SCHEDULER_OPTIONS_VERSION, ACC_SCHEDULER_CONSTANT, 0, 0, 0.5, NULL, NULL }
-/** Fills opts with the defaults of `version` (ACC_SCHEDULER_OPTIONS_VERSION; for FFI). */
+/** Fills opts with the defaults of `version` (ACC_SCHEDULER_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_scheduler_options_init(acc_scheduler_options *opts, uint32_t version);
 
 /**
@@ -178,25 +189,31 @@ ACC_EXTERN acc_result acc_scheduler_options_init(acc_scheduler_options *opts, ui
  * and creation already applies step 0: the optimizer's lr becomes base_lr * factor(0) (0 for
  * warmup schedules with warmup > 0). Ownership: the optimizer is borrowed and must outlive the
  * scheduler; release with acc_scheduler_destroy. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_scheduler_create(acc_scheduler **out, acc_optimizer *o,
                                            const acc_scheduler_options *opts);
+/** @since 0.1 */
 ACC_EXTERN void acc_scheduler_destroy(acc_scheduler *s);
-/** Advances one step: step += 1, optimizer lr = base_lr * factor(step). O(1). */
+/** Advances one step: step += 1, optimizer lr = base_lr * factor(step). O(1). @since 0.1 */
 ACC_EXTERN acc_result acc_scheduler_step(acc_scheduler *s);
-/** The lr set by the last step (or by creation). */
+/** The lr set by the last step (or by creation). @since 0.1 */
 ACC_EXTERN double acc_scheduler_get_last_lr(const acc_scheduler *s);
-/** Checkpoint state: the step count (torch's last_epoch) and base_lr. */
+/** Checkpoint state: the step count (torch's last_epoch) and base_lr. @since 0.1 */
 ACC_EXTERN acc_result acc_scheduler_get_state(const acc_scheduler *s, int64_t *step, double *base_lr);
 /** Restores state and sets the optimizer's lr = base_lr * factor(step). With several parameter
+ * @since 0.1
  * groups base_lr is group 0's; the others are set with acc_scheduler_set_group_base_lr. */
 ACC_EXTERN acc_result acc_scheduler_set_state(acc_scheduler *s, int64_t step, double base_lr);
 /**
  * Parameter groups: the scheduler keeps one base lr per group of its optimizer (each group's lr
  * when the scheduler was created) and sets every group's lr = its base lr * factor(step).
+ * @since 0.1
  */
 ACC_EXTERN size_t acc_scheduler_group_count(const acc_scheduler *s);
+/** @since 0.1 */
 ACC_EXTERN double acc_scheduler_group_base_lr(const acc_scheduler *s, size_t group);
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_scheduler_set_group_base_lr(acc_scheduler *s, size_t group, double base_lr);
 
 /**
@@ -209,6 +226,7 @@ ACC_EXTERN acc_result acc_scheduler_set_group_base_lr(acc_scheduler *s, size_t g
  * different optimizer steps at different process counts). The same schedule then comes out at
  * every process count for the same global batch.
  * acc_accelerator_scheduler_steps does the same from a prepared loader. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_scheduler_training_steps(int64_t batches_per_epoch, int64_t num_epochs,
                                                    int gradient_accumulation_steps, int num_processes,
@@ -224,9 +242,10 @@ ACC_EXTERN acc_result acc_scheduler_training_steps(int64_t batches_per_epoch, in
  * clip_coef < 1 every gradient is multiplied by it. Parameters with a NULL grad are skipped.
  * @param total_norm_out receives the total norm before clipping (may be NULL).
  * Call it after unscaling (acc_grad_scaler_unscale). Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_clip_grad_norm(acc_model *m, float max_norm, double norm_type, float *total_norm_out);
-/** torch.nn.utils.clip_grad_value_: clamps every gradient element to [-clip_value, clip_value]. */
+/** torch.nn.utils.clip_grad_value_: clamps every gradient element to [-clip_value, clip_value]. @since 0.1 */
 ACC_EXTERN acc_result acc_clip_grad_value(acc_model *m, float clip_value);
 
 #ifdef __cplusplus

@@ -56,6 +56,7 @@ typedef struct acc_state_options {
   { sizeof(acc_state_options), ACC_STATE_OPTIONS_VERSION, ACC_UNSET, ACC_PRECISION_UNSET, ACC_UNSET, ACC_UNSET, \
     -1.0 }
 
+/** @since 0.1 */
 ACC_EXTERN acc_result acc_state_options_init(acc_state_options *opts, uint32_t version);
 
 /**
@@ -65,42 +66,57 @@ ACC_EXTERN acc_result acc_state_options_init(acc_state_options *opts, uint32_t v
  * ACC_ERR_INVALID_USAGE error naming the option.
  * @param out  receives the state. Ownership: release with acc_state_destroy.
  * @param opts NULL for all defaults.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_state_create(acc_state **out, const acc_state_options *opts);
 
-/** The existing state, or NULL when none was created. Borrowed. */
+/** The existing state, or NULL when none was created. Borrowed. @since 0.1 */
 ACC_EXTERN acc_state *acc_state_get(void);
 
 /**
  * Drops one reference; the last one leaves the process group and frees everything (Accelerate's
  * destroy_process_group). Not collective, but peers still waiting for this process in a
  * collective are told it left. Accepts NULL.
+ * @since 0.1
  */
 ACC_EXTERN void acc_state_destroy(acc_state *st);
 
+/** @since 0.1 */
 ACC_EXTERN int acc_state_num_processes(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_process_index(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_local_process_index(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_local_num_processes(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_num_machines(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_is_main_process(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_is_local_main_process(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_is_last_process(const acc_state *st);
-/** 1 when the type is not NO and there is more than one process. */
+/** 1 when the type is not NO and there is more than one process. @since 0.1 */
 ACC_EXTERN int acc_state_use_distributed(const acc_state *st);
 /** NO with one process; MULTI_CPU with several, MULTI_GPU once an accelerator trains them on
+ * @since 0.1
  * GPUs (the fake test device included). */
 ACC_EXTERN acc_distributed_type acc_state_distributed_type(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN acc_mixed_precision acc_state_mixed_precision(const acc_state *st);
+/** @since 0.1 */
 ACC_EXTERN int acc_state_debug(const acc_state *st);
-/** Collective timeout in seconds. */
+/** Collective timeout in seconds. @since 0.1 */
 ACC_EXTERN double acc_state_timeout(const acc_state *st);
 /** The device of this process: "cpu" until an accelerator is placed on a GPU, then "cuda:N"
+ * @since 0.1
  * ("fake:N" on the test device), as of the last acc_accelerator_create. Borrowed. */
 ACC_EXTERN const char *acc_state_device(const acc_state *st);
-/** Backend name: "single", "shm" or "mpi". Borrowed. */
+/** Backend name: "single", "shm" or "mpi". Borrowed. @since 0.1 */
 ACC_EXTERN const char *acc_state_backend_name(const acc_state *st);
 /** Where the rank came from: "accelerate", "torchrun", "openmpi", "mpich", "mvapich", "slurm",
+ * @since 0.1
  * "none". Borrowed. */
 ACC_EXTERN const char *acc_state_launcher(const acc_state *st);
 
@@ -113,6 +129,7 @@ ACC_EXTERN const char *acc_state_launcher(const acc_state *st);
  *   Device: cpu
  *   Mixed precision type: no
  * Borrowed; lives as long as the state.
+ * @since 0.1
  */
 ACC_EXTERN const char *acc_state_describe(const acc_state *st);
 
@@ -126,9 +143,11 @@ ACC_EXTERN const char *acc_state_describe(const acc_state *st);
  */
 ACC_EXTERN acc_result acc_state_silence_non_main_stdout(acc_state *st);
 
+/** @since 0.1 */
 ACC_EXTERN const char *acc_distributed_type_name(acc_distributed_type t);
+/** @since 0.1 */
 ACC_EXTERN const char *acc_mixed_precision_name(acc_mixed_precision p);
-/** Parses "no", "fp16", "bf16" (case-insensitive). */
+/** Parses "no", "fp16", "bf16" (case-insensitive). @since 0.1 */
 ACC_EXTERN acc_result acc_mixed_precision_parse(const char *s, acc_mixed_precision *out);
 
 #ifdef __cplusplus

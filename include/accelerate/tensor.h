@@ -27,17 +27,19 @@ typedef struct acc_tensor {
 /**
  * Fills *t as a contiguous row-major view of data. shape entries must be >= 0.
  * Ownership: data stays the caller's. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_tensor_init(acc_tensor *t, void *data, acc_dtype dtype, int ndim, const int64_t *shape);
-/** Number of elements (product of the shape; 1 for a scalar). */
+/** Number of elements (product of the shape; 1 for a scalar). @since 0.1 */
 ACC_EXTERN size_t acc_tensor_numel(const acc_tensor *t);
-/** 1 when the strides are row-major contiguous (dimensions of size 1 ignored). */
+/** 1 when the strides are row-major contiguous (dimensions of size 1 ignored). @since 0.1 */
 ACC_EXTERN int acc_tensor_is_contiguous(const acc_tensor *t);
 
 /**
  * Describes t as a DLTensor on the CPU (device {kDLCPU, 0}, byte_offset 0), zero-copy.
  * out->shape and out->strides point INTO *t: t must stay alive and unchanged while out is used.
  * A non-contiguous t is ACC_ERR_NOT_SUPPORTED. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_tensor_to_dlpack(const acc_tensor *t, DLTensor *out);
 /**
@@ -45,6 +47,7 @@ ACC_EXTERN acc_result acc_tensor_to_dlpack(const acc_tensor *t, DLTensor *out);
  * tensors (kDLCPU only: pinned kDLCUDAHost memory is refused too) with lanes 1 of float 16/32/64,
  * bfloat16, int 32/64 and uint 8, ndim <= ACC_MAX_DIMS, and strides NULL or row-major compact;
  * anything else is ACC_ERR_NOT_SUPPORTED saying what was found. Collective: no.
+ * @since 0.1
  */
 ACC_EXTERN acc_result acc_tensor_from_dlpack(const DLTensor *dl, acc_tensor *out);
 

@@ -78,6 +78,10 @@ void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) 
     case ACC__ORIGIN_PLACEMENT:
       snprintf(buf, cap, "accelerator creation: device choices compared");
       return;
+    case ACC__ORIGIN_JOIN:
+      snprintf(buf, cap, "next_batch_joined: %s",
+               index == 0 ? "batch counts" : index == 1 ? "failing process" : "its error");
+      return;
     default: snprintf(buf, cap, "unknown origin %d", (int)origin); return;
   }
 }

@@ -38,6 +38,7 @@ typedef enum acc__origin {
                                      2 norm, 3 state gather/scatter, 4 stage-2 bucket
                                      reduce, 5 stage-2 chunk all-gather */
   ACC__ORIGIN_PLACEMENT,          /* the device choices compared at accelerator creation */
+  ACC__ORIGIN_JOIN,               /* next_batch_joined: 0 batch counts, 1 failing process, 2 its error */
   ACC__ORIGIN_COUNT_
 } acc__origin;
 

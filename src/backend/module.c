@@ -4,6 +4,7 @@
 #include "core/env.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -54,7 +55,15 @@ static void self_dir(char *dir, size_t n) {
 }
 
 /* Opens path and checks its entry point and tables. ACC_OK with *out set, or an error. */
+/* The dynamic section of this program; absent (NULL) in a fully static (-static, non-PIE) one. */
+extern ElfW(Dyn) _DYNAMIC[] __attribute__((weak));
+
 static acc_result open_module(const char *path, const char *name, const acc__module_ops **out) {
+  if (!_DYNAMIC) /* glibc's dlopen in a static program loads a second libc: it crashes */
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "cannot load the %s module %s: this program is linked fully statically (-static), and a "
+                      "module needs the dynamic loader; link the program without -static (the static library "
+                      "libaccelerate.a is fine), or use a backend without a module (shm, on one machine)", name, path);
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *why = dlerror();

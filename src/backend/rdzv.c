@@ -51,6 +51,11 @@ int acc__proc_alive(pid_t pid, uint64_t start) {
   return start == 0 || now == start;
 }
 
+uint64_t acc__pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 /* ---- tokens ------------------------------------------------------------------------------- */
 
 acc_result acc__random_hex(char *buf, size_t nbytes) {
@@ -177,7 +182,7 @@ void acc__rdzv_token_path(char *out, size_t cap, const char *dir, const char *jo
 
 /* ---- token file --------------------------------------------------------------------------- */
 
-/* File content: "<token> <creator pid> <creator start time>\n". */
+/* File content: "<token> <creator pid> <creator start time> <creator PID namespace>\n". */
 acc_result acc__rdzv_publish_token(const char *path, char *token, size_t cap) {
   if (cap < ACC_RDZV_TOKEN_LEN + 1) return acc__error(ACC_ERR_INTERNAL, "token buffer too small");
   ACC_CHECK(acc__random_hex(token, ACC_RDZV_TOKEN_LEN / 2));
@@ -189,8 +194,8 @@ acc_result acc__rdzv_publish_token(const char *path, char *token, size_t cap) {
     return acc__error(ACC_ERR_SYSTEM, "rank 0: cannot create the rendezvous token file %s: %s", tmp,
                       strerror(errno));
   char line[128];
-  int n = snprintf(line, sizeof line, "%s %ld %llu\n", token, (long)getpid(),
-                   (unsigned long long)acc__proc_start_time(getpid()));
+  int n = snprintf(line, sizeof line, "%s %ld %llu %llu\n", token, (long)getpid(),
+                   (unsigned long long)acc__proc_start_time(getpid()), (unsigned long long)acc__pid_namespace());
   int err = 0;
   if (fchmod(fd, 0600) != 0 || write(fd, line, (size_t)n) != n) err = errno ? errno : EIO;
   if (close(fd) != 0 && !err) err = errno;
@@ -205,7 +210,7 @@ acc_result acc__rdzv_publish_token(const char *path, char *token, size_t cap) {
 
 /* Reads and checks a token file; 1 ok, 0 absent, -1 error (message set when rank >= 0). */
 static int read_token_file(const char *path, int rank, char *token, size_t cap, long *pid,
-                           unsigned long long *start) {
+                           unsigned long long *start, unsigned long long *pidns) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return 0;
@@ -233,8 +238,8 @@ static int read_token_file(const char *path, int rank, char *token, size_t cap, 
   buf[n] = '\0';
   char tok[80];
   long p = 0;
-  unsigned long long s = 0;
-  if (sscanf(buf, "%79s %ld %llu", tok, &p, &s) != 3 || strlen(tok) != ACC_RDZV_TOKEN_LEN ||
+  unsigned long long s = 0, ns = 0; /* no namespace (an older file): unknown */
+  if (sscanf(buf, "%79s %ld %llu %llu", tok, &p, &s, &ns) < 3 || strlen(tok) != ACC_RDZV_TOKEN_LEN ||
       (token && strlen(tok) >= cap)) {
     if (rank >= 0)
       acc__error(ACC_ERR_SYSTEM, "rank %d: the rendezvous token file %s is malformed", rank, path);
@@ -250,20 +255,28 @@ static int read_token_file(const char *path, int rank, char *token, size_t cap, 
   if (token) snprintf(token, cap, "%s", tok);
   if (pid) *pid = p;
   if (start) *start = s;
+  if (pidns) *pidns = ns;
   return 1;
 }
 
 int acc__rdzv_read_token(const char *path, int rank, char *token, size_t cap) {
-  return read_token_file(path, rank, token, cap, NULL, NULL);
+  return read_token_file(path, rank, token, cap, NULL, NULL, NULL);
 }
 
 void acc__rdzv_remove_token(const char *path, const char *token) {
   char cur[80];
-  if (read_token_file(path, -1, cur, sizeof cur, NULL, NULL) == 1 && strcmp(cur, token) == 0)
+  if (read_token_file(path, -1, cur, sizeof cur, NULL, NULL, NULL) == 1 && strcmp(cur, token) == 0)
     unlink(path);
 }
 
 /* ---- reclaim ------------------------------------------------------------------------------ */
+
+/* A creator recorded in our PID namespace that is dead. A pid from another namespace (or an
+ * unknown one) says nothing here: the segment or file is left alone. */
+static int creator_dead(pid_t pid, uint64_t start, uint64_t pidns) {
+  const uint64_t mine = acc__pid_namespace();
+  return mine != 0 && pidns == mine && !acc__proc_alive(pid, start);
+}
 
 /* A segment of ours whose header names a creator that is dead. */
 static int segment_is_stale(const char *path) {
@@ -275,7 +288,7 @@ static int segment_is_stale(const char *path) {
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
       (size_t)st.st_size >= sizeof h && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
       h.magic == ACC_SHM_MAGIC && h.version == ACC_SHM_VERSION && h.creator_pid > 0)
-    stale = !acc__proc_alive((pid_t)h.creator_pid, h.creator_start);
+    stale = creator_dead((pid_t)h.creator_pid, h.creator_start, h.creator_pidns);
   close(fd);
   return stale;
 }
@@ -300,9 +313,9 @@ int acc__rdzv_reclaim(const char *runtime_dir) {
       char path[PATH_MAX];
       snprintf(path, sizeof path, "%s/%s", runtime_dir, e->d_name);
       long pid = 0;
-      unsigned long long start = 0;
-      int r = strstr(e->d_name, ".tmp-") ? 0 : read_token_file(path, -1, NULL, 0, &pid, &start);
-      if (r == 1 && !acc__proc_alive((pid_t)pid, start) && unlink(path) == 0) n++;
+      unsigned long long start = 0, pidns = 0;
+      int r = strstr(e->d_name, ".tmp-") ? 0 : read_token_file(path, -1, NULL, 0, &pid, &start, &pidns);
+      if (r == 1 && creator_dead((pid_t)pid, start, pidns) && unlink(path) == 0) n++;
     }
     closedir(d);
   }

@@ -28,6 +28,10 @@ uint64_t acc__proc_start_time(pid_t pid);
 
 /* 1 when the process (pid, start time) still runs, 0 when it is gone. */
 int acc__proc_alive(pid_t pid, uint64_t start);
+/* This process's PID namespace (the inode of /proc/self/ns/pid), 0 when it cannot be read. A
+ * recorded pid is judged (alive or dead) only by processes of the same namespace: containers
+ * sharing /dev/shm see each other's segments but not each other's pids. */
+uint64_t acc__pid_namespace(void);
 
 /* Fills buf with 2 * nbytes random hex characters (+ NUL); nbytes <= 64. */
 acc_result acc__random_hex(char *buf, size_t nbytes);

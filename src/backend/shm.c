@@ -144,6 +144,7 @@ static acc_result create_segment(shm_be *s) {
   early.version = ACC_SHM_VERSION;
   early.creator_pid = (int32_t)getpid();
   early.creator_start = acc__proc_start_time(getpid());
+  early.creator_pidns = acc__pid_namespace();
   int err = fchmod(fd, 0600) != 0 ? errno : 0; /* whatever the umask: the others check 0600 */
   if (!err) err = ftruncate(fd, (off_t)total) != 0 ? errno : 0;
   if (!err && pwrite(fd, &early, sizeof early, 0) != (ssize_t)sizeof early)

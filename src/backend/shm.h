@@ -25,6 +25,8 @@ typedef struct acc__shm_header {
   uint32_t reserved;
   uint64_t creator_start; /* its start time (/proc/<pid>/stat), against pid reuse */
   _Atomic uint32_t ready; /* set by rank 0 when everything below is initialized */
+  uint64_t creator_pidns; /* the creator's PID namespace (inode of /proc/self/ns/pid; 0: unknown):
+                             its pid means something only to processes of the same namespace */
   /* Futex word + sleeper count, on their own cache line. */
   _Alignas(ACC_SHM_LINE) _Atomic uint32_t futex_word;
   _Atomic uint32_t sleepers;

@@ -269,6 +269,17 @@ acc_result acc__ckpt_list(const char *base, int include_incomplete, acc__ckpt_en
 }
 
 acc_result acc__ckpt_remove(const char *dir) {
+  /* A checkpoint_N that is a symlink (e.g. to another run's checkpoint) is pruned by removing
+   * the link only: nothing is deleted through a link the library did not create. */
+  struct stat lst;
+  if (lstat(dir, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    if (unlink(dir) != 0 && errno != ENOENT)
+      return acc__error(ACC_ERR_IO, "could not remove the link '%s': %s", dir, strerror(errno));
+    char *parent = acc__path_dirname(dir);
+    acc_result rc = parent ? acc__fsync_dir(parent) : ACC_ERR_NOMEM;
+    acc__free(parent);
+    return rc;
+  }
   char *marker = acc__path_join(dir, ACC_CHECKPOINT_MARKER);
   if (!marker) return ACC_ERR_NOMEM;
   acc_result rc = ACC_OK;

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "ckpt/accel_state.h"
+#include "ckpt/load_snapshot.h"
 #include "core/fs.h"
 #include "core/json_util.h"
 #include "core/log.h"
@@ -154,6 +155,30 @@ static acc_result check_meta(acc__accel_parts *p, const char *dir, remap_note *n
   return rc;
 }
 
+/* Every state tensor the optimizer has must be in the file (SGD before its first step: all or
+ * none), or the resume would silently continue from other state. */
+static acc_result check_optimizer_tensors(const acc_optimizer *o, const acc_safetensors *f, const char *path, int i,
+                                          int required) {
+  const acc_model *m = acc_optimizer_model(o);
+  size_t missing = 0, expected = 0;
+  const char *first = NULL;
+  for (size_t k = 0; k < acc_model_num_parameters(m); k++)
+    for (int b = 0; acc__optimizer_param_group(o, k) >= 0 && acc__optimizer_state_name(o, k, b); b++) {
+      acc_tensor_view tv;
+      const char *name = acc__optimizer_state_name(o, k, b);
+      expected++;
+      if (acc_safetensors_find(f, name, &tv) == ACC_OK) continue;
+      if (!first) first = name;
+      missing++;
+    }
+  if (missing && required)
+    return acc__error(ACC_ERR_FORMAT,
+                      "'%s': optimizer %d state tensor '%s' is missing (%zu of the %zu state tensors this optimizer "
+                      "has are not in the file): the checkpoint is incomplete or from another model", path, i, first,
+                      missing, expected);
+  return ACC_OK;
+}
+
 static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
   char *path = acc__state_file_name(dir, "optimizer", i, ".json");
   if (!path) return ACC_ERR_NOMEM;
@@ -190,6 +215,9 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
       }
     }
   }
+  /* AdamW's buffers exist from creation; SGD's momentum buffers after the first step. */
+  double kind = json_number_value(json_object_get(j, "kind")), step = json_number_value(json_object_get(j, "step"));
+  const int all_required = kind == 1 || (step > 0 && json_number_value(json_object_get(j, "momentum")) != 0);
   json_decref(j);
   acc__free(path);
   if (rc != ACC_OK) return rc;
@@ -198,6 +226,7 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
   acc_safetensors *f = NULL;
   rc = acc_safetensors_open(&f, path);
   size_t n = rc == ACC_OK ? acc_safetensors_count(f) : 0;
+  if (rc == ACC_OK) rc = check_optimizer_tensors(o, f, path, i, all_required || n > 0);
   float *tmp = NULL;
   size_t tmp_cap = 0;
   for (size_t k = 0; k < n && rc == ACC_OK; k++) {
@@ -541,8 +570,14 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   if (rc != ACC_OK) return rc;
   remap_note note;
   memset(&note, 0, sizeof note);
-  rc = acc__state_agree(p.st, load_all(&p, dir, &note), "load_state");
+  /* Everything load_state may change is copied first and put back if any process fails, so a
+   * failed load leaves the prepared objects exactly as they were. */
+  acc__load_snapshot *snap = NULL;
+  rc = acc__load_snapshot_take(&p, &snap);
+  rc = acc__state_agree(p.st, rc == ACC_OK ? load_all(&p, dir, &note) : rc, "load_state");
   if (rc == ACC_OK) rc = check_positions(&p, dir);
+  if (rc != ACC_OK && snap) acc__load_snapshot_restore(snap, &p);
+  acc__load_snapshot_free(snap, &p);
   if (rc != ACC_OK) return rc;
   if (note.saved_np != acc_state_num_processes(p.st))
     acc__log(ACC_LOG_WARNING, "load_state: resumed a %lld-process checkpoint '%s' on %d process%s: %s; model, "

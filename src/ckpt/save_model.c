@@ -542,7 +542,8 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
   acc_clear_error();
   if (o.strict && (r->n_missing || r->n_mismatched || r->n_unexpected)) {
     if (dropped) snprintf(msg + mlen, sizeof msg - mlen, "; and %zu more", dropped);
-    rc = acc__error(ACC_ERR_MISMATCH, "%s (nothing was loaded; pass strict = 0 to load the matching tensors)", msg);
+    rc = acc__error(ACC_ERR_MISMATCH, "%s (nothing was loaded; to load only the matching tensors, call acc_load_checkpoint_in_model with "
+                    "options.strict = 0)", msg);
     goto done;
   }
   for (size_t i = 0; i < np; i++) {

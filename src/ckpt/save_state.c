@@ -67,7 +67,10 @@ static acc_result save_optimizer(acc_optimizer *o, const char *dir, int i) {
     const char *name;
     double v;
     rc = acc_optimizer_scalar_get(o, k, &name, &v);
-    if (rc == ACC_OK && json_object_set_new(j, name, json_real(v)) != 0)
+    /* counters and switches as integers (kind, step, nesterov), the rest as reals (exact) */
+    const int integral = rc == ACC_OK && (!strcmp(name, "kind") || !strcmp(name, "step") || !strcmp(name, "nesterov")) &&
+                         v == (double)(json_int_t)v;
+    if (rc == ACC_OK && json_object_set_new(j, name, integral ? json_integer((json_int_t)v) : json_real(v)) != 0)
       rc = acc__error(ACC_ERR_NOMEM, "out of memory saving optimizer %d", (int)i);
   }
   path = acc__state_file_name(dir, "optimizer", i, ".json");

@@ -297,7 +297,7 @@ static int config_default(int argc, char **argv) {
   struct stat sb;
   if (stat(path, &sb) == 0) {
     printf("Configuration already exists at %s, will not override. Run `accelerate config` manually "
-           "or pass a different `save_location`.\n", path);
+           "or pass another path with --config_file PATH.\n", path);
     return 0;
   }
   /* Accelerate's detected setup: one process per GPU (MULTI_GPU with several), else the CPU. */

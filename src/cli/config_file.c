@@ -76,9 +76,14 @@ void acc_cli_config_init(acc_cli_cfg *cfg) { memset(cfg, 0, sizeof *cfg); }
 acc_result acc_cli_config_dir(char *buf, size_t len) {
   const char *hf = acc__env_str("HF_HOME"), *xdg = acc__env_str("XDG_CACHE_HOME");
   const char *home = acc__env_str("HOME");
+  /* A leading "~" or "~/" is the home directory, as Accelerate's os.path.expanduser does (a
+   * quoted "~/x" in an environment file is not expanded by the shell). */
+  const char *base = hf && *hf ? hf : xdg && *xdg ? xdg : NULL;
+  const char *tilde = base && base[0] == '~' && (base[1] == '/' || !base[1]) && home && *home ? home : "";
+  if (*tilde) base++;
   int n;
-  if (hf && *hf) n = snprintf(buf, len, "%s/accelerate", hf);
-  else if (xdg && *xdg) n = snprintf(buf, len, "%s/huggingface/accelerate", xdg);
+  if (hf && *hf) n = snprintf(buf, len, "%s%s/accelerate", tilde, base);
+  else if (xdg && *xdg) n = snprintf(buf, len, "%s%s/huggingface/accelerate", tilde, base);
   else if (home && *home) n = snprintf(buf, len, "%s/.cache/huggingface/accelerate", home);
   else
     return acc__error(ACC_ERR_INVALID_USAGE, "cannot locate the config directory: none of HF_HOME, "
@@ -111,6 +116,12 @@ acc_result acc_cli_config_find(const char *explicit_path, char *buf, size_t len,
   }
   ACC_CHECK(acc_cli_config_default_path(buf, len));
   *found = stat(buf, &sb) == 0;
+  size_t l = strlen(buf);
+  if (!*found && l > 5 && l + 1 <= len) { /* Accelerate's fallback: a legacy default_config.json */
+    strcpy(buf + l - 5, ".json");
+    *found = stat(buf, &sb) == 0;
+    if (!*found) strcpy(buf + l - 5, ".yaml");
+  }
   return ACC_OK;
 }
 

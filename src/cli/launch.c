@@ -46,6 +46,11 @@ typedef struct launch_args {
   const char *mpirun_hostfile;
   long mpirun_ccl;
   long zero_stage;
+  /* Hugging Face Accelerate's, accepted like their config keys: dynamo_backend is exported, the
+   * others are not used */
+  const char *dynamo_backend, *main_training_function;
+  int downcast_bf16;
+  long gradient_accumulation_steps;
   const acc_cli_cfg *cfg; /* the config file used, or NULL */
   char **prog; /* program and its arguments, NULL-terminated */
 } launch_args;
@@ -111,6 +116,13 @@ static const option_def options[] = {
     {"--zero_stage", NULL, INT, OFF(zero_stage), "none",
      "ZeRO stage: 0 off, 1 optimizer state sharded across processes, 2 also the averaged "
      "gradients; exported as ACCELERATE_ZERO_STAGE (cfg zero_stage)"},
+    {"--dynamo_backend", NULL, STR, OFF(dynamo_backend), "no",
+     "exported as ACCELERATE_DYNAMO_BACKEND, upper-case (nothing is compiled; cfg dynamo_config.dynamo_backend)"},
+    {"--downcast_bf16", NULL, FLAG, OFF(downcast_bf16), "off", "accepted, not used (TPU; cfg downcast_bf16)"},
+    {"--main_training_function", NULL, STR, OFF(main_training_function), "main",
+     "accepted, not used (TPU; cfg main_training_function)"},
+    {"--gradient_accumulation_steps", NULL, INT, OFF(gradient_accumulation_steps), "none",
+     "accepted, not used (DeepSpeed's; set acc_accelerator_options.gradient_accumulation_steps)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -374,11 +386,17 @@ static int validate(launch_args *a) {
     snprintf(buf, sizeof buf, "%ld", a->num_processes);
     return usage_error("--num_processes %s is too large (at most 65536)%s", buf, "");
   }
-  if (a->max_restarts < 0) return usage_error("--max_restarts must be >= 0%s%s", "", "");
+  if (a->max_restarts < 0 || a->max_restarts > 2147483647L) {
+    snprintf(buf, sizeof buf, "%ld", a->max_restarts);
+    return usage_error("--max_restarts %s is out of range (0..2147483647, as ACCELERATE_RESTART_COUNT)%s", buf, "");
+  }
   if (a->machine_rank < 0) return usage_error("--machine_rank must be >= 0%s%s", "", "");
   if (a->main_process_port < 0) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
-  if (a->num_cpu_threads_per_process != UNSET && a->num_cpu_threads_per_process < 1)
-    return usage_error("--num_cpu_threads_per_process must be at least 1%s%s", "", "");
+  if (a->num_cpu_threads_per_process != UNSET &&
+      (a->num_cpu_threads_per_process < 1 || a->num_cpu_threads_per_process > 65536)) {
+    snprintf(buf, sizeof buf, "%ld", a->num_cpu_threads_per_process);
+    return usage_error("--num_cpu_threads_per_process %s is out of range (1..65536, as OMP_NUM_THREADS)%s", buf, "");
+  }
   if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
     return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
   if (a->zero_stage != UNSET && (a->zero_stage < 0 || a->zero_stage > 2)) {
@@ -535,10 +553,11 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
   {
     const acc_cli_cfg *c = a->cfg;
     char up[64] = "NO";
-    if (c && c->dynamo_backend.set && c->dynamo_backend.s[0]) {
+    const char *db = a->dynamo_backend ? a->dynamo_backend
+                     : c && c->dynamo_backend.set && c->dynamo_backend.s[0] ? c->dynamo_backend.s : NULL;
+    if (db && *db) { /* the flag wins over the file */
       size_t k = 0;
-      for (; c->dynamo_backend.s[k] && k + 1 < sizeof up; k++)
-        up[k] = (char)((c->dynamo_backend.s[k] >= 'a' && c->dynamo_backend.s[k] <= 'z') ? c->dynamo_backend.s[k] - 32 : c->dynamo_backend.s[k]);
+      for (; db[k] && k + 1 < sizeof up; k++) up[k] = (char)(db[k] >= 'a' && db[k] <= 'z' ? db[k] - 32 : db[k]);
       up[k] = '\0';
     }
     rc |= env_set(e, "ACCELERATE_DYNAMO_BACKEND", up);
@@ -672,6 +691,7 @@ int acc_cli_launch(int argc, char **argv) {
   a.max_restarts = UNSET;
   a.mpirun_ccl = UNSET;
   a.zero_stage = UNSET;
+  a.gradient_accumulation_steps = UNSET;
   a.monitor_interval = NAN;
   int rc = parse_args(argc, argv, &a);
   if (rc < 0) return 0;
@@ -711,6 +731,10 @@ int acc_cli_launch(int argc, char **argv) {
     return 1;
   }
   for (int i = 0; i < n; i++) ranks[i] = (int)(a.machine_rank * local) + i;
+  if (a.log_dir && *a.log_dir && acc_cli_mkdirs(a.log_dir) != ACC_OK) { /* created as torchrun does */
+    fprintf(stderr, WHO ": cannot create the log directory %s: %s\n", a.log_dir, acc_last_error());
+    return 1;
+  }
   int status = 0;
   char run_id[64];
   for (long attempt = 0;; attempt++) {

@@ -4,6 +4,7 @@
 
 #include "accelerate.h"
 #include "cli/cli.h"
+#include "core/fs.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  acc__reserve_std_fds(); /* before the board or any file: none may become a rank's stdout */
   if (argc < 2) {
     usage(stderr);
     return 1;

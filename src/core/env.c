@@ -109,6 +109,7 @@ ROW("OPENBLAS_NUM_THREADS", INT, 1, 65536, NULL, "same as OMP_NUM_THREADS", LIB 
 ROW("PATH", STRING, 0, 0, NULL, "", CLI, "Where accelerate launch looks for the program, and accelerate env for nvidia-smi.")
 ROW("HF_HOME", STRING, 0, 0, NULL, "", CLI, "The config directory is $HF_HOME/accelerate when set.")
 ROW("XDG_CACHE_HOME", STRING, 0, 0, NULL, "", CLI, "Else $XDG_CACHE_HOME/huggingface/accelerate.")
+ROW("TERM", STRING, 0, 0, NULL, "", LIB, "dumb: the progress bar redraws with carriage returns and spaces only (no escape sequences).")
 ROW("HOME", STRING, 0, 0, NULL, "", CLI | LIB, "Else $HOME/.cache/huggingface/accelerate; the library's last choice for the rendezvous token directory ($HOME/.cache/accelerate-run).")
 };
 /* clang-format on */

@@ -311,3 +311,11 @@ acc_result acc__fsync_tree(const char *dir) {
   if (rc == ACC_OK) rc = acc__fsync_dir(dir);
   return rc;
 }
+
+void acc__reserve_std_fds(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY); /* the lowest free descriptor: fd */
+    if (n >= 0 && n != fd) close(n); /* cannot happen (fd is the lowest free one); never keep a stray */
+  }
+}

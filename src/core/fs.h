@@ -50,6 +50,11 @@ char *acc__path_join(const char *a, const char *b);
 /* The directory part of path ("." when none). malloc'd. */
 char *acc__path_dirname(const char *path);
 
+/* Descriptors 0, 1 and 2 that are closed are opened on /dev/null, so that nothing the
+ * library or the launcher creates afterwards (a segment, the launcher's board, a tracker file)
+ * becomes a process's standard input, output or error. Called before creating anything. */
+void acc__reserve_std_fds(void);
+
 /* Test hook: when non-NULL, called with a short phase name at each durable step of a commit
  * and of acc__write_fd_atomic ("tmp-written", "renamed", ...). Not thread-safe; tests only. */
 extern void (*acc__fs_progress_hook)(const char *phase);

@@ -36,6 +36,10 @@ acc_result acc_log_ex(acc_logger *lg, int level, int flags, const char *fmt, ...
   int rank = acc__obs_rank();
   va_list ap;
   acc_state *st = acc_state_get();
+  if ((flags & ACC_LOG_IN_ORDER) && !st) /* as Accelerate's logging adapter raises */
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_log_ex(ACC_LOG_IN_ORDER): you must initialize the accelerate state (acc_state_create or "
+                      "acc_accelerator_create) before logging in process order");
   if (!(flags & ACC_LOG_IN_ORDER) || !st || acc_state_num_processes(st) == 1) {
     if (enabled && (rank == 0 || (flags & (ACC_LOG_ALL_PROCESSES | ACC_LOG_IN_ORDER)))) {
       va_start(ap, fmt);

@@ -24,9 +24,14 @@ typedef struct series {
 
 typedef struct run {
   char *label;
+  char *path; /* as given: the label when another run has the same name */
   series *s;
   size_t ns;
+  json_t *index; /* series name -> position in s (a hash: no quadratic search) */
 } run;
+
+#define MAX_PANELS 64 /* more metrics than this: the rest are named in a warning, not drawn */
+#define MAX_TICKS 100 /* per axis, whatever the range and its floating-point precision */
 
 static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};
@@ -56,21 +61,34 @@ static void free_runs(run *runs, size_t n) {
     }
     free(runs[r].s);
     free(runs[r].label);
+    free(runs[r].path);
+    json_decref(runs[r].index);
   }
   free(runs);
 }
 
 static series *find_series(run *r, const char *name) {
-  for (size_t i = 0; i < r->ns; i++)
-    if (strcmp(r->s[i].name, name) == 0) return &r->s[i];
-  series *s = realloc(r->s, (r->ns + 1) * sizeof *s);
-  if (!s) return NULL;
-  r->s = s;
-  s = &r->s[r->ns];
+  json_t *at = json_object_get(r->index, name);
+  if (at) return &r->s[json_integer_value(at)];
+  if (r->ns % 64 == 0) { /* grown in blocks */
+    series *s = realloc(r->s, (r->ns + 64) * sizeof *s);
+    if (!s) return NULL;
+    r->s = s;
+  }
+  series *s = &r->s[r->ns];
   *s = (series){strdup(name), NULL, NULL, 0, 0};
-  if (!s->name) return NULL;
+  if (!s->name || json_object_set_new(r->index, name, json_integer((json_int_t)r->ns)) != 0) {
+    free(s->name);
+    return NULL;
+  }
   r->ns++;
   return s;
+}
+
+/* The series of `name` in run r, or NULL. */
+static series *lookup_series(const run *r, const char *name) {
+  json_t *at = json_object_get(r->index, name);
+  return at ? &r->s[json_integer_value(at)] : NULL;
 }
 
 static int push(series *s, double x, double y) {
@@ -111,7 +129,9 @@ static acc_result load_run(const char *dir, run *r) {
   while (l > 1 && label[l - 1] == '/') label[--l] = '\0';
   const char *slash = strrchr(label, '/');
   r->label = strdup(slash && slash[1] ? slash + 1 : label);
-  if (!r->label) {
+  r->path = strdup(label);
+  r->index = json_object();
+  if (!r->label || !r->path || !r->index) {
     fclose(f);
     return acc__error(ACC_ERR_NOMEM, "plot: out of memory");
   }
@@ -215,13 +235,20 @@ static void step_range(run *runs, size_t nr, double *x0, double *x1) {
       }
 }
 
-static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *runs, size_t nr) {
-  double x0, x1, y0 = INFINITY, y1 = -INFINITY;
-  step_range(runs, nr, &x0, &x1);
-  for (size_t r = 0; r < nr; r++)
-    for (size_t i = 0; i < runs[r].ns; i++) {
-      series *s = &runs[r].s[i];
-      if (strcmp(s->name, metric) != 0) continue;
+/* Ticks from lo to hi every st: how many intervals, capped (a range far below the values'
+ * precision, e.g. steps 2^51 and 2^51 + 1, must not loop or write gigabytes). */
+static int tick_count(double lo, double hi, double st) {
+  double n = (hi - lo) / st;
+  if (!isfinite(n) || n < 0) return 0;
+  return n > MAX_TICKS ? MAX_TICKS : (int)llround(n);
+}
+
+static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *runs, size_t nr, double x0,
+                       double x1) {
+  double y0 = INFINITY, y1 = -INFINITY;
+  for (size_t r = 0; r < nr; r++) {
+    series *s = lookup_series(&runs[r], metric);
+    if (s)
       for (size_t k = 0; k < s->n; k++) {
         if (!isfinite(s->y[k])) continue;
         y0 = fmin(y0, s->y[k]);
@@ -230,7 +257,10 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
     }
   if (!(x0 <= x1)) x0 = 0, x1 = 1;
   if (!(y0 <= y1)) y0 = 0, y1 = 1;
-  if (x1 - x0 < 1e-12) x0 -= 1, x1 += 1;
+  if (x1 - x0 < 1e-12 * fmax(1.0, fabs(x0))) {
+    double d = fmax(1.0, fabs(x0) * 1e-9);
+    x0 -= d, x1 += d;
+  }
   if (y1 - y0 < 1e-12 * fmax(1.0, fabs(y0))) {
     double d = fabs(y0) > 0 ? fabs(y0) * 0.1 : 1;
     y0 -= d, y1 += d;
@@ -255,8 +285,8 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
           "stroke=\"#444\"/>\n",
           ax, ay, aw, ah);
   char buf[64];
-  for (double v = x0; v <= x1 + xs * 1e-6; v += xs) {
-    double px = SX(v);
+  for (int t = 0, nt = tick_count(x0, x1, xs); t <= nt; t++) {
+    double v = x0 + t * xs, px = SX(v);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", px, ay,
             px, ay + ah);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", px,
@@ -265,8 +295,8 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
             px, ay + ah + 17, buf);
   }
-  for (double v = y0; v <= y1 + ys * 1e-6; v += ys) {
-    double py = SY(v);
+  for (int t = 0, nt = tick_count(y0, y1, ys); t <= nt; t++) {
+    double v = y0 + t * ys, py = SY(v);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>", ax, py,
             ax + aw, py);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>", ax - 5,
@@ -286,10 +316,9 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
   xml_text(f, title);
   if (unit) fprintf(f, " (%s)", unit);
   fprintf(f, "</text>\n");
-  for (size_t r = 0; r < nr; r++)
-    for (size_t i = 0; i < runs[r].ns; i++) {
-      series *s = &runs[r].s[i];
-      if (strcmp(s->name, metric) != 0 || s->n == 0) continue;
+  for (size_t r = 0; r < nr; r++) {
+    series *s = lookup_series(&runs[r], metric);
+    if (s && s->n) {
       const char *color = palette[r % NCOLORS];
       fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"", color);
       for (size_t k = 0; k < s->n; k++)
@@ -299,6 +328,7 @@ static void draw_panel(FILE *f, double ox, double oy, const char *metric, run *r
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", SX(s->x[0]),
                 SY(s->y[0]), color);
     }
+  }
   fprintf(f, "</g>\n");
 #undef SX
 #undef SY
@@ -356,20 +386,32 @@ acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_
   }
   /* metric names: the known ones first, then the others sorted */
   char **metrics = NULL;
-  size_t nm = 0;
+  size_t nm = 0, total = 0;
+  json_t *seen = json_object();
+  if (!seen && rc == ACC_OK) rc = acc__error(ACC_ERR_NOMEM, "plot: out of memory");
+  for (size_t r = 0; r < n && rc == ACC_OK; r++) total += runs[r].ns;
+  if (rc == ACC_OK && !(metrics = malloc((total ? total : 1) * sizeof *metrics)))
+    rc = acc__error(ACC_ERR_NOMEM, "plot: out of memory");
   for (size_t r = 0; r < n && rc == ACC_OK; r++)
     for (size_t i = 0; i < runs[r].ns; i++) {
-      size_t k = 0;
-      while (k < nm && strcmp(metrics[k], runs[r].s[i].name) != 0) k++;
-      if (k < nm) continue;
-      char **m = realloc(metrics, (nm + 1) * sizeof *m);
-      if (!m) {
-        rc = acc__error(ACC_ERR_NOMEM, "plot: out of memory");
-        break;
-      }
-      metrics = m;
+      if (json_object_get(seen, runs[r].s[i].name)) continue;
+      json_object_set_new(seen, runs[r].s[i].name, json_true());
       metrics[nm++] = runs[r].s[i].name;
     }
+  json_decref(seen);
+  /* Runs of the same name (a/run, b/run) are told apart by the path they were given as. */
+  char *dup = rc == ACC_OK ? calloc(n, 1) : NULL;
+  for (size_t r = 0; dup && r < n; r++)
+    for (size_t q = 0; q < n && !dup[r]; q++)
+      dup[r] = q != r && !strcmp(runs[q].label, runs[r].label) && strcmp(runs[q].path, runs[r].path);
+  for (size_t r = 0; dup && r < n; r++) {
+    char *l = dup[r] ? strdup(runs[r].path) : NULL;
+    if (l) {
+      free(runs[r].label);
+      runs[r].label = l;
+    }
+  }
+  free(dup);
   if (rc == ACC_OK) {
     size_t front = 0;
     for (size_t k = 0; k < NKNOWN; k++)
@@ -381,6 +423,15 @@ acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_
           break;
         }
     if (nm > front) qsort(metrics + front, nm - front, sizeof *metrics, cmp_str);
+    if (nm > MAX_PANELS) {
+      char names[512] = "";
+      for (size_t k = MAX_PANELS; k < nm && k < MAX_PANELS + 8; k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s\"%s\"", k > MAX_PANELS ? ", " : "",
+                 metrics[k]);
+      acc__log(ACC_LOG_WARNING, "plot: %zu metrics, at most %d panels are drawn; not drawn: %s%s", nm, MAX_PANELS,
+               names, nm > MAX_PANELS + 8 ? ", ..." : "");
+      nm = MAX_PANELS;
+    }
   }
   FILE *f = NULL;
   if (rc == ACC_OK) {
@@ -410,9 +461,11 @@ acc_result acc_plot_runs(const char *const *run_dirs, size_t n, const char *svg_
       xml_text(f, runs[r].label);
       fprintf(f, "</text>\n");
     }
+    double x0, x1; /* every panel shares the step axis */
+    step_range(runs, n, &x0, &x1);
     for (size_t k = 0; k < nm; k++)
       draw_panel(f, (double)(k % (size_t)cols) * PW, legend_h + (double)(k / (size_t)cols) * PH,
-                 metrics[k], runs, n);
+                 metrics[k], runs, n, x0, x1);
     fprintf(f, "</svg>\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) rc = acc__error(ACC_ERR_IO, "plot: writing \"%s\" failed", svg_path);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/log.h"
 
 #define PROGRESS_MAGIC 0x41435052u /* "ACPR" */
@@ -19,6 +20,8 @@ struct acc_progress {
   double start_s, last_draw_s;
   char line[256]; /* TTY: what is on screen now */
   int drawn;      /* TTY: line is on screen without its newline */
+  int dumb;       /* TERM=dumb: no escape sequences, the previous line is padded over instead */
+  size_t shown_len; /* TTY: length of the line on screen */
 };
 
 static acc_progress *on_screen; /* the bar the logger must step around (under the term lock) */
@@ -48,6 +51,8 @@ acc_result acc_progress_create(acc_progress **out, acc_state *st, const char *la
   p->total = total;
   p->every = o.every_percent;
   p->tty = p->out ? (o.tty == ACC_UNSET ? isatty(fileno(p->out)) : o.tty != 0) : 0;
+  const char *term = acc__env_str("TERM");
+  p->dumb = term && strcmp(term, "dumb") == 0;
   p->start_s = acc__now();
   p->last_draw_s = -1.0;
   *out = p;
@@ -55,7 +60,8 @@ acc_result acc_progress_create(acc_progress **out, acc_state *st, const char *la
 }
 
 static int format_duration(char *buf, size_t len, double s) {
-  if (s < 0) s = 0;
+  if (!(s >= 0)) s = 0; /* negative or NaN */
+  if (s >= 360000000.0) return snprintf(buf, len, ">100000:00:00"); /* (an unknown total: UINT64_MAX) */
   unsigned long t = (unsigned long)(s + 0.5);
   if (t >= 3600) return snprintf(buf, len, "%lu:%02lu:%02lu", t / 3600, t / 60 % 60, t % 60);
   return snprintf(buf, len, "%lu:%02lu", t / 60, t % 60);
@@ -87,8 +93,13 @@ int acc_progress_format(const acc_progress *p, double elapsed_s, char *buf, size
 /* Under the term lock. */
 static void put_line(acc_progress *p, int final) {
   if (p->tty) {
-    /* "\033[K" clears what a longer previous line left behind. */
-    fprintf(p->out, "\r%s\033[K%s", p->line, final ? "\n" : "");
+    /* "\033[K" clears what a longer previous line left behind; TERM=dumb: spaces do. */
+    size_t len = strlen(p->line);
+    if (p->dumb)
+      fprintf(p->out, "\r%s%*s%s", p->line, p->shown_len > len ? (int)(p->shown_len - len) : 0, "", final ? "\n" : "");
+    else
+      fprintf(p->out, "\r%s\033[K%s", p->line, final ? "\n" : "");
+    p->shown_len = final ? 0 : len;
     p->drawn = !final;
     on_screen = final ? (on_screen == p ? NULL : on_screen) : p;
   } else {
@@ -112,7 +123,10 @@ static void draw(acc_progress *p, double elapsed_s, int final) {
 static void progress_hide(void) {
   acc_progress *p = on_screen;
   if (p && p->drawn) {
-    fputs("\r\033[K", p->out);
+    if (p->dumb)
+      fprintf(p->out, "\r%*s\r", (int)p->shown_len, "");
+    else
+      fputs("\r\033[K", p->out);
     fflush(p->out);
   }
 }
@@ -120,7 +134,7 @@ static void progress_hide(void) {
 static void progress_show(void) {
   acc_progress *p = on_screen;
   if (p && p->drawn) {
-    fprintf(p->out, "\r%s\033[K", p->line);
+    fprintf(p->out, p->dumb ? "\r%s" : "\r%s\033[K", p->line);
     fflush(p->out);
   }
 }

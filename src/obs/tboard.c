@@ -242,6 +242,18 @@ static acc_result write_summary_event(acc__tb *t, pb *summary, int64_t step) {
   return ACC_OK;
 }
 
+acc_result acc__tb_purge_from(acc__tb *t, int64_t step) {
+  pb log = {0}, ev = {0};
+  pb_int(&log, 1, 1); /* SessionLog.status = START */
+  pb_double(&ev, 1, wall_now());
+  pb_int(&ev, 2, step);
+  pb_msg(&ev, 6, &log); /* Event.session_log */
+  ACC_CHECK(write_record(t, &ev));
+  if (fflush(t->f) != 0)
+    return acc__error(ACC_ERR_IO, "tensorboard: writing \"%s\" failed", t->path);
+  return ACC_OK;
+}
+
 acc_result acc__tb_hparams(acc__tb *t, const acc_kv *config, size_t n) {
   /* keep a copy for the experiment summary written at the end */
   size_t bytes = 0;

@@ -18,6 +18,9 @@ acc_result acc__tb_open(acc__tb **out, const char *run_dir);
 acc_result acc__tb_hparams(acc__tb *t, const acc_kv *config, size_t n);
 /* One event with a simple_value per numeric value (strings skipped). */
 acc_result acc__tb_scalars(acc__tb *t, const acc_kv *values, size_t n, int64_t step);
+/* A SessionLog START event at step: TensorBoard then drops the events of earlier files of the run
+ * at or past this step (a resumed or restarted run continues its curves; torch's purge_step). */
+acc_result acc__tb_purge_from(acc__tb *t, int64_t step);
 /* Writes the experiment summary (hparams and the metrics seen) and session_end_info (success or
  * failure), closes and frees. */
 acc_result acc__tb_close(acc__tb *t, int success);

@@ -4,10 +4,13 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
+#include "core/fs.h"
 #include "core/log.h"
 #include "ckpt/ckpt_dir.h"
 #include "obs/tboard.h"
@@ -38,12 +41,42 @@ static double wall_now(void) {
   return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
 }
 
+/* Length of the valid UTF-8 prefix of s (strlen(s) when all of it is valid). */
+static size_t utf8_valid_len(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (p[i]) {
+    unsigned c = p[i];
+    int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+    if (n < 0 || (n == 1 && c < 0xC2) || (n == 3 && c > 0xF4)) return i;
+    unsigned cp = n == 0 ? c : c & (0x3Fu >> n);
+    for (int k = 1; k <= n; k++) {
+      if ((p[i + (size_t)k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + (size_t)k] & 0x3Fu);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return i;
+    i += (size_t)n + 1;
+  }
+  return i;
+}
+
+static acc_result check_utf8(const char *fn, const char *what, const char *s) {
+  size_t ok = utf8_valid_len(s);
+  if (!s[ok]) return ACC_OK;
+  return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "%s: %s \"%.*s...\" is not valid UTF-8 (byte 0x%02x at offset %zu): JSON and TensorBoard "
+                    "records hold UTF-8 text only", fn, what, (int)ok, s, (unsigned)(unsigned char)s[ok], ok);
+}
+
 static acc_result check_kvs(const char *fn, const acc_kv *kv, size_t n) {
   if (n && !kv)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: values is NULL but n is %zu", fn, n);
   for (size_t i = 0; i < n; i++) {
     if (!kv[i].key || !*kv[i].key)
       return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: entry %zu has no key", fn, i);
+    ACC_CHECK(check_utf8(fn, "the name", kv[i].key));
+    if (kv[i].type == ACC_VALUE_STRING && kv[i].string) ACC_CHECK(check_utf8(fn, "the value of a string", kv[i].string));
     if ((unsigned)kv[i].type > ACC_VALUE_BOOL)
       return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: \"%s\" has an unknown type %d", fn,
                         kv[i].key, (int)kv[i].type);
@@ -70,13 +103,71 @@ typedef struct file_tracker {
   FILE *f;
   char dir[4096];
   char path[4200];
+  int csv;    /* metrics.csv: a header line, then "step,..." lines */
+  int purged; /* the first log call dropped the earlier records at or past its step */
 } file_tracker;
 
+/* The file is opened for appending: a resumed or restarted run under the same name continues
+ * it (the first log call then drops what an earlier attempt logged at or past its step). */
 static acc_result open_in(file_tracker *ft, const char *run_dir, const char *name) {
   snprintf(ft->dir, sizeof ft->dir, "%s", run_dir);
   snprintf(ft->path, sizeof ft->path, "%s/%s", run_dir, name);
-  ft->f = fopen(ft->path, "w");
+  ft->f = fopen(ft->path, "a");
   if (!ft->f) return acc__error(ACC_ERR_IO, "cannot create \"%s\": %s", ft->path, strerror(errno));
+  return ACC_OK;
+}
+
+/* The step of one earlier record, or -1 when the line is not a whole record (a line cut by a
+ * kill, the CSV header). */
+static int64_t record_step(const file_tracker *ft, const char *line) {
+  if (ft->csv) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(line, &end, 10);
+    return end != line && *end == ',' && !errno && v >= 0 && strchr(end, '\n') ? (int64_t)v : -1;
+  }
+  if (!strchr(line, '\n')) return -1;
+  json_t *o = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+  json_t *st = json_object_get(o, "step");
+  int64_t v = json_is_integer(st) && json_integer_value(st) >= 0 ? (int64_t)json_integer_value(st) : -1;
+  json_decref(o);
+  return v;
+}
+
+/* Before the first record of this attempt (step `step`): the earlier records at or past it go
+ * (a resume continues from its checkpoint's step, as TensorBoard's purge_step does), the others
+ * stay; the file is rewritten atomically and appended to from then on. */
+static acc_result purge_from(file_tracker *ft, int64_t step) {
+  ft->purged = 1;
+  if (fflush(ft->f) != 0 || ftell(ft->f) <= 0) { /* empty: nothing earlier */
+    if (ft->csv) fprintf(ft->f, "step,time,name,value\n");
+    return ACC_OK;
+  }
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s.tmp", ft->path);
+  FILE *in = fopen(ft->path, "r"), *out = fopen(tmp, "w");
+  acc_result rc = in && out ? ACC_OK : acc__error(ACC_ERR_IO, "cannot rewrite \"%s\": %s", ft->path, strerror(errno));
+  if (rc == ACC_OK && ft->csv) fprintf(out, "step,time,name,value\n");
+  char *line = NULL;
+  size_t cap = 0;
+  while (rc == ACC_OK && getline(&line, &cap, in) > 0) {
+    int64_t s = record_step(ft, line);
+    if (s >= 0 && s < step) fputs(line, out);
+  }
+  free(line);
+  if (in) fclose(in);
+  if (out && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) != 0) && rc == ACC_OK)
+    rc = acc__error(ACC_ERR_IO, "writing \"%s\" failed: %s", tmp, strerror(errno));
+  if (out) fclose(out);
+  if (rc == ACC_OK && rename(tmp, ft->path) != 0)
+    rc = acc__error(ACC_ERR_IO, "cannot replace \"%s\": %s", ft->path, strerror(errno));
+  if (rc != ACC_OK) {
+    unlink(tmp);
+    return rc;
+  }
+  fclose(ft->f);
+  ft->f = fopen(ft->path, "a");
+  if (!ft->f) return acc__error(ACC_ERR_IO, "cannot open \"%s\": %s", ft->path, strerror(errno));
   return ACC_OK;
 }
 
@@ -105,11 +196,16 @@ static acc_result jsonl_config(void *user, const acc_kv *config, size_t n) {
 
 static acc_result jsonl_log(void *user, const acc_kv *values, size_t n, int64_t step) {
   file_tracker *ft = user;
+  if (!ft->purged) ACC_CHECK(purge_from(ft, step));
   json_t *o = json_object();
   if (!o) return acc__error(ACC_ERR_NOMEM, "jsonl tracker: out of memory");
   json_object_set_new(o, "step", json_integer((json_int_t)step));
   json_object_set_new(o, "time", json_real(wall_now()));
-  for (size_t i = 0; i < n; i++) json_object_set_new(o, values[i].key, kv_json(&values[i]));
+  for (size_t i = 0; i < n; i++)
+    if (json_object_set_new(o, values[i].key, kv_json(&values[i])) != 0) {
+      json_decref(o);
+      return acc__error(ACC_ERR_NOMEM, "jsonl tracker: could not add \"%s\"", values[i].key);
+    }
   char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
   json_decref(o);
   if (!s) return acc__error(ACC_ERR_NOMEM, "jsonl tracker: out of memory");
@@ -131,9 +227,8 @@ static acc_result file_finish(void *user) {
 
 static acc_result csv_start(void *user, const char *project, const char *run_dir) {
   file_tracker *ft = user;
-  ACC_CHECK(open_in(ft, run_dir, "metrics.csv"));
-  fprintf(ft->f, "step,time,name,value\n");
-  return flushed(ft);
+  ft->csv = 1;
+  return open_in(ft, run_dir, "metrics.csv"); /* the header: with the first record (purge_from) */
 }
 
 static void csv_field(FILE *f, const char *s) {
@@ -174,6 +269,7 @@ static acc_result csv_config(void *user, const acc_kv *config, size_t n) {
 
 static acc_result csv_log(void *user, const acc_kv *values, size_t n, int64_t step) {
   file_tracker *ft = user;
+  if (!ft->purged) ACC_CHECK(purge_from(ft, step));
   double t = wall_now();
   for (size_t i = 0; i < n; i++) {
     double x;
@@ -195,6 +291,7 @@ static acc_result csv_log(void *user, const acc_kv *values, size_t n, int64_t st
 
 typedef struct tb_tracker {
   acc__tb *tb;
+  int purged;
 } tb_tracker;
 
 static acc_result tb_start(void *user, const char *project, const char *run_dir) {
@@ -207,7 +304,12 @@ static acc_result tb_config(void *user, const acc_kv *config, size_t n) {
   return acc__tb_hparams(((tb_tracker *)user)->tb, config, n);
 }
 static acc_result tb_log(void *user, const acc_kv *values, size_t n, int64_t step) {
-  return acc__tb_scalars(((tb_tracker *)user)->tb, values, n, step);
+  tb_tracker *t = user;
+  if (!t->purged) { /* earlier files of this run: their events at or past this step are dropped */
+    t->purged = 1;
+    ACC_CHECK(acc__tb_purge_from(t->tb, step));
+  }
+  return acc__tb_scalars(t->tb, values, n, step);
 }
 static acc_result tb_finish(void *user) {
   tb_tracker *t = user;
@@ -262,6 +364,7 @@ acc_result acc_trackers_create(acc_trackers **out, acc_state *st, const char *lo
                                const acc_project_config *project) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_trackers_create: out is NULL");
   *out = NULL;
+  acc__reserve_std_fds(); /* a tracker file must never become stdout */
   acc_trackers *tr = acc__calloc(1, sizeof *tr);
   if (!tr) return ACC_ERR_NOMEM;
   tr->magic = TRACKERS_MAGIC;
@@ -351,6 +454,13 @@ acc_result acc_tracker_log(acc_trackers *tr, const acc_kv *values, size_t n, int
     return acc__error(ACC_ERR_INVALID_USAGE, "acc_tracker_log: call acc_init_trackers first");
   if (tr->finished)
     return acc__error(ACC_ERR_INVALID_USAGE, "acc_tracker_log: after acc_end_training");
+  for (size_t i = 0; i < tr->n; i++) /* the same list on every process: the same answer */
+    for (size_t k = 0; tr->t[i].builtin && !strcmp(tr->t[i].cb.name, "jsonl") && k < n; k++)
+      if (!strcmp(values[k].key, "step") || !strcmp(values[k].key, "time"))
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "acc_tracker_log: \"%s\" is a field of every run.jsonl record (the step and the wall "
+                          "time); give the metric another name (e.g. \"%s\")", values[k].key,
+                          values[k].key[0] == 's' ? "global_step" : "time_per_step");
   if (step < 0) step = tr->last_step + 1;
   tr->last_step = step;
   if (!tr->active) return ACC_OK;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/env.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "backend/module.h"
 #include "state/mpi_pick.h"
@@ -343,6 +344,19 @@ static void build_describe(acc_state *st) {
            st->device_detail[0] ? ")" : "", acc_mixed_precision_name(st->mixed_precision));
 }
 
+acc_result acc__state_adopt_mixed_precision(acc_state *st, acc_mixed_precision mp) {
+  ACC_CHECK(acc__check_handle(st, ACC__HANDLE_STATE, "acc_accelerator_create"));
+  if (st->mixed_precision == mp) return ACC_OK;
+  if (st->mp_explicit)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_accelerator_create: mixed_precision '%s' contradicts the process state, created with "
+                      "mixed_precision '%s' (acc_state_create): use one setting, or destroy the state first",
+                      acc_mixed_precision_name(mp), acc_mixed_precision_name(st->mixed_precision));
+  st->mixed_precision = mp; /* still not explicit: a later accelerator may set another one */
+  build_describe(st);
+  return ACC_OK;
+}
+
 void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const char *detail,
                            int gpu) {
   if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
@@ -356,6 +370,7 @@ void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const c
 acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_state_create: out is NULL");
   *out = NULL;
+  acc__reserve_std_fds(); /* before any segment or file: none may become stdout */
   resolved r;
   ACC_CHECK(resolve_options(opts, &r));
   if (g_state) {
@@ -379,6 +394,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   st->num_machines = e.num_machines;
   st->cpu = r.cpu;
   st->mixed_precision = (acc_mixed_precision)r.mixed_precision;
+  st->mp_explicit = opts && opts->mixed_precision != ACC_UNSET;
   st->debug = r.debug;
   st->backend_kind = r.backend;
   st->timeout_s = r.timeout_s;

@@ -10,6 +10,7 @@ struct acc_state {
   int rank, size, local_rank, local_size, num_machines;
   acc_distributed_type type;
   acc_mixed_precision mixed_precision;
+  int mp_explicit; /* mixed_precision came from acc_state_options (not the environment or the default) */
   int debug;
   int cpu;
   int backend_kind;
@@ -30,6 +31,11 @@ struct acc_state {
  * GPU (the fake one included): then the distributed type is MULTI_GPU with several processes. */
 void acc__state_set_device(acc_state *st, const char *kind, int ordinal, const char *detail,
                            int gpu);
+
+/* The accelerator's mixed precision becomes the state's, so both report one value: allowed when
+ * the state's own came from the environment or the default; a contradicting explicit setting
+ * of acc_state_create is ACC_ERR_INVALID_USAGE naming both. */
+acc_result acc__state_adopt_mixed_precision(acc_state *st, acc_mixed_precision mp);
 
 /* Marks the group broken (later collectives fail at once with msg); the first reason stays.
  * The thread that uses the state only. */

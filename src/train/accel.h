@@ -54,6 +54,7 @@ struct acc_accelerator {
   int overlap;
   int64_t step;          /* accumulation counter */
   int sync_gradients;
+  int sync_each_batch; /* backward averages every batch; the optimizer still steps every gas */
   int step_was_skipped;
   acc__pmodel models[ACC__MAX_PREPARED]; /* prepared models, in prepare order (src/train/accel_models.c) */
   acc_model *model_list[ACC__MAX_PREPARED]; /* the same models, for checkpointing */

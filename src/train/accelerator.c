@@ -66,6 +66,12 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   /* The accelerator's own setting wins; unset, it follows the state (ACCELERATE_MIXED_PRECISION). */
   acc->mp = o.mixed_precision != ACC_UNSET ? (acc_mixed_precision)o.mixed_precision
                                            : acc_state_mixed_precision(st);
+  /* One source of truth: the state reports what the accelerator runs (new-user review 3, #6). */
+  acc_result mrc = acc__state_adopt_mixed_precision(st, acc->mp);
+  if (mrc != ACC_OK) {
+    acc_accelerator_destroy(acc);
+    return mrc;
+  }
   acc->gas = (int)gas;
   acc->split_batches = o.split_batches;
   acc->even_batches = o.even_batches;
@@ -389,12 +395,34 @@ acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloade
   }
   /* has a batch now, has one after it, failed: summed over the processes */
   int64_t v[3] = {rc == ACC_OK && b, rc == ACC_OK && b && !b->end_of_dataloader, rc != ACC_OK};
+  acc__comm_origin(ACC__ORIGIN_JOIN, 0);
   ACC_CHECK(acc_all_reduce(acc->st, v, v, 3, ACC_I64, ACC_SUM));
+  if (v[2] > 0) { /* every process learns which one failed and why (the highest-numbered one) */
+    const int rank = acc_state_process_index(acc->st), n = acc_state_num_processes(acc->st);
+    int32_t who = rc != ACC_OK ? rank + 1 : 0;
+    acc__comm_origin(ACC__ORIGIN_JOIN, 1);
+    acc_result xrc = acc_all_reduce(acc->st, &who, &who, 1, ACC_I32, ACC_MAX);
+    struct {
+      int32_t rc;
+      char msg[1020];
+    } e;
+    memset(&e, 0, sizeof e);
+    if (xrc == ACC_OK && who >= 1 && who <= n) {
+      if (who - 1 == rank) {
+        e.rc = (int32_t)rc;
+        snprintf(e.msg, sizeof e.msg, "%s", msg);
+      }
+      acc__comm_origin(ACC__ORIGIN_JOIN, 2);
+      xrc = acc_broadcast(acc->st, &e, sizeof e, ACC_U8, who - 1);
+    }
+    if (rc != ACC_OK) return acc__error(rc, "%s", msg);
+    if (xrc != ACC_OK) return acc__error_context(xrc, "next_batch_joined: %lld other process(es) could not load "
+                                                 "their next batch", (long long)v[2]);
+    e.msg[sizeof e.msg - 1] = 0;
+    return acc__error(ACC_ERR_REMOTE, "next_batch_joined: process %d could not load its next batch: %s%s",
+                      (int)who - 1, e.msg, v[2] > 1 ? " (and other processes failed too)" : "");
+  }
   if (rc != ACC_OK) return acc__error(rc, "%s", msg);
-  if (v[2] > 0)
-    return acc__error(ACC_ERR_REMOTE,
-                      "next_batch_joined: %lld other process(es) could not load their next batch",
-                      (long long)v[2]);
   if (!joined && !b) acc->joined = dl;
   if (v[0] == 0) { /* every process has run out: the epoch is over */
     acc->joined = NULL;
@@ -426,6 +454,29 @@ acc_result acc_accelerator_accumulate(acc_accelerator *acc) {
   return ACC_OK;
 }
 
+acc_result acc_accelerator_set_gradient_accumulation_steps(acc_accelerator *acc, int steps) {
+  ACC_CHECK(check(acc, "set_gradient_accumulation_steps"));
+  if (steps < 1)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "set_gradient_accumulation_steps: %d must be at least 1", steps);
+  acc->gas = steps;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_set_sync_gradients(acc_accelerator *acc, int sync) {
+  ACC_CHECK(check(acc, "set_sync_gradients"));
+  acc->sync_gradients = sync != 0;
+  return ACC_OK;
+}
+
+acc_result acc_accelerator_set_sync_each_batch(acc_accelerator *acc, int on) {
+  ACC_CHECK(check(acc, "set_sync_each_batch"));
+  if (on && acc->zero >= 2)
+    return acc__error(ACC_ERR_INVALID_USAGE, "set_sync_each_batch: ZeRO stage 2 shards the averaged gradients, so "
+                      "they cannot be averaged before the last batch of a window; use stage 0 or 1");
+  acc->sync_each_batch = on != 0;
+  return ACC_OK;
+}
+
 float acc_accelerator_backward_scale(const acc_accelerator *acc) {
   if (!acc) return 1.0f;
   float s = 1.0f / (float)acc->gas;
@@ -449,7 +500,7 @@ acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *mod
   ACC_CHECK(check(acc, "grad_ready"));
   acc__pmodel *pm;
   ACC_CHECK(prepared(acc, model, "grad_ready", &pm));
-  if (!acc->sync_gradients || pm->no_sync) return ACC_OK;
+  if ((!acc->sync_gradients && !acc->sync_each_batch) || pm->no_sync) return ACC_OK;
   if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
   /* One model's buckets at a time: with overlap its thread owns the process group until its
    * sync is finished. */
@@ -481,8 +532,8 @@ acc_result acc_accelerator_backward(acc_accelerator *acc) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "backward_sync");
   ACC_CHECK(check(acc, "backward"));
   ACC_CHECK(need_model(acc, "backward"));
-  if (!acc->sync_gradients) return ACC_OK;
-  ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
+  if (!acc->sync_gradients && !acc->sync_each_batch) return ACC_OK;
+  if (acc->sync_gradients) ACC_CHECK(finish_iteration(acc)); /* new gradients: the previous iteration is over */
   /* every model not under no_sync, in prepare order; first the one whose overlap thread holds
    * the process group (every process marked the same parameters, so it is the same everywhere) */
   acc__pmodel *first = acc->inflight;
@@ -497,8 +548,8 @@ acc_result acc_accelerator_backward_model(acc_accelerator *acc, acc_model *model
   ACC_CHECK(check(acc, "backward_model"));
   acc__pmodel *pm;
   ACC_CHECK(prepared(acc, model, "backward_model", &pm));
-  if (!acc->sync_gradients) return ACC_OK;
-  ACC_CHECK(finish_iteration(acc));
+  if (!acc->sync_gradients && !acc->sync_each_batch) return ACC_OK;
+  if (acc->sync_gradients) ACC_CHECK(finish_iteration(acc));
   if (acc->inflight && acc->inflight != pm)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "backward_model: prepared model %d still has gradients in flight (grad_ready); finish its "

@@ -761,6 +761,19 @@ float *acc__optimizer_state_host(acc_optimizer *o, size_t i, int b) {
   return ensure_buf(o, i, b);
 }
 
+void acc__optimizer_state_set_present(acc_optimizer *o, size_t i, int b, int present) {
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) || i >= o->nparams || b >= nbufs(o)) return;
+  if (o->slots[i].has[b] != (present != 0)) {
+    o->slots[i].has[b] = present != 0;
+    o->state_dirty = 1;
+  }
+}
+
+const char *acc__optimizer_state_name(const acc_optimizer *o, size_t i, int b) {
+  if (!acc__handle_ok(o, ACC__HANDLE_OPTIMIZER) || i >= o->nparams || b < 0 || b >= nbufs(o)) return NULL;
+  return o->slots[i].names[b];
+}
+
 acc_result acc__optimizer_device_stepped(acc_optimizer *o) {
   ACC_CHECK(check_opt(o, "acc_optimizer_step"));
   ACC_CHECK(check_model_unchanged(o, "acc_optimizer_step"));

@@ -94,6 +94,10 @@ acc_result acc__dev_state_from_host(acc_accelerator *acc);
 int acc__optimizer_param_group(const acc_optimizer *o, size_t i);
 int acc__optimizer_state_present(const acc_optimizer *o, size_t i, int b);
 float *acc__optimizer_state_host(acc_optimizer *o, size_t i, int b);
+/* load_state putting back what it changed: marks buffer b of parameter i present or absent. */
+void acc__optimizer_state_set_present(acc_optimizer *o, size_t i, int b, int present);
+/* The name ("state.<param>.<buffer>") of buffer b of parameter i; NULL past the optimizer's buffers. */
+const char *acc__optimizer_state_name(const acc_optimizer *o, size_t i, int b);
 acc_result acc__optimizer_device_stepped(acc_optimizer *o);
 /* src/train/precision.c: the gradients were unscaled on the device; found_inf: the local overflow. */
 void acc__grad_scaler_mark_unscaled(acc_grad_scaler *s, int found_inf);

@@ -191,7 +191,8 @@ static void test_strict(const char *root) {
   snprintf(expected, sizeof expected,
            "checkpoint '%s' does not match the model: tensor 'a' has shape [2, 3] in the checkpoint but [3, 2] in "
            "the model; missing tensor 'e' (model shape [5]); unexpected tensor 'd' (checkpoint shape [1]) (nothing "
-           "was loaded; pass strict = 0 to load the matching tensors)", dir);
+           "was loaded; to load only the matching tensors, call acc_load_checkpoint_in_model with options.strict = 0)",
+           dir);
   acc_load_report r;
   CHECK(acc_load_checkpoint_in_model(m2, dir, NULL, &r) == ACC_ERR_MISMATCH, "strict mismatch");
   CHECK(strcmp(acc_last_error(), expected) == 0, "message:\n%s\nexpected:\n%s", acc_last_error(), expected);

@@ -118,6 +118,8 @@ expect_file "$T/hf2/accelerate/default_config.yaml" <<'JSON'
 JSON
 "$ACC" config default --mixed-precision bf16 > "$T/d2" || fail "config default (exists) exited non-zero"
 contains "$T/d2" "Configuration already exists at $T/hf2/accelerate/default_config.yaml, will not override."
+contains "$T/d2" "pass another path with --config_file"   # new user 9: no option that does not exist
+grep -q save_location "$T/d2" && fail "config default names save_location, an option it does not have"
 grep -q '"mixed_precision": "no"' "$T/hf2/accelerate/default_config.yaml" || fail "config default overwrote the file"
 "$ACC" config default --config_file="$T/x.yaml" --mixed_precision bf16 > /dev/null || fail "config default --config_file"
 grep -q '"mixed_precision": "bf16"' "$T/x.yaml" || fail "config default --mixed_precision bf16 not written"

@@ -24,6 +24,7 @@ typedef struct report {
 } report;
 
 static char g_victim[32], g_attacker[32];
+static char g_copy[64]; /* the directory of the attacker program's copy, removed at exit */
 static uid_t g_vuid, g_auid;
 static gid_t g_vgid, g_agid;
 static int g_users_made;
@@ -51,6 +52,10 @@ static void cleanup(void) {
   if (system(cmd) != 0) fprintf(stderr, "warning: could not remove user %s\n", g_victim);
   snprintf(cmd, sizeof cmd, "userdel %s >/dev/null 2>&1", g_attacker);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not remove user %s\n", g_attacker);
+  if (g_copy[0]) {
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_copy);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_copy);
+  }
   g_users_made = 0;
 }
 
@@ -209,7 +214,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "FAIL: useradd %s failed\n", g_attacker);
     return 1;
   }
-  const char *prog = argv[1];
+  /* The attacker user must be able to execute its program: the build directory may not be
+   * reachable by other users (a root build in /root, mode 0700), so run a copy from a fresh
+   * directory under /tmp that everyone can traverse. */
+  static char copydir[64] = "/tmp/acc_rdzv_users_XXXXXX", prog[128];
+  if (!mkdtemp(copydir) || chmod(copydir, 0755) != 0) {
+    printf("SKIP: cannot create a directory for the attacker program under /tmp\n");
+    return 77;
+  }
+  snprintf(prog, sizeof prog, "%s/shm_attacker", copydir);
+  char cp[4400];
+  snprintf(cp, sizeof cp, "cp '%s' '%s' && chmod 0755 '%s'", argv[1], prog, prog);
+  if (strlen(argv[1]) > 4000 || system(cp) != 0) {
+    printf("SKIP: cannot copy %s to %s for the attacker user\n", argv[1], prog);
+    return 77;
+  }
+  snprintf(g_copy, sizeof g_copy, "%s", copydir);
   report reps[2];
   attacker att;
   char run_id[64], name[256];
