@@ -45,6 +45,7 @@ typedef struct launch_args {
   const char *mpirun_hostfile;
   long mpirun_ccl;
   long zero_stage;
+  const char *comm_hook;
   const acc_cli_cfg *cfg; /* the config file used, or NULL */
   char **prog; /* program and its arguments, NULL-terminated */
 } launch_args;
@@ -107,6 +108,9 @@ static const option_def options[] = {
     {"--zero_stage", NULL, INT, OFF(zero_stage), "none",
      "ZeRO stage: 0 off, 1 optimizer state sharded across processes, 2 also the averaged "
      "gradients; exported as ACCELERATE_ZERO_STAGE (cfg zero_stage)"},
+    {"--comm_hook", NULL, STR, OFF(comm_hook), "no",
+     "gradient all-reduce compression (torch DDP comm hook): no, fp16 or bf16; exported as "
+     "ACCELERATE_COMM_HOOK (cfg comm_hook)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -283,6 +287,7 @@ static int apply_config_file(launch_args *a) {
   if (!a->mpirun_hostfile && c->mpirun_hostfile.set && c->mpirun_hostfile.s[0]) a->mpirun_hostfile = c->mpirun_hostfile.s;
   if (a->mpirun_ccl == UNSET && c->mpirun_ccl.set) a->mpirun_ccl = c->mpirun_ccl.i;
   if (a->zero_stage == UNSET && c->zero_stage.set) a->zero_stage = c->zero_stage.i;
+  if (!a->comm_hook && c->comm_hook.set && c->comm_hook.s[0]) a->comm_hook = c->comm_hook.s;
   return 0;
 }
 
@@ -386,6 +391,10 @@ static int validate(launch_args *a) {
       strcmp(a->mixed_precision, "bf16") != 0)
     return usage_error("argument --mixed_precision: invalid choice: '%s' (choose from 'no', 'fp16', "
                        "'bf16'; fp8 is not supported by accelerate-c)%s", a->mixed_precision, "");
+  if (a->comm_hook && strcmp(a->comm_hook, "no") != 0 && strcmp(a->comm_hook, "fp16") != 0 &&
+      strcmp(a->comm_hook, "bf16") != 0)
+    return usage_error("argument --comm_hook (config comm_hook): invalid choice: '%s' (choose from "
+                       "'no', 'fp16', 'bf16')%s", a->comm_hook, "");
   if (a->mpirun_hostfile) a->use_mpi = 1;
   return 0;
 }
@@ -524,6 +533,7 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     snprintf(b, sizeof b, "%ld", a->zero_stage);
     rc |= env_set(e, "ACCELERATE_ZERO_STAGE", b);
   }
+  if (a->comm_hook) rc |= env_set(e, "ACCELERATE_COMM_HOOK", a->comm_hook);
   if (a->use_mpi && a->mpirun_ccl != UNSET) {
     snprintf(b, sizeof b, "%ld", a->mpirun_ccl);
     rc |= env_set(e, "CCL_WORKER_COUNT", b);
@@ -565,7 +575,8 @@ static const char *const mpi_vars[] = {"ACCELERATE_USE_CPU", "ACCELERATE_MIXED_P
                                        "ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_DYNAMO_MODE",
                                        "ACCELERATE_DYNAMO_USE_FULLGRAPH", "ACCELERATE_DYNAMO_USE_DYNAMIC",
                                        "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "CCL_WORKER_COUNT",
-                                       "ACCELERATE_ZERO_STAGE", "ACCELERATE_GPU_SHARING"};
+                                       "ACCELERATE_ZERO_STAGE", "ACCELERATE_GPU_SHARING",
+                                       "ACCELERATE_COMM_HOOK"};
 
 static int run_mpi(const launch_args *a, long local, long port) {
   envlist e = {0};

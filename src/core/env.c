@@ -70,6 +70,7 @@ ROW("ACCELERATE_TEST_FAKE_GPU_BUS_IDS", STRING, 0, 0, NULL, "1,2,3,...", LIB | C
 ROW("ACCELERATE_MIXED_PRECISION", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, "Mixed precision mode when the program does not choose one.")
 ROW("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", INT, 1, SIZES, NULL, "1", LIB, "Gradient accumulation steps; wins over the accelerator option.")
 ROW("ACCELERATE_ZERO_STAGE", INT, 0, 2, NULL, "0", LIB | SETS, "ZeRO stage when the program does not choose one: 0 off, 1 optimizer state sharded across processes, 2 also the averaged gradients.")
+ROW("ACCELERATE_COMM_HOOK", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, "Gradient all-reduce compression when the program does not choose one (torch DDP's fp16/bf16 compress hooks): the buckets travel and are summed in that 16-bit type.")
 ROW("ACCELERATE_DEBUG_MODE", BOOL, 0, 0, NULL, "false", LIB | SETS, "Check that every process makes the same collective calls (--debug).")
 ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi", "auto", LIB, "Communication backend when the program does not choose one.")
 ROW("ACCELERATE_DEVICE_NCCL", ENUM, 0, 0, "auto|always|never", "auto", LIB, "Gradient averaging of a model trained on a GPU: auto uses NCCL when there are several processes, each with its own GPU, and the CUDA module has NCCL (else the host-staged path through the CPU backend); always uses NCCL or fails saying why, also at one process (a one-rank communicator, for tests); never always uses the host-staged path.")
