@@ -332,13 +332,15 @@ static acc_result wait_check(shm_be *s, uint64_t target, double t0, double now, 
   return ACC_OK;
 }
 
-/* Co-location. With no more processes than CPUs, the scheduler may still put two ranks on one
+/* Co-location (opt-in: ACCELERATE_SHM_NUDGE). With no more processes than CPUs, the scheduler may still put two ranks on one
  * CPU (a futex wake-up pulls the woken process next to its waker) and keep them there: each then
  * finds its peer on its own CPU, yields instead of spinning, and every step costs two context
  * switches (measured on a loaded 2-core AMD EPYC: 10 us per step instead of 0.45,
  * docs/PERFORMANCE.md). After SHM_COLOC_NUDGE such waits in a row, the rank moves itself to
  * another CPU it is allowed on (affinity without the current CPU, then the original mask again,
- * so nothing stays pinned). Only scheduling changes: no data is touched. */
+ * so nothing stays pinned). Only scheduling changes: no data is touched. Off by default: on the
+ * same machine under heavy load (load average 16) it made the 2-process training job slower,
+ * where staying co-located and yielding to the peer is what the overloaded CPUs need. */
 #define SHM_COLOC_NUDGE 16u
 
 static void nudge_away(shm_be *s) {

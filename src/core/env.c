@@ -83,6 +83,7 @@ ROW("ACCELERATE_RENDEZVOUS_TOKEN", STRING, 0, 0, NULL, "", LIB | SETS, "Secret p
 ROW("ACCELERATE_LAUNCHER_STATUS_FD", INT, 0, 2147483647.0, NULL, "", LIB | SETS, "Descriptor of the launcher's board of ranks that died; set by accelerate launch only.")
 ROW("XDG_RUNTIME_DIR", STRING, 0, 0, NULL, "", LIB | EXT, "First choice of the private directory for the rendezvous token file (must be owned by the user, mode 0700).")
 ROW("ACCELERATE_SHM_SPIN_US", INT, 0, 1000000, NULL, "20 (1 when processes outnumber CPUs)", LIB, "Microseconds a waiting process of the shared-memory backend spins before it yields.")
+ROW("ACCELERATE_SHM_NUDGE", BOOL, 0, 0, NULL, "false", LIB, "Shared-memory backend, no more processes than CPUs: a process that keeps finding the process it waits for on its own CPU moves itself to another CPU once. Helps collectives on an otherwise idle machine; slowed the 2-process training job under heavy load (docs/PERFORMANCE.md), hence off.")
 ROW("ACCELERATE_SHM_YIELD_US", INT, 0, 1000000, NULL, "2000 (200 when processes outnumber CPUs)", LIB, "Microseconds a waiting process yields the CPU before it sleeps.")
 ROW("ACCELERATE_CUDA_MODULE", STRING, 0, 0, NULL, "next to the library, then the install directory", LIB, "Path of the CUDA device module (libaccelerate-cuda.so) to load instead of searching for it.")
 ROW("ACCELERATE_MPI_CHUNK", INT, 1, 1073741824, NULL, "1073741824", LIB, "Largest count (elements, or bytes for byte collectives) passed to one MPI call; larger collectives are split.")
