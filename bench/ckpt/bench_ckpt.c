@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <accelerate.h>
 
@@ -111,6 +112,22 @@ int main(int argc, char **argv) {
       if (t[k] < best[k]) best[k] = t[k];
   }
   static const char *names[5] = {"save_state", "dd write+fsync", "load_state", "dd read bs=1M", "dd read 1 buf"};
+  { /* the machine the figures come from */
+    char line[512], model[256] = "unknown", l1[16] = "?", l5[16] = "?", l15[16] = "?";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+      if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+        snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+        model[strcspn(model, "\n")] = '\0';
+        break;
+      }
+    if (f) fclose(f);
+    f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%15s %15s %15s", l1, l5, l15) != 3) snprintf(l1, sizeof l1, "?");
+    if (f) fclose(f);
+    printf("# CPU: %s, %ld CPUs online, load average %s %s %s (at the end)\n", model,
+           sysconf(_SC_NPROCESSORS_ONLN), l1, l5, l15);
+  }
   printf("params %zu, checkpoint %lld bytes, best of %d interleaved rounds\n", per * nt, bytes, reps);
   for (int k = 0; k < 5; k++) printf("%-15s %7.3f s %8.1f MB/s\n", names[k], best[k], (double)bytes / best[k] / 1e6);
   printf("save_state / dd write:         %.0f %%\n", 100 * best[1] / best[0]);

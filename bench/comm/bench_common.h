@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double bench_now(void) {
   struct timespec ts;
@@ -35,7 +36,29 @@ static double bench_bus_factor(const char *op, int n) {
   return 1.0;
 }
 
+/* "# CPU: <model name>, <n> CPUs online, load average <1 5 15>" (figures name their machine). */
+static void bench_machine(void) {
+  char line[512], model[256] = "unknown", load[64] = "?";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "model name", 10) == 0) {
+      char *c = strchr(line, ':');
+      if (c) {
+        snprintf(model, sizeof model, "%s", c + 2);
+        model[strcspn(model, "\n")] = '\0';
+      }
+      break;
+    }
+  if (f) fclose(f);
+  f = fopen("/proc/loadavg", "r");
+  char l1[16], l5[16], l15[16];
+  if (f && fscanf(f, "%15s %15s %15s", l1, l5, l15) == 3) snprintf(load, sizeof load, "%s %s %s", l1, l5, l15);
+  if (f) fclose(f);
+  printf("# CPU: %s, %ld CPUs online, load average %s\n", model, sysconf(_SC_NPROCESSORS_ONLN), load);
+}
+
 static void bench_header(const char *impl, int n) {
+  bench_machine();
   printf("# %s, %d processes; time = median over iterations (us); algbw = size/time; busbw "
          "as nccl-tests\n", impl, n);
   printf("%-11s %12s %12s %12s %10s %10s\n", "op", "size(B)", "count", "time(us)", "algbw(GB/s)",

@@ -87,6 +87,7 @@ finished=$(date -u '+%H:%M:%S')
 
 printf '# %s-%s UTC, %d run(s) each, round-robin, %d steps of %d tokens (4 x 256 bytes per forward); OPENBLAS_CORETYPE=%s\n' \
   "$started" "$finished" "$runs" "$steps" "$tokens" "${OPENBLAS_CORETYPE:-auto}"
+printf '# CPU: %s, %s CPUs online\n' "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)" "$(getconf _NPROCESSORS_ONLN)"
 sort -n "$tmp/load" | awk '{ v[NR] = $1 } END { printf "# load average (1 minute) during the runs: min %s, median %s, max %s (%d samples)\n", v[1], v[int((NR + 1) / 2)], v[NR], NR }'
 printf '%-18s %9s %9s %14s %14s %9s   %s\n' config "tokens/s" "best" "tok/CPU-s/proc" "best/CPU-s" "RSS(MiB)" "share of the step: model / grad sync / optimizer / data (%)"
 best() { sort -n | tail -n 1; }

@@ -28,7 +28,8 @@ one_run() {
   sed -n 's/.*, \([0-9.]*\) MiB peak resident.*/\1/p; s/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/out.txt" >> "$tmp/$name.rss"
 }
 L="$build/accelerate launch"
-configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k"
+configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k accelerate_2_proc_bf16hook accelerate_2_proc_fp16hook"
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 i=0
 while [ $i -lt "$runs" ]; do
   one_run baseline_no_library "$build/bench/train_baseline" --epochs "$epochs" --lr 0.01 --normalize --quiet
@@ -37,9 +38,12 @@ while [ $i -lt "$runs" ]; do
   one_run accelerate_2_proc_prefetch2 $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --prefetch 2
   one_run accelerate_2_proc_bucket64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64
   one_run accelerate_2_proc_overlap64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64 --overlap
+  one_run accelerate_2_proc_bf16hook $L --num_processes 2 --comm_hook bf16 "$ex" --epochs "$epochs" --quiet
+  one_run accelerate_2_proc_fp16hook $L --num_processes 2 --comm_hook fp16 "$ex" --epochs "$epochs" --quiet
   i=$((i + 1))
 done
 
+printf '# CPU: %s, %s cores; load average before / after: %s / %s\n' "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)" "$(getconf _NPROCESSORS_ONLN)" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '# %d run(s) each, round-robin, %d epoch(s), batch 64 per process, SGD momentum 0.9 lr 0.01, medians\n' "$runs" "$epochs"
 printf '%-28s %12s %10s %10s\n' config "samples/s" accuracy "RSS(MiB)"
 for name in $configs; do

@@ -21,8 +21,20 @@ extern "C" {
 
 typedef struct acc_accelerator acc_accelerator;
 
-/* 2: low_precision_params appended. 3: zero_stage appended. 4: device appended. */
-#define ACC_ACCELERATOR_OPTIONS_VERSION 4
+/* 2: low_precision_params appended. 3: zero_stage appended. 4: device appended.
+ * 5: comm_hook appended. */
+#define ACC_ACCELERATOR_OPTIONS_VERSION 5
+
+/** Compression of the gradient all-reduce, as torch DDP's communication hooks
+ * (DistributedDataParallelKwargs(comm_hook=...)): each process casts its gradient bucket to the
+ * 16-bit type, divides it by the number of processes in that type, the buckets are summed in that
+ * type, and the result is cast back to f32. Half the bytes on the wire, at the 16-bit type's
+ * precision (docs/performance-tuning in docs/PERFORMANCE.md). @since 0.2 */
+typedef enum acc_comm_hook {
+  ACC_COMM_HOOK_NONE = 0, /* f32 all-reduce (the default) */
+  ACC_COMM_HOOK_FP16 = 1, /* torch's fp16_compress_hook */
+  ACC_COMM_HOOK_BF16 = 2  /* torch's bf16_compress_hook */
+} acc_comm_hook;
 
 /**
  * Options of acc_accelerator_create. Initialize with ACC_ACCELERATOR_OPTIONS_INIT; fields left
@@ -54,11 +66,13 @@ typedef struct acc_accelerator_options {
                                        GPUs keeps working). ACC_DEVICE_AUTO: cuda:<LOCAL_RANK>
                                        when a GPU is present and --cpu is not given, else the
                                        CPU; ACC_DEVICE_CUDA: a GPU or an error (docs/gpu.md) */
+  int comm_hook;                    /* acc_comm_hook; ACC_UNSET: ACCELERATE_COMM_HOOK, else
+                                       ACC_COMM_HOOK_NONE. Host gradients, zero_stage 0 or 1 */
 } acc_accelerator_options;
 
 #define ACC_ACCELERATOR_OPTIONS_INIT                                                              \
   { sizeof(acc_accelerator_options), ACC_ACCELERATOR_OPTIONS_VERSION, ACC_PRECISION_UNSET,        \
-    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0, ACC_UNSET, ACC_UNSET }
+    ACC_UNSET, 0, 1, 1, 1, ACC_UNSET, 0, 0, NULL, 0, ACC_UNSET, ACC_UNSET, ACC_UNSET }
 /** Fills opts with the defaults of `version` (ACC_ACCELERATOR_OPTIONS_VERSION; for FFI). @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_options_init(acc_accelerator_options *opts, uint32_t version);
 
@@ -81,6 +95,9 @@ ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
 /** The ZeRO stage the accelerator runs (0, 1 or 2; 0 for an invalid handle). @since 0.1 */
 ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
+/** The gradient compression the accelerator runs (acc_comm_hook; ACC_COMM_HOOK_NONE for an
+ * invalid handle). @since 0.2 */
+ACC_EXTERN int acc_accelerator_comm_hook(const acc_accelerator *acc);
 /** The dtype the program's kernels should compute in (f32, or f16/bf16 under mixed precision). @since 0.1 */
 ACC_EXTERN acc_dtype acc_accelerator_autocast_dtype(const acc_accelerator *acc);
 /** @since 0.1 */

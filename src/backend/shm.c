@@ -388,6 +388,11 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->spin_s = enough_cores ? 20e-6 : 1e-6;
   s->yield_s = enough_cores ? 2e-3 : 200e-6;
   acc_result rc = read_env(s);
+  if (rc == ACC_OK) {
+    int nudge = 0, set = 0;
+    rc = acc__env_bool("ACCELERATE_SHM_NUDGE", &nudge, &set);
+    s->can_nudge = set && nudge && enough_cores && ncpu > 1;
+  }
   if (rc == ACC_OK) rc = acc__hang_report_env(&s->hang_s);
   if (rc == ACC_OK) {
     s->board_fd = acc__board_open();

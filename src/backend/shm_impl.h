@@ -29,6 +29,8 @@ typedef struct shm_be {
   double spin_s;  /* busy-wait this long before yielding */
   double yield_s; /* then sched_yield until this long, then sleep on the futex */
   int cpu;        /* CPU at the last publish */
+  int can_nudge;  /* no more processes than CPUs: co-located ranks are moved apart (shm_step.c) */
+  unsigned coloc; /* consecutive waits on a peer that last ran on this CPU */
   int registered; /* own mutex locked */
   int unlinked;
   int joining; /* during the rendezvous step: messages talk about attaching */

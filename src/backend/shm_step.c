@@ -332,10 +332,42 @@ static acc_result wait_check(shm_be *s, uint64_t target, double t0, double now, 
   return ACC_OK;
 }
 
+/* Co-location (opt-in: ACCELERATE_SHM_NUDGE). With no more processes than CPUs, the scheduler may still put two ranks on one
+ * CPU (a futex wake-up pulls the woken process next to its waker) and keep them there: each then
+ * finds its peer on its own CPU, yields instead of spinning, and every step costs two context
+ * switches (measured on a loaded 2-core AMD EPYC: 10 us per step instead of 0.45,
+ * docs/PERFORMANCE.md). After SHM_COLOC_NUDGE such waits in a row, the rank moves itself to
+ * another CPU it is allowed on (affinity without the current CPU, then the original mask again,
+ * so nothing stays pinned). Only scheduling changes: no data is touched. Off by default: on the
+ * same machine under heavy load (load average 16) it made the 2-process training job slower,
+ * where staying co-located and yielding to the peer is what the overloaded CPUs need. */
+#define SHM_COLOC_NUDGE 16u
+
+static void nudge_away(shm_be *s) {
+  cpu_set_t orig, other;
+  int cpu = sched_getcpu();
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof orig, &orig) != 0) return;
+  memcpy(&other, &orig, sizeof other);
+  CPU_CLR(cpu, &other);
+  if (CPU_COUNT(&other) == 0) return; /* confined to this CPU: nothing to do */
+  if (sched_setaffinity(0, sizeof other, &other) != 0) return;
+  sched_setaffinity(0, sizeof orig, &orig);
+  s->cpu = sched_getcpu();
+  atomic_store_explicit(&s->ctrl[s->me].cpu, s->cpu, memory_order_relaxed);
+}
+
 /* Waits until every rank's seq >= target. */
 static acc_result wait_all(shm_be *s, uint64_t target) {
   int miss = first_missing(s, target, 0);
   if (miss < 0) return ACC_OK;
+  if (s->can_nudge) {
+    if (atomic_load_explicit(&s->ctrl[miss].cpu, memory_order_relaxed) != s->cpu) {
+      s->coloc = 0;
+    } else if (++s->coloc >= SHM_COLOC_NUDGE) {
+      s->coloc = 0;
+      nudge_away(s);
+    }
+  }
   double t0 = acc__now(), last_check = t0, now;
   int reported = 0; /* the hang report is printed once per wait */
   /* 1. spin: the peer is usually running on another core and arrives within microseconds;

@@ -25,6 +25,7 @@ typedef struct key_def {
 #define K(name, parent, kind) {#name, parent, kind, offsetof(acc_cli_cfg, name)}
 /* Sorted by the key that is written at top level (nested keys under their parent). */
 static const key_def k_keys[] = {
+    K(comm_hook, NULL, ACC_CLI_STR),
     K(compute_environment, NULL, ACC_CLI_STR),
     K(debug, NULL, ACC_CLI_BOOL),
     K(distributed_type, NULL, ACC_CLI_STR),

@@ -65,6 +65,7 @@ typedef struct acc_cli_config {
   acc_cli_value tpu_zone;
   acc_cli_value use_cpu;
   acc_cli_value zero_stage; /* accelerate-c: ZeRO stage 0|1 (ACCELERATE_ZERO_STAGE) */
+  acc_cli_value comm_hook;  /* accelerate-c: no|fp16|bf16 (ACCELERATE_COMM_HOOK) */
   /* keys Accelerate knows that accelerate-c accepts and ignores, and unknown keys, for the
    * one warning printed by load (comma-separated) */
   char ignored[1024];

@@ -51,6 +51,7 @@ typedef struct launch_args {
   const char *dynamo_backend, *main_training_function;
   int downcast_bf16;
   long gradient_accumulation_steps;
+  const char *comm_hook;
   const acc_cli_cfg *cfg; /* the config file used, or NULL */
   char **prog; /* program and its arguments, NULL-terminated */
 } launch_args;
@@ -123,6 +124,9 @@ static const option_def options[] = {
      "accepted, not used (TPU; cfg main_training_function)"},
     {"--gradient_accumulation_steps", NULL, INT, OFF(gradient_accumulation_steps), "none",
      "accepted, not used (DeepSpeed's; set acc_accelerator_options.gradient_accumulation_steps)"},
+    {"--comm_hook", NULL, STR, OFF(comm_hook), "no",
+     "gradient all-reduce compression (torch DDP comm hook): no, fp16 or bf16; exported as "
+     "ACCELERATE_COMM_HOOK (cfg comm_hook)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -323,6 +327,7 @@ static int apply_config_file(launch_args *a) {
   if (!a->mpirun_hostfile && c->mpirun_hostfile.set && c->mpirun_hostfile.s[0]) a->mpirun_hostfile = c->mpirun_hostfile.s;
   if (a->mpirun_ccl == UNSET && c->mpirun_ccl.set) a->mpirun_ccl = c->mpirun_ccl.i;
   if (a->zero_stage == UNSET && c->zero_stage.set) a->zero_stage = c->zero_stage.i;
+  if (!a->comm_hook && c->comm_hook.set && c->comm_hook.s[0]) a->comm_hook = c->comm_hook.s;
   return 0;
 }
 
@@ -432,6 +437,10 @@ static int validate(launch_args *a) {
       strcmp(a->mixed_precision, "bf16") != 0)
     return usage_error("argument --mixed_precision: invalid choice: '%s' (choose from 'no', 'fp16', "
                        "'bf16'; fp8 is not supported by accelerate-c)%s", a->mixed_precision, "");
+  if (a->comm_hook && strcmp(a->comm_hook, "no") != 0 && strcmp(a->comm_hook, "fp16") != 0 &&
+      strcmp(a->comm_hook, "bf16") != 0)
+    return usage_error("argument --comm_hook (config comm_hook): invalid choice: '%s' (choose from "
+                       "'no', 'fp16', 'bf16')%s", a->comm_hook, "");
   if (a->mpirun_hostfile) a->use_mpi = 1;
   return 0;
 }
@@ -571,6 +580,7 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     snprintf(b, sizeof b, "%ld", a->zero_stage);
     rc |= env_set(e, "ACCELERATE_ZERO_STAGE", b);
   }
+  if (a->comm_hook) rc |= env_set(e, "ACCELERATE_COMM_HOOK", a->comm_hook);
   if (a->use_mpi && a->mpirun_ccl != UNSET) {
     snprintf(b, sizeof b, "%ld", a->mpirun_ccl);
     rc |= env_set(e, "CCL_WORKER_COUNT", b);
@@ -612,7 +622,8 @@ static const char *const mpi_vars[] = {"ACCELERATE_USE_CPU", "ACCELERATE_MIXED_P
                                        "ACCELERATE_DYNAMO_BACKEND", "ACCELERATE_DYNAMO_MODE",
                                        "ACCELERATE_DYNAMO_USE_FULLGRAPH", "ACCELERATE_DYNAMO_USE_DYNAMIC",
                                        "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "CCL_WORKER_COUNT",
-                                       "ACCELERATE_ZERO_STAGE", "ACCELERATE_GPU_SHARING"};
+                                       "ACCELERATE_ZERO_STAGE", "ACCELERATE_GPU_SHARING",
+                                       "ACCELERATE_COMM_HOOK"};
 
 static int run_mpi(const launch_args *a, long local, long port) {
   envlist e = {0};

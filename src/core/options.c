@@ -104,7 +104,8 @@ DEFINE_OPTIONS_INIT(acc_accelerator_options, ACC_ACCELERATOR_OPTIONS_VERSION,
                     offsetof(acc_accelerator_options, low_precision_params), /* 1 */
                     offsetof(acc_accelerator_options, zero_stage),           /* 2 */
                     offsetof(acc_accelerator_options, device),               /* 3 */
-                    sizeof(acc_accelerator_options))                         /* 4 */
+                    offsetof(acc_accelerator_options, comm_hook),            /* 4 */
+                    sizeof(acc_accelerator_options))                         /* 5 */
 DEFINE_OPTIONS_INIT(acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION,
                     ACC_DATALOADER_OPTIONS_INIT,
                     offsetof(acc_dataloader_options, batch_indices),    /* 1 */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
+#include "core/env.h"
 #include "core/profile.h"
 #include "data/data_internal.h"
 #include "device/devio.h"
@@ -49,6 +50,21 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   }
   if (zero < 0 || zero > 2)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "zero_stage is %ld; it must be 0, 1 or 2", zero);
+  int hook = o.comm_hook;
+  if (hook == ACC_UNSET) {
+    int v = 0;
+    set = 0;
+    ACC_CHECK(acc__env_enum("ACCELERATE_COMM_HOOK", &v, &set)); /* no|fp16|bf16 = 0|1|2 */
+    hook = set ? v : ACC_COMM_HOOK_NONE;
+  }
+  if (hook < ACC_COMM_HOOK_NONE || hook > ACC_COMM_HOOK_BF16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "comm_hook is %d: choose ACC_COMM_HOOK_NONE, _FP16 or _BF16", hook);
+  if (hook != ACC_COMM_HOOK_NONE && zero != 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "comm_hook %s with zero_stage %ld: gradient compression applies to the "
+                      "all-reduce of zero_stage 0 only; choose one of the two",
+                      hook == ACC_COMM_HOOK_FP16 ? "fp16" : "bf16", zero);
   acc_state_options so = ACC_STATE_OPTIONS_INIT;
   so.cpu = o.cpu;
   /* The process state reports the precision the accelerator runs (acc_state_describe); a state
@@ -82,6 +98,7 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   acc->sync_gradients = 1;
   acc->want_low_precision = o.low_precision_params && acc->mp != ACC_PRECISION_NO;
   acc->zero = zero;
+  acc->comm_hook = hook;
   if (acc->mp == ACC_PRECISION_FP16) {
     acc_result rc = acc_grad_scaler_create(&acc->scaler, o.scaler);
     if (rc != ACC_OK) {
@@ -228,6 +245,10 @@ size_t acc__accelerator_sync_buffer_floats(const acc_accelerator *acc) {
     n += acc__grad_sync_staging_floats(pm->gs);
   }
   return n;
+}
+
+int acc_accelerator_comm_hook(const acc_accelerator *acc) {
+  return acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) ? acc->comm_hook : ACC_COMM_HOOK_NONE;
 }
 
 int acc_accelerator_zero_stage(const acc_accelerator *acc) {

@@ -34,6 +34,8 @@ struct acc__grad_sync {
   size_t staging_numel;
   float inv_world;
   acc__bucket_reduce_fn reduce_fn; /* NULL: all-reduce to the mean */
+  acc_dtype compress;  /* ACC_F32: none; ACC_F16 / ACC_BF16: the comm hook */
+  uint16_t *half;      /* largest bucket, in `compress` */
   void *reduce_ctx;
   /* overlap */
   int overlap;
@@ -48,12 +50,47 @@ struct acc__grad_sync {
   acc__dev_gsync *dev; /* gradients in device memory (src/train/train_sync.c) */
 };
 
+/* The comm hook: cast to the 16-bit type, divide by the world size in that type, sum across the
+ * processes in that type, cast back (torch's fp16/bf16_compress_hook: buffer.to(dtype).div_(world),
+ * all_reduce, copy back). Gradients in memory order `src[0..n)` or, for a staged bucket, the
+ * parameters of the bucket one after another. */
+static acc_result reduce_compressed(acc__grad_sync *gs, bucket *b) {
+  size_t n = b->numel;
+  uint16_t *h = gs->half;
+  float world = 1.0f / gs->inv_world;
+  int bf = gs->compress == ACC_BF16;
+  size_t off = 0;
+  for (size_t k = b->first; k < b->first + b->count; k++) {
+    const acc_param *p = acc_model_parameter(gs->model, gs->order[k]);
+    const float *g = b->inplace ? b->inplace + off : p->grad;
+    size_t m = b->inplace ? n : p->numel;
+    for (size_t i = 0; i < m; i++)
+      h[off + i] = bf ? acc__f32_to_bf16(acc__bf16_to_f32(acc__f32_to_bf16(g[i])) / world)
+                      : acc__f32_to_f16(acc__f16_to_f32(acc__f32_to_f16(g[i])) / world);
+    off += m;
+    if (b->inplace) break;
+  }
+  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
+  ACC_CHECK(acc_all_reduce(gs->st, h, h, n, gs->compress, ACC_SUM));
+  off = 0;
+  for (size_t k = b->first; k < b->first + b->count; k++) {
+    const acc_param *p = acc_model_parameter(gs->model, gs->order[k]);
+    float *g = b->inplace ? b->inplace + off : p->grad;
+    size_t m = b->inplace ? n : p->numel;
+    for (size_t i = 0; i < m; i++) g[i] = bf ? acc__bf16_to_f32(h[off + i]) : acc__f16_to_f32(h[off + i]);
+    off += m;
+    if (b->inplace) break;
+  }
+  return ACC_OK;
+}
+
 static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   ACC_PROF_SCOPE_ARG(ACC_PROF_COMM, "grad_sync.bucket", b - gs->buckets);
   size_t n = b->numel;
   if (n == 0 || gs->inv_world == 1.0f) return ACC_OK; /* one process: the mean is the gradient */
   if (gs->dev) return acc__dev_gsync_bucket(gs->dev, b - gs->buckets, b->first, b->count, n, b->inplace);
   if (gs->reduce_fn) return gs->reduce_fn(gs->reduce_ctx, gs->order + b->first, b->count, n);
+  if (gs->half) return reduce_compressed(gs, b);
   if (b->inplace) {
     acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
     ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
@@ -201,7 +238,29 @@ void acc__grad_sync_destroy(acc__grad_sync *gs) {
   acc__free(gs->buckets);
   acc__free(gs->queue);
   acc__free(gs->staging);
+  acc__free(gs->half);
   acc__free(gs);
+}
+
+acc_result acc__grad_sync_set_compression(acc__grad_sync *gs, acc_dtype dtype) {
+  if (!gs) return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_sync_set_compression: NULL");
+  if (dtype != ACC_F32 && dtype != ACC_F16 && dtype != ACC_BF16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "gradient compression to %s: only f16 and bf16",
+                      acc_dtype_name(dtype));
+  if (dtype != ACC_F32 && (gs->reduce_fn || gs->dev))
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "gradient compression (comm_hook) does not combine with ZeRO stage 2 or "
+                      "gradients in device memory");
+  acc__free(gs->half);
+  gs->half = NULL;
+  gs->compress = dtype;
+  if (dtype == ACC_F32) return ACC_OK;
+  size_t most = 1;
+  for (size_t bi = 0; bi < gs->nbuckets; bi++)
+    if (gs->buckets[bi].numel > most) most = gs->buckets[bi].numel;
+  gs->half = acc__calloc(most, sizeof *gs->half); /* touched once, here */
+  if (!gs->half) return ACC_ERR_NOMEM;
+  return ACC_OK;
 }
 
 acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__devctx *d) {

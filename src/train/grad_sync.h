@@ -25,6 +25,13 @@ void acc__grad_sync_destroy(acc__grad_sync *gs);
 typedef acc_result (*acc__bucket_reduce_fn)(void *ctx, const size_t *params, size_t count, size_t numel);
 void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, void *ctx);
 
+/* Compression of the all-reduce (torch DDP's fp16/bf16 compress hooks): with dtype ACC_F16 or
+ * ACC_BF16 every bucket is cast to dtype, divided by the number of processes in dtype (the f32
+ * quotient rounded to dtype), all-reduced with ACC_SUM in dtype and cast back to f32. ACC_F32:
+ * none (the default). Allocates the 16-bit buffer (largest bucket) once, here. Not with a
+ * reducer (ZeRO 2) or device gradients. */
+acc_result acc__grad_sync_set_compression(acc__grad_sync *gs, acc_dtype dtype);
+
 /* Floats of the staging buffer (buckets that are not contiguous in memory). */
 size_t acc__grad_sync_staging_floats(const acc__grad_sync *gs);
 

@@ -4,8 +4,13 @@
 #include "train/accel.h"
 
 static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model *model) {
-  return acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero,
-                          acc__accel_lp_dtype(acc));
+  ACC_CHECK(acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero,
+                             acc__accel_lp_dtype(acc)));
+  if (acc->comm_hook == ACC_COMM_HOOK_NONE || !pm->gs) return ACC_OK;
+  acc_result rc = acc__grad_sync_set_compression(
+      pm->gs, acc->comm_hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16);
+  if (rc != ACC_OK) acc__pmodel_free(pm);
+  return rc;
 }
 
 static acc_result prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt) {

@@ -16,6 +16,12 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                       "prepare_model: this accelerator trains on %s and already has a prepared model; "
                       "several models are supported on the CPU only for now",
                       acc__device_name(acc->dev->dev));
+  if (acc->comm_hook != ACC_COMM_HOOK_NONE)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "prepare_model: comm_hook (gradient compression) is supported for gradients "
+                      "in host memory only, and this accelerator trains on %s; unset comm_hook "
+                      "(ACCELERATE_COMM_HOOK)",
+                      acc__device_name(acc->dev->dev));
   const char *missing = acc__model_missing_grad(model);
   if (missing)
     return acc__error(ACC_ERR_INVALID_USAGE,

@@ -8,6 +8,7 @@ trap 'rm -rf "$T"' EXIT
 export HF_HOME="$T/hf"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE ACCELERATE_RUN_ID OMP_NUM_THREADS CUDA_VISIBLE_DEVICES
 unset ACCELERATE_DEBUG_MODE ACCELERATE_MIXED_PRECISION ACCELERATE_CPU_AFFINITY CCL_WORKER_COUNT
+unset ACCELERATE_COMM_HOOK
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # expect FILE KEY VALUE: FILE has the line KEY=VALUE
@@ -25,6 +26,7 @@ dump() { # dump DIR [launch args...]: every rank writes DIR/env.<RANK>
 
 # 1. every key that has an effect, from the file
 cat >"$T/all.yaml" <<'EOF'
+comm_hook: bf16
 compute_environment: LOCAL_MACHINE
 debug: true
 distributed_type: MULTI_CPU
@@ -71,13 +73,16 @@ for r in 0 1; do
   expect "$f" ACCELERATE_DYNAMO_USE_FULLGRAPH False
   expect "$f" ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION True
   expect "$f" OMP_NUM_THREADS 1
+  expect "$f" ACCELERATE_COMM_HOOK bf16
 done
 [ -f "$T/d1/env.2" ] && fail "a third rank ran"
 
 # 2. flags override the file
 dump "$T/d2" --config_file "$T/all.yaml" --num_processes 1 --mixed_precision bf16 \
-  --main_process_port 29777 --main_process_ip 127.0.0.3 --gpu_ids 1 || fail "override run exited $?"
+  --main_process_port 29777 --main_process_ip 127.0.0.3 --gpu_ids 1 --comm_hook fp16 ||
+  fail "override run exited $?"
 f="$T/d2/env.0"
+expect "$f" ACCELERATE_COMM_HOOK fp16
 expect "$f" WORLD_SIZE 1
 expect "$f" ACCELERATE_MIXED_PRECISION bf16
 expect "$f" MASTER_PORT 29777
@@ -96,6 +101,9 @@ expect "$f" ACCELERATE_DYNAMO_BACKEND NO
 expect "$f" MASTER_PORT 29500
 absent "$f" ACCELERATE_DEBUG_MODE
 absent "$f" CUDA_VISIBLE_DEVICES
+absent "$f" ACCELERATE_COMM_HOOK
+out=$("$ACC" launch --comm_hook fp8 true 2>&1) && fail "--comm_hook fp8 was accepted"
+echo "$out" | grep -q "comm_hook" || fail "--comm_hook fp8: message does not name it: $out"
 
 # 4. the default file ($HF_HOME/accelerate/default_config.yaml) is used without --config_file,
 #    and skipped with --cpu; an explicit file is used even with --cpu

@@ -175,7 +175,7 @@ int main(void) {
     const size_t v1 = offsetof(acc_accelerator_options, low_precision_params);
     unsigned char buf[sizeof(acc_accelerator_options) + 8];
     memset(buf, 0xcd, sizeof buf);
-    CHECK(ACC_ACCELERATOR_OPTIONS_VERSION == 4, "version %d", ACC_ACCELERATOR_OPTIONS_VERSION);
+    CHECK(ACC_ACCELERATOR_OPTIONS_VERSION == 5, "version %d", ACC_ACCELERATOR_OPTIONS_VERSION);
     CHECK_OK(acc_accelerator_options_init((acc_accelerator_options *)buf, 1));
     head h = get_head(buf);
     CHECK(h.size == v1 && h.version == 1, "v1 init: size %zu version %u", h.size, h.version);
@@ -202,6 +202,17 @@ int main(void) {
     head h = get_head(buf);
     CHECK(h.size == v3 && h.version == 3, "v3 init: size %zu version %u", h.size, h.version);
     CHECK(buf[v3] == 0xcd, "v3 init wrote device");
+    CHECK_OK(use_accelerator(buf));
+  }
+  /* Version 4 (before comm_hook): comm_hook is never read (0xcd bytes would be a bad hook). */
+  {
+    const size_t v4 = offsetof(acc_accelerator_options, comm_hook);
+    unsigned char buf[sizeof(acc_accelerator_options) + 8];
+    memset(buf, 0xcd, sizeof buf);
+    CHECK_OK(acc_accelerator_options_init((acc_accelerator_options *)buf, 4));
+    head h = get_head(buf);
+    CHECK(h.size == v4 && h.version == 4, "v4 init: size %zu version %u", h.size, h.version);
+    CHECK(buf[v4] == 0xcd, "v4 init wrote comm_hook");
     CHECK_OK(use_accelerator(buf));
   }
 
