@@ -8,6 +8,7 @@ PACKAGES=(
   libjansson-dev libyaml-dev zlib1g-dev libdlpack-dev  # library dependencies
   libopenblas-dev                   # fast sgemm for the example (optional at build time)
   openmpi-bin libopenmpi-dev        # MPI backend and the Open MPI comparison benchmark
+  libgloo-dev g++                   # the gloo module (CPU collectives across machines)
   dataset-fashion-mnist             # the Fashion-MNIST example's data
   jargon-text                       # the GPT example's text (the Jargon File)
   clang libclang-rt-14-dev          # libFuzzer and sanitizer runtimes

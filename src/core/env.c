@@ -34,6 +34,12 @@ ROW("ACCELERATE_MACHINE_RANK", INT, 0, RANKS, NULL, "0", SETS, "Rank of this mac
 ROW("ACCELERATE_RESTART_COUNT", INT, 0, 2147483647.0, NULL, "0", SETS, "How many times accelerate launch restarted the job (--max_restarts).")
 ROW("MASTER_ADDR", STRING, 0, 0, NULL, "127.0.0.1", SETS | EXT, "Address of the main machine (--main_process_ip).")
 ROW("MASTER_PORT", INT, 1, 65535, NULL, "29500", SETS | EXT | LIB, "Port of the main machine (--main_process_port); under torchrun, part of the job id.")
+/* ---- several machines: the rendezvous store (docs/multi-machine.md) ---- */
+ROW("ACCELERATE_RDZV_ID", STRING, 0, 0, NULL, "default", LIB | SETS | CLI, "Rendezvous id of the job (--rdzv_id): every launcher and process of one job must give the same; a client of another job on the same port is refused.")
+ROW("ACCELERATE_RDZV_TIMEOUT", DOUBLE, 0.1, 86400.0, NULL, "60", LIB | CLI, "Seconds to reach the rendezvous store and for every process to join it.")
+ROW("ACCELERATE_STORE_SECRET", STRING, 0, 0, NULL, "", LIB | CLI, "Shared secret of the rendezvous store: the store refuses clients that do not send the same one.")
+ROW("ACCELERATE_STORE_SECRET_FILE", STRING, 0, 0, NULL, "", LIB | CLI, "A file (mode 600) whose first line is the store's shared secret, when ACCELERATE_STORE_SECRET is unset.")
+ROW("GROUP_RANK", INT, 0, RANKS, NULL, "RANK / LOCAL_WORLD_SIZE", LIB | EXT, "torchrun: rank of this machine (several machines without accelerate launch).")
 /* ---- process identity: other launchers ---- */
 ROW("TORCHELASTIC_RUN_ID", STRING, 0, 0, NULL, "", LIB | EXT, "torchrun's run id, part of the job id.")
 ROW("OMPI_COMM_WORLD_RANK", INT, 0, RANKS, NULL, "", LIB | EXT, "Open MPI (mpirun): global rank.")

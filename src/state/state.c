@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "backend/module.h"
+#include "state/join.h"
 #include "state/state.h"
 
 static acc_state *g_state;
@@ -221,9 +222,10 @@ static acc_result resolve_options(const acc_state_options *in, resolved *r) {
       else if (strcasecmp(v, "single") == 0) r->backend = ACC_BACKEND_SINGLE;
       else if (strcasecmp(v, "shm") == 0) r->backend = ACC_BACKEND_SHM;
       else if (strcasecmp(v, "mpi") == 0) r->backend = ACC_BACKEND_MPI;
+      else if (strcasecmp(v, "gloo") == 0) r->backend = ACC_BACKEND_GLOO;
       else
         return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi", v);
+                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi, gloo", v);
     }
   }
   r->timeout_s = o.timeout_s;
@@ -269,16 +271,34 @@ static acc_result create_mpi(acc_state *st, const acc__proc_info *info) {
   return mod->backend_create(&st->be, info);
 }
 
+#define ACC_GLOO_MODULE_HINT                                                                     \
+  "install the gloo module libaccelerate-gloo.so in <libdir>/accelerate/ (it is built when "      \
+  "libgloo-dev is installed), or set ACCELERATE_MODULE_DIR to the directory that holds it"
+
+/* Several machines without an MPI launcher: join the rendezvous store, then gloo over it. */
+static acc_result create_gloo(acc_state *st, const acc__env_info *e, acc__proc_info *info) {
+  const acc__module_ops *mod = NULL;
+  acc_result rc = acc__module_load("gloo", ACC_GLOO_MODULE_HINT, &mod);
+  if (rc != ACC_OK)
+    return acc__error_context(rc, "this job spans %d machines and needs the gloo backend",
+                              e->num_machines);
+  ACC_CHECK(acc__state_join(e, info));
+  rc = mod->backend_create(&st->be, info);
+  if (rc != ACC_OK) acc__state_leave();
+  return rc;
+}
+
 static acc_result create_backend(acc_state *st, const acc__env_info *e) {
   int kind = st->backend_kind;
   int mpi_launcher = strcmp(e->launcher, "openmpi") == 0 || strcmp(e->launcher, "mpich") == 0 ||
                      strcmp(e->launcher, "mvapich") == 0;
   if (e->size == 1) kind = ACC_BACKEND_SINGLE;
-  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s};
+  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s, NULL, 0, 1};
   if (kind == ACC_BACKEND_AUTO) {
     /* Several machines need MPI. Under an MPI launcher on one machine, MPI is used when its
      * module is installed and shared memory otherwise. */
-    if (e->local_size != e->size) kind = ACC_BACKEND_MPI;
+    if (e->local_size != e->size)
+      kind = mpi_launcher || strcmp(e->launcher, "slurm") == 0 ? ACC_BACKEND_MPI : ACC_BACKEND_GLOO;
     else if (mpi_launcher) {
       const acc__module_ops *mod = NULL;
       kind = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod) == ACC_OK ? ACC_BACKEND_MPI
@@ -303,6 +323,13 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
       return acc__backend_shm_create(&st->be, &info);
     case ACC_BACKEND_MPI:
       return create_mpi(st, &info);
+    case ACC_BACKEND_GLOO:
+      if (mpi_launcher || strcmp(e->launcher, "slurm") == 0)
+        return acc__error(ACC_ERR_NOT_SUPPORTED,
+                          "the gloo backend joins through MASTER_ADDR/MASTER_PORT (accelerate "
+                          "launch per machine, or torchrun's environment), not under %s",
+                          e->launcher);
+      return create_gloo(st, e, &info);
   }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
 }
@@ -378,6 +405,7 @@ void acc_state_destroy(acc_state *st) {
   if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
   if (--st->refs > 0) return;
   if (st->be) st->be->ops->destroy(st->be);
+  acc__state_leave(); /* several machines: leave the rendezvous store */
   st->magic = ACC__MAGIC_DEAD;
   if (g_state == st) g_state = NULL;
   acc__free(st);
