@@ -1,6 +1,7 @@
 /* A launcher's part of a job on several machines (src/launch/machines.h). */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/store.h"
@@ -43,17 +44,26 @@ acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o) 
   return ACC_OK;
 }
 
-static void on_failure(void *ctx, int rank, const char *message) {
+static void on_failure(void *ctx, int rank, int signaled, const char *message) {
   acc__machines *m = ctx;
   (void)rank;
   if (m->posted) return;
   m->posted = 1;
   char msg[512];
   snprintf(msg, sizeof msg, "on machine %d (%s), %s", m->o.machine_rank, m->host, message);
+  /* A rank that exited with an error may only be the consequence of a failure elsewhere (its
+   * collective lost a peer on another machine): give that failure up to a second to arrive, so
+   * that the job's first failure names the cause. A rank killed by a signal is posted at once.
+   * The store keeps the first failure posted. */
   int exists = 0;
-  /* the first failure of the job stays the one reported */
-  if (acc__store_check(m->post, ACC_STORE_FAILED_KEY, &exists) == ACC_OK && !exists)
-    acc__store_set(m->post, ACC_STORE_FAILED_KEY, msg, strlen(msg));
+  double until = acc__now() + (signaled ? 0.0 : 1.0);
+  for (;;) {
+    if (acc__store_check(m->post, ACC_STORE_FAILED_KEY, &exists) != ACC_OK || exists) break;
+    if (acc__now() >= until) break;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (!exists) acc__store_set(m->post, ACC_STORE_FAILED_KEY, msg, strlen(msg));
   acc_clear_error();
 }
 

@@ -163,7 +163,7 @@ static void record_exit(monitor *m, proc *p, int st) {
     snprintf(res->message, sizeof res->message, "rank %d (pid %ld) exited with status %d", p->rank,
              (long)p->pid, res->exit_code);
   }
-  if (m->o->on_failure) m->o->on_failure(m->o->hook_ctx, p->rank, res->message);
+  if (m->o->on_failure) m->o->on_failure(m->o->hook_ctx, p->rank, res->term_signal != 0, res->message);
   if (!m->o->quiet) {
     if (m->alive > 0)
       fprintf(stderr, "%s: %s; stopping the other %d rank%s\n", m->o->who, res->message, m->alive,

@@ -39,10 +39,11 @@ typedef struct acc__spawn_opts {
   int has_board;             /* board_fd is a launch board (acc__board_create, src/backend/rdzv.h): */
   int board_fd;              /* each exit is recorded there at once, and the children inherit it */
   /* Several machines (src/launch/machines.c): on_failure (optional) is called once, at the
-   * group's first failure, with its message, before the others are stopped; when stop_fd > 0
+   * group's first failure, with its message (signaled: killed by a signal), before the others
+   * are stopped; when stop_fd > 0
    * becomes readable, on_stop fills msg and returns 1 to stop the group as failed (status 1,
    * failed_rank -1, message msg), 0 to keep running (stop_fd is no longer watched). */
-  void (*on_failure)(void *ctx, int rank, const char *message);
+  void (*on_failure)(void *ctx, int rank, int signaled, const char *message);
   int stop_fd;
   int (*on_stop)(void *ctx, char *msg, size_t cap);
   void *hook_ctx;

@@ -1,7 +1,8 @@
 /* Several machines without MPI (docs/multi-machine.md): a process joins the job's rendezvous
  * store at MASTER_ADDR:MASTER_PORT, hosted by machine 0's `accelerate launch`, or by rank 0 itself
  * when the job was started from torchrun's environment without our launcher, and waits until
- * every process joined. The gloo module then bootstraps through the same store. */
+ * every process joined. The gloo module then bootstraps through the same store.
+ * (ACCELERATE_BACKEND=gloo on one machine works the same way, rank 0 hosting the store.) */
 #include <stdio.h>
 #include <string.h>
 
@@ -41,8 +42,9 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
   if (!run_id || !*run_id) run_id = "default";
   acc__store_hello h = {run_id, secret, ACC_STORE_PROCESS, (int)machine, e->num_machines,
                         e->size, e->rank};
-  if (!ours && e->rank == 0) {
-    /* no launcher: rank 0 hosts the store for the job's lifetime */
+  if (!(ours && e->num_machines > 1) && e->rank == 0) {
+    /* no launcher hosts it (torchrun's environment, or ACCELERATE_BACKEND=gloo on one machine):
+     * rank 0 hosts the store for the job's lifetime */
     ACC_CHECK(acc__store_server_start(&g_server, NULL, (int)port, &h));
   }
   double t0 = acc__now();
