@@ -8,7 +8,8 @@ static acc_result create(acc__backend **out, const acc__proc_info *info) {
   return acc__backend_gloo_create(out, info, "gloo");
 }
 
-static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "gloo", create};
+static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "gloo", create,
+                                    acc__backend_gloo_create};
 
 __attribute__((visibility("default"))) const acc__module_ops *acc_module_entry_v1(
     const acc__module_host *host) {

@@ -22,7 +22,7 @@
 #ifdef ACC_MPI_BUILTIN
 /* The MPI backend linked into the library itself (ACC_MPI_MODULE=OFF). */
 static const acc__module_ops mpi_builtin = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "mpi",
-                                            acc__backend_mpi_create};
+                                            acc__backend_mpi_create, NULL};
 #endif
 
 static const acc__module_host host = {

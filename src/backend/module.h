@@ -59,6 +59,10 @@ typedef struct acc__module_ops {
   const char *name;            /* "mpi" */
   /* A communication backend (the MPI module). */
   acc_result (*backend_create)(acc__backend **out, const acc__proc_info *info);
+  /* A backend over a group of the job (the gloo module: the leaders of the hierarchical
+   * backend), its bootstrap keys under prefix. */
+  acc_result (*backend_create_group)(acc__backend **out, const acc__proc_info *info,
+                                     const char *prefix);
 } acc__module_ops;
 
 typedef const acc__module_ops *(*acc__module_entry_fn)(const acc__module_host *host);

@@ -7,7 +7,7 @@
 void acc__mpi_module_set_host(const acc__module_host *host); /* mpi_module.c */
 
 static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, "mpi",
-                                    acc__backend_mpi_create};
+                                    acc__backend_mpi_create, NULL};
 
 __attribute__((visibility("default"))) const acc__module_ops *acc_module_entry_v1(
     const acc__module_host *host) {

@@ -77,7 +77,7 @@ ROW("ACCELERATE_MIXED_PRECISION", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, 
 ROW("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", INT, 1, SIZES, NULL, "1", LIB, "Gradient accumulation steps; wins over the accelerator option.")
 ROW("ACCELERATE_ZERO_STAGE", INT, 0, 2, NULL, "0", LIB | SETS, "ZeRO stage when the program does not choose one: 0 off, 1 optimizer state sharded across processes, 2 also the averaged gradients.")
 ROW("ACCELERATE_DEBUG_MODE", BOOL, 0, 0, NULL, "false", LIB | SETS, "Check that every process makes the same collective calls (--debug).")
-ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi", "auto", LIB, "Communication backend when the program does not choose one.")
+ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi|gloo|hierarchical", "auto", LIB, "Communication backend when the program does not choose one.")
 ROW("ACCELERATE_DEVICE_NCCL", ENUM, 0, 0, "auto|always|never", "auto", LIB, "Gradient averaging of a model trained on a GPU: auto uses NCCL when there are several processes, each with its own GPU, and the CUDA module has NCCL (else the host-staged path through the CPU backend); always uses NCCL or fails saying why, also at one process (a one-rank communicator, for tests); never always uses the host-staged path.")
 ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a collective waits for the other processes before it fails; the only bound on a stopped or hung peer.")
 ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")

@@ -15,6 +15,7 @@ static acc__store *g_store;
 static acc__store_server *g_server;
 static int g_size;
 static double g_timeout;
+static char g_job_id[160];
 
 static acc_result rdzv_timeout(double *out) {
   int set = 0;
@@ -69,6 +70,21 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
            e->rank, e->size, machine, e->num_machines, (acc__now() - t0) * 1e3);
   g_size = e->size;
   g_timeout = timeout;
+  if (!ours) {
+    /* The processes of one machine were not started by one parent (the job id's usual
+     * separator): name the machine's shared-memory group after the store's address, which one
+     * job holds at a time, and the machine. */
+    char raw[160];
+    snprintf(raw, sizeof raw, "store-%s-%ld-%s-m%ld", host, port, run_id, machine);
+    size_t j = 0;
+    for (size_t i = 0; raw[i] && j + 1 < sizeof g_job_id; i++) {
+      char c = raw[i];
+      int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+      g_job_id[j++] = ok ? c : '_';
+    }
+    g_job_id[j] = 0;
+    info->job_id = g_job_id;
+  }
   info->store = g_store;
   info->machine_rank = (int)machine;
   info->num_machines = e->num_machines;

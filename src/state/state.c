@@ -8,6 +8,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "backend/hier.h"
 #include "backend/module.h"
 #include "state/join.h"
 #include "state/state.h"
@@ -223,9 +224,11 @@ static acc_result resolve_options(const acc_state_options *in, resolved *r) {
       else if (strcasecmp(v, "shm") == 0) r->backend = ACC_BACKEND_SHM;
       else if (strcasecmp(v, "mpi") == 0) r->backend = ACC_BACKEND_MPI;
       else if (strcasecmp(v, "gloo") == 0) r->backend = ACC_BACKEND_GLOO;
+      else if (strcasecmp(v, "hierarchical") == 0) r->backend = ACC_BACKEND_HIERARCHICAL;
       else
         return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi, gloo", v);
+                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi, gloo, "
+                          "hierarchical", v);
     }
   }
   r->timeout_s = o.timeout_s;
@@ -276,15 +279,22 @@ static acc_result create_mpi(acc_state *st, const acc__proc_info *info) {
   "libgloo-dev is installed), or set ACCELERATE_MODULE_DIR to the directory that holds it"
 
 /* Several machines without an MPI launcher: join the rendezvous store, then gloo over it. */
-static acc_result create_gloo(acc_state *st, const acc__env_info *e, acc__proc_info *info) {
+static acc_result create_gloo(acc_state *st, const acc__env_info *e, acc__proc_info *info,
+                              int hier) {
   const acc__module_ops *mod = NULL;
   acc_result rc = acc__module_load("gloo", ACC_GLOO_MODULE_HINT, &mod);
   if (rc != ACC_OK)
     return acc__error_context(rc, "this job spans %d machines and needs the gloo backend",
                               e->num_machines);
   ACC_CHECK(acc__state_join(e, info));
-  rc = mod->backend_create(&st->be, info);
-  if (rc != ACC_OK) acc__state_leave();
+  rc = hier ? acc__backend_hier_create(&st->be, info, mod->backend_create_group)
+            : mod->backend_create(&st->be, info);
+  if (rc != ACC_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", acc_last_error());
+    acc__state_leave(); /* clears the error */
+    return acc__error(rc, "%s", msg);
+  }
   return rc;
 }
 
@@ -298,7 +308,8 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
     /* Several machines need MPI. Under an MPI launcher on one machine, MPI is used when its
      * module is installed and shared memory otherwise. */
     if (e->local_size != e->size)
-      kind = mpi_launcher || strcmp(e->launcher, "slurm") == 0 ? ACC_BACKEND_MPI : ACC_BACKEND_GLOO;
+      kind = mpi_launcher || strcmp(e->launcher, "slurm") == 0 ? ACC_BACKEND_MPI
+                                                               : ACC_BACKEND_HIERARCHICAL;
     else if (mpi_launcher) {
       const acc__module_ops *mod = NULL;
       kind = acc__module_load("mpi", ACC_MPI_MODULE_HINT, &mod) == ACC_OK ? ACC_BACKEND_MPI
@@ -324,12 +335,17 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
     case ACC_BACKEND_MPI:
       return create_mpi(st, &info);
     case ACC_BACKEND_GLOO:
+    case ACC_BACKEND_HIERARCHICAL:
       if (mpi_launcher || strcmp(e->launcher, "slurm") == 0)
         return acc__error(ACC_ERR_NOT_SUPPORTED,
                           "the gloo backend joins through MASTER_ADDR/MASTER_PORT (accelerate "
                           "launch per machine, or torchrun's environment), not under %s",
                           e->launcher);
-      return create_gloo(st, e, &info);
+      if (kind == ACC_BACKEND_HIERARCHICAL && e->num_machines < 2)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "the hierarchical backend needs several machines; this job runs on one "
+                          "(use shm or gloo)");
+      return create_gloo(st, e, &info, kind == ACC_BACKEND_HIERARCHICAL);
   }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
 }

@@ -9,6 +9,9 @@
 #             accuracy as 4 processes on one machine (shared memory), bit for bit.
 #   torchrun: the same with torchrun's environment (MASTER_ADDR, RANK, WORLD_SIZE, LOCAL_RANK,
 #             LOCAL_WORLD_SIZE, GROUP_RANK) and no launcher: rank 0 hosts the store.
+#   conformance: PROG is tests/dist's conformance program: every collective x dtype x op x root
+#             against local references on 2 machines x 2, with ACCELERATE_BACKEND=gloo and
+#             =hierarchical.
 #   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
 #             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
 #   errors:   wrong port, duplicate machine rank, mismatched counts, missing secret: the
@@ -99,7 +102,7 @@ if [ "$MODE" = match ]; then
   rc1=$?
   cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
   [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the launchers exited with $rc0 and $rc1"
-  grep -q "Backend: gloo" "$TMP/m0.out" || fail "the backend is not gloo"
+  grep -q "Backend: hierarchical" "$TMP/m0.out" || fail "the default backend across machines is not hierarchical"
   one_machine
   compare "$TMP/m0.out"
   echo "PASS: 2 machines x 2 processes (per-machine launch) match 1 machine x 4 processes"
@@ -123,6 +126,23 @@ if [ "$MODE" = torchrun ]; then
   one_machine
   compare "$TMP/r0.out"
   echo "PASS: torchrun's environment on 2 machines matches 1 machine x 4 processes"
+  exit 0
+fi
+
+if [ "$MODE" = conformance ]; then
+  export ACC_TEST_NPROCS=4
+  for be in gloo hierarchical; do
+    export ACCELERATE_BACKEND=$be
+    launch "$NSB" 1 "$TMP/c1.out" "$PROG" 16384 &
+    j1=$!
+    launch "$NSA" 0 "$TMP/c0.out" "$PROG" 16384
+    rc0=$?
+    wait $j1
+    rc1=$?
+    echo "--- $be, machine 0:"; tail -5 "$TMP/c0.out"; echo "--- $be, machine 1:"; tail -5 "$TMP/c1.out"
+    [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "conformance on $be: the launchers exited with $rc0 and $rc1"
+  done
+  echo "PASS: the gloo and hierarchical backends pass the conformance program on 2 machines x 2"
   exit 0
 fi
 
