@@ -10,6 +10,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev        # MPI backend (Open MPI module) and the Open MPI comparison benchmark
   mpich libmpich-dev                # the MPICH module beside it (mpirun.mpich, srun --mpi=pmi2); Open MPI stays the default mpirun/mpicc
   slurm-wlm munge                   # tests/slurm starts its own munged/slurmctld/slurmd; the packages' services need no config here
+  libgloo-dev g++                   # the gloo module (CPU collectives across machines)
   dataset-fashion-mnist             # the Fashion-MNIST example's data
   jargon-text                       # the GPT example's text (the Jargon File)
   clang libclang-rt-14-dev          # libFuzzer and sanitizer runtimes

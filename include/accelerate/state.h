@@ -27,10 +27,14 @@ typedef enum acc_mixed_precision {
 } acc_mixed_precision;
 
 typedef enum acc_backend_kind {
-  ACC_BACKEND_AUTO = 0,   /* shm on one machine, MPI under mpirun across machines */
+  ACC_BACKEND_AUTO = 0,   /* shm on one machine; across machines MPI under mpirun, else gloo */
   ACC_BACKEND_SINGLE = 1, /* one process */
   ACC_BACKEND_SHM = 2,    /* built-in shared memory, one machine */
-  ACC_BACKEND_MPI = 3     /* MPI (the module libaccelerate-mpi-<flavor>.so, loaded when needed) */
+  ACC_BACKEND_MPI = 3,    /* MPI (the module libaccelerate-mpi-<flavor>.so, loaded when needed) */
+  ACC_BACKEND_GLOO = 4,   /* gloo across machines (the module libaccelerate-gloo.so), joined
+                             through the rendezvous store at MASTER_ADDR:MASTER_PORT */
+  ACC_BACKEND_HIERARCHICAL = 5 /* several machines: shm inside each, gloo between one leader
+                                  per machine (the default across machines without MPI) */
 } acc_backend_kind;
 
 #define ACC_UNSET (-1)

@@ -58,6 +58,10 @@ typedef struct acc__proc_info {
   int rank, size, local_rank, local_size;
   const char *job_id; /* unique per job and machine; safe for file names */
   double timeout_s;   /* collective timeout */
+  /* Several machines joined through the rendezvous store (src/backend/store.h): the store
+   * connection (NULL otherwise), this process's machine and the number of machines. */
+  struct acc__store *store;
+  int machine_rank, num_machines;
 } acc__proc_info;
 
 acc_result acc__backend_single_create(acc__backend **out);

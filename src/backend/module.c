@@ -1,6 +1,7 @@
 /* The module loader (see module.h for the host/module contract). */
 #include "backend/module.h"
 
+#include "backend/store.h"
 #include "core/env.h"
 
 #include <dlfcn.h>
@@ -22,13 +23,14 @@
 #ifdef ACC_MPI_BUILTIN
 /* The MPI backend linked into the library itself (ACC_MPI_MODULE=OFF). */
 static const acc__module_ops mpi_builtin = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING,
-                                            ACC_MPI_BUILTIN, acc__backend_mpi_create};
+                                            ACC_MPI_BUILTIN, acc__backend_mpi_create, NULL};
 #endif
 
 static const acc__module_host host = {
     ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, acc__verror, acc_last_error, acc__malloc,
     acc__calloc, acc__realloc, acc__free, acc__now, acc__reduce_inplace, acc__env_int,
     acc__call_rec_site, acc__call_rec_describe, acc__hang_report_env, acc__report_line,
+    acc__store_set, acc__store_get, acc__store_local_addr,
 };
 
 #define MAX_MODULES 4

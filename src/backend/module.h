@@ -24,7 +24,7 @@
 #include "backend/backend.h"
 #include "backend/collcheck.h"
 
-#define ACC__MODULE_ABI_VERSION 2u
+#define ACC__MODULE_ABI_VERSION 3u
 #define ACC__MODULE_ENTRY_SYMBOL "acc_module_entry_v1"
 
 /* Services the library gives a module. */
@@ -45,6 +45,11 @@ typedef struct acc__module_host {
   void (*call_rec_describe)(char *buf, size_t cap, const acc__call_rec *r);
   acc_result (*hang_report_env)(double *seconds);
   void (*report_line)(const char *line);
+  /* 3: the rendezvous store (src/backend/store.h), for modules that bootstrap through it */
+  acc_result (*store_set)(struct acc__store *s, const char *key, const void *val, size_t n);
+  acc_result (*store_get)(struct acc__store *s, const char *key, void **val, size_t *n,
+                          double timeout_s);
+  int (*store_local_addr)(struct acc__store *s, char *buf, size_t cap);
 } acc__module_host;
 
 /* What a module offers. Fields a module does not provide are NULL. */
@@ -54,6 +59,10 @@ typedef struct acc__module_ops {
   const char *name;            /* "mpi-openmpi", "mpi-mpich" */
   /* A communication backend (the MPI module). */
   acc_result (*backend_create)(acc__backend **out, const acc__proc_info *info);
+  /* A backend over a group of the job (the gloo module: the leaders of the hierarchical
+   * backend), its bootstrap keys under prefix. */
+  acc_result (*backend_create_group)(acc__backend **out, const acc__proc_info *info,
+                                     const char *prefix);
 } acc__module_ops;
 
 typedef const acc__module_ops *(*acc__module_entry_fn)(const acc__module_host *host);

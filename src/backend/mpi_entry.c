@@ -11,7 +11,7 @@ void acc__mpi_module_set_host(const acc__module_host *host); /* mpi_module.c */
 #error "ACC_MPI_MODULE_NAME (mpi-openmpi, mpi-mpich) is set by CMakeLists.txt"
 #endif
 static const acc__module_ops ops = {ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, ACC_MPI_MODULE_NAME,
-                                    acc__backend_mpi_create};
+                                    acc__backend_mpi_create, NULL};
 
 __attribute__((visibility("default"))) const acc__module_ops *acc_module_entry_v1(
     const acc__module_host *host) {

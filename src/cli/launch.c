@@ -21,6 +21,7 @@
 #include "core/env.h"
 #include "backend/rdzv.h"
 #include "cli/mpirun.h"
+#include "launch/machines.h"
 #include "launch/spawn.h"
 
 extern char **environ;
@@ -38,7 +39,7 @@ typedef struct launch_args {
   long num_cpu_threads_per_process;
   const char *main_process_ip, *gpu_ids;
   int tee;
-  const char *log_dir, *role, *rdzv_backend, *rdzv_conf;
+  const char *log_dir, *role, *rdzv_backend, *rdzv_conf, *rdzv_id;
   const char *local_ranks_filter;
   long max_restarts;
   double monitor_interval;
@@ -106,6 +107,9 @@ static const option_def options[] = {
     {"--role", NULL, STR, OFF(role), "default", "accepted and ignored (torchrun worker role)"},
     {"--rdzv_backend", NULL, STR, OFF(rdzv_backend), "static", "accepted and ignored (rendezvous is static)"},
     {"--rdzv_conf", NULL, STR, OFF(rdzv_conf), "\"\"", "accepted and ignored"},
+    {"--rdzv_id", NULL, STR, OFF(rdzv_id), "default",
+     "several machines: the job's rendezvous id; every machine's launcher must give the same "
+     "(ACCELERATE_RDZV_ID)"},
     {"--max_restarts", NULL, INT, OFF(max_restarts), "0",
      "restart the whole group up to K times when a rank fails (ACCELERATE_RESTART_COUNT)"},
     {"--monitor_interval", NULL, FLOAT, OFF(monitor_interval), "0.1", "seconds between checks of the ranks"},
@@ -429,6 +433,12 @@ static int validate(launch_args *a) {
     return usage_error("When using multiple machines, you need to specify the main process IP "
                        "(--main_process_ip).%s%s", "", "");
   if (a->main_process_port > 65535) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
+  if (a->num_machines > 1 && !a->use_mpi && a->main_process_port == 0)
+    return usage_error("--main_process_port 0 cannot be used with several machines: the other "
+                       "machines must know the port of machine 0's rendezvous store%s%s", "", "");
+  if (a->num_machines > 1 && !a->use_mpi && a->max_restarts > 0)
+    return usage_error("--max_restarts is not supported yet with --num_machines > 1 (the "
+                       "launchers do not agree on restarts); see docs/multi-machine.md%s%s", "", "");
   if (!(a->monitor_interval >= 0.001 && a->monitor_interval <= 3600)) {
     snprintf(buf, sizeof buf, "%g", a->monitor_interval);
     return usage_error("--monitor_interval must be 0.001..3600 seconds, got %s%s", buf, "");
@@ -594,6 +604,7 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
   rc |= env_set(e, "ACCELERATE_NUM_MACHINES", b);
   snprintf(b, sizeof b, "%ld", a->machine_rank);
   rc |= env_set(e, "ACCELERATE_MACHINE_RANK", b);
+  if (a->num_machines > 1) rc |= env_set(e, "ACCELERATE_RDZV_ID", a->rdzv_id ? a->rdzv_id : "default");
   if (a->num_cpu_threads_per_process != UNSET) {
     snprintf(b, sizeof b, "%ld", a->num_cpu_threads_per_process);
     rc |= env_set(e, "OMP_NUM_THREADS", b);
@@ -728,6 +739,27 @@ int acc_cli_launch(int argc, char **argv) {
   }
   if (a.use_mpi) return run_mpi(&a, local, port);
 
+  /* Several machines: machine 0 hosts the rendezvous store, every launcher joins it (before any
+   * rank starts, so a wrong port or a duplicate machine rank fails here, at once). */
+  acc__machines *mm = NULL;
+  if (a.num_machines > 1) {
+    double rt = 60.0;
+    int set = 0;
+    if (acc__env_double("ACCELERATE_RDZV_TIMEOUT", &rt, &set) != ACC_OK) {
+      fprintf(stderr, WHO ": error: %s\n", acc_last_error());
+      return 2;
+    }
+    if (!a.rdzv_id) a.rdzv_id = acc__env_str("ACCELERATE_RDZV_ID");
+    if (!a.rdzv_id || !*a.rdzv_id) a.rdzv_id = "default";
+    acc__machines_opts mo = {a.main_process_ip, (int)port, (int)a.machine_rank,
+                             (int)a.num_machines, (int)a.num_processes, a.rdzv_id, rt, a.quiet, WHO};
+    if (acc__machines_join(&mm, &mo) != ACC_OK) {
+      fprintf(stderr, WHO ": machine %ld could not join the job: %s\n", a.machine_rank,
+              acc_last_error());
+      return 1;
+    }
+  }
+
   envlist base = {0};
   if (common_env(&a, local, port, &base, 0) != 0) {
     fprintf(stderr, WHO ": out of memory\n");
@@ -803,6 +835,7 @@ int acc_cli_launch(int argc, char **argv) {
                          .who = WHO,
                          .has_board = board >= 0,
                          .board_fd = board};
+    if (mm) acc__machines_hook(mm, &o);
     acc__spawn_result res;
     acc_result arc = acc__spawn_run(&o, &res);
     if (board >= 0) close(board);
@@ -817,6 +850,14 @@ int acc_cli_launch(int argc, char **argv) {
     if (!a.quiet)
       fprintf(stderr, WHO ": restarting the group (restart %ld of %ld) because %s\n", attempt + 1,
               a.max_restarts, res.message);
+  }
+  if (mm) {
+    if (status != 0) {
+      char first[512];
+      acc__machines_first_failure(mm, first, sizeof first, 2.0);
+      if (first[0] && !a.quiet) fprintf(stderr, WHO ": the job's first failure: %s\n", first);
+    }
+    acc__machines_leave(mm, status == 0 ? 600.0 : 5.0);
   }
   for (int i = 0; i < n; i++) env_free(&envs[i]);
   env_free(&base);

@@ -34,6 +34,12 @@ ROW("ACCELERATE_MACHINE_RANK", INT, 0, RANKS, NULL, "0", SETS, "Rank of this mac
 ROW("ACCELERATE_RESTART_COUNT", INT, 0, 2147483647.0, NULL, "0", SETS, "How many times accelerate launch restarted the job (--max_restarts).")
 ROW("MASTER_ADDR", STRING, 0, 0, NULL, "127.0.0.1", SETS | EXT, "Address of the main machine (--main_process_ip).")
 ROW("MASTER_PORT", INT, 1, 65535, NULL, "29500", SETS | EXT | LIB, "Port of the main machine (--main_process_port); under torchrun, part of the job id.")
+/* ---- several machines: the rendezvous store (docs/multi-machine.md) ---- */
+ROW("ACCELERATE_RDZV_ID", STRING, 0, 0, NULL, "default", LIB | SETS | CLI, "Rendezvous id of the job (--rdzv_id): every launcher and process of one job must give the same; a client of another job on the same port is refused.")
+ROW("ACCELERATE_RDZV_TIMEOUT", DOUBLE, 0.1, 86400.0, NULL, "60", LIB | CLI, "Seconds to reach the rendezvous store and for every process to join it.")
+ROW("ACCELERATE_STORE_SECRET", STRING, 0, 0, NULL, "", LIB | CLI, "Shared secret of the rendezvous store: the store refuses clients that do not send the same one.")
+ROW("ACCELERATE_STORE_SECRET_FILE", STRING, 0, 0, NULL, "", LIB | CLI, "A file (mode 600) whose first line is the store's shared secret, when ACCELERATE_STORE_SECRET is unset.")
+ROW("GROUP_RANK", INT, 0, RANKS, NULL, "RANK / LOCAL_WORLD_SIZE", LIB | EXT, "torchrun: rank of this machine (several machines without accelerate launch).")
 /* ---- process identity: other launchers ---- */
 ROW("TORCHELASTIC_RUN_ID", STRING, 0, 0, NULL, "", LIB | EXT, "torchrun's run id, part of the job id.")
 ROW("OMPI_COMM_WORLD_RANK", INT, 0, RANKS, NULL, "", LIB | EXT, "Open MPI (mpirun): global rank.")
@@ -77,7 +83,7 @@ ROW("ACCELERATE_ZERO_STAGE", INT, 0, 2, NULL, "0", LIB | SETS, "ZeRO stage when 
 ROW("ACCELERATE_COMM_HOOK", ENUM, 0, 0, "no|fp16|bf16", "no", LIB | SETS, "Gradient all-reduce compression when the program does not choose one (torch DDP's fp16/bf16 compress hooks): the buckets travel and are summed in that 16-bit type.")
 ROW("ACCELERATE_DEBUG_MODE", BOOL, 0, 0, NULL, "false", LIB | SETS, "Check that every process makes the same collective calls (--debug).")
 ROW("ACCELERATE_MPI_FLAVOR", ENUM, 0, 0, "openmpi|mpich", "from the launcher", LIB, "Which MPI module the MPI backend loads (libaccelerate-mpi-<flavor>.so) when the launch environment does not say: Open MPI's mpirun and srun --mpi=pmix mean openmpi; MPICH's Hydra, MVAPICH and srun --mpi=pmi2 mean mpich.")
-ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi", "auto", LIB, "Communication backend when the program does not choose one.")
+ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi|gloo|hierarchical", "auto", LIB, "Communication backend when the program does not choose one.")
 ROW("ACCELERATE_DEVICE_NCCL", ENUM, 0, 0, "auto|always|never", "auto", LIB, "Gradient averaging of a model trained on a GPU: auto uses NCCL when there are several processes, each with its own GPU, and the CUDA module has NCCL (else the host-staged path through the CPU backend); always uses NCCL or fails saying why, also at one process (a one-rank communicator, for tests); never always uses the host-staged path.")
 ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a collective waits for the other processes before it fails; the only bound on a stopped or hung peer.")
 ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")

@@ -81,6 +81,7 @@ typedef struct monitor {
   int killed;      /* SIGKILL sent to everyone */
   double deadline; /* when terminating: SIGKILL time */
   acc__spawn_result *res;
+  int stop_fd; /* o->stop_fd while watched, else -1 */
 } monitor;
 
 static void signal_all(monitor *m, int sig) {
@@ -163,6 +164,7 @@ static void record_exit(monitor *m, proc *p, int st) {
     snprintf(res->message, sizeof res->message, "rank %d (pid %ld) exited with status %d", p->rank,
              (long)p->pid, res->exit_code);
   }
+  if (m->o->on_failure) m->o->on_failure(m->o->hook_ctx, p->rank, res->term_signal != 0, res->message);
   if (!m->o->quiet) {
     if (m->alive > 0)
       fprintf(stderr, "%s: %s; stopping the other %d rank%s\n", m->o->who, res->message, m->alive,
@@ -360,11 +362,31 @@ fail:
 
 /* ---- the monitor loop --------------------------------------------------------------------- */
 
+/* The other machines' failure (or the loss of the store): stop this machine's group. */
+static void on_stop_fd(monitor *m) {
+  char msg[256] = "";
+  int stop = m->o->on_stop ? m->o->on_stop(m->o->hook_ctx, msg, sizeof msg) : 0;
+  m->stop_fd = -1;
+  acc__spawn_result *res = m->res;
+  if (!stop || res->failed_rank >= 0 || res->interrupted || m->terminating) return;
+  res->remote = 1;
+  res->status = 1;
+  snprintf(res->message, sizeof res->message, "%s", msg);
+  if (!m->o->quiet)
+    fprintf(stderr, "%s: %s; stopping the %d rank%s of this machine\n", m->o->who, msg, m->alive,
+            m->alive == 1 ? "" : "s");
+  if (m->alive > 0) {
+    m->terminating = 1;
+    m->deadline = acc__now() + m->o->grace_s;
+    signal_all(m, SIGTERM);
+  }
+}
+
 static void run_loop(monitor *m) {
   const acc__spawn_opts *o = m->o;
   int n = o->nprocs;
-  struct pollfd *fds = calloc((size_t)(3 * n + 1), sizeof *fds);
-  int *owner = calloc((size_t)(3 * n + 1), sizeof *owner); /* proc*4 + kind (0,1 out, 2 death) */
+  struct pollfd *fds = calloc((size_t)(3 * n + 2), sizeof *fds);
+  int *owner = calloc((size_t)(3 * n + 2), sizeof *owner); /* proc*4 + kind (0,1 out, 2 death) */
   if (!fds || !owner) { /* fall back to a plain blocking wait */
     free(fds);
     free(owner);
@@ -399,6 +421,10 @@ static void run_loop(monitor *m) {
       fds[nf] = (struct pollfd){.fd = m->sigfd, .events = POLLIN};
       owner[nf++] = -1;
     }
+    if (m->stop_fd > 0) {
+      fds[nf] = (struct pollfd){.fd = m->stop_fd, .events = POLLIN};
+      owner[nf++] = -2;
+    }
     for (int i = 0; i < n; i++) {
       proc *p = &m->p[i];
       for (int k = 0; k < 2; k++)
@@ -426,6 +452,10 @@ static void run_loop(monitor *m) {
     if (r > 0) {
       for (int j = 0; j < nf; j++) {
         if (!fds[j].revents) continue;
+        if (owner[j] == -2) {
+          on_stop_fd(m);
+          continue;
+        }
         if (owner[j] < 0) {
           struct signalfd_siginfo si;
           while (read(m->sigfd, &si, sizeof si) == (ssize_t)sizeof si) on_signal(m, (int)si.ssi_signo);
@@ -458,7 +488,7 @@ acc_result acc__spawn_run(const acc__spawn_opts *o, acc__spawn_result *out) {
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__spawn_run: incomplete options");
   memset(out, 0, sizeof *out);
   out->failed_rank = -1;
-  monitor m = {.o = o, .sigfd = -1, .res = out};
+  monitor m = {.o = o, .sigfd = -1, .res = out, .stop_fd = o->stop_fd > 0 ? o->stop_fd : -1};
   m.p = calloc((size_t)o->nprocs, sizeof *m.p);
   if (!m.p) return acc__error(ACC_ERR_NOMEM, "cannot allocate the table of %d processes", o->nprocs);
   for (int i = 0; i < o->nprocs; i++) {

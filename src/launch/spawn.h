@@ -41,6 +41,15 @@ typedef struct acc__spawn_opts {
   const char *who;           /* prefix of printed messages, e.g. "accelerate launch" */
   int has_board;             /* board_fd is a launch board (acc__board_create, src/backend/rdzv.h): */
   int board_fd;              /* each exit is recorded there at once, and the children inherit it */
+  /* Several machines (src/launch/machines.c): on_failure (optional) is called once, at the
+   * group's first failure, with its message (signaled: killed by a signal), before the others
+   * are stopped; when stop_fd > 0
+   * becomes readable, on_stop fills msg and returns 1 to stop the group as failed (status 1,
+   * failed_rank -1, message msg), 0 to keep running (stop_fd is no longer watched). */
+  void (*on_failure)(void *ctx, int rank, int signaled, const char *message);
+  int stop_fd;
+  int (*on_stop)(void *ctx, char *msg, size_t cap);
+  void *hook_ctx;
 } acc__spawn_opts;
 
 typedef struct acc__spawn_result {
@@ -50,6 +59,7 @@ typedef struct acc__spawn_result {
   int interrupted;   /* signal received by the caller and forwarded, 0 if none */
   int status;        /* suggested process exit status: 0, the rank's status, or 128 + signal */
   char message[256]; /* "rank 1 (pid 42) exited with status 3", or "" */
+  int remote;        /* stopped because of another machine (on_stop returned 1) */
 } acc__spawn_result;
 
 /* Runs the group described by o and fills *out. Returns ACC_OK when the group ran (whatever

@@ -9,10 +9,12 @@
 #include "core/env.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "backend/hier.h"
 #include "backend/module.h"
 #include "state/mpi_pick.h"
 #include "state/slurm.h"
 #include "state/threads.h"
+#include "state/join.h"
 #include "state/state.h"
 
 static acc_state *g_state;
@@ -240,9 +242,12 @@ static acc_result resolve_options(const acc_state_options *in, resolved *r) {
       else if (strcasecmp(v, "single") == 0) r->backend = ACC_BACKEND_SINGLE;
       else if (strcasecmp(v, "shm") == 0) r->backend = ACC_BACKEND_SHM;
       else if (strcasecmp(v, "mpi") == 0) r->backend = ACC_BACKEND_MPI;
+      else if (strcasecmp(v, "gloo") == 0) r->backend = ACC_BACKEND_GLOO;
+      else if (strcasecmp(v, "hierarchical") == 0) r->backend = ACC_BACKEND_HIERARCHICAL;
       else
         return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi", v);
+                          "ACCELERATE_BACKEND=\"%s\" is not one of auto, single, shm, mpi, gloo, "
+                          "hierarchical", v);
     }
   }
   r->timeout_s = o.timeout_s;
@@ -283,28 +288,58 @@ static acc_result create_mpi(acc_state *st, const acc__env_info *e, const acc__p
   return mod->backend_create(&st->be, info);
 }
 
+#define ACC_GLOO_MODULE_HINT                                                                     \
+  "install the gloo module libaccelerate-gloo.so in <libdir>/accelerate/ (it is built when "      \
+  "libgloo-dev is installed), or set ACCELERATE_MODULE_DIR to the directory that holds it"
+
+/* Several machines without an MPI launcher: join the rendezvous store, then gloo over it. */
+static acc_result create_gloo(acc_state *st, const acc__env_info *e, acc__proc_info *info,
+                              int hier) {
+  const acc__module_ops *mod = NULL;
+  acc_result rc = acc__module_load("gloo", ACC_GLOO_MODULE_HINT, &mod);
+  if (rc != ACC_OK)
+    return acc__error_context(rc, "this job spans %d machines and needs the gloo backend",
+                              e->num_machines);
+  ACC_CHECK(acc__state_join(e, info));
+  rc = hier ? acc__backend_hier_create(&st->be, info, mod->backend_create_group)
+            : mod->backend_create(&st->be, info);
+  if (rc != ACC_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", acc_last_error());
+    acc__state_leave(); /* clears the error */
+    return acc__error(rc, "%s", msg);
+  }
+  return rc;
+}
+
 static acc_result create_backend(acc_state *st, const acc__env_info *e) {
   int kind = st->backend_kind;
   int mpi_launcher = strcmp(e->launcher, "openmpi") == 0 || strcmp(e->launcher, "mpich") == 0 ||
                      strcmp(e->launcher, "mvapich") == 0;
   if (e->size == 1) kind = ACC_BACKEND_SINGLE;
-  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s};
+  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s, NULL, 0, 1};
   if (kind == ACC_BACKEND_AUTO) {
-    /* Several machines (or a launcher that does not say which tasks share one) need MPI. Under
-     * an MPI launcher on one machine, MPI is used when the module of its flavor is installed and
-     * shared memory otherwise; under srun on one node, shared memory (state/mpi_pick.c). */
+    /* Several machines: under an MPI launcher or srun (or a launcher that does not say which
+     * tasks share one machine), MPI; otherwise (accelerate launch per machine, torchrun's
+     * environment) shm inside each machine and gloo between them. Under an MPI launcher on one
+     * machine, MPI is used when the module of its flavor is installed and shared memory
+     * otherwise; under srun on one node, shared memory (state/mpi_pick.c). */
     if (e->local_size != e->size || !e->local_known) {
-      kind = ACC_BACKEND_MPI;
-      if (!e->local_known) {
-        const acc__module_ops *mod = NULL;
-        if (acc__mpi_module_for(e, &mod) != ACC_OK)
-          return acc__error_context(
-              ACC_ERR_NOT_SUPPORTED,
-              "the %s launch environment does not say which of the %d tasks share this machine "
-              "(MPI_LOCALRANKID, MPI_LOCALNRANKS are not set), so the shared-memory backend "
-              "cannot be chosen and the MPI backend is needed; set ACCELERATE_BACKEND=shm if "
-              "every task runs on this machine",
-              e->launcher, e->size);
+      if (e->local_known && !mpi_launcher && strcmp(e->launcher, "slurm") != 0) {
+        kind = ACC_BACKEND_HIERARCHICAL;
+      } else {
+        kind = ACC_BACKEND_MPI;
+        if (!e->local_known) {
+          const acc__module_ops *mod = NULL;
+          if (acc__mpi_module_for(e, &mod) != ACC_OK)
+            return acc__error_context(
+                ACC_ERR_NOT_SUPPORTED,
+                "the %s launch environment does not say which of the %d tasks share this machine "
+                "(MPI_LOCALRANKID, MPI_LOCALNRANKS are not set), so the shared-memory backend "
+                "cannot be chosen and the MPI backend is needed; set ACCELERATE_BACKEND=shm if "
+                "every task runs on this machine",
+                e->launcher, e->size);
+        }
       }
     } else if (mpi_launcher) {
       const acc__module_ops *mod = NULL;
@@ -329,6 +364,18 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
       return acc__backend_shm_create(&st->be, &info);
     case ACC_BACKEND_MPI:
       return create_mpi(st, e, &info);
+    case ACC_BACKEND_GLOO:
+    case ACC_BACKEND_HIERARCHICAL:
+      if (mpi_launcher || strcmp(e->launcher, "slurm") == 0)
+        return acc__error(ACC_ERR_NOT_SUPPORTED,
+                          "the gloo backend joins through MASTER_ADDR/MASTER_PORT (accelerate "
+                          "launch per machine, or torchrun's environment), not under %s",
+                          e->launcher);
+      if (kind == ACC_BACKEND_HIERARCHICAL && e->num_machines < 2)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                          "the hierarchical backend needs several machines; this job runs on one "
+                          "(use shm or gloo)");
+      return create_gloo(st, e, &info, kind == ACC_BACKEND_HIERARCHICAL);
   }
   return acc__error(ACC_ERR_INVALID_ARGUMENT, "unknown backend kind %d", kind);
 }
@@ -421,6 +468,7 @@ void acc_state_destroy(acc_state *st) {
   if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
   if (--st->refs > 0) return;
   if (st->be) st->be->ops->destroy(st->be);
+  acc__state_leave(); /* several machines: leave the rendezvous store */
   st->magic = ACC__MAGIC_DEAD;
   if (g_state == st) g_state = NULL;
   acc__free(st);

@@ -2,6 +2,7 @@
  * prefixing and log files, restarts, usage errors. argv[1] = accelerate, argv[2] = launch_helper. */
 #include "acc_test.h"
 #include "launch_util.h"
+#include "backend/store.h"
 
 static char *acc, *helper;
 static run_out r;
@@ -112,10 +113,17 @@ static void test_env(void) {
   check_env(4, NULL, omp_env, 1, 0, "127.0.0.1", "no", "False", "<unset>", "7", NULL);
   static const char *const threads[] = {"--num_cpu_threads_per_process", "3", NULL};
   check_env(2, threads, omp_env, 1, 0, "127.0.0.1", "no", "False", "<unset>", "3", NULL);
-  /* second of two machines: global ranks 2, 3 */
-  static const char *const mm[] = {"--num_machines", "2", "--machine_rank", "1", "--main_process_ip",
-                                   "10.1.2.3", "--main_process_port", "29600", NULL};
-  check_env(4, mm, base_env, 2, 1, "10.1.2.3", "no", "False", "<unset>", "1", NULL);
+  /* second of two machines: global ranks 2, 3. Its launcher joins the rendezvous store of
+   * machine 0 (docs/multi-machine.md), which this test hosts. */
+  acc__store_server *srv = NULL;
+  acc__store_hello expect = {"default", "", 0, 0, 2, 4, -1};
+  REQUIRE_OK(acc__store_server_start(&srv, "127.0.0.1", 0, &expect));
+  char port[16];
+  snprintf(port, sizeof port, "%d", acc__store_server_port(srv));
+  const char *const mm[] = {"--num_machines", "2", "--machine_rank", "1", "--main_process_ip",
+                            "127.0.0.1", "--main_process_port", port, NULL};
+  check_env(4, mm, base_env, 2, 1, "127.0.0.1", "no", "False", "<unset>", "1", NULL);
+  acc__store_server_stop(srv, 5);
 }
 
 static void env_of_rank0(const char *const *opts, char *text, size_t cap) {

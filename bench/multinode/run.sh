@@ -1,0 +1,99 @@
+#!/bin/sh
+# Several "machines" as two network namespaces joined by a veth pair (as tests/multinode does),
+# 2 processes on each. Measures
+#   1. the time from the last `accelerate launch` starting (machine 1's, machine 0's already
+#      waiting) to every rank having joined (acc_state_create returned: store + backend), the
+#      median of RUNS runs, for the hierarchical backend;
+#   2. all_reduce busbw 4 KiB .. 64 MiB: hierarchical vs flat gloo (per-machine launch) vs
+#      Open MPI (mpirun across the same namespaces), interleaved, medians of ROUNDS rounds.
+# Usage (root): bench/multinode/run.sh [build_dir]     RUNS=5 ROUNDS=3 MAXB=67108864 by default.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+RUNS=${RUNS:-5}
+ROUNDS=${ROUNDS:-3}
+ACC=$build/accelerate
+export ACCELERATE_MODULE_DIR=$build OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+ID=$(( $$ % 100000 ))
+NSA=acc-bn-$ID-a NSB=acc-bn-$ID-b VA=accba$ID VB=accbb$ID
+IPA=10.250.7.1 IPB=10.250.7.2
+TMP=$(mktemp -d)
+cleanup() {
+  for ns in $NSA $NSB; do
+    p=$(ip netns pids $ns 2>/dev/null); [ -n "$p" ] && kill -9 $p 2>/dev/null
+    ip netns del $ns 2>/dev/null
+  done
+  ip link del $VA 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'echo interrupted; exit 130' INT TERM
+ip netns add $NSA && ip netns add $NSB && ip link add $VA type veth peer name $VB &&
+  ip link set $VA netns $NSA && ip link set $VB netns $NSB &&
+  ip -n $NSA addr add $IPA/24 dev $VA && ip -n $NSB addr add $IPB/24 dev $VB &&
+  ip -n $NSA link set lo up && ip -n $NSB link set lo up &&
+  ip -n $NSA link set $VA up && ip -n $NSB link set $VB up || { echo "cannot make namespaces"; exit 1; }
+
+launch() { # ns machine_rank prog args...
+  ns=$1 mr=$2; shift 2
+  ip netns exec $ns "$ACC" launch --quiet --num_machines 2 --machine_rank $mr --num_processes 4 \
+    --main_process_ip $IPA --main_process_port 29500 "$@"
+}
+
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# join time: last launcher started -> every rank joined (2 machines x 2, hierarchical)"
+for r in $(seq $RUNS); do
+  launch $NSA 0 "$build/bench/multinode/join_time" >"$TMP/j0" 2>&1 &
+  j0=$!
+  # wait (bounded) until machine 0's two ranks run; they then wait in the store for machine 1
+  i=0
+  while [ "$(for p in $(ip netns pids $NSA); do cat /proc/$p/comm 2>/dev/null; done | grep -c join_time)" -lt 2 ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.05
+  done
+  sleep 0.5 # machine 0's ranks started and wait in the store (not part of the measured time)
+  t0=$(date +%s%N)
+  launch $NSB 1 "$build/bench/multinode/join_time" >"$TMP/j1" 2>&1
+  wait $j0
+  last=$(cat "$TMP/j0" "$TMP/j1" | awk '/^joined/ { if ($5 > m) m = $5 } END { print m }')
+  echo "run $r: $(( (last - t0) / 1000 )) us"
+done | tee "$TMP/join.txt"
+sort -t: -k2 -n "$TMP/join.txt" | awk -F'[: ]+' '{ v[NR] = $3 } END { print "median join time: " v[int((NR + 1) / 2)] " us" }'
+
+# busbw: rows "all_reduce size count time algbw busbw"
+cat >"$TMP/agent" <<EOF2
+#!/bin/sh
+host=\$1; shift
+case "\$host" in $IPA) ns=$NSA ;; $IPB) ns=$NSB ;; esac
+exec ip netns exec "\$ns" sh -c "\$*"
+EOF2
+chmod +x "$TMP/agent"
+printf "$IPA slots=2\n$IPB slots=2\n" >"$TMP/hosts"
+bench_acc() { # backend out
+  export ACCELERATE_BACKEND=$1
+  launch $NSB 1 "$build/bench/comm/acc_bench_comm" ${MAXB:-67108864} >"$2.m1" 2>&1 &
+  launch $NSA 0 "$build/bench/comm/acc_bench_comm" ${MAXB:-67108864} >"$2" 2>&1; echo "machine 0 exit $?" >&2
+  wait
+  unset ACCELERATE_BACKEND
+}
+bench_mpi() {
+  ip netns exec $NSA env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_plm_rsh_agent="$TMP/agent" OMPI_MCA_plm_rsh_no_tree_spawn=1 \
+    OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=10.250.7.0/24 \
+    OMPI_MCA_oob_tcp_if_include=10.250.7.0/24 OMPI_MCA_hwloc_base_binding_policy=none \
+    mpirun --hostfile "$TMP/hosts" --npernode 2 -n 4 "$build/bench/comm/mpi_bench_comm" ${MAXB:-67108864} >"$1" 2>&1
+}
+for r in $(seq $ROUNDS); do
+  bench_acc hierarchical "$TMP/h$r"
+  bench_acc gloo "$TMP/g$r"
+  bench_mpi "$TMP/m$r"
+done
+echo "# all_reduce busbw (GB/s), median of $ROUNDS interleaved rounds; 2 machines x 2 processes"
+printf '%12s %12s %12s %12s %10s %10s\n' "size(B)" hierarchical gloo openmpi "hier/gloo" "hier/mpi"
+for s in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
+  [ $s -le ${MAXB:-67108864} ] || continue
+  med() { for f in "$@"; do awk -v s=$s '$1 == "all_reduce" && $2 == s { print $6 }' "$f"; done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  h=$(med "$TMP"/h*) g=$(med "$TMP"/g*) m=$(med "$TMP"/m*)
+  printf '%12s %12s %12s %12s %10s %10s\n' $s "$h" "$g" "$m" \
+    "$(awk -v a="$h" -v b="$g" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
+    "$(awk -v a="$h" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
+done

@@ -1,0 +1,333 @@
+// The gloo backend (libaccelerate-gloo.so): CPU collectives across machines through gloo
+// (Debian libgloo-dev, the library PyTorch uses on CPU), bootstrapped through the rendezvous
+// store (src/backend/store.h) that the library hands over in acc__proc_info. A thin shim: each
+// backend op is one gloo collective; gloo's exceptions become acc_result errors naming the
+// operation, its number and gloo's text. Mismatch detection: checks_tags 0, so comm.c compares
+// every rank's call tag before each collective, as for MPI. Timeouts: the state's timeout is
+// gloo's context and per-operation timeout.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstdarg>
+
+// The library's internal headers are C11: its thread-local declarations use C's keyword.
+#define _Thread_local thread_local
+extern "C" {
+#include "backend/module.h"
+#include "backend/gloo_be.h"
+}
+
+static const acc__module_host *H;
+
+extern "C" void acc__gloo_set_host(const acc__module_host *host) { H = host; }
+
+static acc_result fail(acc_result rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static acc_result fail(acc_result rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  H->verror(rc, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+namespace {
+
+// gloo's Store over the library's rendezvous store.
+class AccStore : public gloo::rendezvous::Store {
+ public:
+  AccStore(acc__store *s, double timeout_s) : s_(s), timeout_s_(timeout_s) {}
+  void set(const std::string &key, const std::vector<char> &data) override {
+    if (H->store_set(s_, key.c_str(), data.data(), data.size()) != ACC_OK)
+      throw std::runtime_error(H->last_error());
+  }
+  std::vector<char> get(const std::string &key) override { return fetch(key, timeout_s_); }
+  void wait(const std::vector<std::string> &keys) override {
+    for (const auto &k : keys) fetch(k, timeout_s_);
+  }
+  void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override {
+    for (const auto &k : keys) fetch(k, t.count() > 0 ? t.count() / 1000.0 : timeout_s_);
+  }
+
+ private:
+  std::vector<char> fetch(const std::string &key, double t) {
+    void *v = nullptr;
+    size_t n = 0;
+    if (H->store_get(s_, key.c_str(), &v, &n, t) != ACC_OK)
+      throw std::runtime_error(H->last_error());
+    std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + n);
+    H->free(v);
+    return out;
+  }
+  acc__store *s_;
+  double timeout_s_;
+};
+
+struct GlooBe {
+  acc__backend base;
+  std::shared_ptr<gloo::transport::Device> dev;
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::chrono::milliseconds timeout;
+  uint32_t tag = 0;
+  std::vector<char> scratch;
+  char name[32];
+};
+
+GlooBe *self(acc__backend *be) { return reinterpret_cast<GlooBe *>(be); }
+
+// The error of a failed gloo call: a peer that closed its connection (died) is ACC_ERR_REMOTE,
+// a timeout ACC_ERR_TIMEOUT, anything else ACC_ERR_BACKEND.
+acc_result gloo_error(acc__backend *be, const char *what, const std::exception &e) {
+  const char *m = e.what();
+  acc_result rc = ACC_ERR_BACKEND;
+  if (strstr(m, "imed out") || strstr(m, "imeout")) rc = ACC_ERR_TIMEOUT;
+  else if (strstr(m, "closed") || strstr(m, "reset") || strstr(m, "Connection") ||
+           strstr(m, "Broken pipe") || strstr(m, "EOF"))
+    rc = ACC_ERR_REMOTE;
+  return fail(rc, "gloo backend: %s (collective #%llu) failed on rank %d of %d: %s", what,
+              (unsigned long long)be->op_seq, be->rank, be->size, m);
+}
+
+// Element-wise reduction of (dtype, op) through the library's reduce_inplace.
+gloo::AllreduceOptions::Func reducer(acc_dtype dtype, acc_op op) {
+  return [dtype, op](void *c, const void *a, const void *b, size_t n) {
+    size_t es = dtype == ACC_F64 || dtype == ACC_I64 ? 8
+                : dtype == ACC_F32 || dtype == ACC_I32 ? 4
+                : dtype == ACC_U8 ? 1
+                                  : 2;
+    if (c == b) {
+      H->reduce_inplace(c, a, n, dtype, op);
+    } else {
+      if (c != a) memmove(c, a, n * es);
+      H->reduce_inplace(c, b, n, dtype, op);
+    }
+  };
+}
+
+size_t esize(acc_dtype d) {
+  switch (d) {
+    case ACC_F64:
+    case ACC_I64: return 8;
+    case ACC_F32:
+    case ACC_I32: return 4;
+    case ACC_U8: return 1;
+    default: return 2;
+  }
+}
+
+acc_result op_barrier(acc__backend *be) {
+  GlooBe *g = self(be);
+  try {
+    gloo::BarrierOptions o(g->ctx);
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::barrier(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "barrier", e);
+  }
+  return ACC_OK;
+}
+
+acc_result op_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
+  GlooBe *g = self(be);
+  try {
+    gloo::BroadcastOptions o(g->ctx);
+    o.setOutput(static_cast<uint8_t *>(buf), nbytes);
+    o.setRoot(root);
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::broadcast(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "broadcast", e);
+  }
+  return ACC_OK;
+}
+
+// Typed buffers: gloo keeps the element size of the pointer type; the reducer knows the dtype.
+template <typename T>
+void set_io(gloo::AllreduceOptions &o, const void *send, void *recv, size_t count) {
+  if (send != recv) o.setInput(static_cast<T *>(const_cast<void *>(send)), count);
+  o.setOutput(static_cast<T *>(recv), count);
+}
+
+acc_result op_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                         acc_dtype dtype, acc_op op) {
+  GlooBe *g = self(be);
+  try {
+    gloo::AllreduceOptions o(g->ctx);
+    switch (esize(dtype)) {
+      case 8: set_io<uint64_t>(o, send, recv, count); break;
+      case 4: set_io<uint32_t>(o, send, recv, count); break;
+      case 2: set_io<uint16_t>(o, send, recv, count); break;
+      default: set_io<uint8_t>(o, send, recv, count); break;
+    }
+    o.setReduceFunction(reducer(dtype, op));
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::allreduce(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "all_reduce", e);
+  }
+  return ACC_OK;
+}
+
+template <typename T>
+void set_rio(gloo::ReduceOptions &o, const void *send, void *out, size_t count) {
+  o.setInput(static_cast<T *>(const_cast<void *>(send)), count);
+  o.setOutput(static_cast<T *>(out), count);
+}
+
+acc_result op_reduce(acc__backend *be, const void *send, void *recv, size_t count, acc_dtype dtype,
+                     acc_op op, int root) {
+  GlooBe *g = self(be);
+  size_t es = esize(dtype);
+  // gloo's reduce wants an output on every rank: non-roots reduce into scratch.
+  void *out = recv;
+  if (be->rank != root) {
+    if (g->scratch.size() < count * es) g->scratch.resize(count * es);
+    out = g->scratch.data();
+  }
+  try {
+    gloo::ReduceOptions o(g->ctx);
+    switch (es) {
+      case 8: set_rio<uint64_t>(o, send, out, count); break;
+      case 4: set_rio<uint32_t>(o, send, out, count); break;
+      case 2: set_rio<uint16_t>(o, send, out, count); break;
+      default: set_rio<uint8_t>(o, send, out, count); break;
+    }
+    o.setRoot(root);
+    o.setReduceFunction(reducer(dtype, op));
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::reduce(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "reduce", e);
+  }
+  return ACC_OK;
+}
+
+acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t nbytes) {
+  GlooBe *g = self(be);
+  try {
+    gloo::AllgatherOptions o(g->ctx);
+    uint8_t *r = static_cast<uint8_t *>(recv);
+    // in place when send is this rank's block of recv
+    if (send != r + (size_t)be->rank * nbytes)
+      o.setInput(static_cast<uint8_t *>(const_cast<void *>(send)), nbytes);
+    o.setOutput(r, nbytes * (size_t)be->size);
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::allgather(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "all_gather", e);
+  }
+  return ACC_OK;
+}
+
+acc_result op_gather(acc__backend *be, const void *send, void *recv, size_t nbytes, int root) {
+  GlooBe *g = self(be);
+  try {
+    gloo::GatherOptions o(g->ctx);
+    o.setInput(static_cast<uint8_t *>(const_cast<void *>(send)), nbytes);
+    if (be->rank == root) o.setOutput(static_cast<uint8_t *>(recv), nbytes * (size_t)be->size);
+    o.setRoot(root);
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::gather(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "gather", e);
+  }
+  return ACC_OK;
+}
+
+acc_result op_all_gather_v(acc__backend *be, const void *send, void *recv, const size_t *sizes) {
+  GlooBe *g = self(be);
+  std::vector<size_t> counts(sizes, sizes + be->size);
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  if (total == 0) return ACC_OK;
+  try {
+    gloo::AllgathervOptions o(g->ctx);
+    static uint8_t empty;
+    const void *in = sizes[be->rank] ? send : &empty;
+    o.setInput(static_cast<uint8_t *>(const_cast<void *>(in)), sizes[be->rank]);
+    o.setOutput(static_cast<uint8_t *>(recv), counts);
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::allgatherv(o);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "all_gather_v", e);
+  }
+  return ACC_OK;
+}
+
+void op_destroy(acc__backend *be) {
+  GlooBe *g = self(be);
+  try {
+    g->ctx.reset();
+    g->dev.reset();
+  } catch (...) {
+  }
+  delete g;
+}
+
+const acc__backend_ops gloo_ops = {
+    "gloo",        op_barrier, op_broadcast, op_all_reduce, op_reduce, op_all_gather, op_gather,
+    op_all_gather_v, op_destroy, nullptr, 0, nullptr,
+};
+
+}  // namespace
+
+extern "C" acc_result acc__backend_gloo_create(acc__backend **out, const acc__proc_info *info,
+                                               const char *prefix) {
+  *out = nullptr;
+  if (!info->store)
+    return fail(ACC_ERR_INVALID_ARGUMENT,
+                "gloo backend: no rendezvous store (the job was not joined through "
+                "MASTER_ADDR/MASTER_PORT)");
+  char addr[128] = "";
+  if (H->store_local_addr(info->store, addr, sizeof addr) != 0)
+    return fail(ACC_ERR_SYSTEM, "gloo backend: cannot read the local address of the store "
+                                "connection");
+  GlooBe *g = new (std::nothrow) GlooBe();
+  if (!g) return ACC_ERR_NOMEM;
+  g->base.ops = &gloo_ops;
+  g->base.rank = info->rank;
+  g->base.size = info->size;
+  double t = info->timeout_s > 0 ? info->timeout_s : 1800.0;
+  g->timeout = std::chrono::milliseconds((long long)(t * 1000.0));
+  try {
+    gloo::transport::tcp::attr attr(addr);
+    g->dev = gloo::transport::tcp::CreateDevice(attr);
+    g->ctx = std::make_shared<gloo::rendezvous::Context>(info->rank, info->size);
+    g->ctx->setTimeout(g->timeout);
+    AccStore store(info->store, t);
+    gloo::rendezvous::PrefixStore ps(prefix ? prefix : "gloo", store);
+    g->ctx->connectFullMesh(ps, g->dev);
+  } catch (const std::exception &e) {
+    acc_result rc = fail(ACC_ERR_REMOTE,
+                         "gloo backend: rank %d of %d could not connect to its peers (local "
+                         "address %s): %s",
+                         info->rank, info->size, addr, e.what());
+    delete g;
+    return rc;
+  }
+  *out = &g->base;
+  return ACC_OK;
+}

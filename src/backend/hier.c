@@ -1,0 +1,270 @@
+/* The hierarchical backend: shared memory inside a machine, gloo only between one leader per
+ * machine (local rank 0). An all_reduce over M machines x K processes reduces inside each
+ * machine over shm, all-reduces between the M leaders with gloo, and broadcasts back over shm,
+ * so each machine sends one copy of the buffer over the network instead of K. Every other
+ * collective is composed the same way (local step, leaders' step, local step).
+ *
+ * Requires the usual placement: every machine runs K processes with global ranks
+ * machine*K .. machine*K+K-1 (accelerate launch and torchrun place ranks so).
+ * Mismatch detection: checks_tags 0, so comm.c compares every rank's call tag (with an
+ * all_reduce through this backend) before each collective; timeouts are the inner backends'. */
+#include <string.h>
+
+#include "backend/hier.h"
+#include "backend/shm.h"
+
+typedef struct hier_be {
+  acc__backend base;
+  acc__backend *local;   /* shm over this machine's K processes */
+  acc__backend *leaders; /* gloo over the M local ranks 0; NULL on the others */
+  int k, m, lrank, mach;
+  void *scratch;
+  size_t scratch_cap;
+} hier_be;
+
+static void *scratch(hier_be *h, size_t n) {
+  if (n > h->scratch_cap) {
+    void *p = acc__realloc(h->scratch, n);
+    if (!p) return NULL;
+    h->scratch = p;
+    h->scratch_cap = n;
+  }
+  return h->scratch;
+}
+
+/* The inner backends' error messages name the outer collective. */
+static void tag_inner(hier_be *h) {
+  h->local->op_name = h->base.op_name;
+  h->local->op_seq = h->base.op_seq;
+  if (h->leaders) {
+    h->leaders->op_name = h->base.op_name;
+    h->leaders->op_seq = h->base.op_seq;
+  }
+}
+
+static void end_local(hier_be *h) {
+  if (h->local->ops->call_end) h->local->ops->call_end(h->local);
+}
+
+static acc_result h_barrier(acc__backend *be) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  if (h->k > 1) ACC_CHECK(h->local->ops->barrier(h->local));
+  if (h->leaders) ACC_CHECK(h->leaders->ops->barrier(h->leaders));
+  if (h->k > 1) ACC_CHECK(h->local->ops->barrier(h->local));
+  end_local(h);
+  return ACC_OK;
+}
+
+static acc_result h_broadcast(acc__backend *be, void *buf, size_t n, int root) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  int rm = root / h->k, rl = root % h->k;
+  if (h->mach == rm && h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, buf, n, rl));
+  if (h->leaders) ACC_CHECK(h->leaders->ops->broadcast(h->leaders, buf, n, rm));
+  if (h->mach != rm && h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, buf, n, 0));
+  end_local(h);
+  return ACC_OK;
+}
+
+static acc_result h_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                               acc_dtype dt, acc_op op) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t bytes = count * acc_dtype_size(dt);
+  if (h->k > 1)
+    ACC_CHECK(h->local->ops->reduce(h->local, send, h->lrank == 0 ? recv : NULL, count, dt, op, 0));
+  else if (send != recv)
+    memcpy(recv, send, bytes);
+  if (h->leaders) ACC_CHECK(h->leaders->ops->all_reduce(h->leaders, recv, recv, count, dt, op));
+  if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, recv, bytes, 0));
+  end_local(h);
+  return ACC_OK;
+}
+
+static acc_result h_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                           acc_dtype dt, acc_op op, int root) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t bytes = count * acc_dtype_size(dt);
+  int rm = root / h->k, rl = root % h->k, is_root = be->rank == root;
+  /* leaders: [0, bytes) the machine's sum, [bytes, 2 bytes) the result on the root machine */
+  char *t = NULL;
+  if (h->lrank == 0 || (h->mach == rm && !is_root)) {
+    t = scratch(h, 2 * bytes);
+    if (!t) return ACC_ERR_NOMEM;
+  }
+  if (h->k > 1)
+    ACC_CHECK(h->local->ops->reduce(h->local, send, h->lrank == 0 ? t : NULL, count, dt, op, 0));
+  else
+    memcpy(t, send, bytes);
+  if (h->leaders)
+    ACC_CHECK(h->leaders->ops->reduce(h->leaders, t, t + bytes, count, dt, op, rm));
+  if (h->mach == rm) {
+    if (rl == 0) {
+      if (is_root) memcpy(recv, t + bytes, bytes);
+    } else {
+      /* from the leader to the root: a broadcast inside the root's machine */
+      void *dst = is_root ? recv : t + bytes;
+      ACC_CHECK(h->local->ops->broadcast(h->local, dst, bytes, 0));
+    }
+  }
+  end_local(h);
+  return ACC_OK;
+}
+
+static acc_result h_all_gather(acc__backend *be, const void *send, void *recv, size_t n) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  char *r = recv;
+  size_t block = (size_t)h->k * n, total = (size_t)be->size * n;
+  char *mine = r + (size_t)h->mach * block;
+  const void *src = send;
+  if ((const char *)send >= r && (const char *)send < r + total) {
+    void *t = scratch(h, n); /* send inside recv (in place): copy it out first */
+    if (!t) return ACC_ERR_NOMEM;
+    memcpy(t, send, n);
+    src = t;
+  }
+  if (h->k > 1)
+    ACC_CHECK(h->local->ops->gather(h->local, src, h->lrank == 0 ? mine : NULL, n, 0));
+  else if (src != mine)
+    memmove(mine, src, n);
+  if (h->leaders) ACC_CHECK(h->leaders->ops->all_gather(h->leaders, mine, r, block));
+  if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, r, total, 0));
+  end_local(h);
+  return ACC_OK;
+}
+
+static acc_result h_gather(acc__backend *be, const void *send, void *recv, size_t n, int root) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t block = (size_t)h->k * n, total = (size_t)be->size * n;
+  int rm = root / h->k, rl = root % h->k, is_root = be->rank == root;
+  /* the full result lives in recv on the root, in scratch elsewhere (leaders, root machine) */
+  char *full = NULL;
+  if (is_root) full = recv;
+  else if (h->lrank == 0 || h->mach == rm) {
+    full = scratch(h, total);
+    if (!full) return ACC_ERR_NOMEM;
+  }
+  char *mine = full ? full + (size_t)h->mach * block : NULL;
+  if (h->k > 1)
+    ACC_CHECK(h->local->ops->gather(h->local, send, h->lrank == 0 ? mine : NULL, n, 0));
+  else
+    memcpy(mine, send, n);
+  if (h->leaders) {
+    /* gloo's gather reads its input while writing the root's output: keep them apart */
+    void *in = mine;
+    if (h->mach == rm) {
+      char *t = acc__malloc(block);
+      if (!t) return ACC_ERR_NOMEM;
+      memcpy(t, mine, block);
+      acc_result rc = h->leaders->ops->gather(h->leaders, t, full, block, rm);
+      acc__free(t);
+      ACC_CHECK(rc);
+    } else {
+      ACC_CHECK(h->leaders->ops->gather(h->leaders, in, NULL, block, rm));
+    }
+  }
+  if (h->mach == rm && rl != 0 && h->k > 1)
+    ACC_CHECK(h->local->ops->broadcast(h->local, full, total, 0));
+  end_local(h);
+  return ACC_OK;
+}
+
+static acc_result h_all_gather_v(acc__backend *be, const void *send, void *recv,
+                                 const size_t *sizes) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t *msz = acc__calloc((size_t)h->m, sizeof *msz);
+  if (!msz) return ACC_ERR_NOMEM;
+  size_t total = 0, off = 0;
+  for (int mm = 0; mm < h->m; mm++) {
+    for (int l = 0; l < h->k; l++) msz[mm] += sizes[mm * h->k + l];
+    if (mm < h->mach) off += msz[mm];
+    total += msz[mm];
+  }
+  acc_result rc = ACC_OK;
+  char *r = recv;
+  size_t mine = msz[h->mach], sz = sizes[be->rank];
+  if (sz > 0 && (const char *)send >= r && (const char *)send < r + total) {
+    void *t = scratch(h, sz); /* send inside recv (in place): copy it out first */
+    if (!t) {
+      acc__free(msz);
+      return ACC_ERR_NOMEM;
+    }
+    memcpy(t, send, sz);
+    send = t;
+  }
+  if (mine > 0) {
+    if (h->k > 1) rc = h->local->ops->all_gather_v(h->local, send, r + off, sizes + h->mach * h->k);
+    else if (send != r + off) memmove(r + off, send, mine);
+  }
+  if (rc == ACC_OK && h->leaders && total > 0) {
+    void *t = mine ? acc__malloc(mine) : NULL;
+    if (mine && !t) rc = ACC_ERR_NOMEM;
+    if (rc == ACC_OK) {
+      if (mine) memcpy(t, r + off, mine);
+      rc = h->leaders->ops->all_gather_v(h->leaders, t, r, msz);
+    }
+    acc__free(t);
+  }
+  if (rc == ACC_OK && h->k > 1 && total > 0) rc = h->local->ops->broadcast(h->local, r, total, 0);
+  acc__free(msz);
+  end_local(h);
+  return rc;
+}
+
+static void h_destroy(acc__backend *be) {
+  hier_be *h = (hier_be *)be;
+  if (h->leaders) h->leaders->ops->destroy(h->leaders);
+  h->local->ops->destroy(h->local);
+  acc__free(h->scratch);
+  acc__free(h);
+}
+
+static const acc__backend_ops hier_ops = {
+    "hierarchical", h_barrier, h_broadcast, h_all_reduce, h_reduce, h_all_gather, h_gather,
+    h_all_gather_v, h_destroy, NULL, 0, NULL,
+};
+
+acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,
+                                    acc__group_create_fn leaders_create) {
+  *out = NULL;
+  int k = info->local_size, m = info->num_machines;
+  if (m < 2 || k < 1 || info->size != k * m || info->rank != info->machine_rank * k + info->local_rank)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "the hierarchical backend needs the same number of processes on every "
+                      "machine, with consecutive ranks (rank %d is local rank %d of %d on machine "
+                      "%d of %d): use ACCELERATE_BACKEND=gloo",
+                      info->rank, info->local_rank, k, info->machine_rank, m);
+  hier_be *h = acc__calloc(1, sizeof *h);
+  if (!h) return ACC_ERR_NOMEM;
+  h->base.ops = &hier_ops;
+  h->base.rank = info->rank;
+  h->base.size = info->size;
+  h->k = k;
+  h->m = m;
+  h->lrank = info->local_rank;
+  h->mach = info->machine_rank;
+  acc__proc_info li = *info;
+  li.rank = info->local_rank;
+  li.size = k;
+  acc_result rc = k > 1 ? acc__backend_shm_create(&h->local, &li) : acc__backend_single_create(&h->local);
+  if (rc == ACC_OK && info->local_rank == 0) {
+    acc__proc_info gi = *info;
+    gi.rank = info->machine_rank;
+    gi.size = m;
+    gi.local_rank = 0;
+    gi.local_size = 1;
+    rc = leaders_create(&h->leaders, &gi, "hier-leaders");
+  }
+  if (rc != ACC_OK) {
+    if (h->local) h->local->ops->destroy(h->local);
+    acc__free(h);
+    return rc;
+  }
+  *out = &h->base;
+  return ACC_OK;
+}

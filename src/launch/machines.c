@@ -1,0 +1,111 @@
+/* A launcher's part of a job on several machines (src/launch/machines.h). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/store.h"
+#include "launch/machines.h"
+
+struct acc__machines {
+  acc__machines_opts o;
+  acc__store_server *server; /* machine 0 */
+  acc__store *live;          /* the launcher connection: a watch on acc/failed */
+  acc__store *post;          /* a second connection, to post and read failures */
+  char host[256];
+  int posted;
+};
+
+acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o) {
+  *out = NULL;
+  char secret[256];
+  ACC_CHECK(acc__store_secret(secret, sizeof secret));
+  acc__machines *m = acc__calloc(1, sizeof *m);
+  if (!m) return ACC_ERR_NOMEM;
+  m->o = *o;
+  if (gethostname(m->host, sizeof m->host - 1) != 0) snprintf(m->host, sizeof m->host, "?");
+  acc__store_hello h = {o->run_id, secret, ACC_STORE_LAUNCHER, o->machine_rank,
+                        o->num_machines, o->world_size, -1};
+  acc_result rc = ACC_OK;
+  if (o->machine_rank == 0) rc = acc__store_server_start(&m->server, NULL, o->port, &h);
+  if (rc == ACC_OK) rc = acc__store_connect(&m->live, o->host, o->port, &h, o->timeout_s);
+  acc__store_hello t = h;
+  t.kind = ACC_STORE_TOOL;
+  if (rc == ACC_OK) rc = acc__store_connect(&m->post, o->host, o->port, &t, o->timeout_s);
+  if (rc == ACC_OK) rc = acc__store_get_start(m->live, ACC_STORE_FAILED_KEY);
+  if (rc != ACC_OK) {
+    acc__store_close(m->live);
+    acc__store_close(m->post);
+    if (m->server) acc__store_server_stop(m->server, 0);
+    acc__free(m);
+    return rc;
+  }
+  *out = m;
+  return ACC_OK;
+}
+
+static void on_failure(void *ctx, int rank, int signaled, const char *message) {
+  acc__machines *m = ctx;
+  (void)rank;
+  if (m->posted) return;
+  m->posted = 1;
+  char msg[512];
+  snprintf(msg, sizeof msg, "on machine %d (%s), %s", m->o.machine_rank, m->host, message);
+  /* A rank that exited with an error may only be the consequence of a failure elsewhere (its
+   * collective lost a peer on another machine): give that failure up to a second to arrive, so
+   * that the job's first failure names the cause. A rank killed by a signal is posted at once.
+   * The store keeps the first failure posted. */
+  int exists = 0;
+  double until = acc__now() + (signaled ? 0.0 : 1.0);
+  for (;;) {
+    if (acc__store_check(m->post, ACC_STORE_FAILED_KEY, &exists) != ACC_OK || exists) break;
+    if (acc__now() >= until) break;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (!exists) acc__store_set(m->post, ACC_STORE_FAILED_KEY, msg, strlen(msg));
+  acc_clear_error();
+}
+
+static int on_stop(void *ctx, char *msg, size_t cap) {
+  acc__machines *m = ctx;
+  char v[400];
+  int r = acc__store_get_finish(m->live, v, sizeof v);
+  if (r == 1) {
+    if (m->posted) return 0; /* our own failure came back */
+    snprintf(msg, cap, "another machine failed: %s", v);
+    return 1;
+  }
+  snprintf(msg, cap,
+           "lost the rendezvous store at %s:%d (machine 0's launcher exited or was killed, or the "
+           "network failed)",
+           m->o.host, m->o.port);
+  return 1;
+}
+
+void acc__machines_hook(acc__machines *m, acc__spawn_opts *so) {
+  so->on_failure = on_failure;
+  so->on_stop = on_stop;
+  so->hook_ctx = m;
+  so->stop_fd = acc__store_fd(m->live);
+}
+
+void acc__machines_first_failure(acc__machines *m, char *buf, size_t cap, double timeout_s) {
+  buf[0] = 0;
+  void *v = NULL;
+  size_t n = 0;
+  if (acc__store_get(m->post, ACC_STORE_FAILED_KEY, &v, &n, timeout_s) == ACC_OK)
+    snprintf(buf, cap, "%s", (char *)v);
+  acc__free(v);
+  acc_clear_error();
+}
+
+void acc__machines_leave(acc__machines *m, double linger_s) {
+  if (!m) return;
+  acc__store_bye(m->live);
+  acc_clear_error();
+  acc__store_close(m->live);
+  acc__store_close(m->post);
+  if (m->server) acc__store_server_stop(m->server, linger_s);
+  acc__free(m);
+}

@@ -1,0 +1,254 @@
+#!/bin/sh
+# Several "machines" joined through the rendezvous store, without MPI: two network namespaces
+# (10.231.x.1 and 10.231.x.2, joined by a veth pair, as netns.sh makes them), one
+# `accelerate launch --machine_rank R` per machine (or processes started with torchrun's
+# environment and no launcher), the gloo backend between them.
+#
+# usage: rdzv.sh MODE ACCELERATE FASHION_MNIST
+#   match:    2 machines x 2 processes (per-machine launchers) print the same final loss and
+#             accuracy as 4 processes on one machine (shared memory), bit for bit.
+#   torchrun: the same with torchrun's environment (MASTER_ADDR, RANK, WORLD_SIZE, LOCAL_RANK,
+#             LOCAL_WORLD_SIZE, GROUP_RANK) and no launcher: rank 0 hosts the store.
+#   conformance: PROG is tests/dist's conformance program: every collective x dtype x op x root
+#             against local references on 2 machines x 2, with ACCELERATE_BACKEND=gloo and
+#             =hierarchical.
+#   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
+#             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
+#   errors:   wrong port, duplicate machine rank, mismatched counts, missing secret: the
+#             launcher of machine 1 fails with a message naming the problem, within the
+#             rendezvous timeout.
+# Exit 77 (skip) only when the namespaces cannot be created.
+set -u
+MODE=$1
+ACC=$2
+PROG=$3
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
+[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "no Fashion-MNIST data"
+
+# Unique per run (parallel runs, several worktrees): names and the subnet.
+ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
+NET=10.$(( 100 + $$ % 100 )).$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
+IPA=$NET.1
+IPB=$NET.2
+NSA=acc-rz-$ID-a
+NSB=acc-rz-$ID-b
+VA=accra$ID
+VB=accrb$ID
+TMP=$(mktemp -d /tmp/acc-rdzv.XXXXXX) || fail "mktemp"
+
+cleanup() {
+  for ns in "$NSA" "$NSB"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  ip link del "$VA" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+if ! ip netns add "$NSA" 2>"$TMP/err"; then
+  skip "cannot create a network namespace ($(cat "$TMP/err")); needs root or CAP_NET_ADMIN"
+fi
+ip netns add "$NSB" || fail "ip netns add $NSB"
+ip link add "$VA" type veth peer name "$VB" || fail "cannot create the veth pair"
+ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || fail "cannot move the veth ends"
+ip -n "$NSA" addr add $IPA/24 dev "$VA" && ip -n "$NSB" addr add $IPB/24 dev "$VB" ||
+  fail "cannot set the addresses"
+for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
+ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
+
+export HF_HOME="$TMP/hf" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ACCELERATE_RUN_ID ACCELERATE_BACKEND \
+  MASTER_ADDR MASTER_PORT ACCELERATE_STORE_SECRET ACCELERATE_STORE_SECRET_FILE ACCELERATE_RDZV_ID
+M=$(awk -v m="${ACC_TEST_TIMEOUT_MULTIPLIER:-1}" 'BEGIN { print (m < 1 ? 1 : m) }')
+PORT=29500
+ARGS="--max-steps 12 --epochs 1 --quiet"
+
+# launch NS MACHINE_RANK OUT [extra launch flags...] -- program args
+launch() {
+  ns=$1 mr=$2 out=$3
+  shift 3
+  timeout $((180 * M)) ip netns exec "$ns" "$ACC" launch --num_machines 2 --machine_rank "$mr" --num_processes 4 \
+    --main_process_ip $IPA --main_process_port $PORT "$@" >"$out" 2>&1
+}
+summary() { grep -E "^(epoch [0-9]+: mean training loss|test accuracy)" "$1"; }
+
+one_machine() {
+  timeout $((120 * M)) "$ACC" launch --num_processes 4 "$PROG" $ARGS >"$TMP/shm.out" 2>&1 ||
+    { cat "$TMP/shm.out"; fail "the 1-machine run failed"; }
+  summary "$TMP/shm.out" >"$TMP/c"
+}
+
+compare() {
+  summary "$1" >"$TMP/a"
+  echo "2 machines x 2:"; cat "$TMP/a"
+  echo "1 machine x 4 (shared memory):"; cat "$TMP/c"
+  [ "$(wc -l <"$TMP/a")" -eq 2 ] || fail "the 2-machine run did not print its loss and accuracy"
+  cmp -s "$TMP/a" "$TMP/c" || fail "2 machines and 1 machine differ"
+}
+
+if [ "$MODE" = match ]; then
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" $ARGS &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" $ARGS
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the launchers exited with $rc0 and $rc1"
+  grep -q "Backend: hierarchical" "$TMP/m0.out" || fail "the default backend across machines is not hierarchical"
+  one_machine
+  compare "$TMP/m0.out"
+  echo "PASS: 2 machines x 2 processes (per-machine launch) match 1 machine x 4 processes"
+  exit 0
+fi
+
+if [ "$MODE" = torchrun ]; then
+  pids=""
+  for r in 0 1 2 3; do
+    ns=$NSA; g=0
+    [ $r -ge 2 ] && { ns=$NSB; g=1; }
+    ip netns exec "$ns" env MASTER_ADDR=$IPA MASTER_PORT=$PORT RANK=$r WORLD_SIZE=4 \
+      LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$g \
+      timeout $((120 * M)) "$PROG" $ARGS >"$TMP/r$r.out" 2>&1 &
+    pids="$pids $!"
+  done
+  st=0
+  for p in $pids; do wait $p || st=1; done
+  for r in 0 1 2 3; do echo "--- rank $r:"; cat "$TMP/r$r.out"; done
+  [ $st -eq 0 ] || fail "a process exited non-zero"
+  one_machine
+  compare "$TMP/r0.out"
+  echo "PASS: torchrun's environment on 2 machines matches 1 machine x 4 processes"
+  exit 0
+fi
+
+if [ "$MODE" = conformance ]; then
+  export ACC_TEST_NPROCS=4
+  for be in gloo hierarchical; do
+    export ACCELERATE_BACKEND=$be
+    launch "$NSB" 1 "$TMP/c1.out" "$PROG" 16384 &
+    j1=$!
+    launch "$NSA" 0 "$TMP/c0.out" "$PROG" 16384
+    rc0=$?
+    wait $j1
+    rc1=$?
+    echo "--- $be, machine 0:"; tail -5 "$TMP/c0.out"; echo "--- $be, machine 1:"; tail -5 "$TMP/c1.out"
+    [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "conformance on $be: the launchers exited with $rc0 and $rc1"
+  done
+  echo "PASS: the gloo and hierarchical backends pass the conformance program on 2 machines x 2"
+  exit 0
+fi
+
+if [ "$MODE" = kill ]; then
+  export ACCELERATE_TIMEOUT=60
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  i=0
+  while :; do
+    n=0
+    for p in $(ip netns pids "$NSB"); do
+      case "$(cat /proc/$p/comm 2>/dev/null)" in fashion_mnist) n=$((n + 1)); victim=$p ;; esac
+    done
+    [ $n -ge 2 ] && grep -q "^training" "$TMP/m0.out" && break
+    i=$((i + 1))
+    [ $i -gt $((600 * M)) ] && { cat "$TMP/m0.out" "$TMP/m1.out"; fail "the job did not start within 60 s"; }
+    kill -0 $j0 2>/dev/null || { cat "$TMP/m0.out"; fail "machine 0's job ended before the kill"; }
+    sleep 0.1
+  done
+  t0=$(date +%s%N)
+  echo "killing pid $victim (a rank on machine 1)"
+  kill -9 "$victim"
+  i=0
+  while kill -0 $j0 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -gt $((600 * M)) ] && { cat "$TMP/m0.out"; fail "machine 0 still runs 60 s after the kill"; }
+    sleep 0.05
+  done
+  wait $j0
+  rc=$?
+  t1=$(date +%s%N)
+  wait $j1
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  ms=$(( (t1 - t0) / 1000000 ))
+  echo "machine 0's launcher exited with status $rc, $ms ms after the kill"
+  [ $rc -ne 0 ] || fail "machine 0 exited 0 although a rank of machine 1 was killed"
+  grep -Eq "machine 1 .*rank [23] \(pid [0-9]+\) was killed by SIGKILL" "$TMP/m0.out" ||
+    fail "machine 0's launcher does not name machine 1, the rank and its exit"
+  [ $ms -le $((10000 * M)) ] || fail "machine 0 took $ms ms to stop (more than 10 s)"
+  echo "PASS: a rank killed on machine 1 stopped machine 0, named"
+  exit 0
+fi
+
+if [ "$MODE" = errors ]; then
+  export ACCELERATE_RDZV_TIMEOUT=$((3 * M))
+  # expect NAME OUTFILE PATTERN: machine 1's launcher failed with a message matching PATTERN
+  expect() {
+    grep -Eq "$3" "$2" || { cat "$2"; fail "$1: no message matching '$3'"; }
+    echo "ok: $1: $(grep -E "$3" "$2" | head -1)"
+  }
+  # 1. wrong port: nobody listens; bounded retry, then an error naming host:port
+  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
+    --main_process_ip $IPA --main_process_port 29555 "$PROG" >"$TMP/e1.out" 2>&1 &&
+    fail "machine 1 joined a store that does not exist"
+  expect "wrong port" "$TMP/e1.out" "cannot reach the rendezvous store at $IPA:29555 after"
+
+  # machine 0 stays up (its ranks wait for the others, bounded by the rendezvous timeout) while
+  # bad launchers of machine 1 try to join.
+  start0() {
+    launch "$NSA" 0 "$TMP/m0.out" "$@" "$PROG" $ARGS &
+    j0=$!
+  }
+  stop0() {
+    pids=$(ip netns pids "$NSA")
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    wait $j0 2>/dev/null
+  }
+
+  # 2. duplicate machine rank: a second launcher that says machine 0
+  start0
+  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 0 --num_processes 4 \
+    --main_process_ip $IPA --main_process_port $PORT "$PROG" >"$TMP/e2.out" 2>&1 &&
+    fail "a second machine 0 joined"
+  expect "duplicate machine rank" "$TMP/e2.out" "two launchers with machine_rank 0"
+  stop0
+
+  # 3. disagreeing counts
+  start0
+  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 6 \
+    --main_process_ip $IPA --main_process_port $PORT "$PROG" >"$TMP/e3.out" 2>&1 &&
+    fail "a machine with another process count joined"
+  expect "mismatched counts" "$TMP/e3.out" "says num_processes 6, machine 0 says 4"
+  stop0
+  start0
+  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 3 --machine_rank 1 --num_processes 6 \
+    --main_process_ip $IPA --main_process_port $PORT "$PROG" >"$TMP/e4.out" 2>&1 &&
+    fail "a machine with another machine count joined"
+  expect "mismatched machines" "$TMP/e4.out" "says num_machines 3, machine 0 says 2"
+  stop0
+
+  # 4. a secret on machine 0, none on machine 1
+  export ACCELERATE_STORE_SECRET=correct-horse
+  start0
+  unset ACCELERATE_STORE_SECRET
+  launch "$NSB" 1 "$TMP/e5.out" "$PROG" $ARGS && fail "machine 1 joined without the secret"
+  expect "missing secret" "$TMP/e5.out" "wrong or missing shared secret"
+  stop0
+
+  # 5. another job (another --rdzv_id) on the same port
+  start0 --rdzv_id job-a
+  launch "$NSB" 1 "$TMP/e6.out" --rdzv_id job-b "$PROG" $ARGS && fail "another job joined"
+  expect "another job" "$TMP/e6.out" "run id 'job-b' but this store belongs to the job with run id 'job-a'"
+  stop0
+  echo "PASS: wrong port, duplicate machine rank, mismatched counts, missing secret, another job"
+  exit 0
+fi
+fail "unknown mode $MODE"
