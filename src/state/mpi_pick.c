@@ -95,7 +95,9 @@ acc_result acc__mpi_module_for(const acc__env_info *e, const acc__module_ops **m
   char oname[32], opath[4096 + 64], first[2048];
   snprintf(first, sizeof first, "%s", acc_last_error());
   snprintf(oname, sizeof oname, "mpi-%s", other);
-  if (acc__module_find(oname, "", opath, sizeof opath) == ACC_OK)
+  char mpath[4096 + 64];
+  if (acc__module_find(name, "", mpath, sizeof mpath) != ACC_OK && /* ours is missing, */
+      acc__module_find(oname, "", opath, sizeof opath) == ACC_OK)  /* the other is there */
     return acc__error(ACC_ERR_NOT_SUPPORTED,
                       "the launcher is %s, which only %s can join, but the installed MPI module "
                       "is %s's (%s): it is not loaded, because %s cannot join processes started "

@@ -6,7 +6,7 @@
 cc=$1 src=$2 build=$3 T=$4
 rm -rf "$T" && mkdir -p "$T" || exit 1
 command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
-[ -f "$build/libaccelerate-mpi.so" ] || { echo "SKIP: no MPI module in $build"; exit 77; }
+[ -f "$build/libaccelerate-mpi-openmpi.so" ] || { echo "SKIP: no Open MPI module in $build"; exit 77; }
 "$cc" -static -O1 -I"$src/include" "$src/tests/rdzv/pidns_probe.c" "$build/libaccelerate.a" -ljansson -lm -lrt -ldl \
   -lpthread -o "$T/static_probe" > "$T/cc.log" 2>&1 || { echo "SKIP: cannot link a -static program here"; tail -3 "$T/cc.log"; exit 77; }
 root=""
