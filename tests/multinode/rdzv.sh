@@ -206,6 +206,14 @@ if [ "$MODE" = errors ]; then
   start0() {
     launch "$NSA" 0 "$TMP/m0.out" "$@" "$PROG" $ARGS &
     j0=$!
+    # machine 0's launcher hosts the store and joins it before it starts a rank: wait (polled,
+    # bounded) until its ranks exist, so that a bad launcher never races it to the store
+    n=0
+    while [ "$(ip netns pids "$NSA" 2>/dev/null | wc -l)" -lt 3 ]; do
+      n=$((n + 1))
+      [ $n -le $((300 * M)) ] || { cat "$TMP/m0.out"; fail "machine 0's ranks did not start"; }
+      sleep 0.1
+    done
   }
   stop0() {
     pids=$(ip netns pids "$NSA")
