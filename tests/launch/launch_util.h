@@ -44,11 +44,23 @@ static inline int lu_file_exists(const char *dir, const char *name) {
 
 static char lu_capdir[64];
 
+/* The capture directory is the test's own: removed when the test exits (it leaked one per run). */
+static inline void lu_cleanup_capdir(void) {
+  char path[256];
+  if (!lu_capdir[0]) return;
+  snprintf(path, sizeof path, "%s/out", lu_capdir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/err", lu_capdir);
+  unlink(path);
+  rmdir(lu_capdir);
+}
+
 /* Starts argv with env changes ("K=V" sets, "K" unsets); stdout/stderr go to capture files. */
 static inline pid_t lu_start(char *const argv[], const char *const *envmod) {
   if (!lu_capdir[0]) {
     snprintf(lu_capdir, sizeof lu_capdir, "/tmp/acc-launch-test-XXXXXX");
     if (!mkdtemp(lu_capdir)) return -1;
+    atexit(lu_cleanup_capdir);
   }
   fflush(NULL);
   pid_t p = fork();
