@@ -216,6 +216,37 @@ static acc_result h_all_gather_v(acc__backend *be, const void *send, void *recv,
   return rc;
 }
 
+/* reduce_scatter: the machine's sum of the whole buffer on its leader (shm reduce), the leaders'
+ * reduce_scatter over machine blocks (k blocks each: the gloo module's own, not an all_reduce),
+ * then the machine's block to its processes (shm broadcast), each keeping its own. */
+static acc_result h_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
+                                   acc_dtype dt, acc_op op) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t es = acc_dtype_size(dt), n = count * es, blk = (size_t)h->k * n;
+  size_t total = (size_t)be->size * n;
+  char *t = scratch(h, h->lrank == 0 ? total : blk);
+  if (!t) return ACC_ERR_NOMEM;
+  char *mblk = h->lrank == 0 ? t + (size_t)h->mach * blk : t;
+  if (h->k > 1)
+    ACC_CHECK(h->local->ops->reduce(h->local, send, h->lrank == 0 ? t : NULL,
+                                    count * (size_t)be->size, dt, op, 0));
+  else
+    memcpy(t, send, total);
+  if (h->leaders) {
+    acc__backend *g = h->leaders;
+    if (g->ops->reduce_scatter) {
+      ACC_CHECK(g->ops->reduce_scatter(g, t, mblk, count * (size_t)h->k, dt, op));
+    } else {
+      ACC_CHECK(g->ops->all_reduce(g, t, t, count * (size_t)be->size, dt, op));
+    }
+  }
+  if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, mblk, blk, 0));
+  memmove(recv, mblk + (size_t)h->lrank * n, n);
+  end_local(h);
+  return ACC_OK;
+}
+
 static void h_destroy(acc__backend *be) {
   hier_be *h = (hier_be *)be;
   if (h->leaders) h->leaders->ops->destroy(h->leaders);
@@ -226,7 +257,7 @@ static void h_destroy(acc__backend *be) {
 
 static const acc__backend_ops hier_ops = {
     "hierarchical", h_barrier, h_broadcast, h_all_reduce, h_reduce, h_all_gather, h_gather,
-    h_all_gather_v, h_destroy, NULL, 0, NULL,
+    h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter,
 };
 
 acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,
