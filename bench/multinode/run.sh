@@ -6,7 +6,9 @@
 #      median of RUNS runs, for the hierarchical backend;
 #   2. all_reduce busbw 4 KiB .. 64 MiB: hierarchical vs flat gloo (per-machine launch) vs
 #      Open MPI (mpirun across the same namespaces), interleaved, medians of ROUNDS rounds.
-# Usage (root): bench/multinode/run.sh [build_dir]     RUNS=5 ROUNDS=3 MAXB=67108864 by default.
+# Usage (root): bench/multinode/run.sh [build_dir]     RUNS=5 ROUNDS=3 MAXB=67108864 by default
+# (RUNS=0: no join time). The busbw programs are bench/multinode/busbw.c (busbw through the
+# library, mpi_busbw through plain Open MPI: the same timed loop).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -40,9 +42,10 @@ launch() { # ns machine_rank prog args...
     --main_process_ip $IPA --main_process_port 29500 "$@"
 }
 
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+command -v mpirun >/dev/null || { echo "mpirun (Open MPI) not found"; exit 1; }
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# join time: last launcher started -> every rank joined (2 machines x 2, hierarchical)"
-for r in $(seq $RUNS); do
+[ "$RUNS" -gt 0 ] && for r in $(seq $RUNS); do
   launch $NSA 0 "$build/bench/multinode/join_time" >"$TMP/j0" 2>&1 &
   j0=$!
   # wait (bounded) until machine 0's two ranks run; they then wait in the store for machine 1
@@ -57,43 +60,51 @@ for r in $(seq $RUNS); do
   last=$(cat "$TMP/j0" "$TMP/j1" | awk '/^joined/ { if ($5 > m) m = $5 } END { print m }')
   echo "run $r: $(( (last - t0) / 1000 )) us"
 done | tee "$TMP/join.txt"
-sort -t: -k2 -n "$TMP/join.txt" | awk -F'[: ]+' '{ v[NR] = $3 } END { print "median join time: " v[int((NR + 1) / 2)] " us" }'
+[ "$RUNS" -gt 0 ] && sort -t: -k2 -n "$TMP/join.txt" | awk -F'[: ]+' '{ v[NR] = $3 } END { print "median join time: " v[int((NR + 1) / 2)] " us" }'
 
 # busbw: rows "all_reduce size count time algbw busbw"
 cat >"$TMP/agent" <<EOF2
 #!/bin/sh
 host=\$1; shift
 case "\$host" in $IPA) ns=$NSA ;; $IPB) ns=$NSB ;; esac
-exec ip netns exec "\$ns" sh -c "\$*"
+# machine 1's own /dev/shm (ip netns exec gives this command a mount namespace of its own):
+# Open MPI names its shared-memory (vader) segments by host name, the same in both namespaces
+exec ip netns exec "\$ns" sh -c "mount -t tmpfs acc-bench-shm /dev/shm && exec \$*"
 EOF2
 chmod +x "$TMP/agent"
 printf "$IPA slots=2\n$IPB slots=2\n" >"$TMP/hosts"
 bench_acc() { # backend out
   export ACCELERATE_BACKEND=$1
-  launch $NSB 1 "$build/bench/comm/acc_bench_comm" ${MAXB:-67108864} >"$2.m1" 2>&1 &
-  launch $NSA 0 "$build/bench/comm/acc_bench_comm" ${MAXB:-67108864} >"$2" 2>&1; echo "machine 0 exit $?" >&2
+  launch $NSB 1 "$build/bench/multinode/busbw" ${MAXB:-67108864} >"$2.m1" 2>&1 &
+  launch $NSA 0 "$build/bench/multinode/busbw" ${MAXB:-67108864} >"$2" 2>&1 ||
+    { echo "$1: machine 0 failed:"; tail -5 "$2" "$2.m1"; } >&2
   wait
   unset ACCELERATE_BACKEND
 }
 bench_mpi() {
   ip netns exec $NSA env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMPI_MCA_plm_rsh_agent="$TMP/agent" OMPI_MCA_plm_rsh_no_tree_spawn=1 \
-    OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=10.250.7.0/24 \
-    OMPI_MCA_oob_tcp_if_include=10.250.7.0/24 OMPI_MCA_hwloc_base_binding_policy=none \
-    mpirun --hostfile "$TMP/hosts" --npernode 2 -n 4 "$build/bench/comm/mpi_bench_comm" ${MAXB:-67108864} >"$1" 2>&1
+    OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl_tcp_if_include=10.250.7.0/24 \
+    OMPI_MCA_oob_tcp_if_include=10.250.7.0/24 OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_mpi_yield_when_idle=1 \
+    mpirun --hostfile "$TMP/hosts" --npernode 2 -n 4 "$build/bench/multinode/mpi_busbw" ${MAXB:-67108864} >"$1" 2>&1 ||
+    { echo "openmpi failed:"; tail -${FAILTAIL:-5} "$1"; } >&2
 }
-for r in $(seq $ROUNDS); do
-  bench_acc hierarchical "$TMP/h$r"
-  bench_acc gloo "$TMP/g$r"
-  bench_mpi "$TMP/m$r"
+for r in $(seq $ROUNDS); do # interleaved, the order rotating from round to round
+  case $((r % 3)) in
+    1) bench_acc hierarchical "$TMP/h$r"; bench_acc gloo "$TMP/g$r"; bench_mpi "$TMP/m$r" ;;
+    2) bench_acc gloo "$TMP/g$r"; bench_mpi "$TMP/m$r"; bench_acc hierarchical "$TMP/h$r" ;;
+    0) bench_mpi "$TMP/m$r"; bench_acc hierarchical "$TMP/h$r"; bench_acc gloo "$TMP/g$r" ;;
+  esac
+  echo "# round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "# all_reduce busbw (GB/s), median of $ROUNDS interleaved rounds; 2 machines x 2 processes"
 printf '%12s %12s %12s %12s %10s %10s\n' "size(B)" hierarchical gloo openmpi "hier/gloo" "hier/mpi"
 for s in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
   [ $s -le ${MAXB:-67108864} ] || continue
   med() { for f in "$@"; do awk -v s=$s '$1 == "all_reduce" && $2 == s { print $6 }' "$f"; done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-  h=$(med "$TMP"/h*) g=$(med "$TMP"/g*) m=$(med "$TMP"/m*)
+  h=$(med "$TMP"/h[0-9]*) g=$(med "$TMP"/g[0-9]*) m=$(med "$TMP"/m[0-9]*)
   printf '%12s %12s %12s %12s %10s %10s\n' $s "$h" "$g" "$m" \
     "$(awk -v a="$h" -v b="$g" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
     "$(awk -v a="$h" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
 done
+echo "# end: load $(cut -d' ' -f1-3 /proc/loadavg); $(uptime)"

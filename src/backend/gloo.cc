@@ -6,6 +6,7 @@
 // every rank's call tag before each collective, as for MPI. Timeouts: the state's timeout is
 // gloo's context and per-operation timeout.
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -20,6 +21,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/gather.h>
 #include <gloo/reduce.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -277,6 +279,73 @@ acc_result op_all_gather_v(acc__backend *be, const void *send, void *recv, const
   return ACC_OK;
 }
 
+// reduce_scatter through gloo's ReduceScatterHalvingDoubling (what PyTorch's gloo process group
+// runs). The algorithm reduces its buffer in place and leaves this rank's block at its start,
+// and it counts in int: the blocks are packed into scratch in pieces of at most 256 MiB in all,
+// so the caller's send buffer stays untouched and any count works. Its reduction is the
+// library's own (reduce_inplace), so every dtype and op reduces as in the other backends.
+template <typename T, acc_dtype D, acc_op O>
+void rs_fn(T *x, const T *y, size_t n) {
+  H->reduce_inplace(x, y, n, D, O);
+}
+
+template <typename T, acc_dtype D>
+const gloo::ReductionFunction<T> *rs_red(acc_op op) {
+  static const gloo::ReductionFunction<T> sum(gloo::CUSTOM, &rs_fn<T, D, ACC_SUM>);
+  static const gloo::ReductionFunction<T> mn(gloo::CUSTOM, &rs_fn<T, D, ACC_MIN>);
+  static const gloo::ReductionFunction<T> mx(gloo::CUSTOM, &rs_fn<T, D, ACC_MAX>);
+  return op == ACC_MIN ? &mn : op == ACC_MAX ? &mx : &sum;
+}
+
+template <typename T, acc_dtype D>
+void rs_run(GlooBe *g, const void *send, void *recv, size_t count, acc_op op) {
+  const size_t n = (size_t)g->base.size, es = sizeof(T);
+  const size_t piece_max = (256u << 20) / (es * n) > 0 ? (256u << 20) / (es * n) : 1;
+  const char *s = static_cast<const char *>(send);
+  char *r = static_cast<char *>(recv);
+  size_t piece = count < piece_max ? count : piece_max;
+  if (g->scratch.size() < piece * n * es) g->scratch.resize(piece * n * es);
+  T *buf = reinterpret_cast<T *>(g->scratch.data());
+  // recv may be this rank's block of send (in place): piece p of it is written only after
+  // every piece before it was packed, and no later piece reads it.
+  for (size_t off = 0; off < count; off += piece) {
+    size_t c = count - off < piece ? count - off : piece;
+    for (size_t b = 0; b < n; b++)
+      memcpy(reinterpret_cast<char *>(buf) + b * c * es, s + (b * count + off) * es, c * es);
+    std::vector<T *> ptrs{buf};
+    std::vector<int> elems(n, (int)c);
+    gloo::ReduceScatterHalvingDoubling<T> algo(g->ctx, ptrs, (int)(c * n), elems, rs_red<T, D>(op));
+    algo.run();
+    memcpy(r + off * es, buf, c * es);
+  }
+}
+
+acc_result op_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
+                             acc_dtype dtype, acc_op op) {
+  GlooBe *g = self(be);
+  try {
+    switch (dtype) {
+      case ACC_F32: rs_run<uint32_t, ACC_F32>(g, send, recv, count, op); break;
+      case ACC_F64: rs_run<uint64_t, ACC_F64>(g, send, recv, count, op); break;
+      case ACC_F16: rs_run<uint16_t, ACC_F16>(g, send, recv, count, op); break;
+      case ACC_BF16: rs_run<uint16_t, ACC_BF16>(g, send, recv, count, op); break;
+      case ACC_I32: rs_run<uint32_t, ACC_I32>(g, send, recv, count, op); break;
+      case ACC_I64: rs_run<uint64_t, ACC_I64>(g, send, recv, count, op); break;
+      case ACC_U8: rs_run<uint8_t, ACC_U8>(g, send, recv, count, op); break;
+      default:
+        return fail(ACC_ERR_INVALID_ARGUMENT, "gloo backend: reduce_scatter: unknown dtype %d",
+                    (int)dtype);
+    }
+  } catch (const std::bad_alloc &) {
+    return fail(ACC_ERR_NOMEM, "gloo backend: reduce_scatter (collective #%llu): out of memory "
+                               "for %zu elements per rank",
+                (unsigned long long)be->op_seq, count);
+  } catch (const std::exception &e) {
+    return gloo_error(be, "reduce_scatter", e);
+  }
+  return ACC_OK;
+}
+
 void op_destroy(acc__backend *be) {
   GlooBe *g = self(be);
   try {
@@ -289,7 +358,7 @@ void op_destroy(acc__backend *be) {
 
 const acc__backend_ops gloo_ops = {
     "gloo",        op_barrier, op_broadcast, op_all_reduce, op_reduce, op_all_gather, op_gather,
-    op_all_gather_v, op_destroy, nullptr, 0, nullptr,
+    op_all_gather_v, op_destroy, nullptr, 0, op_reduce_scatter,
 };
 
 }  // namespace

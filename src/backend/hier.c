@@ -4,10 +4,14 @@
  * so each machine sends one copy of the buffer over the network instead of K. Every other
  * collective is composed the same way (local step, leaders' step, local step).
  *
+ * From 256 KiB on, all_reduce spreads the step between machines over every process (one gloo
+ * "rail" per local rank, see h_all_reduce).
+ *
  * Requires the usual placement: every machine runs K processes with global ranks
  * machine*K .. machine*K+K-1 (accelerate launch and torchrun place ranks so).
  * Mismatch detection: checks_tags 0, so comm.c compares every rank's call tag (with an
  * all_reduce through this backend) before each collective; timeouts are the inner backends'. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/hier.h"
@@ -16,7 +20,8 @@
 typedef struct hier_be {
   acc__backend base;
   acc__backend *local;   /* shm over this machine's K processes */
-  acc__backend *leaders; /* gloo over the M local ranks 0; NULL on the others */
+  acc__backend *rail;    /* gloo over the M processes of this local rank, one per machine */
+  acc__backend *leaders; /* the rail of local rank 0 (the leaders); NULL on the others */
   int k, m, lrank, mach;
   void *scratch;
   size_t scratch_cap;
@@ -36,9 +41,9 @@ static void *scratch(hier_be *h, size_t n) {
 static void tag_inner(hier_be *h) {
   h->local->op_name = h->base.op_name;
   h->local->op_seq = h->base.op_seq;
-  if (h->leaders) {
-    h->leaders->op_name = h->base.op_name;
-    h->leaders->op_seq = h->base.op_seq;
+  if (h->rail) {
+    h->rail->op_name = h->base.op_name;
+    h->rail->op_seq = h->base.op_seq;
   }
 }
 
@@ -67,10 +72,11 @@ static acc_result h_broadcast(acc__backend *be, void *buf, size_t n, int root) {
   return ACC_OK;
 }
 
-static acc_result h_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
-                               acc_dtype dt, acc_op op) {
-  hier_be *h = (hier_be *)be;
-  tag_inner(h);
+/* The leaders' all_reduce: the machine's sum on its leader (shm reduce), the leaders' all_reduce,
+ * the result to the machine (shm broadcast). One gloo step of the whole buffer: the fewest
+ * steps, for small buffers. */
+static acc_result leaders_all_reduce(hier_be *h, const void *send, void *recv, size_t count,
+                                     acc_dtype dt, acc_op op) {
   size_t bytes = count * acc_dtype_size(dt);
   if (h->k > 1)
     ACC_CHECK(h->local->ops->reduce(h->local, send, h->lrank == 0 ? recv : NULL, count, dt, op, 0));
@@ -78,6 +84,37 @@ static acc_result h_all_reduce(acc__backend *be, const void *send, void *recv, s
     memcpy(recv, send, bytes);
   if (h->leaders) ACC_CHECK(h->leaders->ops->all_reduce(h->leaders, recv, recv, count, dt, op));
   if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, recv, bytes, 0));
+  return ACC_OK;
+}
+
+/* From this size on, all_reduce runs on every rail (see h_all_reduce). */
+#define HIER_RAILS_MIN_BYTES ((size_t)256 * 1024)
+
+/* all_reduce: small buffers through the leaders (leaders_all_reduce). From
+ * HIER_RAILS_MIN_BYTES on, every process carries a 1/K slice between machines, as NCCL's
+ * channels do: a shm reduce_scatter leaves local rank l the machine's sum of slice l, rail l
+ * (gloo over the local ranks l of every machine) all-reduces that slice, and a shm all_gather
+ * puts the slices together. Each machine still sends one copy of the buffer, but K processes
+ * (and K connections) share the work of the single leader, and no process copies the whole
+ * buffer through the leader. The count % K elements at the end go the leaders' way. */
+static acc_result h_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
+                               acc_dtype dt, acc_op op) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t es = acc_dtype_size(dt), c = count / (size_t)h->k, kc = c * (size_t)h->k;
+  if (h->k == 1 || c == 0 || count * es < HIER_RAILS_MIN_BYTES) {
+    ACC_CHECK(leaders_all_reduce(h, send, recv, count, dt, op));
+    end_local(h);
+    return ACC_OK;
+  }
+  char *r = recv, *mine = r + (size_t)h->lrank * c * es;
+  const char *s = send;
+  /* send == recv is reduce_scatter's in-place form; otherwise they do not overlap */
+  ACC_CHECK(h->local->ops->reduce_scatter(h->local, s, mine, c, dt, op));
+  ACC_CHECK(h->rail->ops->all_reduce(h->rail, mine, mine, c, dt, op));
+  ACC_CHECK(h->local->ops->all_gather(h->local, mine, r, c * es));
+  if (kc < count)
+    ACC_CHECK(leaders_all_reduce(h, s + kc * es, r + kc * es, count - kc, dt, op));
   end_local(h);
   return ACC_OK;
 }
@@ -216,9 +253,40 @@ static acc_result h_all_gather_v(acc__backend *be, const void *send, void *recv,
   return rc;
 }
 
+/* reduce_scatter: the machine's sum of the whole buffer on its leader (shm reduce), the leaders'
+ * reduce_scatter over machine blocks (k blocks each: the gloo module's own, not an all_reduce),
+ * then the machine's block to its processes (shm broadcast), each keeping its own. */
+static acc_result h_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
+                                   acc_dtype dt, acc_op op) {
+  hier_be *h = (hier_be *)be;
+  tag_inner(h);
+  size_t es = acc_dtype_size(dt), n = count * es, blk = (size_t)h->k * n;
+  size_t total = (size_t)be->size * n;
+  char *t = scratch(h, h->lrank == 0 ? total : blk);
+  if (!t) return ACC_ERR_NOMEM;
+  char *mblk = h->lrank == 0 ? t + (size_t)h->mach * blk : t;
+  if (h->k > 1)
+    ACC_CHECK(h->local->ops->reduce(h->local, send, h->lrank == 0 ? t : NULL,
+                                    count * (size_t)be->size, dt, op, 0));
+  else
+    memcpy(t, send, total);
+  if (h->leaders) {
+    acc__backend *g = h->leaders;
+    if (g->ops->reduce_scatter) {
+      ACC_CHECK(g->ops->reduce_scatter(g, t, mblk, count * (size_t)h->k, dt, op));
+    } else {
+      ACC_CHECK(g->ops->all_reduce(g, t, t, count * (size_t)be->size, dt, op));
+    }
+  }
+  if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, mblk, blk, 0));
+  memmove(recv, mblk + (size_t)h->lrank * n, n);
+  end_local(h);
+  return ACC_OK;
+}
+
 static void h_destroy(acc__backend *be) {
   hier_be *h = (hier_be *)be;
-  if (h->leaders) h->leaders->ops->destroy(h->leaders);
+  if (h->rail) h->rail->ops->destroy(h->rail);
   h->local->ops->destroy(h->local);
   acc__free(h->scratch);
   acc__free(h);
@@ -226,7 +294,7 @@ static void h_destroy(acc__backend *be) {
 
 static const acc__backend_ops hier_ops = {
     "hierarchical", h_barrier, h_broadcast, h_all_reduce, h_reduce, h_all_gather, h_gather,
-    h_all_gather_v, h_destroy, NULL, 0, NULL,
+    h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter,
 };
 
 acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,
@@ -252,13 +320,16 @@ acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *in
   li.rank = info->local_rank;
   li.size = k;
   acc_result rc = k > 1 ? acc__backend_shm_create(&h->local, &li) : acc__backend_single_create(&h->local);
-  if (rc == ACC_OK && info->local_rank == 0) {
+  if (rc == ACC_OK) { /* rail l: local rank l of every machine; rail 0 is the leaders' group */
     acc__proc_info gi = *info;
     gi.rank = info->machine_rank;
     gi.size = m;
     gi.local_rank = 0;
     gi.local_size = 1;
-    rc = leaders_create(&h->leaders, &gi, "hier-leaders");
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "hier-rail-%d", info->local_rank);
+    rc = leaders_create(&h->rail, &gi, prefix);
+    if (info->local_rank == 0) h->leaders = h->rail;
   }
   if (rc != ACC_OK) {
     if (h->local) h->local->ops->destroy(h->local);

@@ -284,6 +284,12 @@ int main(int argc, char **argv) {
   const char *cb = getenv("ACCELERATE_SHM_CHUNK_BYTES");
   if (cb) CHUNK = (size_t)atol(cb);
   if (strcmp(backend, "shm") == 0) test_no_segment_left(st);
+  /* Every multi-process backend has a reduce_scatter of its own: without one comm.c would
+   * all-reduce the whole buffer (size times the bytes) and keep a block. */
+  if (N > 1)
+    CHECK(st->be->ops->reduce_scatter != NULL,
+          "backend %s has no reduce_scatter of its own (comm.c's all_reduce fallback would run)",
+          backend);
   for (int i = 0; i < 3; i++) CHECK_OK(acc_barrier(st));
   for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
     acc_dtype dt = dtypes[k];

@@ -11,7 +11,7 @@
 #             LOCAL_WORLD_SIZE, GROUP_RANK) and no launcher: rank 0 hosts the store.
 #   conformance: PROG is tests/dist's conformance program: every collective x dtype x op x root
 #             against local references on 2 machines x 2, with ACCELERATE_BACKEND=gloo and
-#             =hierarchical.
+#             =hierarchical (twice: small chunks, and the default chunk for the per-rail path).
 #   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
 #             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
 #   errors:   wrong port, duplicate machine rank, mismatched counts, missing secret: the
@@ -131,11 +131,15 @@ fi
 
 if [ "$MODE" = conformance ]; then
   export ACC_TEST_NPROCS=4
-  for be in gloo hierarchical; do
-    export ACCELERATE_BACKEND=$be
-    launch "$NSB" 1 "$TMP/c1.out" "$PROG" 16384 &
+  # hierarchical twice: with 16 KiB chunks every all_reduce stays under 256 KiB (the leaders'
+  # path), with the default chunk the largest counts (about 1 MiB) take the per-rail path
+  for be in gloo hierarchical hierarchical:default; do
+    export ACCELERATE_BACKEND=${be%%:*}
+    chunk=16384
+    [ "$be" = hierarchical:default ] && chunk=
+    launch "$NSB" 1 "$TMP/c1.out" "$PROG" $chunk &
     j1=$!
-    launch "$NSA" 0 "$TMP/c0.out" "$PROG" 16384
+    launch "$NSA" 0 "$TMP/c0.out" "$PROG" $chunk
     rc0=$?
     wait $j1
     rc1=$?

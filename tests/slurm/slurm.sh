@@ -11,7 +11,10 @@
 # Mode "two": two slurmd "nodes" in two network namespaces joined by a veth pair (as
 # tests/multinode/netns.sh), each with its own PMIx directory (a private mount): srun -N 2 -n 3
 # with each --mpi plugin, where the tasks span machines: the MPI module of the PMI carries the
-# collectives (pmi2 -> MPICH, pmix -> Open MPI) with 2 + 1 local tasks, --mpi=none is an error.
+# collectives (pmi2 -> MPICH, pmix -> Open MPI) with 2 + 1 local tasks, --mpi=none is an error;
+# and Accelerate's per-node recipe across both nodes (srun -N 2 --ntasks-per-node=1 accelerate
+# launch --num_machines $SLURM_NNODES --machine_rank $SLURM_NODEID ...: 2 machines x 2 processes
+# joined through the rendezvous store, the hierarchical backend).
 # Needs root (slurmd runs the tasks as their user, slurmctld as SlurmUser=root). Exit 77 (skip)
 # only when the packages are not installed, this is not root, or the daemons (or, for "two", the
 # namespaces) cannot start.
@@ -222,6 +225,21 @@ if [ "$mode" = two ]; then
     expect_lines two_sbatch "$(spread openmpi)" \
       "probe rank 0 of 1 local 0 of 1 launcher slurm-batch backend single module none omp unset blas unset sum 1"
   fi
+  # Accelerate's per-node recipe across the two nodes: one `accelerate launch` per node (srun
+  # --ntasks-per-node=1), the machine rank from SLURM_NODEID, machine 1 joining machine 0's
+  # rendezvous store at n1's address; 2 processes per node (the launcher sets one thread each).
+  printf '#!/bin/sh\necho "recipe on $SLURMD_NODENAME machine_rank $SLURM_NODEID"\nexec "%s" launch --num_machines "$SLURM_NNODES" --machine_rank "$SLURM_NODEID" --main_process_ip %s --main_process_port 29511 --num_processes 4 "%s"\n' \
+    "$cli" "$A1" "$probe" > "$T/recipe.sh"
+  chmod 755 "$T/recipe.sh"
+  run two_recipe srun -N 2 --ntasks-per-node=1 "$T/recipe.sh"
+  expect_lines two_recipe \
+    "probe rank 0 of 4 local 0 of 2 launcher accelerate backend hierarchical module none omp 1 blas 1 sum 10" \
+    "probe rank 1 of 4 local 1 of 2 launcher accelerate backend hierarchical module none omp 1 blas 1 sum 10" \
+    "probe rank 2 of 4 local 0 of 2 launcher accelerate backend hierarchical module none omp 1 blas 1 sum 10" \
+    "probe rank 3 of 4 local 1 of 2 launcher accelerate backend hierarchical module none omp 1 blas 1 sum 10"
+  # one launcher on each node (not both on one)
+  [ "$(grep '^recipe on' "$T/two_recipe.out" | sort | tr '\n' ' ')" = "recipe on n1 machine_rank 0 recipe on n2 machine_rank 1 " ] ||
+    fail "two_recipe: expected one launcher on n1 (machine 0) and one on n2 (machine 1), got: $(grep '^recipe on' "$T/two_recipe.out" | tr '\n' ' ')"
   [ $fails = 0 ] && echo PASS || { echo "FAILED: $fails"; exit 1; }
   exit 0
 fi

@@ -1,0 +1,116 @@
+#define _POSIX_C_SOURCE 200809L
+/* busbw: all_reduce (f32, SUM, in place) bus bandwidth, 4 KiB .. max_bytes (x4 steps), for
+ * bench/multinode/run.sh. One source, two programs: busbw (accelerate-c, whichever backend
+ * ACCELERATE_BACKEND picks) and mpi_busbw (-DBUSBW_MPI: plain Open MPI, MPI_Allreduce), so both
+ * time exactly the same loop. Each size: warm-up calls, then `it` calls timed one by one; every
+ * call's time is the slowest rank's (a max-reduce of the times after the loop), rank 0 prints
+ * the median: "all_reduce size count time_us algbw busbw" (GB/s; busbw = algbw * 2(n-1)/n as
+ * nccl-tests). The result of the first call is checked on every rank (n(n+1)/2 for rank+1).
+ * Usage: busbw [max_bytes]   (default 64 MiB) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef BUSBW_MPI
+#include <mpi.h>
+#else
+#include "accelerate.h"
+#endif
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int iters(size_t bytes) {
+  if (bytes <= 65536) return 200;
+  if (bytes <= (1u << 20)) return 40;
+  if (bytes <= (16u << 20)) return 10;
+  return 5;
+}
+
+#ifdef BUSBW_MPI
+static int n, rank;
+static int ar(float *buf, size_t count) {
+  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS;
+}
+static int max_times(double *t, int it) {
+  return MPI_Allreduce(MPI_IN_PLACE, t, it, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS;
+}
+static const char *impl = "Open MPI";
+#else
+static int n, rank;
+static acc_state *st;
+static int ar(float *buf, size_t count) {
+  return acc_all_reduce(st, buf, buf, count, ACC_F32, ACC_SUM) != ACC_OK;
+}
+static int max_times(double *t, int it) {
+  return acc_all_reduce(st, t, t, (size_t)it, ACC_F64, ACC_MAX) != ACC_OK;
+}
+static const char *impl;
+#endif
+
+int main(int argc, char **argv) {
+  size_t maxb = argc > 1 ? (size_t)atoll(argv[1]) : (64u << 20);
+#ifdef BUSBW_MPI
+  MPI_Init(&argc, &argv);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+#else
+  if (acc_state_create(&st, NULL) != ACC_OK) {
+    fprintf(stderr, "busbw: %s\n", acc_last_error());
+    return 1;
+  }
+  n = acc_state_num_processes(st);
+  rank = acc_state_process_index(st);
+  impl = acc_state_backend_name(st);
+#endif
+  float *buf = malloc(maxb + 4);
+  double *t = malloc(sizeof(double) * 200);
+  int rc = 0;
+  if (!buf || !t) return 1;
+  if (rank == 0) printf("# busbw %s, %d processes\n", impl, n);
+  for (size_t bytes = 4096; bytes <= maxb && !rc; bytes *= 4) {
+    size_t count = bytes / 4;
+    int it = iters(bytes);
+    for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
+    if ((rc = ar(buf, count)) != 0) break;
+    float want = (float)n * (float)(n + 1) / 2.0f;
+    if (buf[0] != want || buf[count - 1] != want) {
+      fprintf(stderr, "busbw: rank %d: all_reduce of rank+1 gave %g, expected %g\n", rank,
+              (double)buf[0], (double)want);
+      rc = 1;
+      break;
+    }
+    for (int w = 0; w < 3 && !rc; w++) rc = ar(buf, count);
+    for (int i = 0; i < it && !rc; i++) {
+      double t0 = now();
+      rc = ar(buf, count);
+      t[i] = now() - t0;
+    }
+    if (rc || (rc = max_times(t, it)) != 0) break;
+    qsort(t, (size_t)it, sizeof *t, cmp);
+    double med = t[it / 2], alg = (double)bytes / med / 1e9;
+    if (rank == 0)
+      printf("all_reduce %zu %zu %.1f %.3f %.3f\n", bytes, count, med * 1e6, alg,
+             alg * 2.0 * (n - 1) / n);
+    fflush(stdout);
+  }
+  if (rc) fprintf(stderr, "busbw: rank %d failed\n", rank);
+#ifdef BUSBW_MPI
+  MPI_Finalize();
+#else
+  if (rc) fprintf(stderr, "busbw: %s\n", acc_last_error());
+  acc_state_destroy(st);
+#endif
+  free(buf);
+  free(t);
+  return rc;
+}
