@@ -14,6 +14,14 @@
 #             =hierarchical.
 #   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
 #             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
+#   nccl:     PROG is mm_prog: the NCCL bootstrap's CPU part on the fake device (2 fake GPUs
+#             per machine, bus ids 01,02 on machine 0 and 03,04 on machine 1), twice: every
+#             process got the same unique id bytes (process 0's, through the rendezvous store),
+#             two bootstraps got two ids, and every process got the same table of GPUs.
+#   restart:  PROG is mm_prog: --max_restarts 1 on both machines, rank 3 (machine 1) kills
+#             itself before step 5 of attempt 0; both machines restart together, attempt 1
+#             resumes from the latest checkpoint and ends with the loss and weights of an
+#             uninterrupted run, bit for bit.
 #   errors:   wrong port, duplicate machine rank, mismatched counts, missing secret: the
 #             launcher of machine 1 fails with a message naming the problem, within the
 #             rendezvous timeout.
@@ -23,45 +31,12 @@ MODE=$1
 ACC=$2
 PROG=$3
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-
-command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
-[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "no Fashion-MNIST data"
-
-# Unique per run (parallel runs, several worktrees): names and the subnet.
-ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
-NET=10.$(( 100 + $$ % 100 )).$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
-IPA=$NET.1
-IPB=$NET.2
-NSA=acc-rz-$ID-a
-NSB=acc-rz-$ID-b
-VA=accra$ID
-VB=accrb$ID
-TMP=$(mktemp -d /tmp/acc-rdzv.XXXXXX) || fail "mktemp"
-
-cleanup() {
-  for ns in "$NSA" "$NSB"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
-  ip link del "$VA" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
-
-if ! ip netns add "$NSA" 2>"$TMP/err"; then
-  skip "cannot create a network namespace ($(cat "$TMP/err")); needs root or CAP_NET_ADMIN"
-fi
-ip netns add "$NSB" || fail "ip netns add $NSB"
-ip link add "$VA" type veth peer name "$VB" || fail "cannot create the veth pair"
-ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || fail "cannot move the veth ends"
-ip -n "$NSA" addr add $IPA/24 dev "$VA" && ip -n "$NSB" addr add $IPB/24 dev "$VB" ||
-  fail "cannot set the addresses"
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
-ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
+. "$(dirname "$0")/netns_lib.sh"
+case "$MODE" in
+  nccl | restart) ;;
+  *) [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "no Fashion-MNIST data" ;;
+esac
+netns_up rz
 
 export HF_HOME="$TMP/hf" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ACCELERATE_RUN_ID ACCELERATE_BACKEND \
@@ -185,6 +160,71 @@ if [ "$MODE" = kill ]; then
     fail "machine 0's launcher does not name machine 1, the rank and its exit"
   [ $ms -le $((10000 * M)) ] || fail "machine 0 took $ms ms to stop (more than 10 s)"
   echo "PASS: a rank killed on machine 1 stopped machine 0, named"
+  exit 0
+fi
+
+if [ "$MODE" = nccl ]; then
+  export ACCELERATE_TEST_DEVICE=fake ACCELERATE_TEST_FAKE_GPUS=2
+  mkdir -p "$TMP/nccl"
+  (export ACCELERATE_TEST_FAKE_GPU_BUS_IDS=3,4; launch "$NSB" 1 "$TMP/m1.out" "$PROG" nccl "$TMP/nccl") &
+  j1=$!
+  (export ACCELERATE_TEST_FAKE_GPU_BUS_IDS=1,2; launch "$NSA" 0 "$TMP/m0.out" "$PROG" nccl "$TMP/nccl")
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the launchers exited with $rc0 and $rc1"
+  for r in 0 1 2 3; do
+    [ -s "$TMP/nccl/nccl.$r" ] || fail "rank $r wrote no bootstrap record"
+    echo "--- rank $r:"; cat "$TMP/nccl/nccl.$r"
+    cmp -s "$TMP/nccl/nccl.0" "$TMP/nccl/nccl.$r" || fail "rank $r got another id or GPU table than rank 0"
+  done
+  grep -qx "via store" "$TMP/nccl/nccl.0" || fail "the bootstrap did not go through the rendezvous store"
+  id0=$(sed -n 's/^id 0 //p' "$TMP/nccl/nccl.0")
+  id1=$(sed -n 's/^id 1 //p' "$TMP/nccl/nccl.0")
+  [ ${#id0} -eq 256 ] && [ ${#id1} -eq 256 ] || fail "the ids are not 128 bytes"
+  case "$id0" in *[1-9a-f]*) ;; *) fail "the id is all zeros" ;; esac
+  [ "$id0" != "$id1" ] || fail "two bootstraps got the same id"
+  want="0:0:00000000:01:00.0 1:0:00000000:02:00.0 2:1:00000000:03:00.0 3:1:00000000:04:00.0"
+  for k in 0 1; do
+    got=$(sed -n "s/^gpus $k //p" "$TMP/nccl/nccl.0")
+    [ "$got" = "$want" ] || fail "GPU table $k: got '$got', expected '$want'"
+  done
+  echo "PASS: the NCCL id and the GPU table reached every process on 2 machines through the store"
+  exit 0
+fi
+
+if [ "$MODE" = restart ]; then
+  STEPS=12
+  mkdir -p "$TMP/ref" "$TMP/rs"
+  launch "$NSB" 1 "$TMP/r1.out" "$PROG" train "$TMP/ref" $STEPS &
+  j1=$!
+  launch "$NSA" 0 "$TMP/r0.out" "$PROG" train "$TMP/ref" $STEPS
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/r0.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { cat "$TMP/r1.out"; fail "the uninterrupted run: launchers exited with $rc0 and $rc1"; }
+  grep "^final:" "$TMP/r0.out" >"$TMP/want" || fail "the uninterrupted run printed no final line"
+  export ACC_TEST_DIE_RANK=3 ACC_TEST_DIE_STEP=5
+  launch "$NSB" 1 "$TMP/m1.out" --max_restarts 1 "$PROG" train "$TMP/rs" $STEPS &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" --max_restarts 1 "$PROG" train "$TMP/rs" $STEPS
+  rc0=$?
+  wait $j1
+  rc1=$?
+  unset ACC_TEST_DIE_RANK ACC_TEST_DIE_STEP
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the restarted job: launchers exited with $rc0 and $rc1"
+  for f in "$TMP/m0.out" "$TMP/m1.out"; do
+    grep -Eq "restarting the group \(restart 1 of 1\) because on machine 1 .*rank 3 \(pid [0-9]+\) was killed by SIGKILL" "$f" ||
+      fail "$f: no restart naming machine 1 and rank 3"
+  done
+  grep -q "resumed from .*checkpoint_4 at step 5" "$TMP/m0.out" || fail "attempt 1 did not resume from step 5's checkpoint"
+  grep "^final:" "$TMP/m0.out" >"$TMP/got" || fail "the restarted run printed no final line"
+  echo "uninterrupted: $(cat "$TMP/want")"; echo "restarted:     $(cat "$TMP/got")"
+  cmp -s "$TMP/want" "$TMP/got" || fail "the restarted run ends differently from the uninterrupted one"
+  echo "PASS: --max_restarts across 2 machines: both restarted together and ended bit for bit like the uninterrupted run"
   exit 0
 fi
 
