@@ -93,14 +93,20 @@ int acc__store_send_frame(int fd, uint8_t head, const char *key, size_t klen, co
 
 /* ---- client -------------------------------------------------------------------------------- */
 
+void acc__store_lost_message(char *buf, size_t cap, const char *where) {
+  snprintf(buf, cap,
+           "lost the rendezvous store at %s (its host, machine 0's launcher or rank 0, exited or "
+           "was killed, or the network between the machines failed)",
+           where);
+}
+
 static acc_result broken_error(acc__store *s, const char *what, int r) {
   s->broken = 1;
   if (r == -2)
     return acc__error(ACC_ERR_TIMEOUT, "rendezvous store at %s: %s timed out", s->where, what);
-  return acc__error(ACC_ERR_REMOTE,
-                    "rendezvous store at %s: the connection was lost during %s (the store's host, "
-                    "machine 0's launcher or rank 0, stopped)",
-                    s->where, what);
+  char lost[512];
+  acc__store_lost_message(lost, sizeof lost, s->where);
+  return acc__error(ACC_ERR_REMOTE, "%s during %s", lost, what);
 }
 
 /* One request and its reply. *val (malloc'd by the library allocator, NUL-terminated) when

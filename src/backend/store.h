@@ -97,6 +97,9 @@ acc_result acc__store_set_prefix(acc__store *s, const char *prefix);
 /* The local address of the connection (the interface that reaches the store's machine):
  * numeric, 0 on success. */
 int acc__store_local_addr(acc__store *s, char *buf, size_t cap);
+/* The one sentence for a connection to the store that was lost ("lost the rendezvous store at
+ * host:port (...why...)"), for the client's errors and the launchers' reports. */
+void acc__store_lost_message(char *buf, size_t cap, const char *where);
 /* The socket (readable when the server closed the connection). */
 int acc__store_fd(const acc__store *s);
 void acc__store_close(acc__store *s);

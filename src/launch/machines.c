@@ -73,6 +73,12 @@ static void on_failure(void *ctx, int rank, int signaled, const char *message) {
   acc_clear_error();
 }
 
+static void lost(const acc__machines *m, char *msg, size_t cap) {
+  char where[300];
+  snprintf(where, sizeof where, "%s:%d", m->o.host, m->o.port);
+  acc__store_lost_message(msg, cap, where);
+}
+
 static int on_stop(void *ctx, char *msg, size_t cap) {
   acc__machines *m = ctx;
   char v[1024];
@@ -83,10 +89,7 @@ static int on_stop(void *ctx, char *msg, size_t cap) {
     snprintf(msg, cap, "another machine failed: %s", v);
     return 1;
   }
-  snprintf(msg, cap,
-           "lost the rendezvous store at %s:%d (machine 0's launcher exited or was killed, or the "
-           "network failed)",
-           m->o.host, m->o.port);
+  lost(m, msg, cap);
   return 1;
 }
 
@@ -116,11 +119,10 @@ acc_result acc__machines_restart(acc__machines *m, int next, char *why, size_t c
     struct pollfd p = {acc__store_fd(m->live), POLLIN, 0};
     int r = poll(&p, 1, (int)(m->o.timeout_s * 1000.0));
     char v[1024];
-    if (r <= 0 || acc__store_get_finish(m->live, v, sizeof v) != 1)
-      return acc__error(ACC_ERR_REMOTE,
-                        "cannot restart: lost the rendezvous store at %s:%d (machine 0's "
-                        "launcher exited or was killed, or the network failed)",
-                        m->o.host, m->o.port);
+    if (r <= 0 || acc__store_get_finish(m->live, v, sizeof v) != 1) {
+      lost(m, v, sizeof v);
+      return acc__error(ACC_ERR_REMOTE, "cannot restart: %s", v);
+    }
     m->watch_pending = 0;
   }
   /* every machine reports the same cause: the attempt's first failure */

@@ -10,8 +10,11 @@
  *     every step (DIR/checkpoints), resumes from the latest checkpoint when there is one. With
  *     ACC_TEST_DIE_RANK=r and ACC_TEST_DIE_STEP=s, rank r kills itself (SIGKILL) before step s
  *     in launch attempt 0 (ACCELERATE_RESTART_COUNT=0). Process 0 prints
- *     "final: steps N loss L weights HEX" (loss and weights bit for bit, as hex). */
+ *     "final: steps N loss L weights HEX" (loss and weights bit for bit, as hex).
+ *   mm_prog hang R: every process all-reduces once; rank R first blocks (pause) until it is
+ *     stopped: what the others and the launchers report about a rank hung on another machine. */
 #include <signal.h>
+#include <unistd.h>
 
 #include "acc_test.h"
 #include "device/nccl_boot.h"
@@ -193,7 +196,30 @@ static int train_mode(const char *dir, long steps) {
   return acc_test_finish("mm_prog train");
 }
 
+static int hang_mode(int hung) {
+  acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
+  acc_accelerator *acc = NULL;
+  REQUIRE_OK(acc_accelerator_create(&acc, &ao));
+  acc_state *st = acc_accelerator_state(acc);
+  rank = acc_state_process_index(st);
+  acc_test_rank = rank;
+  if (rank == hung) {
+    fprintf(stderr, "rank %d: hanging before the all_reduce\n", rank);
+    fflush(stderr);
+    for (;;) pause();
+  }
+  float x = 1, y = 0;
+  acc_result rc = acc_all_reduce(st, &x, &y, 1, ACC_F32, ACC_SUM);
+  if (rc != ACC_OK) {
+    fprintf(stderr, "rank %d: all_reduce: %s: %s\n", rank, acc_result_name(rc), acc_last_error());
+    return 1;
+  }
+  acc_accelerator_destroy(acc);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "hang") == 0) return hang_mode(atoi(argv[2]));
   if (argc >= 3 && strcmp(argv[1], "nccl") == 0) return nccl_mode(argv[2]);
   if (argc >= 4 && strcmp(argv[1], "train") == 0) return train_mode(argv[2], atol(argv[3]));
   fprintf(stderr, "usage: mm_prog nccl DIR | train DIR STEPS\n");
