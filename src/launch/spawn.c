@@ -443,7 +443,9 @@ static void run_loop(monitor *m) {
   double draining_since = 0;
   for (;;) {
     reap(m);
-    if (m->blame_pending && (m->alive == 0 || acc__now() >= m->blame_deadline)) {
+    if (m->blame_pending && (m->res->interrupted || m->terminating)) {
+      m->blame_pending = 0; /* interrupted meanwhile: that is what is reported */
+    } else if (m->blame_pending && (m->alive == 0 || acc__now() >= m->blame_deadline)) {
       m->blame_pending = 0;
       finalize_failure(m);
     }
