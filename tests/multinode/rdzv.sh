@@ -24,7 +24,8 @@
 #             uninterrupted run, bit for bit.
 #   hang:     PROG is mm_prog: rank 3 (machine 1) blocks before an all_reduce: hang reports on
 #             both machines, the collective times out, both launchers stop non-zero.
-#   errors:   wrong port, duplicate machine rank, mismatched counts, missing secret: the
+#   errors:   wrong port, duplicate machine rank, mismatched counts (and --max_restarts),
+#             missing secret: the
 #             launcher of machine 1 fails with a message naming the problem, within the
 #             rendezvous timeout.
 # Exit 77 (skip) only when the namespaces cannot be created.
@@ -311,6 +312,13 @@ if [ "$MODE" = errors ]; then
   expect "mismatched machines" "$TMP/e4.out" "says num_machines 3, machine 0 says 2"
   stop0
 
+  start0
+  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
+    --main_process_ip $IPA --main_process_port $PORT --max_restarts 2 "$PROG" >"$TMP/e7.out" 2>&1 &&
+    fail "a machine with another --max_restarts joined"
+  expect "mismatched max_restarts" "$TMP/e7.out" "says --max_restarts 2, machine 0 says 0"
+  stop0
+
   # 4. a secret on machine 0, none on machine 1
   export ACCELERATE_STORE_SECRET=correct-horse
   start0
@@ -324,7 +332,7 @@ if [ "$MODE" = errors ]; then
   launch "$NSB" 1 "$TMP/e6.out" --rdzv_id job-b "$PROG" $ARGS && fail "another job joined"
   expect "another job" "$TMP/e6.out" "run id 'job-b' but this store belongs to the job with run id 'job-a'"
   stop0
-  echo "PASS: wrong port, duplicate machine rank, mismatched counts, missing secret, another job"
+  echo "PASS: wrong port, duplicate machine rank, mismatched counts and --max_restarts, missing secret, another job"
   exit 0
 fi
 fail "unknown mode $MODE"
