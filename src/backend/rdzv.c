@@ -328,7 +328,8 @@ int acc__board_create(int nprocs, const int *ranks, const char *run_id) {
   if (nprocs < 1) return -1;
   int fd = memfd_create("accelerate-launch-board", MFD_CLOEXEC);
   if (fd < 0) return -1;
-  size_t bytes = sizeof(acc__board_header) + (size_t)nprocs * sizeof(acc__board_entry);
+  size_t bytes = sizeof(acc__board_header) +
+                 (size_t)nprocs * (sizeof(acc__board_entry) + sizeof(acc__board_note));
   uint8_t *buf = calloc(1, bytes);
   if (!buf) {
     close(fd);
@@ -360,6 +361,44 @@ void acc__board_record(int fd, int i, pid_t pid, int st) {
   /* pid and detail first, then the state: a reader that sees the state sees the rest (one
    * pwrite of 16 bytes into a memfd page is not torn in practice; readers re-read anyway) */
   if (pwrite(fd, &e, sizeof e, off) != (ssize_t)sizeof e) return;
+}
+
+static off_t note_off(int nprocs, int i) {
+  return (off_t)(sizeof(acc__board_header) + (size_t)nprocs * sizeof(acc__board_entry) +
+                 (size_t)i * sizeof(acc__board_note));
+}
+
+void acc__board_write_note(int fd, int rank, int rc, const char *msg) {
+  acc__board_header h;
+  if (fd < 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.nprocs < 1 || h.nprocs > 65536)
+    return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < note_off(h.nprocs, h.nprocs)) return; /* no notes */
+  for (int i = 0; i < h.nprocs; i++) {
+    acc__board_entry e;
+    off_t off = (off_t)(sizeof h + (size_t)i * sizeof e);
+    if (pread(fd, &e, sizeof e, off) != (ssize_t)sizeof e) return;
+    if (e.rank != rank) continue;
+    acc__board_note n;
+    memset(&n, 0, sizeof n);
+    n.rc = rc;
+    snprintf(n.msg, sizeof n.msg, "%s", msg ? msg : "");
+    if (pwrite(fd, &n, sizeof n, note_off(h.nprocs, i)) != (ssize_t)sizeof n) return;
+    return;
+  }
+}
+
+int acc__board_read_note(int fd, int i, int *rc, char *msg, size_t cap) {
+  *rc = 0;
+  if (cap) msg[0] = 0;
+  acc__board_header h;
+  if (fd < 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || i < 0 || i >= h.nprocs) return 0;
+  acc__board_note n;
+  if (pread(fd, &n, sizeof n, note_off(h.nprocs, i)) != (ssize_t)sizeof n || n.rc == 0) return 0;
+  n.msg[sizeof n.msg - 1] = 0;
+  *rc = n.rc;
+  if (cap) snprintf(msg, cap, "%s", n.msg);
+  return 1;
 }
 
 int acc__board_open(void) {

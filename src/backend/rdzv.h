@@ -84,11 +84,26 @@ typedef struct acc__board_entry {
 
 enum { ACC_BOARD_RUNNING = 0, ACC_BOARD_EXITED = 1, ACC_BOARD_SIGNALED = 2 };
 
+/* After the entries, one note per local process: the last library error it exited with (written
+ * by the rank at exit, src/state/last_words.c), so that the launcher's report names the rank
+ * that failed first with its own message, not one that only failed because of it. */
+#define ACC_BOARD_NOTE_MSG 500
+typedef struct acc__board_note {
+  int32_t rc; /* acc_result; 0: no note */
+  int32_t reserved;
+  char msg[ACC_BOARD_NOTE_MSG];
+} acc__board_note;
+
 /* Launcher: creates the board (memfd, close-on-exec) for nprocs ranks; -1 on failure (then the
  * ranks rely on their rendezvous timeout). */
 int acc__board_create(int nprocs, const int *ranks, const char *run_id);
 /* Launcher: records the exit of local process i (wait status st). */
 void acc__board_record(int fd, int i, pid_t pid, int st);
+
+/* Rank: writes its note (the entry whose rank is `rank`). */
+void acc__board_write_note(int fd, int rank, int rc, const char *msg);
+/* Launcher: local process i's note; 0 when there is none (*rc = 0). */
+int acc__board_read_note(int fd, int i, int *rc, char *msg, size_t cap);
 
 /* Rank: the board of this job, or -1 (variable unset, descriptor not a board of this run). */
 int acc__board_open(void);

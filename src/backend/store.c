@@ -23,7 +23,27 @@ struct acc__store {
   int broken; /* a timed-out request left a reply in flight */
   int pending; /* a GET sent by acc__store_get_start whose reply was not read */
   char where[300];
+  char prefix[32]; /* prepended to every key (acc__store_set_prefix) */
 };
+
+void acc__store_failed_key(int generation, char *buf, size_t cap) {
+  if (generation <= 0) snprintf(buf, cap, "%s", ACC_STORE_FAILED_KEY);
+  else snprintf(buf, cap, "%s/%d", ACC_STORE_FAILED_KEY, generation);
+}
+
+acc_result acc__store_set_prefix(acc__store *s, const char *prefix) {
+  if (prefix && strlen(prefix) >= sizeof s->prefix)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "rendezvous store: key prefix '%s' too long", prefix);
+  snprintf(s->prefix, sizeof s->prefix, "%s", prefix ? prefix : "");
+  return ACC_OK;
+}
+
+/* key with the connection's prefix (into buf, ACC_STORE_MAX_KEY + 1 + sizeof prefix) */
+static const char *prefixed(const acc__store *s, const char *key, char *buf, size_t cap) {
+  if (!key || !s->prefix[0]) return key;
+  snprintf(buf, cap, "%s%s", s->prefix, key);
+  return buf;
+}
 
 /* ---- wire ---------------------------------------------------------------------------------- */
 
@@ -73,14 +93,20 @@ int acc__store_send_frame(int fd, uint8_t head, const char *key, size_t klen, co
 
 /* ---- client -------------------------------------------------------------------------------- */
 
+void acc__store_lost_message(char *buf, size_t cap, const char *where) {
+  snprintf(buf, cap,
+           "lost the rendezvous store at %s (its host, machine 0's launcher or rank 0, exited or "
+           "was killed, or the network between the machines failed)",
+           where);
+}
+
 static acc_result broken_error(acc__store *s, const char *what, int r) {
   s->broken = 1;
   if (r == -2)
     return acc__error(ACC_ERR_TIMEOUT, "rendezvous store at %s: %s timed out", s->where, what);
-  return acc__error(ACC_ERR_REMOTE,
-                    "rendezvous store at %s: the connection was lost during %s (the store's host, "
-                    "machine 0's launcher or rank 0, stopped)",
-                    s->where, what);
+  char lost[512];
+  acc__store_lost_message(lost, sizeof lost, s->where);
+  return acc__error(ACC_ERR_REMOTE, "%s during %s", lost, what);
 }
 
 /* One request and its reply. *val (malloc'd by the library allocator, NUL-terminated) when
@@ -88,6 +114,8 @@ static acc_result broken_error(acc__store *s, const char *what, int r) {
 static acc_result request(acc__store *s, uint8_t op, const char *key, const void *v, size_t vn,
                           uint8_t *status, void **val, size_t *n, double timeout_s,
                           const char *what) {
+  char pk[ACC_STORE_MAX_KEY + 64];
+  if (op != ACC_STORE_OP_HELLO && op != ACC_STORE_OP_BYE) key = prefixed(s, key, pk, sizeof pk);
   if (s->broken)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "rendezvous store at %s: the connection is unusable after an earlier "
@@ -223,10 +251,10 @@ acc_result acc__store_connect(acc__store **out, const char *host, int port,
   s->fd = fd;
   snprintf(s->where, sizeof s->where, "%s:%d", host, port);
   char hello[1024];
-  int hn = snprintf(hello, sizeof hello, "%s\n%s\n%s\n%s\n%d %d %d %d %d", ACC_STORE_PROTO,
+  int hn = snprintf(hello, sizeof hello, "%s\n%s\n%s\n%s\n%d %d %d %d %d %d %d", ACC_STORE_PROTO,
                     ACC_VERSION_STRING, h->run_id ? h->run_id : "default",
                     h->secret ? h->secret : "", h->kind, h->machine_rank, h->num_machines,
-                    h->world_size, h->rank);
+                    h->world_size, h->rank, h->generation, h->max_restarts);
   if (hn < 0 || (size_t)hn >= sizeof hello) {
     acc__store_close(s);
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "rendezvous store: run id or secret too long");
@@ -298,6 +326,8 @@ acc_result acc__store_get_start(acc__store *s, const char *key) {
   if (s->broken || s->pending)
     return acc__error(ACC_ERR_INVALID_USAGE, "rendezvous store at %s: a request is in flight",
                       s->where);
+  char pk[ACC_STORE_MAX_KEY + 64];
+  key = prefixed(s, key, pk, sizeof pk);
   int r = acc__store_send_frame(s->fd, ACC_STORE_OP_GET, key, strlen(key), NULL, 0,
                                 acc__now() + 10);
   if (r) return broken_error(s, "a watch", r);

@@ -10,8 +10,10 @@
  *
  * Every connection starts with HELLO: the library version, the run id, the shared secret (or
  * empty), the kind of client and its place in the job. The server refuses (status 1, with a
- * sentence naming what differs) a different version, run id, secret, num_machines or world
- * size, a second launcher with the same machine rank and a second process with the same rank.
+ * sentence naming what differs) a different version, run id, secret, num_machines, world
+ * size or (launchers) --max_restarts, a second launcher with the same machine rank and a second process with the same rank
+ * in the same launch attempt (a restarted group's processes say their attempt, and their keys
+ * live under "r<attempt>/", acc__store_set_prefix).
  *
  * The server runs in a thread of its own (poll, one thread, bounded memory). A launcher
  * connection that drops without BYE posts "acc/failed" (the liveness channel, docs/multi-machine.md). */
@@ -35,7 +37,7 @@ enum { ACC_STORE_LAUNCHER = 1, ACC_STORE_PROCESS = 2, ACC_STORE_TOOL = 3 };
 #define ACC_STORE_SECRET_FILE_ENV "ACCELERATE_STORE_SECRET_FILE"
 
 /* Who connects, and what the server expects (server: run_id, secret, num_machines,
- * world_size; kind and ranks unused). */
+ * world_size, max_restarts; kind and ranks unused). */
 typedef struct acc__store_hello {
   const char *run_id; /* the job's rendezvous id (--rdzv_id, default "default") */
   const char *secret; /* NULL or "" : none */
@@ -44,7 +46,14 @@ typedef struct acc__store_hello {
   int num_machines;
   int world_size;
   int rank; /* process: its global rank; else -1 */
+  int generation; /* process: the launch attempt (ACCELERATE_RESTART_COUNT); else 0 */
+  int max_restarts; /* launcher: its --max_restarts (every launcher must say the same); else 0 */
 } acc__store_hello;
+
+/* The key where the job's first failure of launch attempt `generation` is posted ("acc/failed",
+ * then "acc/failed/1", ...). The server posts a lost launcher to the newest attempt a launcher
+ * watches. */
+void acc__store_failed_key(int generation, char *buf, size_t cap);
 
 /* Reads the shared secret: ACCELERATE_STORE_SECRET, else the first line of the file named by
  * ACCELERATE_STORE_SECRET_FILE (must be a regular file not readable by group/others). *out is
@@ -81,9 +90,16 @@ acc_result acc__store_get_start(acc__store *s, const char *key);
 int acc__store_get_finish(acc__store *s, char *msg, size_t cap);
 /* A launcher leaving on purpose (no failure is posted for it). */
 acc_result acc__store_bye(acc__store *s);
+/* Every key this connection names from now on is prefix + key (NULL or "": none). Used by the
+ * processes of a restarted group (attempt N > 0: "r<N>/"), so that what they exchange (joins,
+ * gloo's addresses, the NCCL id) never meets the keys of an earlier attempt. */
+acc_result acc__store_set_prefix(acc__store *s, const char *prefix);
 /* The local address of the connection (the interface that reaches the store's machine):
  * numeric, 0 on success. */
 int acc__store_local_addr(acc__store *s, char *buf, size_t cap);
+/* The one sentence for a connection to the store that was lost ("lost the rendezvous store at
+ * host:port (...why...)"), for the client's errors and the launchers' reports. */
+void acc__store_lost_message(char *buf, size_t cap, const char *where);
 /* The socket (readable when the server closed the connection). */
 int acc__store_fd(const acc__store *s);
 void acc__store_close(acc__store *s);

@@ -48,8 +48,10 @@ struct acc__store_server {
   double stop_deadline;
   int draining; /* the server thread's copy of stopping */
   char run_id[128], secret[256];
-  int num_machines, world_size;
-  unsigned char *machine_seen, *rank_seen;
+  int num_machines, world_size, max_restarts;
+  unsigned char *machine_seen;
+  int *rank_gen; /* per rank: the newest launch attempt a process of that rank joined, or -1 */
+  int gen;       /* the newest launch attempt whose failure key a launcher watches */
   client *cl;
   size_t ncl;
   kv *kv;
@@ -125,17 +127,24 @@ static void wake_waiters(acc__store_server *s, const kv *e) {
   }
 }
 
+static int is_failed_key(const char *key) {
+  size_t n = strlen(ACC_STORE_FAILED_KEY);
+  return strncmp(key, ACC_STORE_FAILED_KEY, n) == 0 && (key[n] == 0 || key[n] == '/');
+}
+
 static void post_failure(acc__store_server *s, const char *msg) {
-  if (kv_find(s, ACC_STORE_FAILED_KEY)) return; /* the first failure is the one reported */
-  if (kv_put(s, ACC_STORE_FAILED_KEY, msg, strlen(msg)) == 0)
-    wake_waiters(s, kv_find(s, ACC_STORE_FAILED_KEY));
+  char key[64];
+  acc__store_failed_key(s->gen, key, sizeof key);
+  if (kv_find(s, key)) return; /* the first failure is the one reported */
+  if (kv_put(s, key, msg, strlen(msg)) == 0) wake_waiters(s, kv_find(s, key));
 }
 
 static const char *kind_name(int k) {
   return k == ACC_STORE_LAUNCHER ? "launcher" : k == ACC_STORE_PROCESS ? "process" : "tool";
 }
 
-/* HELLO: "proto\nversion\nrun_id\nsecret\nkind machine num_machines world rank". */
+/* HELLO: "proto\nversion\nrun_id\nsecret\nkind machine num_machines world rank attempt
+ * max_restarts". */
 static int on_hello(acc__store_server *s, client *c, char *v) {
   char *f[5] = {0};
   for (int i = 0; i < 5; i++) {
@@ -149,8 +158,8 @@ static int on_hello(acc__store_server *s, client *c, char *v) {
   }
   if (strcmp(f[0], ACC_STORE_PROTO) != 0)
     return reply_err(c, "protocol '%s', the store speaks '%s'", f[0], ACC_STORE_PROTO);
-  int kind = 0, mr = -1, nm = 0, ws = 0, rank = -1;
-  if (sscanf(f[4], "%d %d %d %d %d", &kind, &mr, &nm, &ws, &rank) != 5)
+  int kind = 0, mr = -1, nm = 0, ws = 0, rank = -1, gen = 0, maxr = 0;
+  if (sscanf(f[4], "%d %d %d %d %d %d %d", &kind, &mr, &nm, &ws, &rank, &gen, &maxr) != 7 || gen < 0)
     return reply_err(c, "malformed HELLO numbers '%s'", f[4]);
   if (strcmp(f[1], ACC_VERSION_STRING) != 0)
     return reply_err(c,
@@ -183,13 +192,23 @@ static int on_hello(acc__store_server *s, client *c, char *v) {
                        "two launchers with machine_rank %d: %s is the second; give every "
                        "machine its own --machine_rank 0..%d",
                        mr, c->peer, nm - 1);
+    if (maxr != s->max_restarts)
+      return reply_err(c,
+                       "the launcher of machine %d says --max_restarts %d, machine 0 says %d: "
+                       "every machine's launcher must give the same",
+                       mr, maxr, s->max_restarts);
     s->machine_seen[mr] = 1;
   } else if (kind == ACC_STORE_PROCESS) {
     if (rank < 0 || rank >= ws) return reply_err(c, "rank %d is not in 0..%d", rank, ws - 1);
-    if (s->rank_seen[rank])
+    if (s->rank_gen[rank] == gen)
       return reply_err(c, "two processes with rank %d (the second from %s, machine %d)", rank,
                        c->peer, mr);
-    s->rank_seen[rank] = 1;
+    if (s->rank_gen[rank] > gen)
+      return reply_err(c,
+                       "rank %d of launch attempt %d (from %s, machine %d) came after attempt %d "
+                       "began: a process of a stopped group outlived it",
+                       rank, gen, c->peer, mr, s->rank_gen[rank]);
+    s->rank_gen[rank] = gen;
   } else if (kind != ACC_STORE_TOOL) {
     return reply_err(c, "unknown client kind %d", kind);
   }
@@ -224,13 +243,17 @@ static int on_frame(acc__store_server *s, client *c, uint8_t *b, size_t n) {
       return r ? r : (c->hello ? 0 : 1); /* a refused client is dropped after the reply */
     }
     case ACC_STORE_OP_SET:
-      if (strcmp(key, ACC_STORE_FAILED_KEY) == 0 && kv_find(s, key)) /* the first stays */
+      if (is_failed_key(key) && kv_find(s, key)) /* the first stays */
         return reply(c, ACC_STORE_ST_OK, NULL, 0);
       if (kv_put(s, key, v, vn)) return reply_err(c, "store full (%u bytes)", MAX_TOTAL_BYTES);
       if (reply(c, ACC_STORE_ST_OK, NULL, 0)) return -1;
       wake_waiters(s, kv_find(s, key));
       return 0;
     case ACC_STORE_OP_GET: {
+      if (c->kind == ACC_STORE_LAUNCHER && is_failed_key(key)) { /* a launcher's watch */
+        int g = key[strlen(ACC_STORE_FAILED_KEY)] ? atoi(key + strlen(ACC_STORE_FAILED_KEY) + 1) : 0;
+        if (g > s->gen) s->gen = g;
+      }
       kv *e = kv_find(s, key);
       if (e) return reply(c, ACC_STORE_ST_OK, e->val, e->n);
       free(c->wait_key);
@@ -458,15 +481,17 @@ acc_result acc__store_server_start(acc__store_server **out, const char *host, in
   snprintf(s->secret, sizeof s->secret, "%s", expect->secret ? expect->secret : "");
   s->num_machines = expect->num_machines;
   s->world_size = expect->world_size;
+  s->max_restarts = expect->max_restarts;
   s->machine_seen = calloc((size_t)s->num_machines, 1);
-  s->rank_seen = calloc((size_t)s->world_size, 1);
+  s->rank_gen = malloc((size_t)s->world_size * sizeof *s->rank_gen);
+  for (int i = 0; s->rank_gen && i < s->world_size; i++) s->rank_gen[i] = -1;
   s->cl = calloc(MAX_CLIENTS, sizeof *s->cl);
   pthread_mutex_init(&s->mu, NULL);
-  if (!s->machine_seen || !s->rank_seen || !s->cl || pipe2(s->wake, O_CLOEXEC) != 0 ||
+  if (!s->machine_seen || !s->rank_gen || !s->cl || pipe2(s->wake, O_CLOEXEC) != 0 ||
       pthread_create(&s->thread, NULL, serve, s) != 0) {
     close(fd);
     free(s->machine_seen);
-    free(s->rank_seen);
+    free(s->rank_gen);
     free(s->cl);
     free(s);
     return acc__error(ACC_ERR_SYSTEM, "rendezvous store: cannot start its thread");
@@ -501,6 +526,6 @@ void acc__store_server_stop(acc__store_server *s, double timeout_s) {
   free(s->kv);
   free(s->cl);
   free(s->machine_seen);
-  free(s->rank_seen);
+  free(s->rank_gen);
   free(s);
 }

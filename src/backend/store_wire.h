@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ACC_STORE_PROTO "accelerate-store-1"
+#define ACC_STORE_PROTO "accelerate-store-2" /* 2: HELLO carries the launch attempt */
 
 enum {
   ACC_STORE_OP_HELLO = 1,

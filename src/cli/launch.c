@@ -436,9 +436,6 @@ static int validate(launch_args *a) {
   if (a->num_machines > 1 && !a->use_mpi && a->main_process_port == 0)
     return usage_error("--main_process_port 0 cannot be used with several machines: the other "
                        "machines must know the port of machine 0's rendezvous store%s%s", "", "");
-  if (a->num_machines > 1 && !a->use_mpi && a->max_restarts > 0)
-    return usage_error("--max_restarts is not supported yet with --num_machines > 1 (the "
-                       "launchers do not agree on restarts); see docs/multi-machine.md%s%s", "", "");
   if (!(a->monitor_interval >= 0.001 && a->monitor_interval <= 3600)) {
     snprintf(buf, sizeof buf, "%g", a->monitor_interval);
     return usage_error("--monitor_interval must be 0.001..3600 seconds, got %s%s", buf, "");
@@ -752,7 +749,8 @@ int acc_cli_launch(int argc, char **argv) {
     if (!a.rdzv_id) a.rdzv_id = acc__env_str("ACCELERATE_RDZV_ID");
     if (!a.rdzv_id || !*a.rdzv_id) a.rdzv_id = "default";
     acc__machines_opts mo = {a.main_process_ip, (int)port, (int)a.machine_rank,
-                             (int)a.num_machines, (int)a.num_processes, a.rdzv_id, rt, a.quiet, WHO};
+                             (int)a.num_machines, (int)a.num_processes, a.rdzv_id,
+                             (int)a.max_restarts, rt, a.quiet, WHO};
     if (acc__machines_join(&mm, &mo) != ACC_OK) {
       fprintf(stderr, WHO ": machine %ld could not join the job: %s\n", a.machine_rank,
               acc_last_error());
@@ -847,13 +845,19 @@ int acc_cli_launch(int argc, char **argv) {
     }
     status = res.status;
     if (status == 0 || res.interrupted || attempt >= a.max_restarts) break;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", res.message);
+    if (mm && acc__machines_restart(mm, (int)attempt + 1, why, sizeof why) != ACC_OK) {
+      fprintf(stderr, WHO ": machine %ld: %s\n", a.machine_rank, acc_last_error());
+      break; /* every machine restarts together or not at all */
+    }
     if (!a.quiet)
       fprintf(stderr, WHO ": restarting the group (restart %ld of %ld) because %s\n", attempt + 1,
-              a.max_restarts, res.message);
+              a.max_restarts, why[0] ? why : res.message);
   }
   if (mm) {
     if (status != 0) {
-      char first[512];
+      char first[1024];
       acc__machines_first_failure(mm, first, sizeof first, 2.0);
       if (first[0] && !a.quiet) fprintf(stderr, WHO ": the job's first failure: %s\n", first);
     }

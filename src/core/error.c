@@ -10,6 +10,7 @@
 #define ACC_ERROR_SIZE 2048
 
 static _Thread_local char tls_error[ACC_ERROR_SIZE];
+static _Thread_local acc_result tls_rc; /* the code of the message in tls_error */
 
 const char *acc_result_string(acc_result rc) {
   switch (rc) {
@@ -73,10 +74,16 @@ acc_result acc__callback_result(acc_result rc, const char *fmt, ...) {
 
 const char *acc_last_error(void) { return tls_error[0] ? tls_error : "no error"; }
 
-void acc_clear_error(void) { tls_error[0] = '\0'; }
+void acc_clear_error(void) {
+  tls_error[0] = '\0';
+  tls_rc = ACC_OK;
+}
+
+acc_result acc__last_error_code(void) { return tls_error[0] ? tls_rc : ACC_OK; }
 
 acc_result acc__verror(acc_result rc, const char *fmt, va_list ap) {
   vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  tls_rc = rc;
   return rc;
 }
 
@@ -95,6 +102,7 @@ acc_result acc__error_context(acc_result rc, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(tls_error, sizeof tls_error, fmt, ap);
   va_end(ap);
+  tls_rc = rc;
   if (n >= 0 && (size_t)n < sizeof tls_error)
     snprintf(tls_error + n, sizeof tls_error - (size_t)n, ": %s", prev);
   return rc;

@@ -11,6 +11,8 @@
 /* Records rc and a printf-style message as this thread's last error; returns rc. */
 acc_result acc__error(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
 acc_result acc__verror(acc_result rc, const char *fmt, va_list ap);
+/* The acc_result of this thread's last error message (ACC_OK when there is none). */
+acc_result acc__last_error_code(void);
 /* Prefixes the current last error with "<context>: " and returns rc (for error paths). */
 acc_result acc__error_context(acc_result rc, const char *fmt, ...) ACC_PRINTF(2, 3);
 

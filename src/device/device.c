@@ -391,28 +391,3 @@ acc_result acc__device_cuda_probe(acc__device_probe_info *info) {
     return acc__error(ACC_ERR_NOT_SUPPORTED, "no CUDA GPU: the driver reports 0 devices");
   return ACC_OK;
 }
-
-acc_result acc__device_nccl_bootstrap_id(acc_state *st, uint8_t id[ACC__NCCL_ID_BYTES]) {
-  /* byte 0: process 0's status (an acc_result), then the id, then its message */
-  uint8_t buf[1 + ACC__NCCL_ID_BYTES + 256];
-  memset(buf, 0, sizeof buf);
-  if (acc_state_process_index(st) == 0) {
-    const acc__device_ops *ops = NULL;
-    acc_result rc = acc__device_module_load("cuda", &ops);
-    if (rc == ACC_OK && !ops->nccl_unique_id)
-      rc = acc__error(ACC_ERR_NOT_SUPPORTED, "the CUDA module was built without NCCL");
-    if (rc == ACC_OK) {
-      int r = ops->nccl_unique_id(buf + 1);
-      if (r != ACC_OK) rc = acc__error((acc_result)r, "%s", ops->last_error());
-    }
-    buf[0] = (uint8_t)rc;
-    if (rc != ACC_OK)
-      snprintf((char *)buf + 1 + ACC__NCCL_ID_BYTES, 256, "%.255s", acc_last_error());
-  }
-  ACC_CHECK(acc_broadcast(st, buf, sizeof buf, ACC_U8, 0));
-  if (buf[0] != ACC_OK)
-    return acc__error((acc_result)buf[0], "process 0 could not make the NCCL unique id: %.255s",
-                      (const char *)buf + 1 + ACC__NCCL_ID_BYTES);
-  memcpy(id, buf + 1, ACC__NCCL_ID_BYTES);
-  return ACC_OK;
-}

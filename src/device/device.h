@@ -119,9 +119,11 @@ acc_result acc__device_module_load(const char *name, const acc__device_ops **ops
  * built, cannot be loaded, no driver, no GPU), info filled as far as it got. */
 acc_result acc__device_cuda_probe(acc__device_probe_info *info);
 
-/* The NCCL unique id, made by process 0's CUDA module and broadcast to every process over the
- * CPU backend of st (a collective: every process calls it). Process 0's failure (no module, no
- * NCCL) reaches every process as the same error instead of leaving them waiting. */
+/* The NCCL unique id, made by process 0's CUDA module and sent to every process: through the
+ * rendezvous store when the job was joined through it, else over the CPU backend of st (a
+ * collective: every process calls it; src/device/nccl_boot.c, which also exchanges and checks
+ * the processes' GPU bus ids). Process 0's failure (no module, no NCCL) reaches every process as
+ * the same error instead of leaving them waiting. */
 acc_result acc__device_nccl_bootstrap_id(acc_state *st, uint8_t id[ACC__NCCL_ID_BYTES]);
 
 #endif

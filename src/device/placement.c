@@ -18,6 +18,7 @@
 #include "state/state.h"
 #include "accelerate/comm.h"
 #include "accelerate/device.h"
+#include "device/nccl_boot.h"
 #include "device/placement.h"
 
 const char *acc_device_type_name(acc_device_type t) {
@@ -416,6 +417,7 @@ acc_result acc__placement_resolve(acc_state *st, int want, acc__placement *out) 
     out->ordinal = -1;
     return rc;
   }
+  acc__nccl_boot_note_device(out->kind, out->bus_id);
   if (out->kind == ACC__DEVICE_CPU) acc__state_set_device(st, "cpu", -1, "", 0);
   else {
     char detail[200];

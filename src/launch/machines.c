@@ -1,4 +1,5 @@
 /* A launcher's part of a job on several machines (src/launch/machines.h). */
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +15,9 @@ struct acc__machines {
   acc__store *post;          /* a second connection, to post and read failures */
   char host[256];
   int posted;
+  int gen;           /* the launch attempt (ACCELERATE_RESTART_COUNT) */
+  int watch_pending; /* the watch's reply was not read yet */
+  char failed[64];   /* the failure key of this attempt */
 };
 
 acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o) {
@@ -25,14 +29,16 @@ acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o) 
   m->o = *o;
   if (gethostname(m->host, sizeof m->host - 1) != 0) snprintf(m->host, sizeof m->host, "?");
   acc__store_hello h = {o->run_id, secret, ACC_STORE_LAUNCHER, o->machine_rank,
-                        o->num_machines, o->world_size, -1};
+                        o->num_machines, o->world_size, -1, 0, o->max_restarts};
   acc_result rc = ACC_OK;
   if (o->machine_rank == 0) rc = acc__store_server_start(&m->server, NULL, o->port, &h);
   if (rc == ACC_OK) rc = acc__store_connect(&m->live, o->host, o->port, &h, o->timeout_s);
   acc__store_hello t = h;
   t.kind = ACC_STORE_TOOL;
   if (rc == ACC_OK) rc = acc__store_connect(&m->post, o->host, o->port, &t, o->timeout_s);
-  if (rc == ACC_OK) rc = acc__store_get_start(m->live, ACC_STORE_FAILED_KEY);
+  acc__store_failed_key(0, m->failed, sizeof m->failed);
+  if (rc == ACC_OK) rc = acc__store_get_start(m->live, m->failed);
+  m->watch_pending = rc == ACC_OK;
   if (rc != ACC_OK) {
     acc__store_close(m->live);
     acc__store_close(m->post);
@@ -49,7 +55,7 @@ static void on_failure(void *ctx, int rank, int signaled, const char *message) {
   (void)rank;
   if (m->posted) return;
   m->posted = 1;
-  char msg[512];
+  char msg[1024];
   snprintf(msg, sizeof msg, "on machine %d (%s), %s", m->o.machine_rank, m->host, message);
   /* A rank that exited with an error may only be the consequence of a failure elsewhere (its
    * collective lost a peer on another machine): give that failure up to a second to arrive, so
@@ -58,32 +64,37 @@ static void on_failure(void *ctx, int rank, int signaled, const char *message) {
   int exists = 0;
   double until = acc__now() + (signaled ? 0.0 : 1.0);
   for (;;) {
-    if (acc__store_check(m->post, ACC_STORE_FAILED_KEY, &exists) != ACC_OK || exists) break;
+    if (acc__store_check(m->post, m->failed, &exists) != ACC_OK || exists) break;
     if (acc__now() >= until) break;
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  if (!exists) acc__store_set(m->post, ACC_STORE_FAILED_KEY, msg, strlen(msg));
+  if (!exists) acc__store_set(m->post, m->failed, msg, strlen(msg));
   acc_clear_error();
+}
+
+static void lost(const acc__machines *m, char *msg, size_t cap) {
+  char where[300];
+  snprintf(where, sizeof where, "%s:%d", m->o.host, m->o.port);
+  acc__store_lost_message(msg, cap, where);
 }
 
 static int on_stop(void *ctx, char *msg, size_t cap) {
   acc__machines *m = ctx;
-  char v[400];
+  char v[1024];
   int r = acc__store_get_finish(m->live, v, sizeof v);
+  m->watch_pending = 0;
   if (r == 1) {
     if (m->posted) return 0; /* our own failure came back */
     snprintf(msg, cap, "another machine failed: %s", v);
     return 1;
   }
-  snprintf(msg, cap,
-           "lost the rendezvous store at %s:%d (machine 0's launcher exited or was killed, or the "
-           "network failed)",
-           m->o.host, m->o.port);
+  lost(m, msg, cap);
   return 1;
 }
 
 void acc__machines_hook(acc__machines *m, acc__spawn_opts *so) {
+  m->posted = 0;
   so->on_failure = on_failure;
   so->on_stop = on_stop;
   so->hook_ctx = m;
@@ -94,10 +105,50 @@ void acc__machines_first_failure(acc__machines *m, char *buf, size_t cap, double
   buf[0] = 0;
   void *v = NULL;
   size_t n = 0;
-  if (acc__store_get(m->post, ACC_STORE_FAILED_KEY, &v, &n, timeout_s) == ACC_OK)
+  if (acc__store_get(m->post, m->failed, &v, &n, timeout_s) == ACC_OK)
     snprintf(buf, cap, "%s", (char *)v);
   acc__free(v);
   acc_clear_error();
+}
+
+acc_result acc__machines_restart(acc__machines *m, int next, char *why, size_t cap) {
+  why[0] = 0;
+  /* 1. this attempt's watch: its reply comes (a failure of this attempt was posted, by this
+   * launcher or another) unless the store is gone */
+  if (m->watch_pending) {
+    struct pollfd p = {acc__store_fd(m->live), POLLIN, 0};
+    int r = poll(&p, 1, (int)(m->o.timeout_s * 1000.0));
+    char v[1024];
+    if (r <= 0 || acc__store_get_finish(m->live, v, sizeof v) != 1) {
+      lost(m, v, sizeof v);
+      return acc__error(ACC_ERR_REMOTE, "cannot restart: %s", v);
+    }
+    m->watch_pending = 0;
+  }
+  /* every machine reports the same cause: the attempt's first failure */
+  acc__machines_first_failure(m, why, cap, 2.0);
+  /* 2. a barrier: no machine starts attempt `next` before every machine stopped this one */
+  char key[64], done[64];
+  snprintf(key, sizeof key, "acc/restart/%d", next);
+  snprintf(done, sizeof done, "acc/restart/%d/all", next);
+  int64_t n = 0;
+  ACC_CHECK(acc__store_add(m->post, key, 1, &n));
+  if (n == m->o.num_machines) ACC_CHECK(acc__store_set(m->post, done, "1", 1));
+  acc_result rc = acc__store_get(m->post, done, NULL, NULL, m->o.timeout_s);
+  if (rc == ACC_ERR_TIMEOUT)
+    return acc__error(ACC_ERR_TIMEOUT,
+                      "cannot restart: not every machine's launcher was ready for restart %d "
+                      "within %.0f s (ACCELERATE_RDZV_TIMEOUT); one of them gave up (it was "
+                      "interrupted, or it has another --max_restarts) or was stopped",
+                      next, m->o.timeout_s);
+  ACC_CHECK(rc);
+  /* 3. watch the new attempt's failure key */
+  m->gen = next;
+  acc__store_failed_key(next, m->failed, sizeof m->failed);
+  ACC_CHECK(acc__store_get_start(m->live, m->failed));
+  m->watch_pending = 1;
+  m->posted = 0;
+  return ACC_OK;
 }
 
 void acc__machines_leave(acc__machines *m, double linger_s) {

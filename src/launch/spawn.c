@@ -82,6 +82,8 @@ typedef struct monitor {
   double deadline; /* when terminating: SIGKILL time */
   acc__spawn_result *res;
   int stop_fd; /* o->stop_fd while watched, else -1 */
+  int blame_pending;     /* res holds a rank that failed because of another (ACC_ERR_REMOTE) */
+  double blame_deadline; /* until when its cause may still exit */
 } monitor;
 
 static void signal_all(monitor *m, int sig) {
@@ -144,27 +146,11 @@ static int pump(stream *s, int rank) {
   return 1;
 }
 
-static void record_exit(monitor *m, proc *p, int st) {
-  p->alive = 0;
-  m->alive--;
-  /* first, before any SIGTERM: siblings still rendezvousing learn it from the board */
-  if (m->o->has_board) acc__board_record(m->o->board_fd, (int)(p - m->p), p->pid, st);
-  int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+/* The group's first failure is final: report it, tell the other machines, stop the others. */
+static void finalize_failure(monitor *m) {
   acc__spawn_result *res = m->res;
-  if (!failed || res->failed_rank >= 0 || res->interrupted || m->terminating) return;
-  res->failed_rank = p->rank;
-  if (WIFSIGNALED(st)) {
-    res->term_signal = WTERMSIG(st);
-    res->status = 128 + res->term_signal;
-    snprintf(res->message, sizeof res->message, "rank %d (pid %ld) was killed by %s (%s)", p->rank,
-             (long)p->pid, acc__signal_name(res->term_signal), strsignal(res->term_signal));
-  } else {
-    res->exit_code = WEXITSTATUS(st);
-    res->status = res->exit_code;
-    snprintf(res->message, sizeof res->message, "rank %d (pid %ld) exited with status %d", p->rank,
-             (long)p->pid, res->exit_code);
-  }
-  if (m->o->on_failure) m->o->on_failure(m->o->hook_ctx, p->rank, res->term_signal != 0, res->message);
+  if (m->o->on_failure)
+    m->o->on_failure(m->o->hook_ctx, res->failed_rank, res->term_signal != 0, res->message);
   if (!m->o->quiet) {
     if (m->alive > 0)
       fprintf(stderr, "%s: %s; stopping the other %d rank%s\n", m->o->who, res->message, m->alive,
@@ -177,6 +163,56 @@ static void record_exit(monitor *m, proc *p, int st) {
     m->deadline = acc__now() + m->o->grace_s;
     signal_all(m, SIGTERM);
   }
+}
+
+static void record_exit(monitor *m, proc *p, int st) {
+  p->alive = 0;
+  m->alive--;
+  /* first, before any SIGTERM: siblings still rendezvousing learn it from the board */
+  if (m->o->has_board) acc__board_record(m->o->board_fd, (int)(p - m->p), p->pid, st);
+  int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  acc__spawn_result *res = m->res;
+  if (!failed || res->interrupted || m->terminating) return;
+  if (res->failed_rank >= 0 && !m->blame_pending) return;
+  /* The rank's last library error (its note on the board, src/state/last_words.c): a rank that
+   * exited with ACC_ERR_REMOTE failed because another did. */
+  int note_rc = 0;
+  char note[ACC_BOARD_NOTE_MSG];
+  if (m->o->has_board) acc__board_read_note(m->o->board_fd, (int)(p - m->p), &note_rc, note, sizeof note);
+  int consequence = WIFEXITED(st) && note_rc == ACC_ERR_REMOTE;
+  if (m->blame_pending && consequence) return; /* the first consequence stays, waiting */
+  char first[96] = "";
+  if (m->blame_pending) {
+    snprintf(first, sizeof first, " (rank %d exited before it, with status %d, because of it)",
+             res->failed_rank, res->exit_code);
+    m->blame_pending = 0;
+  }
+  res->failed_rank = p->rank;
+  res->term_signal = res->exit_code = 0;
+  int k;
+  if (WIFSIGNALED(st)) {
+    res->term_signal = WTERMSIG(st);
+    res->status = 128 + res->term_signal;
+    k = snprintf(res->message, sizeof res->message, "rank %d (pid %ld) was killed by %s (%s)", p->rank,
+                 (long)p->pid, acc__signal_name(res->term_signal), strsignal(res->term_signal));
+  } else {
+    res->exit_code = WEXITSTATUS(st);
+    res->status = res->exit_code;
+    k = snprintf(res->message, sizeof res->message, "rank %d (pid %ld) exited with status %d",
+                 p->rank, (long)p->pid, res->exit_code);
+  }
+  size_t used = k > 0 && (size_t)k < sizeof res->message ? (size_t)k : sizeof res->message - 1;
+  if (note_rc != 0 && !WIFSIGNALED(st))
+    used += (size_t)snprintf(res->message + used, sizeof res->message - used, ": %s", note);
+  if (used < sizeof res->message) snprintf(res->message + used, sizeof res->message - used, "%s", first);
+  if (consequence && m->alive > 0) {
+    /* Wait (at most the grace period) for the rank that caused it to exit with its own error;
+     * the others are not signalled meanwhile, so that their own exits tell. */
+    m->blame_pending = 1;
+    m->blame_deadline = acc__now() + m->o->grace_s;
+    return;
+  }
+  finalize_failure(m);
 }
 
 static void reap(monitor *m) {
@@ -364,11 +400,15 @@ fail:
 
 /* The other machines' failure (or the loss of the store): stop this machine's group. */
 static void on_stop_fd(monitor *m) {
-  char msg[256] = "";
+  char msg[768] = "";
   int stop = m->o->on_stop ? m->o->on_stop(m->o->hook_ctx, msg, sizeof msg) : 0;
   m->stop_fd = -1;
   acc__spawn_result *res = m->res;
-  if (!stop || res->failed_rank >= 0 || res->interrupted || m->terminating) return;
+  if (!stop || (res->failed_rank >= 0 && !m->blame_pending) || res->interrupted || m->terminating)
+    return;
+  m->blame_pending = 0; /* a failure on another machine is the cause */
+  res->failed_rank = -1;
+  res->exit_code = res->term_signal = 0;
   res->remote = 1;
   res->status = 1;
   snprintf(res->message, sizeof res->message, "%s", msg);
@@ -403,6 +443,12 @@ static void run_loop(monitor *m) {
   double draining_since = 0;
   for (;;) {
     reap(m);
+    if (m->blame_pending && (m->res->interrupted || m->terminating)) {
+      m->blame_pending = 0; /* interrupted meanwhile: that is what is reported */
+    } else if (m->blame_pending && (m->alive == 0 || acc__now() >= m->blame_deadline)) {
+      m->blame_pending = 0;
+      finalize_failure(m);
+    }
     int open_streams = 0;
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 2; k++) open_streams += m->p[i].s[k].fd >= 0;
@@ -440,6 +486,10 @@ static void run_loop(monitor *m) {
     double wait_s = o->monitor_interval_s > 0 ? o->monitor_interval_s : 0.1;
     if (m->terminating && !m->killed) {
       double left = m->deadline - acc__now();
+      if (left < wait_s) wait_s = left < 0 ? 0 : left;
+    }
+    if (m->blame_pending) {
+      double left = m->blame_deadline - acc__now();
       if (left < wait_s) wait_s = left < 0 ? 0 : left;
     }
     if (m->alive == 0) wait_s = 0.05;

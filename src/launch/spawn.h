@@ -2,8 +2,11 @@
  * acc_launch_function (fork mode). Internal, not API.
  *
  * One call starts nprocs local processes, watches them and returns when all are gone:
- *  - fail fast: the first process that exits non-zero or dies by a signal is reported; every
- *    other process gets SIGTERM, then SIGKILL after grace_s;
+ *  - fail fast: the first process that exits non-zero or dies by a signal is reported, with its
+ *    last library error when it left one on the board (src/state/last_words.c); every other
+ *    process gets SIGTERM, then SIGKILL after grace_s. A process whose last error is
+ *    ACC_ERR_REMOTE (it failed because another did) is reported only if its cause does not exit
+ *    with an error of its own within grace_s (the others are not signalled meanwhile);
  *  - with forward_signals, SIGINT/SIGTERM/SIGHUP/SIGQUIT received by the caller are forwarded
  *    once to the group (a second one escalates to SIGKILL);
  *  - every child is reaped (no zombie is left) before returning. */
@@ -58,7 +61,7 @@ typedef struct acc__spawn_result {
   int term_signal;   /* the signal that killed it, 0 if it exited */
   int interrupted;   /* signal received by the caller and forwarded, 0 if none */
   int status;        /* suggested process exit status: 0, the rank's status, or 128 + signal */
-  char message[256]; /* "rank 1 (pid 42) exited with status 3", or "" */
+  char message[768]; /* "rank 1 (pid 42) exited with status 3[: its last error]", or "" */
   int remote;        /* stopped because of another machine (on_stop returned 1) */
 } acc__spawn_result;
 

@@ -16,6 +16,7 @@ static acc__store_server *g_server;
 static int g_size;
 static double g_timeout;
 static char g_job_id[160];
+static int g_machine = -1;
 
 static acc_result rdzv_timeout(double *out) {
   int set = 0;
@@ -41,8 +42,12 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
   const char *run_id = acc__env_str("ACCELERATE_RDZV_ID");
   if ((!run_id || !*run_id) && te && *te) run_id = te;
   if (!run_id || !*run_id) run_id = "default";
+  /* A restarted group (accelerate launch --max_restarts across machines): this attempt's keys
+   * live under "r<attempt>/", apart from those of the attempts before it. */
+  long attempt = 0;
+  if (ours) ACC_CHECK(acc__env_int("ACCELERATE_RESTART_COUNT", &attempt, &set));
   acc__store_hello h = {run_id, secret, ACC_STORE_PROCESS, (int)machine, e->num_machines,
-                        e->size, e->rank};
+                        e->size, e->rank, (int)attempt, 0};
   if (!(ours && e->num_machines > 1) && e->rank == 0) {
     /* no launcher hosts it (torchrun's environment, or ACCELERATE_BACKEND=gloo on one machine):
      * rank 0 hosts the store for the job's lifetime */
@@ -51,6 +56,11 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
   double t0 = acc__now();
   acc_result rc = acc__store_connect(&g_store, host, (int)port, &h, timeout);
   if (rc != ACC_OK) goto fail;
+  if (attempt > 0) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "r%ld/", attempt);
+    if ((rc = acc__store_set_prefix(g_store, prefix)) != ACC_OK) goto fail;
+  }
   int64_t n = 0;
   if ((rc = acc__store_add(g_store, "acc/joined", 1, &n)) != ACC_OK) goto fail;
   if (n == e->size && (rc = acc__store_set(g_store, "acc/all-joined", "1", 1)) != ACC_OK) goto fail;
@@ -87,6 +97,7 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
   }
   info->store = g_store;
   info->machine_rank = (int)machine;
+  g_machine = (int)machine;
   info->num_machines = e->num_machines;
   return ACC_OK;
 fail:
@@ -95,6 +106,11 @@ fail:
   if (g_server) acc__store_server_stop(g_server, 0);
   g_server = NULL;
   return rc;
+}
+
+acc__store *acc__state_join_store(int *machine_rank) {
+  if (machine_rank) *machine_rank = g_store ? g_machine : -1;
+  return g_store;
 }
 
 void acc__state_leave(void) {

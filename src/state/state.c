@@ -15,6 +15,7 @@
 #include "state/slurm.h"
 #include "state/threads.h"
 #include "state/join.h"
+#include "state/last_words.h"
 #include "state/state.h"
 
 static acc_state *g_state;
@@ -430,6 +431,7 @@ acc_result acc_state_create(acc_state **out, const acc_state_options *opts) {
   ACC_CHECK(acc__detect_env(&e));
   if (e.warning[0]) acc__log(ACC_LOG_WARNING, "%s", e.warning);
   acc__limit_threads(&e); /* as accelerate launch does, for the other launchers */
+  acc__state_arm_last_words(e.rank); /* the launcher's report names the first failure */
   acc_state *st = acc__calloc(1, sizeof *st);
   if (!st) return ACC_ERR_NOMEM;
   st->magic = ACC__MAGIC_STATE;

@@ -11,16 +11,24 @@
  *                      DIR/attempts.<RANK>
  *   print              "hello from R" on stdout, "warn R" on stderr, then a line without '\n'
  *   shm DIR            create /dev/shm/acc-test-<RUN_ID>-<RANK>, write DIR/runid, exit 0
- *   orphan DIR         rank 0 forks a grandchild (pid in DIR/grandchild) that blocks; rank 1 exits 9 */
+ *   orphan DIR         rank 0 forks a grandchild (pid in DIR/grandchild) that blocks; rank 1 exits 9
+ *   blame              the last rank's fetch fails inside next_batch_joined: every rank prints its
+ *                      error and exits 1; the others fail because of it (ACC_ERR_REMOTE) and exit
+ *                      first: the last rank exits only once the launcher's board shows every other
+ *                      rank gone (polled, hang guard 30 s), the order in which the launcher used to
+ *                      blame the wrong rank (issue 20 N6) */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "backend/rdzv.h"
 #include "state/state.h"
+#include "accelerate.h"
 
 static const char *dir;
 static int rank;
@@ -54,10 +62,54 @@ static void block(void) {
   for (;;) pause();
 }
 
+static int blame_fetch(int64_t index, void *const *fields, void *payload) {
+  int n = *(int *)payload;
+  if (rank == n - 1 && index >= 4 * (n - 1)) return -1;
+  *(float *)fields[0] = (float)index;
+  return 0;
+}
+
+static int blame(void) {
+  acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
+  ao.even_batches = 0;
+  acc_accelerator *acc = NULL;
+  if (acc_accelerator_create(&acc, &ao) != ACC_OK) return 3;
+  int n = acc_accelerator_num_processes(acc);
+  acc_field_desc f[1] = {{ACC_F32, 1}};
+  acc_dataset *ds = NULL;
+  acc_dataloader *dl = NULL;
+  acc_dataloader_options lo = ACC_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = 4;
+  if (acc_dataset_create_map(&ds, 25, f, 1, blame_fetch, &n) != ACC_OK ||
+      acc_accelerator_prepare_dataloader(acc, ds, &lo, &dl) != ACC_OK)
+    return 3;
+  acc_result rc = ACC_OK;
+  for (int i = 0; i < 20 && rc == ACC_OK; i++) {
+    const acc_batch *b = NULL;
+    int more = 0;
+    rc = acc_accelerator_next_batch_joined(acc, dl, &b, &more);
+    if (rc == ACC_OK && !more) break;
+  }
+  if (rc == ACC_OK) return 4; /* the fetch did not fail: the test's premise is broken */
+  fprintf(stderr, "rank %d: %s: %s\n", rank, acc_result_name(rc), acc_last_error());
+  if (rank == n - 1) {
+    int board = acc__board_open();
+    for (int k = 0; board >= 0 && k < 3000; k++) {
+      int gone = 0;
+      for (int r = 0; r < n - 1; r++) gone += acc__board_find_dead(board, rank, r, NULL) == r;
+      if (gone == n - 1) break;
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return 1; /* exits with the error as this thread's last: the launcher reads it from the board */
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 64;
   rank = atoi(getenv("RANK") ? env("RANK") : env("OMPI_COMM_WORLD_RANK"));
   const char *mode = argv[1];
+  if (strcmp(mode, "blame") == 0) return blame();
   dir = argc > 2 ? argv[2] : ".";
   if (strcmp(mode, "env") == 0) {
     static const char *keys[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",

@@ -116,7 +116,7 @@ static void test_env(void) {
   /* second of two machines: global ranks 2, 3. Its launcher joins the rendezvous store of
    * machine 0 (docs/multi-machine.md), which this test hosts. */
   acc__store_server *srv = NULL;
-  acc__store_hello expect = {"default", "", 0, 0, 2, 4, -1};
+  acc__store_hello expect = {"default", "", 0, 0, 2, 4, -1, 0, 0};
   REQUIRE_OK(acc__store_server_start(&srv, "127.0.0.1", 0, &expect));
   char port[16];
   snprintf(port, sizeof port, "%d", acc__store_server_port(srv));

@@ -122,6 +122,34 @@ static void test_orphan_killed(void) {
   lu_remove_dir(dir);
 }
 
+/* Issue 20 N6: one rank fails with its own error, the others fail because of it and exit
+ * first; the report names the rank that failed first with its own message. */
+static void test_blame_cause(void) {
+  for (int n = 2; n <= 3; n++) {
+    char np[8];
+    snprintf(np, sizeof np, "%d", n);
+    char *argv[] = {acc, "launch", "--num_processes", np, helper, "blame", NULL};
+    lu_run(&r, argv, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "accelerate launch: rank %d (pid ", n - 1);
+    const char *report = strstr(r.err, want);
+    CHECK(r.status == 1, "np %d: status %d, expected 1", n, r.status);
+    CHECK(report != NULL, "np %d: the report does not name rank %d first: %s", n, n - 1, r.err);
+    if (report) {
+      CHECK(strstr(report, "exited with status 1: dataloader: the dataset fetch callback returned") != NULL,
+            "np %d: the report lacks rank %d's own message: %s", n, n - 1, r.err);
+      CHECK(strstr(report, "exited before it, with status 1, because of it") != NULL,
+            "np %d: the report does not say another rank exited before it: %s", n, r.err);
+    }
+    /* the ranks that only followed are never reported as the failure */
+    for (int k = 0; k < n - 1; k++) {
+      snprintf(want, sizeof want, "accelerate launch: rank %d (pid ", k);
+      CHECK(strstr(r.err, want) == NULL, "np %d: rank %d blamed: %s", n, k, r.err);
+    }
+    CHECK(lu_no_leftovers(), "ranks left behind");
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_launch_failfast ACCELERATE HELPER\n");
@@ -133,6 +161,7 @@ int main(int argc, char **argv) {
   test_exit_status();
   test_signal_death();
   test_sigkill_after_grace();
+  test_blame_cause();
   test_forwarding(SIGTERM);
   test_forwarding(SIGINT);
   test_shm_cleanup();

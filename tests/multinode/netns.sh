@@ -1,6 +1,6 @@
 #!/bin/sh
-# Several "machines" on this one: two network namespaces joined by a veth pair (10.231.7.1 and
-# 10.231.7.2, addresses that exist only inside them). `accelerate launch` reads a config file
+# Several "machines" on this one: two network namespaces joined by a veth pair (netns_lib.sh:
+# $NET.1 and $NET.2, addresses that exist only inside them). `accelerate launch` reads a config file
 # with mpirun_config.mpirun_hostfile, runs mpirun inside the first namespace, and mpirun reaches
 # both "machines" through an rsh agent script that enters the namespace of the host it is given.
 #
@@ -16,46 +16,10 @@ MODE=$1
 ACC=$2
 PROG=$3
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-
-command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
+. "$(dirname "$0")/netns_lib.sh"
 command -v mpirun >/dev/null 2>&1 || skip "mpirun (openmpi-bin) is not installed"
 [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "no Fashion-MNIST data"
-
-# Unique per run: parallel runs (ctest -j, several worktrees) must not collide. Interface names
-# are at most 15 characters.
-ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
-NSA=acc-mn-$ID-a
-NSB=acc-mn-$ID-b
-VA=accva$ID
-VB=accvb$ID
-TMP=$(mktemp -d /tmp/acc-multinode.XXXXXX) || fail "mktemp"
-
-cleanup() {
-  for ns in "$NSA" "$NSB"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
-  ip link del "$VA" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
-
-if ! ip netns add "$NSA" 2>"$TMP/err"; then
-  skip "cannot create a network namespace ($(cat "$TMP/err")); needs root or CAP_NET_ADMIN"
-fi
-ip netns add "$NSB" || fail "ip netns add $NSB"
-ip link add "$VA" type veth peer name "$VB" || fail "cannot create the veth pair"
-ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || fail "cannot move the veth ends"
-ip -n "$NSA" addr add 10.231.7.1/24 dev "$VA" && ip -n "$NSB" addr add 10.231.7.2/24 dev "$VB" ||
-  fail "cannot set the addresses"
-for ns in "$NSA" "$NSB"; do
-  ip -n "$ns" link set lo up || fail "lo up in $ns"
-done
-ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
+netns_up mn
 
 # The rsh agent: mpirun runs `agent HOST COMMAND...`; run COMMAND inside HOST's namespace.
 cat >"$TMP/agent" <<EOF
@@ -63,14 +27,14 @@ cat >"$TMP/agent" <<EOF
 host=\$1
 shift
 case "\$host" in
-  10.231.7.1) ns=$NSA ;;
-  10.231.7.2) ns=$NSB ;;
+  $IPA) ns=$NSA ;;
+  $IPB) ns=$NSB ;;
   *) echo "netns agent: unknown host '\$host'" >&2; exit 1 ;;
 esac
 exec ip netns exec "\$ns" sh -c "\$*"
 EOF
 chmod +x "$TMP/agent"
-printf '10.231.7.1 slots=2\n10.231.7.2 slots=2\n' >"$TMP/hostfile"
+printf "$IPA slots=2\n$IPB slots=2\n" >"$TMP/hostfile"
 cat >"$TMP/config.yaml" <<EOF
 compute_environment: LOCAL_MACHINE
 distributed_type: MULTI_CPU
@@ -78,7 +42,7 @@ use_cpu: true
 num_machines: 2
 num_processes: 4
 machine_rank: 0
-main_process_ip: 10.231.7.1
+main_process_ip: $IPA
 main_process_port: 29500
 mixed_precision: 'no'
 mpirun_config:
@@ -87,8 +51,8 @@ EOF
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_plm_rsh_agent="$TMP/agent" OMPI_MCA_plm_rsh_no_tree_spawn=1
-export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=10.231.7.0/24
-export OMPI_MCA_oob_tcp_if_include=10.231.7.0/24
+export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=$NET.0/24
+export OMPI_MCA_oob_tcp_if_include=$NET.0/24
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
 export HF_HOME="$TMP/hf" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE ACCELERATE_RUN_ID ACCELERATE_BACKEND
@@ -106,12 +70,12 @@ if [ "$MODE" = match ]; then
     fail "the launcher did not build the mpirun command from the config file's hostfile"
   # rank placement: two ranks on each machine (the program prints nothing per rank, so ask MPI)
   timeout 60 ip netns exec "$NSA" "$ACC" launch --config_file "$TMP/config.yaml" \
-    sh -c 'echo "placed rank $OMPI_COMM_WORLD_RANK on $(ip -4 -o addr show | grep -o "10\.231\.7\.[0-9]*")"' \
+    sh -c 'echo "placed rank $OMPI_COMM_WORLD_RANK on $(ip -4 -o addr show | grep -o "'"$NET"'\.[0-9]*")"' \
     >"$TMP/place.out" 2>&1
   sort "$TMP/place.out" | grep placed
-  [ "$(grep -c 'placed rank [01] on 10.231.7.1$' "$TMP/place.out")" = 2 ] &&
-    [ "$(grep -c 'placed rank [23] on 10.231.7.2$' "$TMP/place.out")" = 2 ] ||
-    fail "ranks 0,1 should run on 10.231.7.1 and ranks 2,3 on 10.231.7.2"
+  [ "$(grep -c "placed rank [01] on $IPA\$" "$TMP/place.out")" = 2 ] &&
+    [ "$(grep -c "placed rank [23] on $IPB\$" "$TMP/place.out")" = 2 ] ||
+    fail "ranks 0,1 should run on $IPA and ranks 2,3 on $IPB"
   timeout 120 ip netns exec "$NSA" mpirun -np 4 "$PROG" $ARGS >"$TMP/single.out" 2>&1 ||
     { cat "$TMP/single.out"; fail "the 1-machine mpirun run failed"; }
   timeout 120 "$ACC" launch --num_processes 4 "$PROG" $ARGS >"$TMP/shm.out" 2>&1 ||

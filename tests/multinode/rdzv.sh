@@ -14,7 +14,18 @@
 #             =hierarchical (twice: small chunks, and the default chunk for the per-rail path).
 #   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
 #             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
-#   errors:   wrong port, duplicate machine rank, mismatched counts, missing secret: the
+#   nccl:     PROG is mm_prog: the NCCL bootstrap's CPU part on the fake device (2 fake GPUs
+#             per machine, bus ids 01,02 on machine 0 and 03,04 on machine 1), twice: every
+#             process got the same unique id bytes (process 0's, through the rendezvous store),
+#             two bootstraps got two ids, and every process got the same table of GPUs.
+#   restart:  PROG is mm_prog: --max_restarts 1 on both machines, rank 3 (machine 1) kills
+#             itself before step 5 of attempt 0; both machines restart together, attempt 1
+#             resumes from the latest checkpoint and ends with the loss and weights of an
+#             uninterrupted run, bit for bit.
+#   hang:     PROG is mm_prog: rank 3 (machine 1) blocks before an all_reduce: hang reports on
+#             both machines, the collective times out, both launchers stop non-zero.
+#   errors:   wrong port, duplicate machine rank, mismatched counts (and --max_restarts),
+#             missing secret: the
 #             launcher of machine 1 fails with a message naming the problem, within the
 #             rendezvous timeout.
 # Exit 77 (skip) only when the namespaces cannot be created.
@@ -23,45 +34,12 @@ MODE=$1
 ACC=$2
 PROG=$3
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-
-command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
-[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "no Fashion-MNIST data"
-
-# Unique per run (parallel runs, several worktrees): names and the subnet.
-ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
-NET=10.$(( 100 + $$ % 100 )).$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
-IPA=$NET.1
-IPB=$NET.2
-NSA=acc-rz-$ID-a
-NSB=acc-rz-$ID-b
-VA=accra$ID
-VB=accrb$ID
-TMP=$(mktemp -d /tmp/acc-rdzv.XXXXXX) || fail "mktemp"
-
-cleanup() {
-  for ns in "$NSA" "$NSB"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
-  ip link del "$VA" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
-
-if ! ip netns add "$NSA" 2>"$TMP/err"; then
-  skip "cannot create a network namespace ($(cat "$TMP/err")); needs root or CAP_NET_ADMIN"
-fi
-ip netns add "$NSB" || fail "ip netns add $NSB"
-ip link add "$VA" type veth peer name "$VB" || fail "cannot create the veth pair"
-ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || fail "cannot move the veth ends"
-ip -n "$NSA" addr add $IPA/24 dev "$VA" && ip -n "$NSB" addr add $IPB/24 dev "$VB" ||
-  fail "cannot set the addresses"
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
-ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
+. "$(dirname "$0")/netns_lib.sh"
+case "$MODE" in
+  nccl | restart | hang) ;;
+  *) [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "no Fashion-MNIST data" ;;
+esac
+netns_up rz
 
 export HF_HOME="$TMP/hf" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ACCELERATE_RUN_ID ACCELERATE_BACKEND \
@@ -192,6 +170,97 @@ if [ "$MODE" = kill ]; then
   exit 0
 fi
 
+if [ "$MODE" = nccl ]; then
+  export ACCELERATE_TEST_DEVICE=fake ACCELERATE_TEST_FAKE_GPUS=2
+  mkdir -p "$TMP/nccl"
+  (export ACCELERATE_TEST_FAKE_GPU_BUS_IDS=3,4; launch "$NSB" 1 "$TMP/m1.out" "$PROG" nccl "$TMP/nccl") &
+  j1=$!
+  (export ACCELERATE_TEST_FAKE_GPU_BUS_IDS=1,2; launch "$NSA" 0 "$TMP/m0.out" "$PROG" nccl "$TMP/nccl")
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the launchers exited with $rc0 and $rc1"
+  for r in 0 1 2 3; do
+    [ -s "$TMP/nccl/nccl.$r" ] || fail "rank $r wrote no bootstrap record"
+    echo "--- rank $r:"; cat "$TMP/nccl/nccl.$r"
+    cmp -s "$TMP/nccl/nccl.0" "$TMP/nccl/nccl.$r" || fail "rank $r got another id or GPU table than rank 0"
+  done
+  grep -qx "via store" "$TMP/nccl/nccl.0" || fail "the bootstrap did not go through the rendezvous store"
+  id0=$(sed -n 's/^id 0 //p' "$TMP/nccl/nccl.0")
+  id1=$(sed -n 's/^id 1 //p' "$TMP/nccl/nccl.0")
+  [ ${#id0} -eq 256 ] && [ ${#id1} -eq 256 ] || fail "the ids are not 128 bytes"
+  case "$id0" in *[1-9a-f]*) ;; *) fail "the id is all zeros" ;; esac
+  [ "$id0" != "$id1" ] || fail "two bootstraps got the same id"
+  want="0:0:00000000:01:00.0 1:0:00000000:02:00.0 2:1:00000000:03:00.0 3:1:00000000:04:00.0"
+  for k in 0 1; do
+    got=$(sed -n "s/^gpus $k //p" "$TMP/nccl/nccl.0")
+    [ "$got" = "$want" ] || fail "GPU table $k: got '$got', expected '$want'"
+  done
+  echo "PASS: the NCCL id and the GPU table reached every process on 2 machines through the store"
+  exit 0
+fi
+
+if [ "$MODE" = restart ]; then
+  STEPS=12
+  mkdir -p "$TMP/ref" "$TMP/rs"
+  launch "$NSB" 1 "$TMP/r1.out" "$PROG" train "$TMP/ref" $STEPS &
+  j1=$!
+  launch "$NSA" 0 "$TMP/r0.out" "$PROG" train "$TMP/ref" $STEPS
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/r0.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { cat "$TMP/r1.out"; fail "the uninterrupted run: launchers exited with $rc0 and $rc1"; }
+  grep "^final:" "$TMP/r0.out" >"$TMP/want" || fail "the uninterrupted run printed no final line"
+  export ACC_TEST_DIE_RANK=3 ACC_TEST_DIE_STEP=5
+  launch "$NSB" 1 "$TMP/m1.out" --max_restarts 1 "$PROG" train "$TMP/rs" $STEPS &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" --max_restarts 1 "$PROG" train "$TMP/rs" $STEPS
+  rc0=$?
+  wait $j1
+  rc1=$?
+  unset ACC_TEST_DIE_RANK ACC_TEST_DIE_STEP
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the restarted job: launchers exited with $rc0 and $rc1"
+  for f in "$TMP/m0.out" "$TMP/m1.out"; do
+    grep -Eq "restarting the group \(restart 1 of 1\) because on machine 1 .*rank 3 \(pid [0-9]+\) was killed by SIGKILL" "$f" ||
+      fail "$f: no restart naming machine 1 and rank 3"
+  done
+  grep -q "resumed from .*checkpoint_4 at step 5" "$TMP/m0.out" || fail "attempt 1 did not resume from step 5's checkpoint"
+  grep "^final:" "$TMP/m0.out" >"$TMP/got" || fail "the restarted run printed no final line"
+  echo "uninterrupted: $(cat "$TMP/want")"; echo "restarted:     $(cat "$TMP/got")"
+  cmp -s "$TMP/want" "$TMP/got" || fail "the restarted run ends differently from the uninterrupted one"
+  echo "PASS: --max_restarts across 2 machines: both restarted together and ended bit for bit like the uninterrupted run"
+  exit 0
+fi
+
+if [ "$MODE" = hang ]; then
+  # What a rank hung on machine 1 looks like today: every process of both machines prints a hang
+  # report, the collective times out, and both launchers stop with a non-zero status, bounded.
+  # (The reports of the shared-memory group inside a machine name local ranks: docs/multi-machine.md.)
+  export ACCELERATE_HANG_REPORT_S=2 ACCELERATE_TIMEOUT=$((8 * M))
+  t0=$(date +%s)
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" hang 3 &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" hang 3
+  rc0=$?
+  wait $j1
+  rc1=$?
+  t1=$(date +%s)
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  echo "launchers exited with $rc0 and $rc1 after $((t1 - t0)) s"
+  [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || fail "a launcher exited 0 although rank 3 hung"
+  for f in "$TMP/m0.out" "$TMP/m1.out"; do
+    grep -q "accelerate: hang report: rank " "$f" || fail "$f: no hang report"
+    grep -Eq "the job's first failure: on machine [01] .*([Tt]imed out|timed out after)" "$f" ||
+      fail "$f: the job's first failure is not the collective's timeout"
+  done
+  grep -q "hanging before the all_reduce" "$TMP/m1.out" || fail "rank 3 did not hang as planned"
+  echo "PASS: a rank hung on machine 1: hang reports on both machines, the job stopped at the timeout"
+  exit 0
+fi
+
 if [ "$MODE" = errors ]; then
   export ACCELERATE_RDZV_TIMEOUT=$((3 * M))
   # expect NAME OUTFILE PATTERN: machine 1's launcher failed with a message matching PATTERN
@@ -247,6 +316,13 @@ if [ "$MODE" = errors ]; then
   expect "mismatched machines" "$TMP/e4.out" "says num_machines 3, machine 0 says 2"
   stop0
 
+  start0
+  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
+    --main_process_ip $IPA --main_process_port $PORT --max_restarts 2 "$PROG" >"$TMP/e7.out" 2>&1 &&
+    fail "a machine with another --max_restarts joined"
+  expect "mismatched max_restarts" "$TMP/e7.out" "says --max_restarts 2, machine 0 says 0"
+  stop0
+
   # 4. a secret on machine 0, none on machine 1
   export ACCELERATE_STORE_SECRET=correct-horse
   start0
@@ -260,7 +336,7 @@ if [ "$MODE" = errors ]; then
   launch "$NSB" 1 "$TMP/e6.out" --rdzv_id job-b "$PROG" $ARGS && fail "another job joined"
   expect "another job" "$TMP/e6.out" "run id 'job-b' but this store belongs to the job with run id 'job-a'"
   stop0
-  echo "PASS: wrong port, duplicate machine rank, mismatched counts, missing secret, another job"
+  echo "PASS: wrong port, duplicate machine rank, mismatched counts and --max_restarts, missing secret, another job"
   exit 0
 fi
 fail "unknown mode $MODE"

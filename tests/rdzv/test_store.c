@@ -15,10 +15,10 @@
 #include "core/internal.h"
 
 static int g_port;
-static const acc__store_hello g_expect = {"job-a", "", 0, 0, 2, 4, -1};
+static const acc__store_hello g_expect = {"job-a", "", 0, 0, 2, 4, -1, 0, 0};
 
 static acc__store_hello hello(int kind, int machine, int rank) {
-  acc__store_hello h = {"job-a", "", kind, machine, 2, 4, rank};
+  acc__store_hello h = {"job-a", "", kind, machine, 2, 4, rank, 0, 0};
   return h;
 }
 
@@ -54,7 +54,7 @@ static int raw_hello(const char *version) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) return -1;
   char h[256];
-  int n = snprintf(h, sizeof h, "%s\n%s\njob-a\n\n%d 0 2 4 -1", ACC_STORE_PROTO, version,
+  int n = snprintf(h, sizeof h, "%s\n%s\njob-a\n\n%d 0 2 4 -1 0 0", ACC_STORE_PROTO, version,
                    ACC_STORE_TOOL);
   acc__store_send_frame(fd, ACC_STORE_OP_HELLO, "", 0, h, (size_t)n, acc__now() + 10);
   uint8_t b[600];
@@ -168,6 +168,10 @@ int main(void) {
    * failure, which a waiting get sees */
   acc__store *l1 = NULL, *l1b = NULL;
   acc__store_hello hl = hello(ACC_STORE_LAUNCHER, 1, -1);
+  acc__store_hello hl2 = hello(ACC_STORE_LAUNCHER, 1, -1);
+  hl2.max_restarts = 3;
+  CHECK_ERR(acc__store_connect(&l1, "127.0.0.1", g_port, &hl2, 10), ACC_ERR_MISMATCH,
+            "says --max_restarts 3, machine 0 says 0");
   REQUIRE_OK(acc__store_connect(&l1, "127.0.0.1", g_port, &hl, 10));
   CHECK_ERR(acc__store_connect(&l1b, "127.0.0.1", g_port, &hl, 10), ACC_ERR_MISMATCH,
             "two launchers with machine_rank 1");
@@ -176,6 +180,29 @@ int main(void) {
   acc__store *c3 = NULL;
   CHECK_ERR(acc__store_connect(&c3, "127.0.0.1", g_port, &hp, 10), ACC_ERR_MISMATCH,
             "two processes with rank 2");
+  /* a restarted group (launch attempt 1): rank 2 again is welcome, twice in one attempt is
+   * not, and a process of attempt 0 that comes after attempt 1 began is refused */
+  acc__store *g1 = NULL, *g1b = NULL, *g0 = NULL;
+  acc__store_hello hp1 = hp;
+  hp1.generation = 1;
+  REQUIRE_OK(acc__store_connect(&g1, "127.0.0.1", g_port, &hp1, 10));
+  CHECK_ERR(acc__store_connect(&g1b, "127.0.0.1", g_port, &hp1, 10), ACC_ERR_MISMATCH,
+            "two processes with rank 2");
+  CHECK_ERR(acc__store_connect(&g0, "127.0.0.1", g_port, &hp, 10), ACC_ERR_MISMATCH,
+            "rank 2 of launch attempt 0");
+  /* its keys live under "r1/": a prefixed set is seen unprefixed by another connection */
+  CHECK_OK(acc__store_set_prefix(g1, "r1/"));
+  CHECK_OK(acc__store_set(g1, "acc/joined", "x", 1));
+  CHECK_OK(acc__store_check(c, "r1/acc/joined", &ex));
+  CHECK(ex == 1, "the prefixed key exists as r1/acc/joined");
+  CHECK_OK(acc__store_check(g1, "acc/joined", &ex));
+  CHECK(ex == 1, "and the prefixed connection finds it by its own name");
+  acc__store_close(g1);
+  char fk[64];
+  acc__store_failed_key(0, fk, sizeof fk);
+  CHECK(strcmp(fk, ACC_STORE_FAILED_KEY) == 0, "attempt 0's failure key: %s", fk);
+  acc__store_failed_key(2, fk, sizeof fk);
+  CHECK(strcmp(fk, ACC_STORE_FAILED_KEY "/2") == 0, "attempt 2's failure key: %s", fk);
   acc__store_close(c2);
   CHECK_OK(acc__store_check(c, ACC_STORE_FAILED_KEY, &ex));
   CHECK(ex == 0, "no failure posted yet");

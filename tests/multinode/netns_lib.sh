@@ -1,0 +1,46 @@
+# Sourced by the multi-machine tests (netns.sh, rdzv.sh): two "machines" as network namespaces
+# joined by a veth pair. Defines skip/fail, then netns_up PREFIX makes the namespaces and sets
+#   NSA NSB   the namespaces (machine 0 and machine 1)
+#   IPA IPB   their addresses ($NET.1 and $NET.2, a /24 that exists only inside them)
+#   NET       the subnet's first three octets (for "$NET.0/24")
+#   TMP       a private temporary directory
+# and a trap that kills what runs inside them and deletes them on exit. Exits 77 (skip) only when
+# the namespaces cannot be created. Names and the subnet are unique per run (parallel runs,
+# several worktrees); interface names stay within 15 characters.
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+netns_cleanup() {
+  for ns in "$NSA" "$NSB"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  ip link del "$VA" 2>/dev/null
+  rm -rf "$TMP"
+}
+
+netns_up() {
+  command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
+  ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
+  NET=10.$(( 100 + $$ % 100 )).$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
+  IPA=$NET.1
+  IPB=$NET.2
+  NSA=acc-$1-$ID-a
+  NSB=acc-$1-$ID-b
+  VA=acc$1a$ID
+  VB=acc$1b$ID
+  TMP=$(mktemp -d /tmp/acc-$1.XXXXXX) || fail "mktemp"
+  trap netns_cleanup EXIT
+  trap 'exit 130' INT TERM HUP
+  if ! ip netns add "$NSA" 2>"$TMP/err"; then
+    skip "cannot create a network namespace ($(cat "$TMP/err")); needs root or CAP_NET_ADMIN"
+  fi
+  ip netns add "$NSB" || fail "ip netns add $NSB"
+  ip link add "$VA" type veth peer name "$VB" || fail "cannot create the veth pair"
+  ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || fail "cannot move the veth ends"
+  ip -n "$NSA" addr add $IPA/24 dev "$VA" && ip -n "$NSB" addr add $IPB/24 dev "$VB" ||
+    fail "cannot set the addresses"
+  for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
+  ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
+}
