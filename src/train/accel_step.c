@@ -6,6 +6,7 @@
 #include "core/profile.h"
 #include "state/state.h"
 #include "train/accel.h"
+#include "train/model_internal.h"
 
 static acc_result zero_check_opt(const acc_accelerator *acc, const acc_optimizer *opt) {
   if (acc__optimizer_is_restricted(opt)) return ACC_OK;
@@ -77,6 +78,7 @@ acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *mod
   ACC_CHECK(prepared(acc, model, "grad_ready", &pm));
   if ((!acc->sync_gradients && !acc->sync_each_batch) || pm->no_sync) return ACC_OK;
   if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
+  if (acc__typed_any(model)) return ACC_OK; /* bf16/fp16 tables are widened in backward(): no overlap */
   /* One model's buckets at a time: with overlap its thread owns the process group until its
    * sync is finished. */
   if (acc->inflight && acc->inflight != pm)
