@@ -170,7 +170,7 @@ static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc
   size_t len = 0;
   acc_clear_error();
   acc_result rc = o->save(o->obj, NULL, 0, &len);
-  if (rc != ACC_OK) goto failed;
+  if (rc != ACC_OK) return acc__callback_result(rc, "save_state: the save callback of per-process object %zu", i);
   if (len > ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: per-process object %zu of process %d wants %zu bytes, "
                       "more than the limit of %llu", i, proc, len,
@@ -178,16 +178,13 @@ static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc
   void *buf = acc__malloc(len ? len : 1);
   if (!buf) return ACC_ERR_NOMEM;
   size_t got = len;
-  rc = o->save(o->obj, buf, len, &got);
+  rc = acc__callback_result(o->save(o->obj, buf, len, &got),
+                            "save_state: the save callback of per-process object %zu", i);
   if (rc == ACC_OK && got > len)
     rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: the save callback of per-process object %zu wrote %zu "
                     "bytes into a buffer of %zu", i, got, len);
   if (rc == ACC_OK) rc = acc__write_file_atomic(path, buf, got);
   acc__free(buf);
-  if (rc == ACC_OK) return ACC_OK;
-failed:
-  if (!acc_last_error()[0])
-    acc__error(rc, "save_state: the save callback of per-process object %zu returned %s", i, acc_result_string(rc));
   return rc;
 }
 
