@@ -82,14 +82,14 @@ acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, s
     g.grads = grads;
     /* out of memory here leaves the parameters registered over master and grad32, which are
      * then not freed with the model (never left dangling) */
-    return acc__model_typed_add(m, &g) == ACC_OK ? (first_index ? (*first_index = first, ACC_OK) : ACC_OK)
-                                                  : ACC_ERR_NOMEM;
+    ACC_CHECK(acc__model_typed_add(m, &g));
+    if (first_index) *first_index = first;
+    return ACC_OK;
   }
   acc__free(g.master);
   acc__free(g.grad32);
   return rc;
 }
-
 
 acc_result acc_model_set_flat_grads_typed(acc_model *m, size_t first, acc_dtype dtype, void *grads) {
   static const char fn[] = "acc_model_set_flat_grads_typed";
