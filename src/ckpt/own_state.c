@@ -255,7 +255,8 @@ static acc_result load_hook(acc_accelerator *acc, const char *dir, void *payload
   }
   r->nslots = ns;
   size_t s = 0;
-  for (size_t g = 0; g < r->ngroups; s += r->groups[g].n, g++) ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s));
+  for (size_t g = 0; g < r->ngroups; s += r->groups[g].n, g++)
+    ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s));
   for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(stage_obj(i, dir, proc, n, &r->staged[nb + i]));
   r->stage_ok = 1;
   return ACC_OK;

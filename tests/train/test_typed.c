@@ -173,7 +173,8 @@ static void test_errors(void) {
   CHECK_ERR(acc_model_set_flat_grads_typed(m, first, ACC_F16, g), ACC_ERR_MISMATCH,
             "holds bf16 parameters but the gradients are given as fp16");
   float gf[NW];
-  CHECK_ERR(acc_model_set_flat_grads(m, first, gf), ACC_ERR_MISMATCH, "acc_model_set_flat_grads_typed(model, 0, ACC_BF16");
+  CHECK_ERR(acc_model_set_flat_grads(m, first, gf), ACC_ERR_MISMATCH,
+            "acc_model_set_flat_grads_typed(model, 0, ACC_BF16");
   CHECK_ERR(acc_model_set_grad(m, 1, gf), ACC_ERR_MISMATCH, "'fc.b' belongs to a bf16 table");
   CHECK_ERR(acc_model_set_flat_grads_typed(m, 1, ACC_BF16, g), ACC_ERR_INVALID_ARGUMENT, "does not start a table");
   acc_model_destroy(m);
@@ -250,7 +251,8 @@ int main(int argc, char **argv) {
   for (int q = 0; q < 3; q++)
     CHECK(err[q] <= tol[q], "%s table: max |w - w_ref| = %g, over the tolerance %g", kind_name[q], err[q], tol[q]);
   if (rank == 0)
-    printf("max |w - w_ref| after %d steps at %d process(es): float32 %.3g, bf16 %.3g, fp16 %.3g (weights moved %.3g)\n",
+    printf("max |w - w_ref| after %d steps at %d process(es): float32 %.3g, bf16 %.3g, fp16 %.3g "
+           "(weights moved %.3g)\n",
            STEPS, nprocs, err[0], err[1], err[2], moved);
 
   /* the program's buffers are the master weights rounded; the master keeps more bits */
