@@ -85,6 +85,37 @@ ACC_EXTERN acc_result acc_model_set_grad(acc_model *m, size_t index, float *grad
  * @since 0.2 */
 ACC_EXTERN int acc_model_requires_grad(const acc_model *m, size_t i);
 
+/**
+ * acc_model_add_flat for a trainer that keeps its parameters and gradients in bf16 or fp16 (the
+ * layout GPU trainers use): `params` and `grads` hold `dtype` values (ACC_BF16 or ACC_F16, 2 bytes
+ * each; ACC_F32 is acc_model_add_flat). The library keeps a float32 master copy of the weights,
+ * made from `params` now and again at acc_accelerator_prepare_model, and float32 gradients; the
+ * registered parameters (acc_model_parameter(m, i)->data / ->grad) point into those copies, so the
+ * library's optimizer keeps float32 moments and steps in float32, and save_state / save_model
+ * write the float32 master weights. Through a prepared accelerator: backward widens the program's
+ * gradients to float32, averages them with float32 accumulation and rounds the average back into
+ * `grads`; every optimizer step, load_state and acc_accelerator_refresh_low_precision round the
+ * master weights into `params` (round to nearest even). `grads` may be NULL and attached later
+ * with acc_model_set_flat_grads_typed. Host memory only; not with zero_stage 1 or 2. The float32
+ * calls acc_model_set_flat_grads / acc_model_set_grad on such a table fail with ACC_ERR_MISMATCH.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, size_t count,
+                                               acc_dtype dtype, void *params, void *grads, size_t *first_index);
+/**
+ * Attaches or replaces the gradients of a table registered with acc_model_add_flat_typed (`first`:
+ * the index it returned); `dtype` must be the table's (ACC_ERR_MISMATCH naming both otherwise).
+ * With ACC_F32 on a float32 table it is acc_model_set_flat_grads.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_model_set_flat_grads_typed(acc_model *m, size_t first, acc_dtype dtype, void *grads);
+/** The dtype the program keeps parameter i in: ACC_BF16 or ACC_F16 for a table of
+ * acc_model_add_flat_typed, else ACC_F32 (also for an invalid model or index). @since 0.2 */
+ACC_EXTERN acc_dtype acc_model_parameter_dtype(const acc_model *m, size_t i);
+/** The program's own storage of parameter i (its bf16/fp16 values for a typed table, the same as
+ * ->data otherwise); NULL for an invalid model or index. @since 0.2 */
+ACC_EXTERN const void *acc_model_parameter_storage(const acc_model *m, size_t i);
+
 #ifdef __cplusplus
 }
 #endif

@@ -61,4 +61,12 @@ acc_result acc__state_bcast_path(acc_state *st, char buf[ACC__STATE_PATH_BUF]);
 /* <dir>/<stem><ext> for i 0, <dir>/<stem>_<i><ext> after it; NULL when out of memory. */
 char *acc__state_file_name(const char *dir, const char *stem, int i, const char *ext);
 
+/* own_state.c: the program's buffers and per-process objects, staged by load_state's pre-hook.
+ * commit writes the staged bytes into the program's buffers and calls the objects' load callbacks
+ * (on its own failure it puts back what it changed); rollback puts back a successful commit when
+ * a later check fails; release drops the staging. No-ops when nothing is registered. */
+acc_result acc__own_state_commit(acc__accel_ckpt *c);
+void acc__own_state_rollback(acc__accel_ckpt *c);
+void acc__own_state_release(acc__accel_ckpt *c);
+
 #endif

@@ -540,7 +540,9 @@ static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *not
   }
   acc__accel_ckpt *c = *p->ckpt;
   for (int i = 0; c && i < c->ncustom; i++) ACC_CHECK(load_custom(&c->custom[i], dir, i));
-  return load_process(p, dir, note);
+  ACC_CHECK(load_process(p, dir, note));
+  /* last: the program's buffers and per-process objects its pre-hook staged (own_state.c) */
+  return acc__own_state_commit(c);
 }
 
 static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, char **loaded_dir) {
@@ -567,17 +569,24 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   if (bc != ACC_OK) return rc != ACC_OK ? rc : bc;
   if (rc == ACC_OK && dir[0]) rc = acc__accel_ckpt_run_hooks(acc, *p.ckpt, 1, dir);
   rc = acc__state_agree(p.st, rc, "load_state (finding the checkpoint and running the pre-hooks)");
-  if (rc != ACC_OK) return rc;
+  if (rc != ACC_OK) {
+    acc__own_state_release(*p.ckpt);
+    return rc;
+  }
   remap_note note;
   memset(&note, 0, sizeof note);
   /* Everything load_state may change is copied first and put back if any process fails, so a
    * failed load leaves the prepared objects exactly as they were. */
   acc__load_snapshot *snap = NULL;
   rc = acc__load_snapshot_take(&p, &snap);
-  rc = acc__state_agree(p.st, rc == ACC_OK ? load_all(&p, dir, &note) : rc, "load_state");
+  acc_result lrc = rc == ACC_OK ? load_all(&p, dir, &note) : rc;
+  int own_committed = lrc == ACC_OK; /* a failed commit put the program's state back itself */
+  rc = acc__state_agree(p.st, lrc, "load_state");
   if (rc == ACC_OK) rc = check_positions(&p, dir);
+  if (rc != ACC_OK && own_committed) acc__own_state_rollback(*p.ckpt);
   if (rc != ACC_OK && snap) acc__load_snapshot_restore(snap, &p);
   acc__load_snapshot_free(snap, &p);
+  acc__own_state_release(*p.ckpt);
   if (rc != ACC_OK) return rc;
   if (note.saved_np != acc_state_num_processes(p.st))
     acc__log(ACC_LOG_WARNING, "load_state: resumed a %lld-process checkpoint '%s' on %d process%s: %s; model, "

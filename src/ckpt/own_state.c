@@ -2,7 +2,12 @@
  * groups of named buffers (its own optimizer's moments, a step counter) saved from the main
  * process as <stem>.safetensors, and per-process objects saved by every process as
  * process_object_<i>_<process>.bin. Both ride on one save and one load pre-hook of the
- * accelerator (ckpt/accel_state.c), so their results join the processes' agreement there. */
+ * accelerator (ckpt/accel_state.c), so their results join the processes' agreement there.
+ *
+ * Loading is staged like the model and the optimizer: the load pre-hook only reads and checks
+ * every file into memory (nothing of the program's changes); load_state commits the staged bytes
+ * once the rest of the checkpoint loaded (acc__own_state_commit), and puts the program's bytes
+ * back when a later check fails on any process (acc__own_state_rollback). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,16 +36,51 @@ typedef struct own_obj {
   acc_checkpoint_load_fn load;
 } own_obj;
 
+/* Bytes read from a checkpoint, or kept to put the program's back. */
+typedef struct own_bytes {
+  void *data;
+  size_t len;
+  int present; /* staged: in the file; kept: the buffer was allocated (objects: saved) */
+  int allocated; /* commit: the library allocated the program's buffer (NULL before) */
+} own_bytes;
+
 typedef struct own_reg {
   own_group *groups;
   size_t ngroups;
   own_obj *objs;
   size_t nobjs;
+  /* one load_state: what its pre-hook staged (every buffer of every group, then every object),
+   * what the commit replaced, and how far it got */
+  own_bytes *staged, *kept;
+  size_t nslots;
+  int stage_ok;   /* the pre-hook of the current load_state staged everything */
+  size_t applied; /* slots committed so far */
 } own_reg;
+
+static size_t nbufs_total(const own_reg *r) {
+  size_t n = 0;
+  for (size_t g = 0; g < r->ngroups; g++) n += r->groups[g].n;
+  return n;
+}
+
+static void bytes_free(own_bytes *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) acc__free(v[i].data);
+  acc__free(v);
+}
+
+static void stage_clear(own_reg *r) {
+  bytes_free(r->staged, r->nslots);
+  bytes_free(r->kept, r->nslots);
+  r->staged = r->kept = NULL;
+  r->nslots = 0;
+  r->stage_ok = 0;
+  r->applied = 0;
+}
 
 static void reg_free(void *p) {
   own_reg *r = p;
   if (!r) return;
+  stage_clear(r);
   for (size_t g = 0; g < r->ngroups; g++) {
     for (size_t i = 0; i < r->groups[g].n; i++) acc__free(r->groups[g].bufs[i].name);
     acc__free(r->groups[g].bufs);
@@ -71,7 +111,8 @@ static acc_result save_group(const own_group *g, const char *dir) {
   return rc;
 }
 
-static acc_result load_group(const own_group *g, const char *dir) {
+/* Reads and checks group g's file into out[0 .. g->n): nothing of the program's changes. */
+static acc_result stage_group(const own_group *g, const char *dir, own_bytes *out) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
   acc_safetensors *f;
@@ -106,14 +147,14 @@ static acc_result load_group(const own_group *g, const char *dir) {
                       acc_safetensors_dtype_name(b->dtype), b->count, b->count * es);
       break;
     }
-    if (!*b->data) {
-      *b->data = acc__malloc(v.nbytes); /* the program owns it from now on (free()) */
-      if (!*b->data) {
-        rc = ACC_ERR_NOMEM;
-        break;
-      }
+    out[i].data = acc__malloc(v.nbytes ? v.nbytes : 1);
+    if (!out[i].data) {
+      rc = ACC_ERR_NOMEM;
+      break;
     }
-    if (v.nbytes) memcpy(*b->data, v.data, v.nbytes);
+    if (v.nbytes) memcpy(out[i].data, v.data, v.nbytes);
+    out[i].len = v.nbytes;
+    out[i].present = 1;
   }
   acc_safetensors_close(f);
   return rc;
@@ -129,7 +170,7 @@ static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc
   size_t len = 0;
   acc_clear_error();
   acc_result rc = o->save(o->obj, NULL, 0, &len);
-  if (rc != ACC_OK) goto failed;
+  if (rc != ACC_OK) return acc__callback_result(rc, "save_state: the save callback of per-process object %zu", i);
   if (len > ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: per-process object %zu of process %d wants %zu bytes, "
                       "more than the limit of %llu", i, proc, len,
@@ -137,20 +178,18 @@ static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc
   void *buf = acc__malloc(len ? len : 1);
   if (!buf) return ACC_ERR_NOMEM;
   size_t got = len;
-  rc = o->save(o->obj, buf, len, &got);
+  rc = acc__callback_result(o->save(o->obj, buf, len, &got),
+                            "save_state: the save callback of per-process object %zu", i);
   if (rc == ACC_OK && got > len)
     rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: the save callback of per-process object %zu wrote %zu "
                     "bytes into a buffer of %zu", i, got, len);
   if (rc == ACC_OK) rc = acc__write_file_atomic(path, buf, got);
   acc__free(buf);
-  if (rc == ACC_OK) return ACC_OK;
-failed:
-  if (!acc_last_error()[0])
-    acc__error(rc, "save_state: the save callback of per-process object %zu returned %s", i, acc_result_string(rc));
   return rc;
 }
 
-static acc_result load_obj(const own_obj *o, size_t i, const char *dir, int proc, int nproc) {
+/* Reads and checks this process's file of object i into *out; the object is not called yet. */
+static acc_result stage_obj(size_t i, const char *dir, int proc, int nproc, own_bytes *out) {
   char path[4096];
   int saved = 0; /* processes that saved this object: files _0 .. _{saved-1} */
   for (;; saved++) {
@@ -182,15 +221,14 @@ static acc_result load_obj(const own_obj *o, size_t i, const char *dir, int proc
     else off += (size_t)r;
   }
   close(fd);
-  if (rc == ACC_OK) {
-    acc_clear_error();
-    rc = o->load(o->obj, buf, len);
-    if (rc != ACC_OK && !acc_last_error()[0])
-      acc__error(rc, "load_state: the load callback of per-process object %zu ('%s') returned %s", i, path,
-                 acc_result_string(rc));
+  if (rc != ACC_OK) {
+    acc__free(buf);
+    return rc;
   }
-  acc__free(buf);
-  return rc;
+  out->data = buf;
+  out->len = len;
+  out->present = 1;
+  return ACC_OK;
 }
 
 static acc_result save_hook(acc_accelerator *acc, const char *dir, void *payload) {
@@ -207,9 +245,131 @@ static acc_result load_hook(acc_accelerator *acc, const char *dir, void *payload
   own_reg *r = payload;
   acc_state *st = acc_accelerator_state(acc);
   int proc = acc_state_process_index(st), n = acc_state_num_processes(st);
-  for (size_t g = 0; g < r->ngroups; g++) ACC_CHECK(load_group(&r->groups[g], dir));
-  for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(load_obj(&r->objs[i], i, dir, proc, n));
+  stage_clear(r);
+  size_t nb = nbufs_total(r), ns = nb + r->nobjs;
+  r->staged = acc__calloc(ns ? ns : 1, sizeof *r->staged);
+  r->kept = acc__calloc(ns ? ns : 1, sizeof *r->kept);
+  if (!r->staged || !r->kept) {
+    stage_clear(r);
+    return ACC_ERR_NOMEM;
+  }
+  r->nslots = ns;
+  size_t s = 0;
+  for (size_t g = 0; g < r->ngroups; s += r->groups[g].n, g++)
+    ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s));
+  for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(stage_obj(i, dir, proc, n, &r->staged[nb + i]));
+  r->stage_ok = 1;
   return ACC_OK;
+}
+
+static own_reg *reg_of(acc__accel_ckpt *c) { return c ? (own_reg *)c->own : NULL; }
+
+/* The program's side of slot k: buffer (g, i) or object j. */
+static own_buf *slot_buf(own_reg *r, size_t k) {
+  for (size_t g = 0; g < r->ngroups; g++) {
+    if (k < r->groups[g].n) return &r->groups[g].bufs[k];
+    k -= r->groups[g].n;
+  }
+  return NULL;
+}
+
+/* Puts back slots [0, r->applied): buffers get their bytes back (or are freed and NULL again when
+ * the commit allocated them), objects are loaded with what their save callback gave before. */
+static void rollback(own_reg *r) {
+  size_t nb = nbufs_total(r);
+  for (size_t k = 0; k < r->applied; k++) {
+    own_bytes *kp = &r->kept[k];
+    if (k < nb) {
+      own_buf *b = slot_buf(r, k);
+      if (kp->allocated) {
+        acc__free(*b->data);
+        *b->data = NULL;
+      } else if (kp->present && kp->len) {
+        memcpy(*b->data, kp->data, kp->len);
+      }
+    } else if (kp->present) {
+      const own_obj *o = &r->objs[k - nb];
+      (void)o->load(o->obj, kp->data, kp->len);
+    }
+  }
+  r->applied = 0;
+}
+
+acc_result acc__own_state_commit(acc__accel_ckpt *c) {
+  own_reg *r = reg_of(c);
+  if (!r || !r->nslots) return ACC_OK;
+  if (!r->stage_ok)
+    return acc__error(ACC_ERR_INVALID_USAGE, "load_state: the program's own state was not staged");
+  size_t nb = nbufs_total(r);
+  /* first what the program has now, so a failure from here on can put it back */
+  for (size_t k = 0; k < r->nslots; k++) {
+    own_bytes *kp = &r->kept[k];
+    if (k < nb) {
+      own_buf *b = slot_buf(r, k);
+      if (!*b->data || !r->staged[k].present) continue;
+      kp->len = b->count * acc_dtype_size(b->dtype);
+      kp->data = acc__malloc(kp->len ? kp->len : 1);
+      if (!kp->data) return ACC_ERR_NOMEM;
+      memcpy(kp->data, *b->data, kp->len);
+      kp->present = 1;
+      continue;
+    }
+    const own_obj *o = &r->objs[k - nb];
+    size_t len = 0, used = 0;
+    acc_clear_error();
+    acc_result rc = o->save(o->obj, NULL, 0, &len);
+    if (rc == ACC_OK && len > ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT) rc = ACC_ERR_INVALID_ARGUMENT;
+    if (rc == ACC_OK && !(kp->data = acc__malloc(len ? len : 1))) return ACC_ERR_NOMEM;
+    if (rc == ACC_OK) rc = o->save(o->obj, kp->data, len, &used);
+    if (rc != ACC_OK || used > len)
+      return acc__error(rc != ACC_OK ? rc : ACC_ERR_INVALID_ARGUMENT,
+                        "load_state: could not keep a copy of per-process object %zu before loading it (its save "
+                        "callback failed or wrote more than it asked for)", k - nb);
+    kp->len = used;
+    kp->present = 1;
+  }
+  /* then the checkpoint's bytes */
+  for (size_t k = 0; k < r->nslots; k++) {
+    const own_bytes *sp = &r->staged[k];
+    acc_result rc = ACC_OK;
+    if (k < nb) {
+      own_buf *b = slot_buf(r, k);
+      if (sp->present && !*b->data) {
+        *b->data = acc__malloc(sp->len ? sp->len : 1); /* the program owns it from now on (free()) */
+        if (!*b->data) rc = ACC_ERR_NOMEM;
+        else r->kept[k].allocated = 1;
+      }
+      if (rc == ACC_OK && sp->present && sp->len) memcpy(*b->data, sp->data, sp->len);
+    } else {
+      const own_obj *o = &r->objs[k - nb];
+      acc_clear_error();
+      rc = acc__callback_result(o->load(o->obj, sp->data, sp->len),
+                                "load_state: the load callback of per-process object %zu", k - nb);
+    }
+    if (rc != ACC_OK) {
+      r->applied = k; /* slot k failed before changing anything of the program's */
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", acc_last_error());
+      rollback(r);
+      return acc__error(rc, "%s", msg);
+    }
+    r->applied = k + 1;
+  }
+  return ACC_OK;
+}
+
+void acc__own_state_rollback(acc__accel_ckpt *c) {
+  own_reg *r = reg_of(c);
+  if (!r) return;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", acc_last_error()); /* the failure being reported stays */
+  rollback(r);
+  (void)acc__error(ACC_ERR_IO, "%s", msg); /* acc__error keeps the text; the caller returns its code */
+}
+
+void acc__own_state_release(acc__accel_ckpt *c) {
+  own_reg *r = reg_of(c);
+  if (r) stage_clear(r);
 }
 
 /* ---- registration ------------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /* The accelerator's insides, shared by the files of src/train/ that implement its calls, and the
  * view of its prepared objects that checkpointing (src/ckpt/) is handed. Not API.
  *
- * accelerator.c owns the rules (accumulation, fp16 iterations, scheduler steps); what a call does
+ * accelerator.c (create, prepare, loaders), accel_step.c (accumulation, backward, fp16 iterations,
+ * optimizer and scheduler steps) and accel_collect.c (metrics, process control) own the rules; what a call does
  * to the parameters, gradients and optimizer state depends on where they live, and is one of the
  * two tables below, chosen once at acc_accelerator_create:
  *   train_cpu.c     host memory (several models, ZeRO)
@@ -87,6 +88,19 @@ struct acc_accelerator {
   const acc__train_ops *ops; /* CPU or device variants of the training calls, chosen at create */
   unsigned char model_owned[ACC__MAX_PREPARED]; /* created by acc_accelerator_prepare_flat: destroyed with it */
 };
+
+/* Shared by accelerator.c, accel_step.c and accel_collect.c: the handle check every public call
+ * starts with, the prepared entry of a model (NULL when it was not prepared), the index of a
+ * pointer in an array of prepared objects (-1: absent). */
+static inline acc_result acc__accel_check(const acc_accelerator *acc, const char *fn) {
+  return acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn);
+}
+acc__pmodel *acc__accel_find_model(acc_accelerator *acc, const acc_model *m);
+static inline int acc__accel_find_ptr(void *const *arr, int n, const void *p) {
+  for (int i = 0; i < n; i++)
+    if (arr[i] == p) return i;
+  return -1;
+}
 
 /* The dtype of the low-precision parameter copy (ACC_F32: none). */
 static inline acc_dtype acc__accel_lp_dtype(const acc_accelerator *acc) {

@@ -7,21 +7,21 @@
 #include "accelerate.h"
 #include "train/model_internal.h"
 
-static acc_result spec_numel(const acc_param_spec *s, size_t row, size_t *out) {
+acc_result acc__spec_numel(const acc_param_spec *s, size_t row, const char *fn, size_t *out) {
   if (!s->name || !*s->name)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: row %zu of the table has no name", row);
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: row %zu of the table has no name", fn, row);
   if (s->ndim < 0 || s->ndim > ACC_MAX_DIMS)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_model_add_flat: parameter '%s' (row %zu) has ndim %d (expected 0..%d)", s->name, row,
+                      "%s: parameter '%s' (row %zu) has ndim %d (expected 0..%d)", fn, s->name, row,
                       s->ndim, ACC_MAX_DIMS);
   size_t n = 1;
   for (int d = 0; d < s->ndim; d++) {
     if (s->shape[d] <= 0)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                        "acc_model_add_flat: parameter '%s' (row %zu) has dimension %d of size %lld (must be > 0)",
-                        s->name, row, d, (long long)s->shape[d]);
+                        "%s: parameter '%s' (row %zu) has dimension %d of size %lld (must be > 0)",
+                        fn, s->name, row, d, (long long)s->shape[d]);
     if ((uint64_t)s->shape[d] > SIZE_MAX / n)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: parameter '%s' (row %zu) is too large",
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: parameter '%s' (row %zu) is too large", fn,
                         s->name, row);
     n *= (size_t)s->shape[d];
   }
@@ -39,7 +39,7 @@ acc_result acc_model_add_flat(acc_model *m, const acc_param_spec *table, size_t 
   /* the whole table is checked before anything is registered: a bad row leaves the model as it was */
   for (size_t r = 0; r < count; r++) {
     size_t n;
-    ACC_CHECK(spec_numel(&table[r], r, &n));
+    ACC_CHECK(acc__spec_numel(&table[r], r, "acc_model_add_flat", &n));
     for (size_t q = 0; q < r; q++)
       if (strcmp(table[q].name, table[r].name) == 0)
         return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_add_flat: parameter '%s' appears twice (rows %zu, %zu)",
@@ -52,13 +52,28 @@ acc_result acc_model_add_flat(acc_model *m, const acc_param_spec *table, size_t 
   }
   for (size_t r = 0; r < count; r++) {
     size_t n;
-    ACC_CHECK(spec_numel(&table[r], r, &n));
+    ACC_CHECK(acc__spec_numel(&table[r], r, "acc_model_add_flat", &n));
     ACC_CHECK(acc_model_add_parameter(m, table[r].name, params + off, grads ? grads + off : NULL, table[r].ndim,
                                       table[r].shape));
     acc__model_mark(m, first + r, first);
     off += n;
   }
   if (first_index) *first_index = first;
+  return ACC_OK;
+}
+
+/* A parameter of a bf16/fp16 table (typed.c) takes its gradients in the table's dtype. */
+acc_result acc__typed_refuse_float_grads(const acc_model *m, size_t index, const char *fn) {
+  size_t n;
+  const acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) {
+    if (index < g[k].first || index >= g[k].first + g[k].count) continue;
+    const char *dt = g[k].dtype == ACC_BF16 ? "bf16" : "fp16";
+    return acc__error(ACC_ERR_MISMATCH,
+                      "%s: parameter '%s' belongs to a %s table (acc_model_add_flat_typed); its gradients are %s "
+                      "values: attach them with acc_model_set_flat_grads_typed(model, %zu, ACC_%s, grads)", fn,
+                      acc_model_parameter(m, index)->name, dt, dt, g[k].first, g[k].dtype == ACC_BF16 ? "BF16" : "F16");
+  }
   return ACC_OK;
 }
 
@@ -70,6 +85,7 @@ acc_result acc_model_set_grad(acc_model *m, size_t index, float *grad) {
   if (!grad)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_set_grad: the gradient of '%s' is NULL",
                       acc_model_parameter(m, index)->name);
+  ACC_CHECK(acc__typed_refuse_float_grads(m, index, "acc_model_set_grad"));
   acc__model_set_grad(m, index, grad);
   return ACC_OK;
 }
@@ -82,6 +98,7 @@ acc_result acc_model_set_flat_grads(acc_model *m, size_t first, float *grads) {
                       "acc_model_set_flat_grads: parameter index %zu does not start a table registered with "
                       "acc_model_add_flat (pass the index it returned)", first);
   if (!grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_set_flat_grads: the gradient buffer is NULL");
+  ACC_CHECK(acc__typed_refuse_float_grads(m, first, "acc_model_set_flat_grads"));
   size_t off = 0;
   for (size_t i = first; i < np && acc__model_flat_first(m, i) == first; i++) {
     acc__model_set_grad(m, i, grads + off);

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-
+#include "train/model_internal.h"
 
 struct acc_model {
   uint32_t magic;
@@ -11,6 +11,8 @@ struct acc_model {
   unsigned char *trainable; /* per parameter: takes a gradient (attached or still to come) */
   size_t *flat_first;       /* per parameter: first index of its acc_model_add_flat group, or SIZE_MAX */
   uint64_t grad_gen;        /* bumped by every acc__model_set_grad */
+  acc__typed_group *typed;  /* bf16/fp16 tables and their fp32 master copies (src/train/typed.c) */
+  size_t ntyped;
 };
 
 acc_result acc_model_create(acc_model **out) {
@@ -28,6 +30,11 @@ void acc_model_destroy(acc_model *m) {
   acc__free(m->params);
   acc__free(m->trainable);
   acc__free(m->flat_first);
+  for (size_t k = 0; k < m->ntyped; k++) {
+    acc__free(m->typed[k].master);
+    acc__free(m->typed[k].grad32);
+  }
+  acc__free(m->typed);
   m->magic = ACC__MAGIC_DEAD;
   acc__free(m);
 }
@@ -126,4 +133,19 @@ const char *acc__model_missing_grad(const acc_model *m) {
   for (size_t i = 0; i < m->count; i++)
     if (m->trainable[i] && !m->params[i].grad) return m->params[i].name;
   return NULL;
+}
+
+/* ---- bf16/fp16 tables (src/train/typed.c) ----------------------------------------------------- */
+
+acc__typed_group *acc__model_typed(const acc_model *m, size_t *n) {
+  *n = m ? m->ntyped : 0;
+  return m ? m->typed : NULL;
+}
+
+acc_result acc__model_typed_add(acc_model *m, const acc__typed_group *g) {
+  acc__typed_group *v = acc__realloc(m->typed, (m->ntyped + 1) * sizeof *v);
+  if (!v) return ACC_ERR_NOMEM;
+  m->typed = v;
+  v[m->ntyped++] = *g;
+  return ACC_OK;
 }

@@ -16,4 +16,44 @@ uint64_t acc__model_grad_gen(const acc_model *m);
 /* The first parameter that takes a gradient but has none attached yet, or NULL. */
 const char *acc__model_missing_grad(const acc_model *m);
 
+/* A table registered with acc_model_add_flat_typed in bf16 or fp16 (src/train/typed.c): the program
+ * keeps `params` and `grads` in `dtype`; the model's parameters [first, first + count) point into
+ * the library's float32 `master` and `grad32`, which the optimizer, clipping, the gradient
+ * averaging and checkpoints see. */
+typedef struct acc__typed_group {
+  size_t first, count, numel;
+  acc_dtype dtype;   /* ACC_BF16 or ACC_F16 */
+  uint16_t *params;  /* the program's, numel values */
+  uint16_t *grads;   /* the program's, numel values; NULL until attached */
+  float *master;     /* the library's float32 master weights (numel) */
+  float *grad32;     /* the library's float32 gradients (numel) */
+  int grads_in;      /* grad32 holds the program's gradients of this step (set by acc__typed_grads_in) */
+} acc__typed_group;
+
+/* The model's typed groups (n: how many; NULL when none). */
+acc__typed_group *acc__model_typed(const acc_model *m, size_t *n);
+/* Appends a group (the model owns master and grad32 from now on). */
+acc_result acc__model_typed_add(acc_model *m, const acc__typed_group *g);
+
+/* typed.c: the conversions around the library's float32 copies, no-ops for a model without typed
+ * groups. params_in: the program's values widened into the master weights (prepare). params_out:
+ * the master weights rounded into the program's (after a step, a load, a broadcast). grads_in:
+ * the program's gradients widened into grad32, failing naming the first parameter whose table has
+ * no gradients attached (once per step: a second call is a no-op until grads_done). grads_out:
+ * the averaged grad32 rounded back into the program's gradients. zero_grads: the program's
+ * gradients of the parameters `opt` updates (NULL: all) set to zero. grads_done: the next
+ * grads_in converts again. */
+int acc__typed_any(const acc_model *m);
+void acc__typed_params_in(acc_model *m);
+void acc__typed_params_out(acc_model *m);
+acc_result acc__typed_grads_in(acc_model *m, const char *fn);
+void acc__typed_grads_out(acc_model *m);
+void acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt);
+void acc__typed_grads_done(acc_model *m);
+
+/* flat.c: the element count of one table row, checked (fn names the caller in the message). */
+acc_result acc__spec_numel(const acc_param_spec *s, size_t row, const char *fn, size_t *out);
+/* flat.c: ACC_ERR_MISMATCH when parameter index belongs to a bf16/fp16 table (fn: the float call). */
+acc_result acc__typed_refuse_float_grads(const acc_model *m, size_t index, const char *fn);
+
 #endif

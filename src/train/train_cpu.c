@@ -2,10 +2,20 @@
  * each with its gradient buckets, low-precision copy and ZeRO layout (accel_models.c). */
 #include "accelerate.h"
 #include "train/accel.h"
+#include "train/model_internal.h"
 
 static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model *model) {
+  const int typed = acc__typed_any(model);
+  if (typed && acc->zero)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "prepare_model: the model has a bf16/fp16 table (acc_model_add_flat_typed), which is not "
+                      "supported with zero_stage %d yet; use zero_stage 0", acc->zero);
+  /* typed tables: the program's values (set after registration) become the master weights, and
+   * process 0's master weights, broadcast, come back rounded into every program's buffer */
+  if (typed) acc__typed_params_in(model);
   ACC_CHECK(acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero,
                              acc__accel_lp_dtype(acc)));
+  if (typed) acc__typed_params_out(model);
   if (acc->comm_hook == ACC_COMM_HOOK_NONE || !pm->gs) return ACC_OK;
   acc_result rc = acc__grad_sync_set_compression(
       pm->gs, acc->comm_hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16);
@@ -19,8 +29,17 @@ static acc_result prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt) {
   return ACC_OK; /* the optimizer's state is host memory already */
 }
 
+/* typed tables: the program's gradients widened into float32 before the average (float32
+ * accumulation) and the average rounded back into them after it */
 static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
-  return acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16);
+  const int typed = acc__typed_any(pm->model);
+  if (typed) {
+    acc__typed_grads_done(pm->model); /* new gradients of this backward: convert again */
+    ACC_CHECK(acc__typed_grads_in(pm->model, "backward"));
+  }
+  ACC_CHECK(acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16));
+  if (typed) acc__typed_grads_out(pm->model);
+  return ACC_OK;
 }
 
 /* Every model synchronized in this iteration and not unscaled yet (all of them when backward did
@@ -36,6 +55,7 @@ static acc_result unscale(acc_accelerator *acc) {
     acc__pmodel *pm = &acc->models[i];
     if (pm->no_sync || pm->unscaled || (any_synced && !pm->synced)) continue;
     int found_inf = 0;
+    ACC_CHECK(acc__typed_grads_in(pm->model, "unscale_gradients")); /* no backward: this step's gradients */
     ACC_CHECK(acc__grad_scaler_unscale_more(acc->scaler, pm->model, &found_inf));
     pm->unscaled = 1;
   }
@@ -52,6 +72,7 @@ static acc_result clip_grad_norm(acc_accelerator *acc, acc_model **ms, int n, fl
                                  double norm_type, float *total_norm) {
   /* ZeRO: each process holds its shard (zero elsewhere): one all-reduce makes the norm global */
   float norm = 0;
+  for (int i = 0; i < n; i++) ACC_CHECK(acc__typed_grads_in(ms[i], "clip_grad_norm"));
   ACC_CHECK(acc__clip_norm_models(acc->zero ? acc->st : NULL, ms, n, max_norm, norm_type, &norm));
   if (total_norm) *total_norm = norm;
   return ACC_OK;
@@ -59,6 +80,7 @@ static acc_result clip_grad_norm(acc_accelerator *acc, acc_model **ms, int n, fl
 
 static acc_result clip_grad_value(acc_accelerator *acc, acc_model **ms, int n, float clip_value) {
   (void)acc;
+  for (int i = 0; i < n; i++) ACC_CHECK(acc__typed_grads_in(ms[i], "clip_grad_value"));
   for (int i = 0; i < n; i++) ACC_CHECK(acc_clip_grad_value(ms[i], clip_value));
   return ACC_OK;
 }
@@ -66,12 +88,16 @@ static acc_result clip_grad_value(acc_accelerator *acc, acc_model **ms, int n, f
 static acc_result optimizer_step(acc_accelerator *acc, acc_optimizer *opt, int fp16) {
   (void)acc;
   (void)fp16; /* the host optimizer steps on unscaled gradients either way */
+  ACC_CHECK(acc__typed_grads_in(acc_optimizer_model(opt), "optimizer_step")); /* no backward: this step's */
   return acc_optimizer_step(opt);
 }
 
+/* Also the program's bf16/fp16 parameters of typed tables, from the master weights. */
 static acc_result refresh_low_precision(acc_accelerator *acc) {
-  for (int i = 0; i < acc->nmodels; i++)
+  for (int i = 0; i < acc->nmodels; i++) {
+    acc__typed_params_out(acc->models[i].model);
     ACC_CHECK(acc__pmodel_refresh_low_precision(&acc->models[i], acc__accel_lp_dtype(acc)));
+  }
   return ACC_OK;
 }
 
@@ -80,12 +106,15 @@ static acc_result refresh_low_precision(acc_accelerator *acc) {
 static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
   if (!pm) return refresh_low_precision(acc);
   if (acc->zero) ACC_CHECK(acc__pmodel_zero_gather(pm, acc->st));
+  acc__typed_params_out(pm->model);
   return acc__pmodel_refresh_low_precision(pm, acc__accel_lp_dtype(acc));
 }
 
 static acc_result zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
   (void)acc;
-  return acc_optimizer_zero_grad(opt);
+  ACC_CHECK(acc_optimizer_zero_grad(opt));
+  acc__typed_zero_grads(acc_optimizer_model(opt), opt); /* and the program's own gradients */
+  return ACC_OK;
 }
 
 static const uint16_t *low_precision(const acc_accelerator *acc, const acc__pmodel *pm) {

@@ -22,6 +22,11 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                       "in host memory only, and this accelerator trains on %s; unset comm_hook "
                       "(ACCELERATE_COMM_HOOK)",
                       acc__device_name(acc->dev->dev));
+  if (acc__typed_any(model))
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "prepare_model: the model has a bf16/fp16 table (acc_model_add_flat_typed), supported in host "
+                      "memory only for now, and this accelerator trains on %s; register float32 parameters (with "
+                      "low_precision_params for a bf16/fp16 copy) on a device", acc__device_name(acc->dev->dev));
   const char *missing = acc__model_missing_grad(model);
   if (missing)
     return acc__error(ACC_ERR_INVALID_USAGE,

@@ -1,0 +1,191 @@
+/* Parameter tables in bf16 or fp16 with float32 master weights owned by the library (the layout of
+ * GPU trainers): the program's forward and backward passes read and write its half-precision
+ * buffers; the model's parameters point into a float32 master copy and float32 gradients, so the
+ * gradient averaging (float32 accumulation), the optimizer (float32 moments, float32 steps),
+ * clipping and checkpoints (float32 weights) work unchanged. The accelerator converts around
+ * them: gradients widened before the average and rounded back after it, master weights rounded
+ * into the program's buffer after every step, broadcast and load. */
+#include <string.h>
+
+#include "accelerate.h"
+#include "device/devio.h"
+#include "train/model_internal.h"
+
+static const char *dtype_word(acc_dtype d) {
+  return d == ACC_BF16 ? "bf16" : d == ACC_F16 ? "fp16" : d == ACC_F32 ? "float32" : "an unsupported dtype";
+}
+
+static acc__typed_group *group_of(const acc_model *m, size_t index) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++)
+    if (index >= g[k].first && index < g[k].first + g[k].count) return &g[k];
+  return NULL;
+}
+
+static void widen(float *dst, const uint16_t *src, size_t n, acc_dtype dt) {
+  if (dt == ACC_BF16)
+    for (size_t i = 0; i < n; i++) dst[i] = acc__bf16_to_f32(src[i]);
+  else
+    for (size_t i = 0; i < n; i++) dst[i] = acc__f16_to_f32(src[i]);
+}
+
+static void narrow(uint16_t *dst, const float *src, size_t n, acc_dtype dt) {
+  if (dt == ACC_BF16)
+    for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_bf16(src[i]);
+  else
+    for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
+}
+
+acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, size_t count, acc_dtype dtype,
+                                    void *params, void *grads, size_t *first_index) {
+  static const char fn[] = "acc_model_add_flat_typed";
+  ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, fn));
+  if (dtype == ACC_F32) return acc_model_add_flat(m, table, count, params, grads, first_index);
+  if (dtype != ACC_BF16 && dtype != ACC_F16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: dtype %d is not a parameter dtype: choose ACC_F32, ACC_BF16 or ACC_F16", fn, (int)dtype);
+  if (!table || !count || !params)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: %s", fn,
+                      !params ? "the parameter buffer is NULL" : "the table is empty");
+  if (acc__devio_find(params) || (grads && acc__devio_find(grads)))
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "%s: the %s %s buffer is device memory; %s tables with float32 master weights are supported "
+                      "in host memory only for now (register float32 parameters on a device)", fn,
+                      dtype_word(dtype), acc__devio_find(params) ? "parameter" : "gradient", dtype_word(dtype));
+  size_t numel = 0;
+  for (size_t r = 0; r < count; r++) {
+    size_t n;
+    ACC_CHECK(acc__spec_numel(&table[r], r, fn, &n));
+    if (n > SIZE_MAX / sizeof(float) - numel)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the table is too large", fn);
+    numel += n;
+  }
+  acc__typed_group g;
+  memset(&g, 0, sizeof g);
+  g.master = acc__malloc(numel * sizeof(float));
+  g.grad32 = acc__calloc(numel, sizeof(float));
+  if (!g.master || !g.grad32) {
+    acc__free(g.master);
+    acc__free(g.grad32);
+    return ACC_ERR_NOMEM;
+  }
+  widen(g.master, params, numel, dtype);
+  size_t first = 0;
+  acc_result rc = acc_model_add_flat(m, table, count, g.master, g.grad32, &first);
+  if (rc == ACC_OK) {
+    g.first = first;
+    g.count = count;
+    g.numel = numel;
+    g.dtype = dtype;
+    g.params = params;
+    g.grads = grads;
+    /* out of memory here leaves the parameters registered over master and grad32, which are
+     * then not freed with the model (never left dangling) */
+    ACC_CHECK(acc__model_typed_add(m, &g));
+    if (first_index) *first_index = first;
+    return ACC_OK;
+  }
+  acc__free(g.master);
+  acc__free(g.grad32);
+  return rc;
+}
+
+acc_result acc_model_set_flat_grads_typed(acc_model *m, size_t first, acc_dtype dtype, void *grads) {
+  static const char fn[] = "acc_model_set_flat_grads_typed";
+  ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, fn));
+  acc__typed_group *g = group_of(m, first);
+  if (dtype == ACC_F32 && !g) return acc_model_set_flat_grads(m, first, grads);
+  if (!g || g->first != first)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: parameter index %zu does not start a table registered with acc_model_add_flat_typed (pass "
+                      "the index it returned)", fn, first);
+  if (dtype != g->dtype)
+    return acc__error(ACC_ERR_MISMATCH, "%s: the table starting at '%s' holds %s parameters but the gradients are "
+                      "given as %s; gradients take the dtype of their parameters", fn,
+                      acc_model_parameter(m, first)->name, dtype_word(g->dtype), dtype_word(dtype));
+  if (!grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the gradient buffer is NULL", fn);
+  if (acc__devio_find(grads))
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "%s: the gradient buffer is device memory; %s tables are supported in "
+                      "host memory only for now", fn, dtype_word(dtype));
+  g->grads = grads;
+  g->grads_in = 0;
+  return ACC_OK;
+}
+
+acc_dtype acc_model_parameter_dtype(const acc_model *m, size_t i) {
+  if (!acc__handle_ok(m, ACC__HANDLE_MODEL) || i >= acc_model_num_parameters(m)) return ACC_F32;
+  const acc__typed_group *g = group_of(m, i);
+  return g ? g->dtype : ACC_F32;
+}
+
+const void *acc_model_parameter_storage(const acc_model *m, size_t i) {
+  if (!acc__handle_ok(m, ACC__HANDLE_MODEL) || i >= acc_model_num_parameters(m)) return NULL;
+  const acc_param *p = acc_model_parameter(m, i);
+  const acc__typed_group *g = group_of(m, i);
+  if (!g) return p->data;
+  return g->params + (p->data - g->master);
+}
+
+/* ---- the accelerator's conversions (train_cpu.c) -------------------------------------------- */
+
+int acc__typed_any(const acc_model *m) {
+  size_t n;
+  (void)acc__model_typed(m, &n);
+  return n > 0;
+}
+
+void acc__typed_params_in(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) widen(g[k].master, g[k].params, g[k].numel, g[k].dtype);
+}
+
+void acc__typed_params_out(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) narrow(g[k].params, g[k].master, g[k].numel, g[k].dtype);
+}
+
+acc_result acc__typed_grads_in(acc_model *m, const char *fn) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) {
+    if (g[k].grads_in) continue;
+    if (!g[k].grads)
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "%s: parameter '%s' takes a gradient but none is attached: its %s table has no gradient "
+                        "buffer yet (acc_model_set_flat_grads_typed)", fn, acc_model_parameter(m, g[k].first)->name,
+                        dtype_word(g[k].dtype));
+    widen(g[k].grad32, g[k].grads, g[k].numel, g[k].dtype);
+    g[k].grads_in = 1;
+  }
+  return ACC_OK;
+}
+
+void acc__typed_grads_out(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++)
+    if (g[k].grads) narrow(g[k].grads, g[k].grad32, g[k].numel, g[k].dtype);
+}
+
+void acc__typed_grads_done(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) g[k].grads_in = 0;
+}
+
+void acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) {
+    g[k].grads_in = 0;
+    if (!g[k].grads) continue;
+    for (size_t i = g[k].first; i < g[k].first + g[k].count; i++) {
+      if (opt && !acc_optimizer_has_parameter(opt, i)) continue;
+      const acc_param *p = acc_model_parameter(m, i);
+      memset(g[k].grads + (p->data - g[k].master), 0, p->numel * sizeof(uint16_t));
+    }
+  }
+}
