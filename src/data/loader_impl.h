@@ -135,6 +135,10 @@ int acc__loader_produce_dispatch(acc_dataloader *dl, dl_slot *s);
 
 /* Records a producer error (rc and message, handed out by acc_dataloader_next); returns -1. */
 int acc__loader_perror(acc_dataloader *dl, acc_result rc, const char *fmt, ...) ACC_PRINTF(3, 4);
+/* The stream-record step of an iterable dataset: calls its next callback into the record rec;
+ * 1 got a sample (*pos receives its stream position, which is counted), 0 the stream ended (now
+ * or before: marked), -1 error (perr). */
+int acc__loader_stream_next(acc_dataloader *dl, uint8_t *rec, int64_t *pos);
 /* Collates n staged samples (sample_ptrs) into slot s: 0, or -1 on error (perr). */
 int acc__loader_collate(acc_dataloader *dl, dl_slot *s, int64_t n);
 /* The next batch of the map-style plan into s: 1 got one, 0 end, -1 error (perr). */
