@@ -355,6 +355,33 @@ ACC_EXTERN acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dat
  */
 ACC_EXTERN int64_t acc_dataloader_gather_keep(const acc_dataloader *dl, int64_t gathered);
 
+/* ---- join_uneven_inputs' even_batches override --------------------------------------------- */
+
+/**
+ * Accelerate's join_uneven_inputs(..., even_batches=...) for loaders: until the matching
+ * acc_join_uneven_inputs_end, each of the n loaders yields its epochs with `even_batches` (0 or
+ * 1; ACC_UNSET: no override, Accelerate's None) instead of its own setting, typically 0 so that
+ * processes get their real, uneven numbers of batches and the loop uses
+ * acc_accelerator_next_batch_joined. The override applies to epochs that begin during the join:
+ * a loader in the middle of an epoch is refused (ACC_ERR_INVALID_USAGE naming it; call it
+ * between epochs). Dispatching and iterable loaders are left as they are, with Accelerate's
+ * warning. A loader already inside a join is refused. Nothing changes unless every loader is
+ * accepted. Not collective, but make the same call on every process.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_join_uneven_inputs_begin(acc_dataloader *const *loaders, size_t n,
+                                                   int even_batches);
+/**
+ * Ends the join: every loader gets back the even_batches it had before
+ * acc_join_uneven_inputs_begin (an epoch in progress finishes with the setting it began with).
+ * A loader that is not inside a join is refused and nothing changes.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_join_uneven_inputs_end(acc_dataloader *const *loaders, size_t n);
+/** The loader's even_batches for the next epoch (1 or 0, with a join's override); -1 for an
+ *  invalid handle. @since 0.2 */
+ACC_EXTERN int acc_dataloader_even_batches(const acc_dataloader *dl);
+
 /* ---- batch utilities (Accelerate's pad_input_tensors, concatenate) -------------------------- */
 
 /**

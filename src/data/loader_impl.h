@@ -1,6 +1,7 @@
 /* Between the files of the prepared data loader (loader*.c): the loader and its slots, and what
  * each file offers the others. Not API.
  *   loader.c           create, destroy, next, length; the epoch plans
+ *   loader_join.c      join_uneven_inputs' even_batches override (begin/end)
  *   loader_state.c     the position: epoch, skipping, state get/set (checkpoints)
  *   loader_prefetch.c  the ring of slots and the loader thread that fills it
  *   loader_dispatch.c  the dispatching mode: process 0 reads, every process gets a slice
@@ -49,6 +50,9 @@ struct acc_dataloader {
   int64_t *bl_perm, *bl_pidx, *bl_pcounts; /* the epoch's (shuffled) list */
   int dispatch;                            /* DataLoaderDispatcher */
   int64_t cur_skip; /* batches skipped at the start of the epoch in progress */
+  int join_saved;   /* inside acc_join_uneven_inputs_begin/end: o.shard.even_batches before it;
+                       -1 outside */
+  int epoch_even;   /* even_batches of the epoch in progress (its plan) */
   struct acc__devctx *dev; /* device placement: the accelerator's device (NULL: host only) */
   acc__dstream *cstream;   /* its copy stream */
   acc__device *host_dev;   /* the device whose acc__device_host_alloc made the slots' buffers */
