@@ -32,5 +32,6 @@
 #include "accelerate/checkpoint.h"
 #include "accelerate/program_state.h"
 #include "accelerate/obs.h"
+#include "accelerate/call_site.h" /* last: its macros follow every declaration */
 
 #endif

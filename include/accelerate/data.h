@@ -355,6 +355,66 @@ ACC_EXTERN acc_result acc_dataloader_state_set(acc_dataloader *dl, const acc_dat
  */
 ACC_EXTERN int64_t acc_dataloader_gather_keep(const acc_dataloader *dl, int64_t gathered);
 
+/* ---- join_uneven_inputs' even_batches override --------------------------------------------- */
+
+/**
+ * Accelerate's join_uneven_inputs(..., even_batches=...) for loaders: until the matching
+ * acc_join_uneven_inputs_end, each of the n loaders yields its epochs with `even_batches` (0 or
+ * 1; ACC_UNSET: no override, Accelerate's None) instead of its own setting, typically 0 so that
+ * processes get their real, uneven numbers of batches and the loop uses
+ * acc_accelerator_next_batch_joined. The override applies to epochs that begin during the join:
+ * a loader in the middle of an epoch is refused (ACC_ERR_INVALID_USAGE naming it; call it
+ * between epochs). Dispatching and iterable loaders are left as they are, with Accelerate's
+ * warning. A loader already inside a join is refused. Nothing changes unless every loader is
+ * accepted. Not collective, but make the same call on every process.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_join_uneven_inputs_begin(acc_dataloader *const *loaders, size_t n,
+                                                   int even_batches);
+/**
+ * Ends the join: every loader gets back the even_batches it had before
+ * acc_join_uneven_inputs_begin (an epoch in progress finishes with the setting it began with).
+ * A loader that is not inside a join is refused and nothing changes.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_join_uneven_inputs_end(acc_dataloader *const *loaders, size_t n);
+/** The loader's even_batches for the next epoch (1 or 0, with a join's override); -1 for an
+ *  invalid handle. @since 0.2 */
+ACC_EXTERN int acc_dataloader_even_batches(const acc_dataloader *dl);
+
+/* ---- batch utilities (Accelerate's pad_input_tensors, concatenate) -------------------------- */
+
+/**
+ * Accelerate's pad_input_tensors formula: the number of samples a batch of batch_size samples has
+ * after padding for num_processes processes, exactly as Accelerate computes it (its quirks
+ * included: the result is not always a multiple of num_processes, and a batch that divides
+ * evenly may still be padded; docs/data.md lists examples). -1 when batch_size < 0,
+ * num_processes < 1 or the result overflows. Not collective.
+ * @since 0.2
+ */
+ACC_EXTERN int64_t acc_pad_input_size(int64_t batch_size, int num_processes);
+/**
+ * pad_input_tensors for a batch: a new batch of acc_pad_input_size(in->size, num_processes)
+ * samples, in's samples first, then zero samples (Accelerate pads with zeros); the indices of
+ * the padding samples are -1. Every field must hold the same number of bytes per sample
+ * (field_bytes[f] a multiple of size): a stacked batch, not a custom collate's variable-size
+ * one. index, epoch and end_of_dataloader are in's; device_fields is NULL.
+ * Ownership: *out is the caller's, free it with acc_free (one allocation). Not collective.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_batch_pad_input(const acc_batch *in, int num_processes, acc_batch **out);
+/**
+ * Accelerate's concatenate for batches: one batch holding the samples of batches[0..n-1] in
+ * order (each field concatenated along the sample dimension, indices likewise; a batch without
+ * indices contributes -1s). The batches must have the same fields with the same bytes per
+ * sample (an error names the batch and field that differ); empty batches are allowed. index and
+ * epoch are the first batch's, end_of_dataloader the last's. With n == 1 a copy.
+ * Ownership: *out is the caller's, free it with acc_free. Not collective.
+ * @since 0.2
+ */
+ACC_EXTERN acc_result acc_batch_concatenate(const acc_batch *const *batches, size_t n,
+                                            acc_batch **out);
+
 /** Stops the loader thread (even mid-epoch) and frees every buffer. NULL is a no-op. @since 0.1 */
 ACC_EXTERN void acc_dataloader_destroy(acc_dataloader *dl);
 

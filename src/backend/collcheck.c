@@ -20,6 +20,74 @@ void acc__comm_origin(acc__origin kind, int64_t index) {
   acc__tls_origin_index = index;
 }
 
+/* ---- the program's call sites (accelerate/call_site.h) ----------------------------------- */
+
+_Thread_local int32_t acc__tls_site_depth __attribute__((tls_model("initial-exec")));
+_Thread_local int32_t acc__tls_site_entry __attribute__((tls_model("initial-exec")));
+_Thread_local int32_t acc__tls_site_line __attribute__((tls_model("initial-exec")));
+_Thread_local const char *acc__tls_site_file __attribute__((tls_model("initial-exec")));
+
+void acc_call_site_begin(int entry, const char *file, int line) {
+  if (acc__tls_site_depth++ > 0) return; /* a mark inside another: the outer one stays */
+  acc__tls_site_entry = entry > 0 && entry < ACC_ENTRY_COUNT_ ? entry : 0;
+  acc__tls_site_file = file;
+  acc__tls_site_line = line;
+}
+
+acc_result acc_call_site_end(acc_result rc) {
+  if (acc__tls_site_depth > 0 && --acc__tls_site_depth == 0) {
+    acc__tls_site_entry = 0;
+    acc__tls_site_file = NULL;
+    acc__tls_site_line = 0;
+  }
+  return rc;
+}
+
+static const char *const entry_names[ACC_ENTRY_COUNT_] = {
+    [ACC_ENTRY_NONE] = "?",
+    [ACC_ENTRY_ACCELERATOR_CREATE] = "acc_accelerator_create",
+    [ACC_ENTRY_ACCELERATOR_WAIT_FOR_EVERYONE] = "acc_accelerator_wait_for_everyone",
+    [ACC_ENTRY_ACCELERATOR_MAIN_PROCESS_FIRST_BEGIN] = "acc_accelerator_main_process_first_begin",
+    [ACC_ENTRY_ACCELERATOR_MAIN_PROCESS_FIRST_END] = "acc_accelerator_main_process_first_end",
+    [ACC_ENTRY_ACCELERATOR_PREPARE_MODEL] = "acc_accelerator_prepare_model",
+    [ACC_ENTRY_ACCELERATOR_PREPARE_DATALOADER] = "acc_accelerator_prepare_dataloader",
+    [ACC_ENTRY_ACCELERATOR_NEXT_BATCH] = "acc_accelerator_next_batch",
+    [ACC_ENTRY_ACCELERATOR_NEXT_BATCH_JOINED] = "acc_accelerator_next_batch_joined",
+    [ACC_ENTRY_ACCELERATOR_GRAD_READY] = "acc_accelerator_grad_ready",
+    [ACC_ENTRY_ACCELERATOR_GRAD_READY_MODEL] = "acc_accelerator_grad_ready_model",
+    [ACC_ENTRY_ACCELERATOR_BACKWARD] = "acc_accelerator_backward",
+    [ACC_ENTRY_ACCELERATOR_BACKWARD_MODEL] = "acc_accelerator_backward_model",
+    [ACC_ENTRY_ACCELERATOR_UNSCALE_GRADIENTS] = "acc_accelerator_unscale_gradients",
+    [ACC_ENTRY_ACCELERATOR_CLIP_GRAD_NORM] = "acc_accelerator_clip_grad_norm",
+    [ACC_ENTRY_ACCELERATOR_CLIP_GRAD_NORM_MODEL] = "acc_accelerator_clip_grad_norm_model",
+    [ACC_ENTRY_ACCELERATOR_CLIP_GRAD_VALUE] = "acc_accelerator_clip_grad_value",
+    [ACC_ENTRY_ACCELERATOR_OPTIMIZER_STEP] = "acc_accelerator_optimizer_step",
+    [ACC_ENTRY_ACCELERATOR_ALL_GATHER] = "acc_accelerator_all_gather",
+    [ACC_ENTRY_ACCELERATOR_GATHER_FOR_METRICS] = "acc_accelerator_gather_for_metrics",
+    [ACC_ENTRY_ACCELERATOR_ALL_REDUCE] = "acc_accelerator_all_reduce",
+    [ACC_ENTRY_ACCELERATOR_PAD_ACROSS_PROCESSES] = "acc_accelerator_pad_across_processes",
+    [ACC_ENTRY_ACCELERATOR_SAVE_STATE] = "acc_accelerator_save_state",
+    [ACC_ENTRY_ACCELERATOR_LOAD_STATE] = "acc_accelerator_load_state",
+    [ACC_ENTRY_ACCELERATOR_PREPARE_FLAT] = "acc_accelerator_prepare_flat",
+    [ACC_ENTRY_ACCELERATOR_PREPARE_TOKENS] = "acc_accelerator_prepare_tokens",
+    [ACC_ENTRY_ACCELERATOR_NEXT_TOKENS] = "acc_accelerator_next_tokens",
+    [ACC_ENTRY_WAIT_FOR_EVERYONE] = "acc_wait_for_everyone",
+    [ACC_ENTRY_MAIN_PROCESS_FIRST_BEGIN] = "acc_main_process_first_begin",
+    [ACC_ENTRY_MAIN_PROCESS_FIRST_END] = "acc_main_process_first_end",
+    [ACC_ENTRY_LOCAL_MAIN_PROCESS_FIRST_BEGIN] = "acc_local_main_process_first_begin",
+    [ACC_ENTRY_LOCAL_MAIN_PROCESS_FIRST_END] = "acc_local_main_process_first_end",
+    [ACC_ENTRY_CHECK_TRIGGER] = "acc_check_trigger",
+    [ACC_ENTRY_GATHER_OBJECT] = "acc_gather_object",
+    [ACC_ENTRY_BROADCAST_OBJECT] = "acc_broadcast_object",
+    [ACC_ENTRY_SAVE_MODEL] = "acc_save_model",
+    [ACC_ENTRY_LOG_EX] = "acc_log_ex",
+    [ACC_ENTRY_DATALOADER_NEXT] = "acc_dataloader_next",
+};
+
+const char *acc_entry_point_name(int entry) {
+  return entry > 0 && entry < ACC_ENTRY_COUNT_ && entry_names[entry] ? entry_names[entry] : "?";
+}
+
 /* ---- records and their text -------------------------------------------------------------- */
 
 void acc__call_rec_site(acc__call_rec *r, const char *file) {
@@ -106,10 +174,13 @@ void acc__call_rec_describe(char *buf, size_t cap, const acc__call_rec *r) {
   char site[ACC__SITE_CHARS];
   memcpy(site, r->site, sizeof site);
   site[sizeof site - 1] = '\0'; /* a record read from another process may be torn */
+  char entry[80] = "";
+  if (r->entry > 0 && r->entry < ACC_ENTRY_COUNT_)
+    snprintf(entry, sizeof entry, " in %s", acc_entry_point_name(r->entry));
   if (site[0])
-    snprintf(buf, cap, "%s [%s] at %s:%d", shape, origin, site, (int)r->line);
+    snprintf(buf, cap, "%s [%s]%s at %s:%d", shape, origin, entry, site, (int)r->line);
   else
-    snprintf(buf, cap, "%s [%s] at an unknown call site", shape, origin);
+    snprintf(buf, cap, "%s [%s]%s at an unknown call site", shape, origin, entry);
 }
 
 static int same_call(const acc__call_rec *a, const acc__call_rec *b) {

@@ -58,6 +58,14 @@ static inline void acc__comm_take_origin(int32_t *kind, int64_t *index) {
   acc__tls_origin_index = 0;
 }
 
+/* The program's call of a public entry point in progress on this thread (acc_call_site_begin,
+ * from the macros of accelerate/call_site.h): depth of nested marks, and the outermost's entry
+ * point, file and line. enter() (comm.c) gives every collective made meanwhile this site. */
+extern _Thread_local int32_t acc__tls_site_depth __attribute__((tls_model("initial-exec")));
+extern _Thread_local int32_t acc__tls_site_entry __attribute__((tls_model("initial-exec")));
+extern _Thread_local int32_t acc__tls_site_line __attribute__((tls_model("initial-exec")));
+extern _Thread_local const char *acc__tls_site_file __attribute__((tls_model("initial-exec")));
+
 /* One collective call, as this process made it. */
 typedef struct acc__call {
   uint64_t seq; /* collective number (1, 2, ...), the same on every process when in step */
@@ -67,6 +75,7 @@ typedef struct acc__call {
   int64_t origin_index;
   const char *file;     /* call site; NULL when unknown */
   int line;
+  int32_t entry;        /* acc_entry_point whose call (at file:line) made it; 0: none */
   uint64_t tag;         /* acc__call_tag of the above */
 } acc__call;
 
@@ -93,6 +102,7 @@ typedef struct acc__call_rec {
   int64_t count;
   int32_t origin, line;
   int64_t origin_index;
+  int32_t entry, reserved_;
   char site[ACC__SITE_CHARS]; /* file of the call site ("" when unknown), NUL-terminated */
 } acc__call_rec;
 
@@ -107,10 +117,13 @@ static inline void acc__call_rec_fields(acc__call_rec *r, const acc__call *c) {
   r->origin = c->origin;
   r->line = c->line;
   r->origin_index = c->origin_index;
+  r->entry = c->entry;
 }
 /* Copies the call site's file into r->site (the end of the path when it is too long). */
 void acc__call_rec_site(acc__call_rec *r, const char *file);
-/* "all_reduce(count=1, dtype=f32, op=sum), a user call at prog.c:42" */
+/* "all_reduce(count=1, dtype=f32, op=sum) [user call] at prog.c:42", or with an entry point
+ * "all_reduce(count=4, dtype=f32, op=sum) [gradient sync bucket 0] in acc_accelerator_backward
+ * at train.c:57" */
 void acc__call_rec_describe(char *buf, size_t cap, const acc__call_rec *r);
 /* "gradient sync bucket 3", "a user call", ... */
 void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index);

@@ -131,8 +131,14 @@ static acc_result enter(acc_state *st, const char *fn, acc__call *c, const char 
                       (long long)c->count);
   acc__backend *be = st->be;
   c->seq = ++be->op_seq;
-  c->file = file;
-  c->line = line;
+  if (acc__tls_site_depth > 0) { /* inside a marked public call: the program's line */
+    c->file = acc__tls_site_file;
+    c->line = acc__tls_site_line;
+    c->entry = acc__tls_site_entry;
+  } else {
+    c->file = file;
+    c->line = line;
+  }
   be->op_name = fn;
   if (st->size == 1) return ACC_OK;
   c->tag = acc__call_tag(c);

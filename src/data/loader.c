@@ -26,6 +26,7 @@ static acc_result begin_epoch(acc_dataloader *dl) {
   if (!dl->o.drop_last && ds->length >= 0 && !dl->dispatch && !dl->batched)
     dl->remainder = ds->length % dl->total_bs;
   dl->p_epoch = dl->epoch;
+  dl->epoch_even = dl->o.shard.even_batches != 0; /* a join may change it for later epochs */
   dl->p_skip = dl->skip_next;
   dl->cur_skip = dl->skip_next;
   dl->yielded = dl->skip_next;
@@ -271,6 +272,7 @@ acc_result acc__dataloader_create_on(acc_dataloader **out, acc_dataset *ds,
   if (!dl) return ACC_ERR_NOMEM;
   acc_result rc = ACC_OK;
   dl->magic = ACC__MAGIC_DATALOADER;
+  dl->join_saved = -1;
   dl->ds = ds;
   dl->o = o;
   dl->o.collate_capacity = NULL; /* borrowed pointer: copied into capacity[] */
@@ -443,11 +445,12 @@ static int64_t full_len(const acc_dataloader *dl) {
   const int64_t N = dl->ds->length;
   const int drop = dl->o.drop_last;
   const int np = dl->np, p = dl->o.shard.process_index;
+  const int even = dl->in_epoch ? dl->epoch_even : dl->o.shard.even_batches != 0;
   if (dl->batched) { /* BatchSamplerShard.__len__ over the list's batches */
     const int64_t L = dl->nb;
     if (np == 1 || dl->split) return L;
     if (L % np == 0 || drop) return L / np;
-    return dl->o.shard.even_batches || p < L % np ? L / np + 1 : L / np;
+    return even || p < L % np ? L / np + 1 : L / np;
   }
   if (N < 0) return -1;
   if (dl->dispatch) { /* DataLoaderDispatcher: the base loader's length (split), / processes */
@@ -461,7 +464,7 @@ static int64_t full_len(const acc_dataloader *dl) {
   const int64_t L = acc_batch_sampler_len(N, dl->o.batch_size, drop);
   if (np == 1 || dl->split) return L;
   if (L % np == 0 || drop) return L / np;
-  return dl->o.shard.even_batches || p < L % np ? L / np + 1 : L / np;
+  return even || p < L % np ? L / np + 1 : L / np;
 }
 
 int64_t acc__dataloader_full_len(const acc_dataloader *dl) {

@@ -17,6 +17,25 @@ int acc__loader_perror(acc_dataloader *dl, acc_result rc, const char *fmt, ...) 
   return -1;
 }
 
+int acc__loader_stream_next(acc_dataloader *dl, uint8_t *rec, int64_t *pos) {
+  const acc_dataset *ds = dl->ds;
+  if (dl->p_ended) return 0;
+  void *ptrs[ACC_DATA_MAX_FIELDS];
+  for (int f = 0; f < ds->num_fields; f++) ptrs[f] = rec + ds->record_offset[f];
+  int rc = ds->next(ptrs, ds->payload);
+  if (rc < 0)
+    return acc__loader_perror(
+        dl, ACC_ERR_INVALID_ARGUMENT,
+        "dataloader: the dataset next callback returned %d at sample %lld of epoch %lld", rc,
+        (long long)dl->stream_pos, (long long)dl->p_epoch);
+  if (rc == 0) {
+    dl->p_ended = 1;
+    return 0;
+  }
+  *pos = dl->stream_pos++;
+  return 1;
+}
+
 /* Collates n staged samples (sample_ptrs) into slot s. */
 int acc__loader_collate(acc_dataloader *dl, dl_slot *s, int64_t n) {
   const acc_dataset *ds = dl->ds;
@@ -110,21 +129,12 @@ int acc__loader_produce_iter_once(acc_dataloader *dl, dl_slot *s) {
   }
   const int64_t *pos;
   int64_t n;
-  while (!dl->p_ended) {
+  for (;;) {
     uint8_t *rec = dl->rec_cur + (size_t)(dl->stream_pos - dl->cur_start) * ds->record_bytes;
-    void *ptrs[ACC_DATA_MAX_FIELDS];
-    for (int f = 0; f < ds->num_fields; f++) ptrs[f] = rec + ds->record_offset[f];
-    int rc = ds->next(ptrs, ds->payload);
-    if (rc < 0)
-      return acc__loader_perror(
-          dl, ACC_ERR_INVALID_ARGUMENT,
-          "dataloader: the dataset next callback returned %d at sample %lld of epoch %lld", rc,
-          (long long)dl->stream_pos, (long long)dl->p_epoch);
-    if (rc == 0) {
-      dl->p_ended = 1;
-      break;
-    }
-    int64_t p = dl->stream_pos++;
+    int64_t p = 0;
+    int got = acc__loader_stream_next(dl, rec, &p);
+    if (got < 0) return -1;
+    if (got == 0) break;
     if (acc_iterable_shard_push(dl->ishard, p, &pos, &n)) {
       int r = build_iter_batch(dl, s, pos, n);
       if (dl->cur_start == 0) memcpy(dl->rec_first, dl->rec_cur, (size_t)dl->real_bs * ds->record_bytes);

@@ -44,10 +44,10 @@ static int64_t dispatch_read(acc_dataloader *dl, int b) {
   int64_t n = 0;
   while (n < dl->total_bs) {
     uint8_t *rec = dl->g_rec[b] + (size_t)n * ds->record_bytes;
-    void *ptrs[ACC_DATA_MAX_FIELDS];
-    for (int f = 0; f < ds->num_fields; f++) ptrs[f] = rec + ds->record_offset[f];
     if (!dl->iterable) {
       if (dl->src_pos >= ds->length) break;
+      void *ptrs[ACC_DATA_MAX_FIELDS];
+      for (int f = 0; f < ds->num_fields; f++) ptrs[f] = rec + ds->record_offset[f];
       int64_t ix = dl->order[dl->src_pos++];
       int rc = ds->fetch(ix, ptrs, ds->payload);
       if (rc != 0)
@@ -58,18 +58,10 @@ static int64_t dispatch_read(acc_dataloader *dl, int b) {
             rc, (long long)ix, (long long)dl->p_epoch, acc__dataset_fetch_error(ds));
       dl->g_idx[b][n++] = ix;
     } else {
-      if (dl->p_ended) break;
-      int rc = ds->next(ptrs, ds->payload);
-      if (rc < 0)
-        return acc__loader_perror(
-            dl, ACC_ERR_INVALID_ARGUMENT,
-            "dataloader: the dataset next callback returned %d at sample %lld of epoch %lld", rc,
-            (long long)dl->stream_pos, (long long)dl->p_epoch);
-      if (rc == 0) {
-        dl->p_ended = 1;
-        break;
-      }
-      dl->g_idx[b][n++] = dl->stream_pos++;
+      int got = acc__loader_stream_next(dl, rec, &dl->g_idx[b][n]);
+      if (got < 0) return -1;
+      if (got == 0) break;
+      n++;
     }
   }
   if (n < dl->total_bs && dl->o.drop_last) return 0;

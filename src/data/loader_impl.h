@@ -1,6 +1,7 @@
 /* Between the files of the prepared data loader (loader*.c): the loader and its slots, and what
  * each file offers the others. Not API.
  *   loader.c           create, destroy, next, length; the epoch plans
+ *   loader_join.c      join_uneven_inputs' even_batches override (begin/end)
  *   loader_state.c     the position: epoch, skipping, state get/set (checkpoints)
  *   loader_prefetch.c  the ring of slots and the loader thread that fills it
  *   loader_dispatch.c  the dispatching mode: process 0 reads, every process gets a slice
@@ -49,6 +50,9 @@ struct acc_dataloader {
   int64_t *bl_perm, *bl_pidx, *bl_pcounts; /* the epoch's (shuffled) list */
   int dispatch;                            /* DataLoaderDispatcher */
   int64_t cur_skip; /* batches skipped at the start of the epoch in progress */
+  int join_saved;   /* inside acc_join_uneven_inputs_begin/end: o.shard.even_batches before it;
+                       -1 outside */
+  int epoch_even;   /* even_batches of the epoch in progress (its plan) */
   struct acc__devctx *dev; /* device placement: the accelerator's device (NULL: host only) */
   acc__dstream *cstream;   /* its copy stream */
   acc__device *host_dev;   /* the device whose acc__device_host_alloc made the slots' buffers */
@@ -135,6 +139,10 @@ int acc__loader_produce_dispatch(acc_dataloader *dl, dl_slot *s);
 
 /* Records a producer error (rc and message, handed out by acc_dataloader_next); returns -1. */
 int acc__loader_perror(acc_dataloader *dl, acc_result rc, const char *fmt, ...) ACC_PRINTF(3, 4);
+/* The stream-record step of an iterable dataset: calls its next callback into the record rec;
+ * 1 got a sample (*pos receives its stream position, which is counted), 0 the stream ended (now
+ * or before: marked), -1 error (perr). */
+int acc__loader_stream_next(acc_dataloader *dl, uint8_t *rec, int64_t *pos);
 /* Collates n staged samples (sample_ptrs) into slot s: 0, or -1 on error (perr). */
 int acc__loader_collate(acc_dataloader *dl, dl_slot *s, int64_t n);
 /* The next batch of the map-style plan into s: 1 got one, 0 end, -1 error (perr). */

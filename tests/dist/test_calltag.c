@@ -77,6 +77,7 @@ static void sc_loopfail(void) {
     while (acc_accelerator_next_batch(acc, dl, &b) == ACC_OK && b) { /* as in the README */
       acc_accelerator_accumulate(acc);
       g += 0.001f * acc_accelerator_backward_scale(acc);
+      if (n == 0 && epoch == 0) site("backward", __LINE__ + 1);
       rc = acc_accelerator_backward(acc);
       if (rc) break;
       acc_accelerator_optimizer_step(acc, o);
@@ -92,6 +93,30 @@ static void sc_loopfail(void) {
   acc_accelerator_destroy(acc);
   acc_dataset_destroy(ds);
   acc_optimizer_destroy(o);
+  acc_model_destroy(m);
+}
+
+/* New user 4: rank 0 calls acc_accelerator_backward (the gradient all-reduce inside), rank 1
+ * acc_accelerator_wait_for_everyone (a barrier inside). Both ranks' reports must name these
+ * lines of this program with the entry points, not the library's sources. */
+static void sc_entry(void) {
+  acc_accelerator *acc;
+  REQUIRE_OK(acc_accelerator_create(&acc, NULL));
+  float w = 0, g = 0.5f;
+  acc_model *m;
+  REQUIRE_OK(acc_model_create(&m));
+  REQUIRE_OK(acc_model_add_parameter(m, "w", &w, &g, 1, (int64_t[]){1}));
+  REQUIRE_OK(acc_accelerator_prepare_model(acc, m));
+  acc_result rc;
+  if (g_rank == 0) {
+    site("entry", __LINE__ + 1);
+    rc = acc_accelerator_backward(acc);
+  } else {
+    site("entry", __LINE__ + 1);
+    rc = acc_accelerator_wait_for_everyone(acc);
+  }
+  report(rc);
+  acc_accelerator_destroy(acc);
   acc_model_destroy(m);
 }
 
@@ -247,6 +272,7 @@ static int rank_main(const char *sc) {
   else if (strcmp(sc, "agree") == 0) sc_agree();
   else if (strcmp(sc, "gather_sizes") == 0) sc_gather_sizes();
   else if (strcmp(sc, "hang") == 0) sc_hang();
+  else if (strcmp(sc, "entry") == 0) sc_entry();
   else sc_shape(sc);
   return 0;
 }
@@ -314,11 +340,29 @@ static void drive(const char *cli, const char *self, const char *sc) {
   char site0[256], site1[256], mine[256];
   if (strcmp(sc, "loopfail") == 0) {
     launch(cli, self, 2, sc, quiet, guard);
-    CHECK(rank_site(1, "count", site1, sizeof site1), "rank 1 printed no call site:\n%s", g_out.err);
-    const char *s0[] = {"different collective calls", "gradient sync bucket 0", "grad_sync.c:",
-                        "[user call] at", site1, NULL};
+    CHECK(rank_site(1, "count", site1, sizeof site1) && rank_site(0, "backward", site0, sizeof site0),
+          "no call sites:\n%s", g_out.err);
+    /* rank 0's gradient sync is named by the program's line of acc_accelerator_backward */
+    const char *s0[] = {"different collective calls", "gradient sync bucket 0] in acc_accelerator_backward at",
+                        site0, "[user call] at", site1, NULL};
     expect_rank(0, "MISMATCH", s0);
     expect_rank(1, "MISMATCH", s0);
+  } else if (strcmp(sc, "entry") == 0) {
+    launch(cli, self, 2, sc, quiet, guard);
+    CHECK(rank_site(0, "entry", site0, sizeof site0) && rank_site(1, "entry", site1, sizeof site1),
+          "no call sites:\n%s", g_out.err);
+    char want0[512], want1[512];
+    snprintf(want0, sizeof want0, "process 0: all_reduce(count=1, dtype=f32, op=sum) [gradient sync "
+             "bucket 0] in acc_accelerator_backward at %s\n", site0);
+    snprintf(want1, sizeof want1, "process 1: barrier() [user call] in "
+             "acc_accelerator_wait_for_everyone at %s", site1);
+    const char *s[] = {"different collective calls", want0, want1, NULL};
+    expect_rank(0, "MISMATCH", s);
+    expect_rank(1, "MISMATCH", s);
+    /* no site inside the library's sources */
+    const char *lib[] = {"grad_sync.c", "accelerator.c", "control.c", "comm.c", NULL};
+    for (int i = 0; lib[i]; i++)
+      CHECK(strstr(g_out.err, lib[i]) == NULL, "a library source (%s) is named:\n%s", lib[i], g_out.err);
   } else if (strcmp(sc, "origin") == 0) {
     launch(cli, self, 2, sc, quiet, guard);
     CHECK(rank_site(1, "call", site1, sizeof site1), "no call site:\n%s", g_out.err);

@@ -8,6 +8,12 @@
 #   3. GO is created: the inner rank 1 must still find the segment, and both inner ranks succeed.
 # Skipped (77) when PID namespaces cannot be created (not root, no user namespaces).
 # Usage: pidns.sh <accelerate cli> <pidns_probe> <scratch dir>
+# The scratch directory must belong to this run alone (ctest passes one inside its build
+# directory): it is emptied first, so two runs sharing one (say /tmp/pidns from the default and
+# a sanitizer build at once) remove each other's GO, logs and result files. The earlier failure
+# under ctest ("the inner job's token goes missing") did not reproduce (ctest alone, and -j3
+# beside the dist and rdzv tests); a shared scratch directory is one way to get it, not a proven
+# cause. On failure the runtime directory is listed to tell the next one apart.
 set -u
 cli=$1 probe=$2 dir=$3
 k=${ACC_TEST_TIMEOUT_MULTIPLIER:-1}
@@ -48,7 +54,10 @@ wait $inner
 fail=0
 [ $orc -eq 0 ] || { echo "FAIL: the outer job failed ($orc)"; cat "$dir/outer.log"; fail=1; }
 [ $still = yes ] || { echo "FAIL: the outer job deleted the live segment /dev/shm/$seg of the job in another PID namespace"; fail=1; }
-[ "$(cat "$dir/rc" 2>/dev/null)" = "0 0" ] || { echo "FAIL: the inner job failed (rc $(cat "$dir/rc" 2>/dev/null))"; cat "$dir/r0.log" "$dir/r1.log"; fail=1; }
+[ "$(cat "$dir/rc" 2>/dev/null)" = "0 0" ] || {
+  echo "FAIL: the inner job failed (rc $(cat "$dir/rc" 2>/dev/null))"; cat "$dir/r0.log" "$dir/r1.log"
+  echo "runtime directory ${XDG_RUNTIME_DIR:-/tmp/accelerate-$(id -u)}:"; ls -la "${XDG_RUNTIME_DIR:-/tmp/accelerate-$(id -u)}"
+  fail=1; }
 # a segment of another namespace is never reclaimed from here: remove what this test left
 rm -f /dev/shm/acc-torchrun-pidns$$-* 2>/dev/null
 [ $fail -eq 0 ] && echo "pidns: the live segment survived, both jobs succeeded"
