@@ -20,40 +20,12 @@
 
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #define SHM_SMALL_BYTES (16u * 1024u) /* one-step all_reduce/reduce up to this size */
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-/* memcpy for the data copies. glibc's memcpy uses `rep movsb` below ~L2 size, which on the AMD
- * EPYC of the build machine runs at ~2 GB/s instead of ~40 GB/s when the destination is 16 bytes
- * off the source's alignment, as with malloc'ed user buffers against page-aligned slots
- * (measured, docs/PERFORMANCE.md). A plain SSE2 loop has no such cliff. */
-static void copy_bytes(void *dst, const void *src, size_t n) {
-#if defined(__x86_64__)
-  if (n >= 512) {
-    uint8_t *d = dst;
-    const uint8_t *s = src;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
-      __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-      __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
-      __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-      _mm_storeu_si128((__m128i *)(d + i), a);
-      _mm_storeu_si128((__m128i *)(d + i + 16), b);
-      _mm_storeu_si128((__m128i *)(d + i + 32), c);
-      _mm_storeu_si128((__m128i *)(d + i + 48), e);
-    }
-    if (i < n) memcpy(d + i, s + i, n - i);
-    return;
-  }
-#endif
-  memcpy(dst, src, n);
-}
+#define copy_bytes acc__shm_copy /* shm_cma.c */
 
 static inline uint8_t *slot(shm_be *s, int r, int p) {
   return s->slots + ((size_t)r * 2 + (size_t)p) * s->chunk;
@@ -135,6 +107,7 @@ acc_result acc__shm_barrier(acc__backend *be) { return acc__shm_step((shm_be *)b
 
 acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   shm_be *s = (shm_be *)be;
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_BCAST, nbytes)) return acc__shm_cma_broadcast(s, buf, nbytes, root);
   uint8_t *b = buf;
   for (size_t off = 0; off < nbytes; off += s->chunk) {
     size_t len = nbytes - off < s->chunk ? nbytes - off : s->chunk;
@@ -148,6 +121,9 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
 
 acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op) {
+  shm_be *s = (shm_be *)be;
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * acc_dtype_size(dtype)))
+    return acc__shm_cma_all_reduce(s, send, recv, count, dtype, op);
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1);
 }
 
@@ -196,6 +172,7 @@ static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, cons
   size_t maxlen = 0;
   for (int r = 0; r < s->n; r++)
     if (sizes[r] > maxlen) maxlen = sizes[r];
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_GATHER, maxlen)) return acc__shm_cma_gather(s, send, recv, sizes, disp, out);
   const uint8_t *in = send;
   for (size_t off = 0; off < maxlen; off += s->chunk) {
     int p = next_parity(s);
