@@ -12,6 +12,11 @@
  * or s + 2 (result), i.e. after every rank has published the step that follows its reads. So a
  * large all_reduce needs ONE step per chunk (plus one): write chunk c into my slot; step; copy
  * out the result of chunk c-1; reduce my 1/N share of chunk c into the result area; repeat.
+ * One-sided steps (a broadcast of one slot: the root does not wait, the receivers wait for the
+ * root only) do not prove that every rank has passed them, so every collective starts with
+ * acc__shm_sync, which waits until every rank has published the current step before anything is
+ * written: the rule above holds again. Large messages may move by single copy instead
+ * (shm_cma.c, same steps around the reads).
  *
  * Determinism. Reductions add slots in rank order (rank 0 + rank 1 + ...) elementwise, whether
  * small or chunked, so every rank gets the same bits, independent of the chunk size.
