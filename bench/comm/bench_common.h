@@ -57,6 +57,21 @@ static void bench_machine(void) {
   printf("# CPU: %s, %ld CPUs online, load average %s\n", model, sysconf(_SC_NPROCESSORS_ONLN), load);
 }
 
+/* ACC_BENCH_OPS (comma-separated op names; unset: all) and ACC_BENCH_MIN (smallest size in
+ * bytes; unset: 4) narrow a run to the rows an interleaved comparison needs (interleave.sh). */
+static int bench_op_on(const char *op) {
+  const char *l = getenv("ACC_BENCH_OPS");
+  if (!l || !*l) return 1;
+  size_t n = strlen(op);
+  for (const char *p = l; (p = strstr(p, op)) != NULL; p += n)
+    if ((p == l || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+  return 0;
+}
+static size_t bench_min_bytes(void) {
+  const char *m = getenv("ACC_BENCH_MIN");
+  return m && atoll(m) > 4 ? (size_t)atoll(m) : 4;
+}
+
 static void bench_header(const char *impl, int n) {
   bench_machine();
   printf("# %s, %d processes; time = median over iterations (us); algbw = size/time; busbw "

@@ -26,7 +26,9 @@ int main(int argc, char **argv) {
   if (rank == 0) bench_header("Open MPI", n);
   const char *ops[] = {"barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter"};
   for (int o = 0; o < 5; o++) {
+    if (!bench_op_on(ops[o])) continue;
     for (size_t bytes = 4; bytes <= maxb; bytes *= 4) {
+      if (o > 0 && bytes < bench_min_bytes()) continue;
       size_t count = bytes / 4;
       int it = bench_iters(bytes);
       for (int w = 0; w < (it < 10 ? 3 : it / 10); w++) run_op(ops[o], buf, big, count);

@@ -59,6 +59,8 @@ static void shm_destroy(acc__backend *be) {
   }
   if (s->me == 0 && !s->unlinked && s->name[0]) shm_unlink(s->name);
   if (s->map) munmap(s->map, s->map_bytes);
+  acc__free(s->scratch);
+  acc__free(s->cma_src);
   acc__free(s);
 }
 
@@ -174,6 +176,7 @@ static acc_result create_segment(shm_be *s) {
   s->hdr->world = s->n;
   s->hdr->chunk = chunk;
   s->hdr->total_bytes = total;
+  ACC_CHECK(acc__shm_cma_choose(s));
   pthread_mutexattr_t a;
   pthread_mutexattr_init(&a);
   pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -380,6 +383,7 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->base.op_name = "joining the process group";
   s->n = info->size;
   s->me = info->rank;
+  s->wlo = 0, s->whi = info->size;
   s->timeout_s = info->timeout_s > 0 ? info->timeout_s : 1800.0;
   s->board_fd = -1;
   s->rdzv_t0 = acc__now();
@@ -409,6 +413,7 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   if (rc == ACC_OK) {
     acc__shm_ctrl *c = &s->ctrl[s->me];
     atomic_store(&c->pid, (int32_t)getpid());
+    acc__shm_cma_publish(s);
     atomic_store(&c->registered, 1);
     s->joining = 1;
     rc = acc__shm_step(s); /* everyone attached */
@@ -422,6 +427,7 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
     acc__rdzv_remove_token(s->token_path, s->token);
     s->token_published = 0;
   }
+  if (rc == ACC_OK) rc = acc__shm_cma_agree(s);
   if (rc != ACC_OK) {
     shm_destroy(&s->base);
     return rc;

@@ -11,7 +11,7 @@
 #include "backend/collcheck.h"
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 3u
+#define ACC_SHM_VERSION 4u
 #define ACC_SHM_LINE 64
 
 /* Segment header (first bytes of the mapping). */
@@ -27,6 +27,11 @@ typedef struct acc__shm_header {
   _Atomic uint32_t ready; /* set by rank 0 when everything below is initialized */
   uint64_t creator_pidns; /* the creator's PID namespace (inode of /proc/self/ns/pid; 0: unknown):
                              its pid means something only to processes of the same namespace */
+  /* Rank 0's choices, so that every rank takes the same path (shm_cma.c): single-copy mode
+   * (ACCELERATE_SHM_SINGLE_COPY: 0 off, 1 auto, 2 on) and the smallest message that uses it */
+  uint32_t cma_mode;
+  uint32_t reserved2;
+  uint64_t cma_min[3]; /* broadcast, all_gather/gather, all_reduce/reduce */
   /* Futex word + sleeper count, on their own cache line. */
   _Alignas(ACC_SHM_LINE) _Atomic uint32_t futex_word;
   _Atomic uint32_t sleepers;
@@ -40,7 +45,14 @@ typedef struct acc__shm_ctrl {
   /* Tag of the rank's collective whose first step is t in tag[t & 1], stored before seq = t; a
    * waiter compares it on the line it has just read for seq (mismatch detection). */
   _Atomic uint64_t tag[2];
+  /* Single-copy collectives (shm_cma.c): the addresses of the rank's buffers for the step it
+   * publishes next, stored before seq (read by the others after they see seq) */
+  uint64_t xsend, xrecv;
   _Alignas(ACC_SHM_LINE) _Atomic int32_t pid;
+  /* Single-copy probe at set-up: the address of a word holding `cma_nonce` in the rank's own
+   * memory, its PID namespace, and whether it could read every peer's word (1) or not (0). */
+  uint64_t cma_addr, cma_nonce, pidns;
+  _Atomic int32_t cma_ok;
   _Atomic int32_t registered; /* locked its liveness mutex */
   _Atomic int32_t departed;   /* left cleanly (destroy) */
   _Atomic int32_t dead;       /* found dead by a peer (robust mutex EOWNERDEAD) */

@@ -12,6 +12,11 @@
  * or s + 2 (result), i.e. after every rank has published the step that follows its reads. So a
  * large all_reduce needs ONE step per chunk (plus one): write chunk c into my slot; step; copy
  * out the result of chunk c-1; reduce my 1/N share of chunk c into the result area; repeat.
+ * One-sided steps (a broadcast of one slot: the root does not wait, the receivers wait for the
+ * root only) do not prove that every rank has passed them, so every collective starts with
+ * acc__shm_sync, which waits until every rank has published the current step before anything is
+ * written: the rule above holds again. Large messages may move by single copy instead
+ * (shm_cma.c, same steps around the reads).
  *
  * Determinism. Reductions add slots in rank order (rank 0 + rank 1 + ...) elementwise, whether
  * small or chunked, so every rank gets the same bits, independent of the chunk size.
@@ -20,40 +25,12 @@
 
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #define SHM_SMALL_BYTES (16u * 1024u) /* one-step all_reduce/reduce up to this size */
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-/* memcpy for the data copies. glibc's memcpy uses `rep movsb` below ~L2 size, which on the AMD
- * EPYC of the build machine runs at ~2 GB/s instead of ~40 GB/s when the destination is 16 bytes
- * off the source's alignment, as with malloc'ed user buffers against page-aligned slots
- * (measured, docs/PERFORMANCE.md). A plain SSE2 loop has no such cliff. */
-static void copy_bytes(void *dst, const void *src, size_t n) {
-#if defined(__x86_64__)
-  if (n >= 512) {
-    uint8_t *d = dst;
-    const uint8_t *s = src;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-      __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
-      __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-      __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
-      __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-      _mm_storeu_si128((__m128i *)(d + i), a);
-      _mm_storeu_si128((__m128i *)(d + i + 16), b);
-      _mm_storeu_si128((__m128i *)(d + i + 32), c);
-      _mm_storeu_si128((__m128i *)(d + i + 48), e);
-    }
-    if (i < n) memcpy(d + i, s + i, n - i);
-    return;
-  }
-#endif
-  memcpy(dst, src, n);
-}
+#define copy_bytes acc__shm_copy /* shm_cma.c */
 
 static inline uint8_t *slot(shm_be *s, int r, int p) {
   return s->slots + ((size_t)r * 2 + (size_t)p) * s->chunk;
@@ -131,11 +108,28 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
 
 /* ---- ops ----------------------------------------------------------------------------------- */
 
-acc_result acc__shm_barrier(acc__backend *be) { return acc__shm_step((shm_be *)be); }
+acc_result acc__shm_barrier(acc__backend *be) {
+  shm_be *s = (shm_be *)be;
+  ACC_CHECK(acc__shm_sync(s));
+  return acc__shm_step(s);
+}
 
 acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   shm_be *s = (shm_be *)be;
+  if (nbytes == 0) return ACC_OK;
+  ACC_CHECK(acc__shm_sync(s));
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_BCAST, nbytes)) return acc__shm_cma_broadcast(s, buf, nbytes, root);
   uint8_t *b = buf;
+  if (nbytes <= s->chunk) { /* one slot: one-sided, signalled by the root's seq */
+    int p = next_parity(s);
+    if (s->me == root) {
+      copy_bytes(slot(s, root, p), b, nbytes);
+      return acc__shm_step_from(s, -1);
+    }
+    ACC_CHECK(acc__shm_step_from(s, root));
+    copy_bytes(b, slot(s, root, p), nbytes);
+    return ACC_OK;
+  }
   for (size_t off = 0; off < nbytes; off += s->chunk) {
     size_t len = nbytes - off < s->chunk ? nbytes - off : s->chunk;
     int p = next_parity(s);
@@ -148,11 +142,16 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
 
 acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op) {
+  shm_be *s = (shm_be *)be;
+  ACC_CHECK(acc__shm_sync(s));
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * acc_dtype_size(dtype)))
+    return acc__shm_cma_all_reduce(s, send, recv, count, dtype, op);
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1);
 }
 
 acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                            acc_dtype dtype, acc_op op, int root) {
+  ACC_CHECK(acc__shm_sync((shm_be *)be));
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, root);
 }
 
@@ -165,6 +164,7 @@ acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_
 acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
                                    acc_dtype dt, acc_op op) {
   shm_be *s = (shm_be *)be;
+  ACC_CHECK(acc__shm_sync(s));
   size_t es = acc_dtype_size(dt), n = (size_t)s->n;
   size_t pe = s->chunk / es / n;
   if (pe >= 16) pe &= ~(size_t)15; /* pieces start on 64-byte boundaries for f32 */
@@ -193,9 +193,11 @@ acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *rec
 /* Gathers sizes[r] bytes from every rank into recv at displacement disp[r]; only when `out`. */
 static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, const size_t *sizes,
                                 const size_t *disp, int out) {
+  ACC_CHECK(acc__shm_sync(s));
   size_t maxlen = 0;
   for (int r = 0; r < s->n; r++)
     if (sizes[r] > maxlen) maxlen = sizes[r];
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_GATHER, maxlen)) return acc__shm_cma_gather(s, send, recv, sizes, disp, out);
   const uint8_t *in = send;
   for (size_t off = 0; off < maxlen; off += s->chunk) {
     int p = next_parity(s);

@@ -2,7 +2,8 @@
  * rendezvous, ops table, teardown), shm_step.c (one synchronizing step: publish, wait, liveness
  * and call-tag checks, hang reports) and shm_coll.c (the collectives built on steps). shm.c
  * calls the other two, shm_coll.c calls shm_step.c, shm_step.c calls neither. Not API; the
- * segment layout is in shm.h. */
+ * segment layout is in shm.h. shm_cma.c holds the single-copy collectives and the copy routine;
+ * shm_coll.c and shm.c call it, it calls shm_step.c. */
 #ifndef ACC_BACKEND_SHM_IMPL_H
 #define ACC_BACKEND_SHM_IMPL_H
 
@@ -49,19 +50,59 @@ typedef struct shm_be {
   const char *site_file[2]; /* call site file whose text is in ctrl[me].call[p].site */
   double hang_s;           /* hang-report threshold; 0: off */
   char name[NAME_MAX + 2];
+  /* one-sided steps (shm_step.c) */
+  uint64_t synced;   /* every rank is known to have published this step */
+  int wlo, whi;      /* the ranks a wait looks at: [wlo, whi) */
+  uint64_t pend_t;   /* a one-sided step whose tags are still to compare with every rank's (0: none) */
+  uint64_t pend_tag; /* this rank's tag at that step */
+  /* single copy (shm_cma.c) */
+  int cma;                /* every rank can read every peer's memory, and the mode allows it */
+  size_t cma_min[3];      /* smallest message that moves by single copy, per ACC__SHM_CMA_* */
+  uint64_t cma_word;      /* the probe word the peers read */
+  uint8_t *scratch;       /* all_reduce: n pieces */
+  const uint8_t **cma_src; /* all_reduce: n source pointers */
 } shm_be;
+
+enum { ACC__SHM_CMA_BCAST, ACC__SHM_CMA_GATHER, ACC__SHM_CMA_REDUCE };
 
 /* ---- shm_step.c ---------------------------------------------------------------------------- */
 
 /* One step: publishes ++counter (with the call tag on a collective's first step) and waits until
  * every rank has published it; fails on a gone peer, a tag mismatch or the timeout. */
 acc_result acc__shm_step(shm_be *s);
+/* One-sided step: publishes ++counter like acc__shm_step, but waits only for rank `from` (a
+ * broadcast's receiver waits for the root), or for nobody (from < 0: the root). The tags of the
+ * other ranks are compared by the next acc__shm_sync. */
+acc_result acc__shm_step_from(shm_be *s, int from);
+/* Called by every collective before it writes anything into the segment: after one-sided steps,
+ * waits until every rank has published the current step (the buffer rule of shm_coll.c), and
+ * compares the tags of a pending one-sided step (ACC_ERR_MISMATCH naming that broadcast). */
+acc_result acc__shm_sync(shm_be *s);
 /* Wakes the ranks sleeping on the futex word, if any. */
 void acc__shm_wake_sleepers(shm_be *s);
 /* During the rendezvous: a rank that the launcher saw exit will never attach. */
 acc_result acc__shm_board_check(shm_be *s);
 /* The call_end op: this rank is no longer in a collective (hang reports). */
 void acc__shm_call_end(acc__backend *be);
+
+/* ---- shm_cma.c: single-copy transfers ------------------------------------------------------ */
+
+/* memcpy without glibc's slow cases, for the data copies of both paths. */
+void acc__shm_copy(void *dst, const void *src, size_t n);
+/* Rank 0, creating the segment: the mode and thresholds from the environment into the header. */
+acc_result acc__shm_cma_choose(shm_be *s);
+/* Every rank, before the rendezvous step: its probe word, namespace, ptracer permission. */
+void acc__shm_cma_publish(shm_be *s);
+/* Every rank, after the rendezvous step: probes every peer, one step, sets s->cma (the same on
+ * every rank); fails only when ACCELERATE_SHM_SINGLE_COPY=on and it is not available. */
+acc_result acc__shm_cma_agree(shm_be *s);
+/* Whether a call of that kind and size moves by single copy (the same answer on every rank). */
+int acc__shm_cma_use(const shm_be *s, int kind, size_t bytes);
+acc_result acc__shm_cma_broadcast(shm_be *s, void *buf, size_t nbytes, int root);
+acc_result acc__shm_cma_gather(shm_be *s, const void *send, uint8_t *recv, const size_t *sizes,
+                               const size_t *disp, int out);
+acc_result acc__shm_cma_all_reduce(shm_be *s, const void *send, void *recv, size_t count,
+                                   acc_dtype dt, acc_op op);
 
 /* ---- shm_coll.c: the collective ops of the table ------------------------------------------- */
 
