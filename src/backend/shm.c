@@ -383,7 +383,6 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->base.op_name = "joining the process group";
   s->n = info->size;
   s->me = info->rank;
-  s->wlo = 0, s->whi = info->size;
   s->timeout_s = info->timeout_s > 0 ? info->timeout_s : 1800.0;
   s->board_fd = -1;
   s->rdzv_t0 = acc__now();

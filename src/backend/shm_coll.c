@@ -108,28 +108,12 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
 
 /* ---- ops ----------------------------------------------------------------------------------- */
 
-acc_result acc__shm_barrier(acc__backend *be) {
-  shm_be *s = (shm_be *)be;
-  ACC_CHECK(acc__shm_sync(s));
-  return acc__shm_step(s);
-}
+acc_result acc__shm_barrier(acc__backend *be) { return acc__shm_step((shm_be *)be); }
 
 acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   shm_be *s = (shm_be *)be;
-  if (nbytes == 0) return ACC_OK;
-  ACC_CHECK(acc__shm_sync(s));
   if (acc__shm_cma_use(s, ACC__SHM_CMA_BCAST, nbytes)) return acc__shm_cma_broadcast(s, buf, nbytes, root);
   uint8_t *b = buf;
-  if (nbytes <= s->chunk) { /* one slot: one-sided, signalled by the root's seq */
-    int p = next_parity(s);
-    if (s->me == root) {
-      copy_bytes(slot(s, root, p), b, nbytes);
-      return acc__shm_step_from(s, -1);
-    }
-    ACC_CHECK(acc__shm_step_from(s, root));
-    copy_bytes(b, slot(s, root, p), nbytes);
-    return ACC_OK;
-  }
   for (size_t off = 0; off < nbytes; off += s->chunk) {
     size_t len = nbytes - off < s->chunk ? nbytes - off : s->chunk;
     int p = next_parity(s);
@@ -143,7 +127,6 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
 acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op) {
   shm_be *s = (shm_be *)be;
-  ACC_CHECK(acc__shm_sync(s));
   if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * acc_dtype_size(dtype)))
     return acc__shm_cma_all_reduce(s, send, recv, count, dtype, op);
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1);
@@ -151,7 +134,6 @@ acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, s
 
 acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                            acc_dtype dtype, acc_op op, int root) {
-  ACC_CHECK(acc__shm_sync((shm_be *)be));
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, root);
 }
 
@@ -164,7 +146,6 @@ acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_
 acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
                                    acc_dtype dt, acc_op op) {
   shm_be *s = (shm_be *)be;
-  ACC_CHECK(acc__shm_sync(s));
   size_t es = acc_dtype_size(dt), n = (size_t)s->n;
   size_t pe = s->chunk / es / n;
   if (pe >= 16) pe &= ~(size_t)15; /* pieces start on 64-byte boundaries for f32 */
@@ -193,7 +174,6 @@ acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *rec
 /* Gathers sizes[r] bytes from every rank into recv at displacement disp[r]; only when `out`. */
 static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, const size_t *sizes,
                                 const size_t *disp, int out) {
-  ACC_CHECK(acc__shm_sync(s));
   size_t maxlen = 0;
   for (int r = 0; r < s->n; r++)
     if (sizes[r] > maxlen) maxlen = sizes[r];

@@ -50,11 +50,6 @@ typedef struct shm_be {
   const char *site_file[2]; /* call site file whose text is in ctrl[me].call[p].site */
   double hang_s;           /* hang-report threshold; 0: off */
   char name[NAME_MAX + 2];
-  /* one-sided steps (shm_step.c) */
-  uint64_t synced;   /* every rank is known to have published this step */
-  int wlo, whi;      /* the ranks a wait looks at: [wlo, whi) */
-  uint64_t pend_t;   /* a one-sided step whose tags are still to compare with every rank's (0: none) */
-  uint64_t pend_tag; /* this rank's tag at that step */
   /* single copy (shm_cma.c) */
   int cma;                /* every rank can read every peer's memory, and the mode allows it */
   size_t cma_min[3];      /* smallest message that moves by single copy, per ACC__SHM_CMA_* */
@@ -70,14 +65,6 @@ enum { ACC__SHM_CMA_BCAST, ACC__SHM_CMA_GATHER, ACC__SHM_CMA_REDUCE };
 /* One step: publishes ++counter (with the call tag on a collective's first step) and waits until
  * every rank has published it; fails on a gone peer, a tag mismatch or the timeout. */
 acc_result acc__shm_step(shm_be *s);
-/* One-sided step: publishes ++counter like acc__shm_step, but waits only for rank `from` (a
- * broadcast's receiver waits for the root), or for nobody (from < 0: the root). The tags of the
- * other ranks are compared by the next acc__shm_sync. */
-acc_result acc__shm_step_from(shm_be *s, int from);
-/* Called by every collective before it writes anything into the segment: after one-sided steps,
- * waits until every rank has published the current step (the buffer rule of shm_coll.c), and
- * compares the tags of a pending one-sided step (ACC_ERR_MISMATCH naming that broadcast). */
-acc_result acc__shm_sync(shm_be *s);
 /* Wakes the ranks sleeping on the futex word, if any. */
 void acc__shm_wake_sleepers(shm_be *s);
 /* During the rendezvous: a rank that the launcher saw exit will never attach. */

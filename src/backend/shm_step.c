@@ -76,7 +76,7 @@ static void publish(shm_be *s, uint64_t value) {
 /* On the first step of a collective it also compares the tag of every rank it finds arrived,
  * on the cache line it has just read (later, that line may already be the rank's next step). */
 static inline int first_missing(shm_be *s, uint64_t target, int from) {
-  for (int r = from > s->wlo ? from : s->wlo; r < s->whi; r++) {
+  for (int r = from; r < s->n; r++) {
     if (atomic_load_explicit(&s->ctrl[r].seq, memory_order_acquire) < target) return r;
     if (s->check_pending &&
         atomic_load_explicit(&s->ctrl[r].tag[target & 1], memory_order_relaxed) != s->my_tag)
@@ -398,66 +398,18 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
   }
 }
 
-/* One step; waits for every rank (from == -2), for rank `from` only, or for nobody (-1). */
-static acc_result step_common(shm_be *s, int from) {
+acc_result acc__shm_step(shm_be *s) {
   uint64_t t = ++s->counter;
   /* the first step of the collective comm.c described in base.call */
   int first = s->base.call && s->base.call->seq != s->published_seq;
   if (first) publish_call(s, t);
   s->check_pending = first;
   publish(s, t); /* with the tag when first */
-  acc_result rc = ACC_OK;
-  if (from == -2) {
-    rc = wait_all(s, t);
-    if (rc == ACC_OK) s->synced = t;
-  } else if (from >= 0) {
-    s->wlo = from, s->whi = from + 1;
-    rc = wait_all(s, t);
-    s->wlo = 0, s->whi = s->n;
-  }
+  acc_result rc = wait_all(s, t);
   if (first) {
     s->check_pending = 0;
     if (rc == ACC_OK && s->tag_bad) rc = tag_mismatch(s, t);
-    if (from != -2) s->pend_t = t, s->pend_tag = s->my_tag;
   }
-  return rc;
-}
-
-acc_result acc__shm_step(shm_be *s) { return step_common(s, -2); }
-
-acc_result acc__shm_step_from(shm_be *s, int from) { return step_common(s, from < 0 ? -1 : from); }
-
-/* The mismatch found when comparing the tags of the one-sided step t: every rank's call at t. */
-static acc_result pending_mismatch(shm_be *s, uint64_t t) {
-  acc__call_rec mine, *all = acc__calloc((size_t)s->n, sizeof *all);
-  if (!all) return ACC_ERR_NOMEM;
-  memcpy(&mine, &s->ctrl[s->me].call[t & 1], sizeof mine);
-  for (int r = 0; r < s->n; r++) {
-    if (r == s->me)
-      all[r] = mine;
-    else
-      read_call(s, r, t, mine.seq, &all[r]);
-  }
-  acc_result rc = acc__mismatch_error("the broadcast before this call", s->me, &mine, all, s->n);
-  acc__free(all);
-  return rc;
-}
-
-acc_result acc__shm_sync(shm_be *s) {
-  if (s->synced >= s->counter) return ACC_OK;
-  uint64_t t = s->counter;
-  int check = s->pend_t == t;
-  uint64_t tag = s->my_tag;
-  if (check) s->check_pending = 1, s->my_tag = s->pend_tag, s->tag_bad = 0;
-  acc_result rc = wait_all(s, t);
-  if (check) {
-    s->check_pending = 0, s->my_tag = tag, s->pend_t = 0;
-    if (rc == ACC_OK && s->tag_bad) {
-      s->tag_bad = 0;
-      rc = pending_mismatch(s, t);
-    }
-  }
-  if (rc == ACC_OK) s->synced = t;
   return rc;
 }
 
