@@ -241,12 +241,21 @@ static float forward(Model *m, const int *in, const int *tg, int B) {
   return (float)(loss / R);
 }
 
+/* Placement experiments (bench/adopt/run.sh, docs/PERFORMANCE.md): ADOPT_GRADS_SHIFT=k puts the
+ * gradients k floats past the start of their block, ADOPT_EARLY_GRADS=1 allocates them before the
+ * first forward pass (what a port had to do when gradients had to exist at registration). */
+static float *grads_block;
+static void grads_alloc(Model *m) {
+  const char *e = getenv("ADOPT_GRADS_SHIFT");
+  size_t shift = e ? (size_t)atol(e) : 0;
+  grads_block = malloc((m->np + shift) * sizeof(float));
+  m->grads = grads_block + shift;
+  point(&m->g, m->grads);
+}
+
 static void backward(Model *m, const int *in, const int *tg, int B) {
   int R = B * T;
-  if (!m->grads) { /* lazily, on the first backward pass, as llm.c does */
-    m->grads = malloc(m->np * sizeof(float));
-    point(&m->g, m->grads);
-  }
+  if (!m->grads) grads_alloc(m); /* lazily, on the first backward pass, as llm.c does */
   if (!m->dacts_mem) {
     size_t n = 2 * (size_t)R * C + 2 * (size_t)R * H + (size_t)R * V;
     m->dacts_mem = malloc(n * sizeof(float));
@@ -377,6 +386,15 @@ static double clock_ms(clockid_t id) {
 static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
 static double cpu_ms(void) { return clock_ms(CLOCK_PROCESS_CPUTIME_ID); } /* every thread of the process */
 
+/* the SSE control word: flush-to-zero and denormals-are-zero as the process computes with them */
+static unsigned mxcsr(void) {
+#if defined(__SSE__)
+  return __builtin_ia32_stmxcsr();
+#else
+  return 0;
+#endif
+}
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -402,6 +420,7 @@ int main(int argc, char **argv) {
 #endif
   Model model;
   model_init(&model);
+  if (getenv("ADOPT_EARLY_GRADS") && atoi(getenv("ADOPT_EARLY_GRADS"))) grads_alloc(&model);
 #ifdef PORTED
   acc_param_spec table[NPT];
   for (int i = 0; i < NPT; i++) table[i] = (acc_param_spec){pnames[i], 1, {(int64_t)psize[i]}};
@@ -427,6 +446,7 @@ int main(int argc, char **argv) {
   double *ms = malloc((size_t)steps * sizeof(double)), *cpu = malloc((size_t)steps * sizeof(double));
   double t_all = now_ms();
   float loss = 0;
+  double lib_ms = 0; /* wall time inside the library's per-step calls */
   struct rusage ru0, ru1;
   for (int s = 0; s < steps; s++) {
     if (s == 1) getrusage(RUSAGE_SELF, &ru0);
@@ -440,11 +460,13 @@ int main(int argc, char **argv) {
     loss = forward(&model, inputs, targets, B);
     backward(&model, inputs, targets, B);
 #ifdef PORTED
+    double l0 = now_ms();
     acc_model_set_flat_grads(acc_accelerator_model(acc, 0), 0, model.grads);
     if (acc_accelerator_backward(acc) != ACC_OK) {
       fprintf(stderr, "%s\n", acc_last_error());
       return 1;
     }
+    lib_ms += now_ms() - l0;
 #endif
     adamw_step(&opt, model.params, model.grads, model.np, 1e-3f);
     ms[s] = now_ms() - t0;
@@ -467,6 +489,7 @@ int main(int argc, char **argv) {
    * mmap threshold was raised by an earlier free of a large mmapped block (then from the heap) */
   printf("addr params %p grads %p acts %p dacts %p adam_m %p adam_v %p\n", (void *)model.params, (void *)model.grads,
          (void *)model.acts_mem, (void *)model.dacts_mem, (void *)opt.m, (void *)opt.v);
+  printf("library_ms_per_step %.5f mxcsr 0x%x\n", lib_ms / steps, mxcsr());
   printf("steady_minflt %ld steady_majflt %ld steady_nvcsw %ld steady_nivcsw %ld\n", ru1.ru_minflt - ru0.ru_minflt,
          ru1.ru_majflt - ru0.ru_majflt, ru1.ru_nvcsw - ru0.ru_nvcsw, ru1.ru_nivcsw - ru0.ru_nivcsw);
 #ifdef PORTED_TOKENS
@@ -477,7 +500,7 @@ int main(int argc, char **argv) {
 #ifdef PORTED
   acc_accelerator_destroy(acc);
 #endif
-  free(ms), free(cpu), free(model.params), free(model.grads), free(model.acts_mem), free(model.dacts_mem);
+  free(ms), free(cpu), free(model.params), free(grads_block), free(model.acts_mem), free(model.dacts_mem);
   free(opt.m), free(opt.v);
   return 0;
 }

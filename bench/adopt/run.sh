@@ -9,7 +9,9 @@
 # the plain program of the same round (> 1: slower than plain). On a machine shared with other work
 # the CPU time is the figure to trust; the wall time follows the load.
 # Usage: bench/adopt/run.sh [BUILD_DIR]   (default build; REPS=10 STEPS=40 B=8 THREADS=1; PERF=1 adds
-#        `perf stat -e page-faults,context-switches,cpu-migrations,task-clock` of every run)
+#        `perf stat -e page-faults,context-switches,cpu-migrations,task-clock` of every run;
+#        VARIANTS="plain ported ..." picks the variants, plain first: also plain_early, plain_shiftN,
+#        plain_heap (data placement), plain_a64, ported_a64 (code placement), plain_again (noise))
 set -e
 bld=${1:-build}
 reps=${REPS:-10} steps=${STEPS:-40} batch=${B:-8} threads=${THREADS:-1}
@@ -23,14 +25,21 @@ trap 'rm -rf "$tmp"' EXIT
 shard=$tmp/shard.bin
 "$dir/adopt_plain" --make-shard "$shard" 2000000
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-variants="plain ported ported_launch plain_launch ported_tokens"
+variants=${VARIANTS:-"plain ported ported_launch plain_launch ported_tokens"}
 cmd() {
   case $1 in
-    plain) echo "$dir/adopt_plain" ;;
+    plain | plain_again) echo "$dir/adopt_plain" ;; # plain_again: the noise floor of this machine
+    plain_a64) echo "$dir/adopt_plain_a64" ;;         # functions and loops 64-byte aligned
+    ported_a64) echo "$dir/adopt_ported_a64" ;;
     ported) echo "$dir/adopt_ported" ;;
     ported_tokens) echo "$dir/adopt_ported_tokens" ;;
     ported_launch) echo "$bld/accelerate launch --num_processes 1 $dir/adopt_ported" ;;
     plain_launch) echo "$bld/accelerate launch --num_processes 1 $dir/adopt_plain" ;;
+    # placement experiments on the plain program (docs/PERFORMANCE.md, "The cost of adoption"):
+    plain_early) echo "env ADOPT_EARLY_GRADS=1 $dir/adopt_plain" ;;   # gradients before the activations
+    plain_shift*) echo "env ADOPT_GRADS_SHIFT=${1#plain_shift} $dir/adopt_plain" ;; # gradients N floats later
+    plain_heap) echo "env GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432 $dir/adopt_plain" ;; # no mmap
+    *) echo "$0: unknown variant $1" >&2; exit 2 ;;
   esac
 }
 echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores; OMP_NUM_THREADS=$threads"
