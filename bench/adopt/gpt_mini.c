@@ -395,6 +395,20 @@ static unsigned mxcsr(void) {
 #endif
 }
 
+/* the process's thread count and allowed CPUs as the kernel sees them, read during the run */
+static void proc_status(char *threads, char *cpus, size_t n) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  snprintf(threads, n, "?");
+  snprintf(cpus, n, "?");
+  while (f && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (strncmp(line, "Threads:", 8) == 0) snprintf(threads, n, "%s", line + 8 + strspn(line + 8, " \t"));
+    if (strncmp(line, "Cpus_allowed_list:", 18) == 0) snprintf(cpus, n, "%s", line + 18 + strspn(line + 18, " \t"));
+  }
+  if (f) fclose(f);
+}
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -447,6 +461,7 @@ int main(int argc, char **argv) {
   double t_all = now_ms();
   float loss = 0;
   double lib_ms = 0; /* wall time inside the library's per-step calls */
+  char threads[64], cpus[64];
   struct rusage ru0, ru1;
   for (int s = 0; s < steps; s++) {
     if (s == 1) getrusage(RUSAGE_SELF, &ru0);
@@ -471,6 +486,7 @@ int main(int argc, char **argv) {
     adamw_step(&opt, model.params, model.grads, model.np, 1e-3f);
     ms[s] = now_ms() - t0;
     cpu[s] = cpu_ms() - c0;
+    if (s == steps - 1) proc_status(threads, cpus, sizeof threads);
     if (s % 10 == 0 || s == steps - 1) printf("step %d loss %.6f %.2f ms\n", s, loss, ms[s]);
   }
   t_all = now_ms() - t_all;
@@ -489,7 +505,7 @@ int main(int argc, char **argv) {
    * mmap threshold was raised by an earlier free of a large mmapped block (then from the heap) */
   printf("addr params %p grads %p acts %p dacts %p adam_m %p adam_v %p\n", (void *)model.params, (void *)model.grads,
          (void *)model.acts_mem, (void *)model.dacts_mem, (void *)opt.m, (void *)opt.v);
-  printf("library_ms_per_step %.5f mxcsr 0x%x\n", lib_ms / steps, mxcsr());
+  printf("library_ms_per_step %.5f mxcsr 0x%x threads %s cpus %s\n", lib_ms / steps, mxcsr(), threads, cpus);
   printf("steady_minflt %ld steady_majflt %ld steady_nvcsw %ld steady_nivcsw %ld\n", ru1.ru_minflt - ru0.ru_minflt,
          ru1.ru_majflt - ru0.ru_majflt, ru1.ru_nvcsw - ru0.ru_nvcsw, ru1.ru_nivcsw - ru0.ru_nivcsw);
 #ifdef PORTED_TOKENS
