@@ -4,8 +4,10 @@
 # divided by S2 - S1 is what one steady-state step costs, without the start-up: instructions
 # executed (Ir), data reads and writes, first-level and last-level cache misses of the simulated
 # caches. These do not move with the load of the machine, unlike the times of run.sh.
+# Valgrind replaces malloc: blocks land where its allocator puts them, not glibc's, so run.sh's
+# plain_heap has no counterpart here, and placement effects are not the machine's.
 # Usage: bench/adopt/count.sh [BUILD_DIR]   (default build; S1=2 S2=6 B=8; VARIANTS as in run.sh:
-#        plain ported plain_early plain_shiftN plain_heap)
+#        plain ported plain_early plain_shiftN)
 set -e
 bld=${1:-build}
 s1=${S1:-2} s2=${S2:-6} batch=${B:-8}
@@ -25,7 +27,6 @@ cmd() {
     ported) echo "- $dir/adopt_ported_avx2" ;;
     plain_early) echo "ADOPT_EARLY_GRADS=1 $dir/adopt_plain_avx2" ;;
     plain_shift*) echo "ADOPT_GRADS_SHIFT=${1#plain_shift} $dir/adopt_plain_avx2" ;;
-    plain_heap) echo "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432 $dir/adopt_plain_avx2" ;;
     *) echo "$0: unknown variant $1" >&2; return 1 ;;
   esac
 }
@@ -35,15 +36,15 @@ totals() {
   set -- $c "$2"
   e=$1; [ "$e" != - ] || e=ADOPT_NOTHING=0
   env "$e" valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file="$tmp/cg.out" \
-    "$2" "$tmp/shard.bin" "$3" "$batch" > "$tmp/run.txt" 2>&1 || { cat "$tmp/run.txt"; exit 1; }
+    "$2" "$tmp/shard.bin" "$3" "$batch" > "$tmp/run.txt" 2>&1 || { cat "$tmp/run.txt" >&2; exit 1; }
   sed -n 's/^summary: //p' "$tmp/cg.out"
 }
 echo "# cachegrind ($(valgrind --version)), $(lscpu | sed -n 's/^Model name: *//p'); B=$batch, per step = (run of $s2 steps - run of $s1) / $((s2 - s1))"
 printf '%-14s %14s %12s %12s %12s %12s %10s\n' variant "Ir/step" "Dr/step" "Dw/step" "D1 miss/st" "LL miss/st" "Ir x"
 base=""
-for v in ${VARIANTS:-plain ported plain_early plain_shift1 plain_shift4 plain_heap}; do
-  a=$(totals "$v" "$s1")
-  b=$(totals "$v" "$s2")
+for v in ${VARIANTS:-plain ported plain_early plain_shift4 plain_shift12}; do
+  a=$(totals "$v" "$s1") || exit 1
+  b=$(totals "$v" "$s2") || exit 1
   line=$(echo "$a $b" | awk -v n=$((s2 - s1)) '{ # fields 1-9: run 1, 10-18: run 2
     printf "%.0f %.0f %.0f %.0f %.0f", ($10 - $1) / n, ($13 - $4) / n, ($16 - $7) / n, \
       ($14 + $17 - $5 - $8) / n, ($15 + $18 - $6 - $9) / n }')
