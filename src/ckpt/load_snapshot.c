@@ -42,13 +42,13 @@ struct acc__load_snapshot {
 
 void acc__load_snapshot_free(acc__load_snapshot *s, const acc__accel_parts *p) {
   if (!s) return;
-  for (int i = 0; s->models && i < p->nmodels; i++) acc__free(s->models[i]);
+  for (int i = 0; s->models && i < p->nmodels; i++) acc__tmp_free(s->models[i]);
   for (int i = 0; s->opts && i < p->nopts; i++) {
-    for (size_t k = 0; s->opts[i].bufs && k < s->opts[i].nparams * BUFS; k++) acc__free(s->opts[i].bufs[k]);
+    for (size_t k = 0; s->opts[i].bufs && k < s->opts[i].nparams * BUFS; k++) acc__tmp_free(s->opts[i].bufs[k]);
     acc__free(s->opts[i].bufs);
     acc__free(s->opts[i].scalars);
   }
-  for (int i = 0; s->custom && i < s->ncustom; i++) acc__free(s->custom[i].data);
+  for (int i = 0; s->custom && i < s->ncustom; i++) acc__tmp_free(s->custom[i].data);
   acc__free(s->models);
   acc__free(s->opts);
   acc__free(s->sched_step);
@@ -61,7 +61,7 @@ void acc__load_snapshot_free(acc__load_snapshot *s, const acc__accel_parts *p) {
 
 static acc_result take_model(float **out, const acc_model *m) {
   size_t n = acc_model_numel(m), off = 0;
-  float *d = acc__malloc((n ? n : 1) * sizeof *d);
+  float *d = acc__tmp_alloc((n ? n : 1) * sizeof *d);
   if (!d) return ACC_ERR_NOMEM;
   for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
     const acc_param *pa = acc_model_parameter(m, i);
@@ -84,9 +84,9 @@ static acc_result take_opt(opt_snap *s, acc_optimizer *o, const acc_model *m) {
       if (!acc__optimizer_state_present(o, i, b)) continue;
       size_t n = acc_model_parameter(m, i)->numel;
       const float *src = acc__optimizer_state_host(o, i, b);
-      float *d = acc__malloc((n ? n : 1) * sizeof *d);
+      float *d = acc__tmp_alloc((n ? n : 1) * sizeof *d);
       if (!src || !d) {
-        acc__free(d);
+        acc__tmp_free(d);
         return ACC_ERR_NOMEM;
       }
       memcpy(d, src, n * sizeof *d);
@@ -134,7 +134,7 @@ acc_result acc__load_snapshot_take(const acc__accel_parts *p, acc__load_snapshot
     custom_snap *cs = &s->custom[i];
     size_t len = 0, used = 0;
     if (c->custom[i].save(c->custom[i].obj, NULL, 0, &len) != ACC_OK) continue;
-    if (!(cs->data = acc__malloc(len ? len : 1))) rc = ACC_ERR_NOMEM;
+    if (!(cs->data = acc__tmp_alloc(len ? len : 1))) rc = ACC_ERR_NOMEM;
     else if (c->custom[i].save(c->custom[i].obj, cs->data, len, &used) == ACC_OK && used <= len) {
       cs->len = used;
       cs->ok = 1;

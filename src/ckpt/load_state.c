@@ -245,8 +245,8 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
       continue;
     }
     if (numel > tmp_cap) { /* the mapped data may be unaligned: copy */
-      acc__free(tmp);
-      tmp = acc__malloc(numel * sizeof(float));
+      acc__tmp_free(tmp);
+      tmp = acc__tmp_alloc(numel * sizeof(float));
       tmp_cap = tmp ? numel : 0;
       if (!tmp) {
         rc = ACC_ERR_NOMEM;
@@ -257,7 +257,7 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
     rc = acc_optimizer_state_set(o, tv.name, tmp, numel, tv.ndim, tv.shape);
     if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
   }
-  acc__free(tmp);
+  acc__tmp_free(tmp);
   acc_safetensors_close(f);
   acc__free(path);
   return rc;
@@ -281,7 +281,7 @@ static acc_result load_custom(const acc__custom_obj *c, const char *dir, int i) 
                     (long long)sb.st_size, (unsigned long long)c->max_bytes, i);
   if (rc == ACC_OK) {
     len = (size_t)sb.st_size;
-    buf = acc__malloc(len ? len : 1);
+    buf = acc__tmp_alloc(len ? len : 1);
     if (!buf) rc = ACC_ERR_NOMEM;
   }
   for (size_t got = 0; rc == ACC_OK && got < len;) {
@@ -301,7 +301,7 @@ static acc_result load_custom(const acc__custom_obj *c, const char *dir, int i) 
     if (rc != ACC_OK)
       rc = acc__callback_result(rc, "load_state: the load callback of registered object %d ('%s')", i, path);
   }
-  acc__free(buf);
+  acc__tmp_free(buf);
   acc__free(path);
   return rc;
 }

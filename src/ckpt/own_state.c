@@ -64,7 +64,7 @@ static size_t nbufs_total(const own_reg *r) {
 }
 
 static void bytes_free(own_bytes *v, size_t n) {
-  for (size_t i = 0; v && i < n; i++) acc__free(v[i].data);
+  for (size_t i = 0; v && i < n; i++) acc__tmp_free(v[i].data);
   acc__free(v);
 }
 
@@ -147,7 +147,7 @@ static acc_result stage_group(const own_group *g, const char *dir, own_bytes *ou
                       acc_safetensors_dtype_name(b->dtype), b->count, b->count * es);
       break;
     }
-    out[i].data = acc__malloc(v.nbytes ? v.nbytes : 1);
+    out[i].data = acc__tmp_alloc(v.nbytes ? v.nbytes : 1);
     if (!out[i].data) {
       rc = ACC_ERR_NOMEM;
       break;
@@ -175,7 +175,7 @@ static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: per-process object %zu of process %d wants %zu bytes, "
                       "more than the limit of %llu", i, proc, len,
                       (unsigned long long)ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT);
-  void *buf = acc__malloc(len ? len : 1);
+  void *buf = acc__tmp_alloc(len ? len : 1);
   if (!buf) return ACC_ERR_NOMEM;
   size_t got = len;
   rc = acc__callback_result(o->save(o->obj, buf, len, &got),
@@ -184,7 +184,7 @@ static acc_result save_obj(const own_obj *o, size_t i, const char *dir, int proc
     rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "save_state: the save callback of per-process object %zu wrote %zu "
                     "bytes into a buffer of %zu", i, got, len);
   if (rc == ACC_OK) rc = acc__write_file_atomic(path, buf, got);
-  acc__free(buf);
+  acc__tmp_free(buf);
   return rc;
 }
 
@@ -212,7 +212,7 @@ static acc_result stage_obj(size_t i, const char *dir, int proc, int nproc, own_
                       (long long)st.st_size, (unsigned long long)ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT);
   }
   size_t len = (size_t)st.st_size;
-  void *buf = acc__malloc(len ? len : 1);
+  void *buf = acc__tmp_alloc(len ? len : 1);
   acc_result rc = buf ? ACC_OK : ACC_ERR_NOMEM;
   size_t off = 0;
   while (rc == ACC_OK && off < len) {
@@ -222,7 +222,7 @@ static acc_result stage_obj(size_t i, const char *dir, int proc, int nproc, own_
   }
   close(fd);
   if (rc != ACC_OK) {
-    acc__free(buf);
+    acc__tmp_free(buf);
     return rc;
   }
   out->data = buf;
@@ -308,7 +308,7 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c) {
       own_buf *b = slot_buf(r, k);
       if (!*b->data || !r->staged[k].present) continue;
       kp->len = b->count * acc_dtype_size(b->dtype);
-      kp->data = acc__malloc(kp->len ? kp->len : 1);
+      kp->data = acc__tmp_alloc(kp->len ? kp->len : 1);
       if (!kp->data) return ACC_ERR_NOMEM;
       memcpy(kp->data, *b->data, kp->len);
       kp->present = 1;
@@ -319,7 +319,7 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c) {
     acc_clear_error();
     acc_result rc = o->save(o->obj, NULL, 0, &len);
     if (rc == ACC_OK && len > ACC_CHECKPOINT_OBJECT_MAX_BYTES_DEFAULT) rc = ACC_ERR_INVALID_ARGUMENT;
-    if (rc == ACC_OK && !(kp->data = acc__malloc(len ? len : 1))) return ACC_ERR_NOMEM;
+    if (rc == ACC_OK && !(kp->data = acc__tmp_alloc(len ? len : 1))) return ACC_ERR_NOMEM;
     if (rc == ACC_OK) rc = o->save(o->obj, kp->data, len, &used);
     if (rc != ACC_OK || used > len)
       return acc__error(rc != ACC_OK ? rc : ACC_ERR_INVALID_ARGUMENT,

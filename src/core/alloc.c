@@ -6,8 +6,10 @@
  * or the environment arms it. Disarmed, it costs one relaxed atomic load per allocation. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/internal.h"
 
@@ -60,4 +62,52 @@ char *acc__strdup(const char *s) {
   char *d = acc__malloc(n);
   if (d) memcpy(d, s, n);
   return d;
+}
+
+/* acc__tmp_alloc's header, 64 bytes before the pointer it returns (keeps 64-byte alignment of
+ * mapped blocks): how the block was made and how long its mapping is. */
+typedef struct {
+  size_t maplen; /* 0: from malloc */
+  uint64_t magic;
+  unsigned char pad[48];
+} tmp_head;
+#define TMP_MAGIC 0x61636374656d7021ull
+#define TMP_MAP_MIN ((size_t)64 << 10)
+
+void *acc__tmp_alloc(size_t n) {
+  if (n > SIZE_MAX - sizeof(tmp_head) - 4096) {
+    acc__error(ACC_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+    return NULL;
+  }
+  size_t total = n + sizeof(tmp_head);
+  tmp_head *h = NULL;
+  if (injected()) {
+    h = NULL;
+  } else if (n >= TMP_MAP_MIN) {
+    size_t maplen = (total + 4095) & ~(size_t)4095;
+    void *m = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+      h = m;
+      h->maplen = maplen;
+    }
+  } else if ((h = malloc(total)) != NULL) {
+    h->maplen = 0;
+  }
+  if (!h) {
+    acc__error(ACC_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+    return NULL;
+  }
+  h->magic = TMP_MAGIC;
+  return h + 1;
+}
+
+void acc__tmp_free(void *p) {
+  if (!p) return;
+  int saved = errno;
+  tmp_head *h = (tmp_head *)p - 1;
+  if (h->magic != TMP_MAGIC) abort(); /* not from acc__tmp_alloc: a library bug, never a user's */
+  h->magic = 0;
+  if (h->maplen) munmap(h, h->maplen);
+  else free(h);
+  errno = saved;
 }

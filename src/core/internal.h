@@ -87,6 +87,12 @@ void *acc__calloc(size_t count, size_t size);
 void *acc__realloc(void *p, size_t n);
 void acc__free(void *p);
 char *acc__strdup(const char *s);
+/* Temporaries that live only inside one library call (checkpoint snapshots, staged file bytes):
+ * from 64 KiB on they are mappings of their own, so freeing them never raises glibc's dynamic mmap
+ * threshold and never moves where the program's next large malloc lands (docs/PERFORMANCE.md, the
+ * cost of adoption). Free only with acc__tmp_free; failures and injection as acc__malloc. */
+void *acc__tmp_alloc(size_t n);
+void acc__tmp_free(void *p);
 /* Tests only (src/core/alloc.c): from now on, allocation number n (0-based) through the wrappers
  * fails; n < 0 disarms. acc__alloc_count() is the number of allocations since that call. */
 void acc__alloc_fail_nth(long n);
