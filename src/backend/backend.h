@@ -62,6 +62,9 @@ typedef struct acc__proc_info {
    * connection (NULL otherwise), this process's machine and the number of machines. */
   struct acc__store *store;
   int machine_rank, num_machines;
+  /* 1 for the shared-memory group of one machine inside the hierarchical backend: rank and size
+   * are the machine's (local), and its reports name the job's ranks and the machine. */
+  int machine_group;
 } acc__proc_info;
 
 acc_result acc__backend_single_create(acc__backend **out);

@@ -190,13 +190,13 @@ static int same_call(const acc__call_rec *a, const acc__call_rec *b) {
 }
 
 acc_result acc__mismatch_error(const char *what, int me, const acc__call_rec *mine,
-                               const acc__call_rec *recs, int n) {
+                               const acc__call_rec *recs, int n, int rank_base) {
   char msg[2000];
   size_t len = (size_t)snprintf(
       msg, sizeof msg,
       "%s (collective #%llu) on rank %d: the processes made different collective calls (every "
       "process must make the same collective calls in the same order; they are out of step):",
-      what, (unsigned long long)mine->seq, me);
+      what, (unsigned long long)mine->seq, me + rank_base);
   /* in rank order; with many processes, those whose call differs from this one's first */
   int shown = 0, few = n <= 6;
   for (int pass = 0; pass < (few ? 1 : 2); pass++) {
@@ -207,7 +207,7 @@ acc_result acc__mismatch_error(const char *what, int me, const acc__call_rec *mi
       acc__call_rec_describe(one, sizeof one, &recs[r]);
       if (recs[r].seq != mine->seq)
         snprintf(num, sizeof num, " (at its collective #%llu)", (unsigned long long)recs[r].seq);
-      len += (size_t)snprintf(msg + len, sizeof msg - len, "\n  - process %d%s: %s", r, num, one);
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "\n  - process %d%s: %s", r + rank_base, num, one);
       shown++;
     }
   }

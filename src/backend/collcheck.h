@@ -132,7 +132,7 @@ const char *acc__op_name(int32_t op);
 /* ACC_ERR_MISMATCH with every process's call. recs[r] may have seq != mine->seq (a process
  * that is a call ahead or behind); it is then named with its own number. */
 acc_result acc__mismatch_error(const char *what, int me, const acc__call_rec *mine,
-                               const acc__call_rec *recs, int n);
+                               const acc__call_rec *recs, int n, int rank_base);
 
 /* Validates the byte counts every process reported for all_gather_bytes (reported[r] from rank
  * r, reported[me] must be `mine`) and computes sizes, displacements and the total. Fails with

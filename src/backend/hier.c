@@ -41,6 +41,7 @@ static void *scratch(hier_be *h, size_t n) {
 static void tag_inner(hier_be *h) {
   h->local->op_name = h->base.op_name;
   h->local->op_seq = h->base.op_seq;
+  h->local->call = h->base.call; /* the machine's group checks tags and reports the program's call */
   if (h->rail) {
     h->rail->op_name = h->base.op_name;
     h->rail->op_seq = h->base.op_seq;
@@ -49,6 +50,7 @@ static void tag_inner(hier_be *h) {
 
 static void end_local(hier_be *h) {
   if (h->local->ops->call_end) h->local->ops->call_end(h->local);
+  h->local->call = NULL;
 }
 
 static acc_result h_barrier(acc__backend *be) {
@@ -319,6 +321,7 @@ acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *in
   acc__proc_info li = *info;
   li.rank = info->local_rank;
   li.size = k;
+  li.machine_group = 1;
   acc_result rc = k > 1 ? acc__backend_shm_create(&h->local, &li) : acc__backend_single_create(&h->local);
   if (rc == ACC_OK) { /* rail l: local rank l of every machine; rail 0 is the leaders' group */
     acc__proc_info gi = *info;

@@ -383,6 +383,11 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->base.op_name = "joining the process group";
   s->n = info->size;
   s->me = info->rank;
+  if (info->machine_group) { /* one machine's group inside the hierarchical backend (hier.c):
+                              * consecutive ranks per machine, checked there */
+    s->rank_base = info->machine_rank * info->size;
+    snprintf(s->where, sizeof s->where, " on machine %d", info->machine_rank);
+  }
   s->timeout_s = info->timeout_s > 0 ? info->timeout_s : 1800.0;
   s->board_fd = -1;
   s->rdzv_t0 = acc__now();

@@ -19,6 +19,10 @@
 typedef struct shm_be {
   acc__backend base;
   int n, me;
+  /* Inside the hierarchical backend (one machine's group of a job over several machines): the
+   * job's rank of local rank 0 and " on machine M", so reports name the job's ranks; 0 and "". */
+  int rank_base;
+  char where[32];
   uint8_t *map;
   size_t map_bytes;
   acc__shm_header *hdr;

@@ -93,7 +93,7 @@ static void rank_list(shm_be *s, uint64_t target, int arrived, char *buf, size_t
     int a = s->joining ? atomic_load(&s->ctrl[r].registered) != 0
                        : atomic_load(&s->ctrl[r].seq) >= target;
     if (a != arrived) continue;
-    len += (size_t)snprintf(buf + len, cap - len, first ? "%d" : " %d", r);
+    len += (size_t)snprintf(buf + len, cap - len, first ? "%d" : " %d", r + s->rank_base);
     first = 0;
   }
   snprintf(buf + len, cap - len, "]");
@@ -150,22 +150,24 @@ static acc_result check_peers(shm_be *s, uint64_t target) {
     int pid = atomic_load(&s->ctrl[r].pid);
     if (s->joining)
       return acc__error(ACC_ERR_REMOTE,
-                        "joining the shared-memory process group on rank %d: rank %d (pid %d) %s "
+                        "joining the shared-memory process group on rank %d%s: rank %d (pid %d) %s "
                         "before every rank attached; attached: %s, not attached: %s",
-                        s->me, r, pid,
+                        s->me + s->rank_base, s->where, r + s->rank_base, pid,
                         ps == PEER_DEAD ? "died (killed or crashed)" : "left the process group",
                         arrived, missing);
     if (ps == PEER_DEAD)
       return acc__error(ACC_ERR_REMOTE,
-                        "%s (collective #%llu) on rank %d: rank %d (pid %d) died before arriving "
+                        "%s (collective #%llu) on rank %d%s: rank %d (pid %d) died before arriving "
                         "(killed, crashed, or exited without acc_state_destroy); arrived: %s, "
                         "missing: %s",
-                        what(s), (unsigned long long)s->base.op_seq, s->me, r, pid, arrived, missing);
+                        what(s), (unsigned long long)s->base.op_seq, s->me + s->rank_base, s->where, r + s->rank_base, pid,
+                      arrived, missing);
     return acc__error(ACC_ERR_REMOTE,
-                      "%s (collective #%llu) on rank %d: rank %d (pid %d) left the process group "
+                      "%s (collective #%llu) on rank %d%s: rank %d (pid %d) left the process group "
                       "(acc_state_destroy or exit) while the others were waiting for it; every rank "
                       "must make the same collective calls; arrived: %s, missing: %s",
-                      what(s), (unsigned long long)s->base.op_seq, s->me, r, pid, arrived, missing);
+                      what(s), (unsigned long long)s->base.op_seq, s->me + s->rank_base, s->where, r + s->rank_base, pid,
+                      arrived, missing);
   }
   return ACC_OK;
 }
@@ -176,14 +178,15 @@ static acc_result timeout_error(shm_be *s, uint64_t target) {
   rank_list(s, target, 0, missing, sizeof missing);
   if (s->joining)
     return acc__error(ACC_ERR_TIMEOUT,
-                      "joining the shared-memory process group on rank %d: timed out after %g s "
+                      "joining the shared-memory process group on rank %d%s: timed out after %g s "
                       "(%s): attached: %s, not attached: %s (a rank that is not attached has not "
                       "started, failed before acc_state_create, or is a different job)",
-                      s->me, s->rdzv_timeout_s, s->rdzv_var, arrived, missing);
+                      s->me + s->rank_base, s->where, s->rdzv_timeout_s, s->rdzv_var, arrived, missing);
   return acc__error(ACC_ERR_TIMEOUT,
-                    "%s (collective #%llu) on rank %d: timed out after %g s (ACCELERATE_TIMEOUT): "
+                    "%s (collective #%llu) on rank %d%s: timed out after %g s (ACCELERATE_TIMEOUT): "
                     "arrived: %s, not arrived: %s",
-                    what(s), (unsigned long long)s->base.op_seq, s->me, s->timeout_s, arrived, missing);
+                    what(s), (unsigned long long)s->base.op_seq, s->me + s->rank_base, s->where, s->timeout_s, arrived,
+                    missing);
 }
 
 /* ---- call tags and hang reports (slow paths, except the loop of check_tags) ------------------ */
@@ -244,7 +247,7 @@ static acc_result tag_mismatch(shm_be *s, uint64_t t) {
     else
       read_call(s, r, t, mine.seq, &all[r]);
   }
-  acc_result rc = acc__mismatch_error(what(s), s->me, &mine, all, s->n);
+  acc_result rc = acc__mismatch_error(what(s), s->me, &mine, all, s->n, s->rank_base);
   acc__free(all);
   return rc;
 }
@@ -257,36 +260,36 @@ static void hang_report(shm_be *s, uint64_t target, double waited) {
   my_call(s, &mine);
   acc__call_rec_describe(one, sizeof one, &mine);
   size_t len = (size_t)snprintf(line, sizeof line,
-                                "accelerate: hang report: rank %d (pid %d): %s (collective #%llu) "
+                                "accelerate: hang report: rank %d%s (pid %d): %s (collective #%llu) "
                                 "%s has waited %.1f s (timeout %g s, ACCELERATE_TIMEOUT);",
-                                s->me, (int)getpid(), what(s), (unsigned long long)s->base.op_seq,
+                                s->me + s->rank_base, s->where, (int)getpid(), what(s), (unsigned long long)s->base.op_seq,
                                 one, waited, s->timeout_s);
   char missing[512];
   rank_list(s, target, 0, missing, sizeof missing);
   len += (size_t)snprintf(line + len, sizeof line - len, " not arrived: %s", missing);
   for (int r = 0; r < s->n && len + 450 < sizeof line; r++) {
     if (r == s->me || atomic_load(&s->ctrl[r].seq) >= target) continue;
-    int pid = atomic_load(&s->ctrl[r].pid);
+    int pid = atomic_load(&s->ctrl[r].pid), gr = r + s->rank_base;
     peer_state ps = peer_check(s, r);
     acc__call_rec rec;
     int any = read_call(s, r, 0, 0, &rec);
     if (any) acc__call_rec_describe(one, sizeof one, &rec);
     if (ps != PEER_ALIVE)
-      len += (size_t)snprintf(line + len, sizeof line - len, "; rank %d (pid %d) is %s", r, pid,
+      len += (size_t)snprintf(line + len, sizeof line - len, "; rank %d (pid %d) is %s", gr, pid,
                               ps == PEER_DEAD ? "dead" : "gone (left the process group)");
     else if (!any)
       len += (size_t)snprintf(line + len, sizeof line - len,
                               "; rank %d (pid %d) is not in a collective (it has made none yet)",
-                              r, pid);
+                              gr, pid);
     else if (atomic_load(&s->ctrl[r].active))
       len += (size_t)snprintf(line + len, sizeof line - len,
-                              "; rank %d (pid %d) is in %s (collective #%llu)", r, pid, one,
+                              "; rank %d (pid %d) is in %s (collective #%llu)", gr, pid, one,
                               (unsigned long long)rec.seq);
     else
       len += (size_t)snprintf(line + len, sizeof line - len,
                               "; rank %d (pid %d) is not in a collective, its last was %s "
                               "(collective #%llu)",
-                              r, pid, one, (unsigned long long)rec.seq);
+                              gr, pid, one, (unsigned long long)rec.seq);
   }
   acc__report_line(line);
 }
@@ -300,16 +303,16 @@ acc_result acc__shm_board_check(shm_be *s) {
   acc__board_describe(&e, how, sizeof how);
   if (!s->map)
     return acc__error(ACC_ERR_REMOTE,
-                      "joining the shared-memory process group on rank %d: rank %d (pid %d) %s "
+                      "joining the shared-memory process group on rank %d%s: rank %d (pid %d) %s "
                       "before joining (reported by accelerate launch)",
-                      s->me, r, (int)e.pid, how);
+                      s->me + s->rank_base, s->where, r + s->rank_base, (int)e.pid, how);
   rank_list(s, 0, 1, arrived, sizeof arrived);
   rank_list(s, 0, 0, missing, sizeof missing);
   return acc__error(ACC_ERR_REMOTE,
-                    "joining the shared-memory process group on rank %d: rank %d (pid %d) %s "
+                    "joining the shared-memory process group on rank %d%s: rank %d (pid %d) %s "
                     "before every rank attached (reported by accelerate launch); attached: %s, "
                     "not attached: %s",
-                    s->me, r, (int)e.pid, how, arrived, missing);
+                    s->me + s->rank_base, s->where, r + s->rank_base, (int)e.pid, how, arrived, missing);
 }
 
 /* Low-frequency checks of every waiting phase: dead peers, the launcher's board during the

@@ -55,7 +55,7 @@ static ACC_COLD acc_result exchange_records(acc_state *st, const acc__call *c, c
   if (!all) return ACC_ERR_NOMEM;
   to_rec(&mine, c);
   acc_result rc = st->be->ops->all_gather(st->be, &mine, all, sizeof mine);
-  if (rc == ACC_OK) rc = acc__mismatch_error(fn, st->rank, &mine, all, n);
+  if (rc == ACC_OK) rc = acc__mismatch_error(fn, st->rank, &mine, all, n, 0);
   acc__free(all);
   return fail_remote(st, rc);
 }
@@ -94,7 +94,7 @@ static ACC_COLD acc_result debug_check(acc_state *st, const acc__call *c) {
           o->red != mine.red)))
       same = 0;
   }
-  if (!same) rc = fail_remote(st, acc__mismatch_error(fn, st->rank, &mine, all, n));
+  if (!same) rc = fail_remote(st, acc__mismatch_error(fn, st->rank, &mine, all, n, 0));
   acc__free(all);
   return rc;
 }

@@ -318,7 +318,7 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
   int mpi_launcher = strcmp(e->launcher, "openmpi") == 0 || strcmp(e->launcher, "mpich") == 0 ||
                      strcmp(e->launcher, "mvapich") == 0;
   if (e->size == 1) kind = ACC_BACKEND_SINGLE;
-  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s, NULL, 0, 1};
+  acc__proc_info info = {e->rank, e->size, e->local_rank, e->local_size, e->job_id, st->timeout_s, NULL, 0, 1, 0};
   if (kind == ACC_BACKEND_AUTO) {
     /* Several machines: under an MPI launcher or srun (or a launcher that does not say which
      * tasks share one machine), MPI; otherwise (accelerate launch per machine, torchrun's

@@ -46,10 +46,15 @@ static void test_messages(void) {
   a.file = NULL;
   acc__call_rec_fields(&r[1], &a);
   acc__call_rec_site(&r[1], a.file);
-  CHECK_ERR(acc__mismatch_error("all_reduce", 0, &r[0], r, 2), ACC_ERR_MISMATCH,
+  CHECK_ERR(acc__mismatch_error("all_reduce", 0, &r[0], r, 2, 0), ACC_ERR_MISMATCH,
             "process 0: all_reduce(count=100, dtype=f32, op=sum) [user call] at a.c:3");
   CHECK(strstr(acc_last_error(), "process 1: all_reduce(count=100, dtype=f32, op=sum) [gradient sync "
                                  "bucket 3] at an unknown call site"),
+        "%s", acc_last_error());
+  /* one machine's group inside the hierarchical backend: the job's ranks (machine 2 of 2 x 2) */
+  CHECK_ERR(acc__mismatch_error("all_reduce", 1, &r[1], r, 2, 2), ACC_ERR_MISMATCH, "on rank 3:");
+  CHECK(strstr(acc_last_error(), "process 2: all_reduce(count=100") &&
+            strstr(acc_last_error(), "process 3: all_reduce(count=100") && !strstr(acc_last_error(), "process 0"),
         "%s", acc_last_error());
   /* a long path keeps its end */
   char path[400];
@@ -63,7 +68,7 @@ static void test_messages(void) {
   acc__call_rec many[64];
   for (int i = 0; i < 64; i++) many[i] = r[1];
   many[50].count = 7;
-  CHECK_ERR(acc__mismatch_error("all_reduce", 0, &many[0], many, 64), ACC_ERR_MISMATCH,
+  CHECK_ERR(acc__mismatch_error("all_reduce", 0, &many[0], many, 64, 0), ACC_ERR_MISMATCH,
             "process 50: all_reduce(count=7");
   CHECK(strstr(acc_last_error(), "more processes"), "%s", acc_last_error());
 }

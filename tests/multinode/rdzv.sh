@@ -238,7 +238,8 @@ fi
 if [ "$MODE" = hang ]; then
   # What a rank hung on machine 1 looks like today: every process of both machines prints a hang
   # report, the collective times out, and both launchers stop with a non-zero status, bounded.
-  # (The reports of the shared-memory group inside a machine name local ranks: docs/multi-machine.md.)
+  # The shared-memory group inside machine 1 names the job's ranks and the machine: rank 2 waits
+  # for rank 3 (not "local rank 1").
   export ACCELERATE_HANG_REPORT_S=2 ACCELERATE_TIMEOUT=$((8 * M))
   t0=$(date +%s)
   launch "$NSB" 1 "$TMP/m1.out" "$PROG" hang 3 &
@@ -257,6 +258,8 @@ if [ "$MODE" = hang ]; then
       fail "$f: the job's first failure is not the collective's timeout"
   done
   grep -q "hanging before the all_reduce" "$TMP/m1.out" || fail "rank 3 did not hang as planned"
+  grep -Eq "hang report: rank 2 on machine 1 \(pid [0-9]+\).* not arrived: \[3\]; rank 3 \(pid" "$TMP/m1.out" ||
+    fail "machine 1's hang report does not name rank 2 on machine 1 waiting for rank 3"
   echo "PASS: a rank hung on machine 1: hang reports on both machines, the job stopped at the timeout"
   exit 0
 fi
