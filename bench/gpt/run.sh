@@ -20,7 +20,10 @@ steps=${STEPS:-4}
 tokens=${BATCH_TOKENS:-8192}
 curve_steps=${CURVE_STEPS:-20}
 py=/usr/bin/python3
-$py -c 'import torch' 2>/dev/null || { echo "bench/gpt: needs Debian's python3-torch (apt-get install python3-torch)" >&2; exit 1; }
+# PyTorch from Debian (python3-torch), installed by scripts/deps.sh --bench when missing
+$py -c 'import torch' 2>/dev/null || "$root/scripts/deps.sh" --bench ||
+  { echo "bench/gpt: needs Debian's python3-torch (scripts/deps.sh --bench, as root)" >&2; exit 1; }
+$py -c 'import torch' 2>/dev/null || { echo "bench/gpt: python3-torch is installed but 'import torch' fails" >&2; exit 1; }
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2 --target gpt accelerate_cli gemm_bench >/dev/null
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

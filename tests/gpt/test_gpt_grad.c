@@ -36,7 +36,7 @@ static double urand(void) { /* [0, 1) */
   return (double)(rng >> 11) * 0x1.0p-53;
 }
 
-static float loss_of(gpt *m, const uint8_t *seq, int B, int T) {
+static float loss_of(gpt *m, const int32_t *seq, int B, int T) {
   float loss;
   REQUIRE(gpt_forward(m, seq, B, T, (size_t)T + 1) == 0);
   REQUIRE(gpt_loss(m, seq + 1, (size_t)T + 1, &loss, NULL) == 0);
@@ -52,8 +52,8 @@ static double check_grads(gpt_config cfg, int every, const char *what) {
   /* larger than the init's 0.02 so that every path carries a gradient worth measuring */
   for (size_t i = 0; i < gpt_num_params(m); i++) p[i] += (float)(0.6 * (urand() - 0.5));
   const int B = cfg.max_batch, T = cfg.block_size;
-  uint8_t *seq = malloc((size_t)B * (T + 1));
-  for (int i = 0; i < B * (T + 1); i++) seq[i] = (uint8_t)(urand() * cfg.vocab_size);
+  int32_t *seq = malloc((size_t)B * (T + 1) * sizeof *seq);
+  for (int i = 0; i < B * (T + 1); i++) seq[i] = (int32_t)(urand() * cfg.vocab_size);
   loss_of(m, seq, B, T);
   REQUIRE(gpt_backward(m, 1.0f) == 0);
   double worst = 0;
@@ -99,8 +99,8 @@ static void check_accumulation_and_hook(void) {
   gpt *m;
   REQUIRE(gpt_create(&m, &cfg) == 0);
   gpt_init(m, 3);
-  uint8_t seq[3 * 7];
-  for (size_t i = 0; i < sizeof seq; i++) seq[i] = (uint8_t)(urand() * 32);
+  int32_t seq[3 * 7];
+  for (size_t i = 0; i < 3 * 7; i++) seq[i] = (int32_t)(urand() * 32);
   size_t n = gpt_num_params(m);
   float *once = malloc(n * sizeof *once);
   loss_of(m, seq, 3, 6);
@@ -144,6 +144,33 @@ static void check_data(void) {
     REQUIRE(text_window_fetch(i, fa, &w) == 0 && text_window_fetch(i + 1, fb, &w) == 0);
     CHECK(a[8] == b[0] && a[0] == (uint8_t)text[i * 8], "window %lld: each window's last byte starts the next", (long long)i);
   }
+  /* the training part as an llm.c shard: header (magic, version, count), then uint16 bytes */
+  char shard[] = "/tmp/gpt_shard_XXXXXX";
+  int sfd = mkstemp(shard);
+  REQUIRE(sfd >= 0);
+  close(sfd);
+  REQUIRE(text_write_shard(&c, 0, c.train_len, 0, shard) == 0);
+  FILE *sf = fopen(shard, "rb");
+  REQUIRE(sf != NULL);
+  unsigned char *raw = malloc(1024 + 2 * 1000);
+  size_t got = fread(raw, 1, 1024 + 2 * 1000, sf);
+  fclose(sf);
+  CHECK(got == 1024 + 2 * 900, "shard size %zu, expected %d", got, 1024 + 2 * 900);
+  CHECK(raw[0] == 0x88 && raw[1] == 0xd8 && raw[2] == 0x34 && raw[3] == 0x01 && raw[4] == 1 && raw[8] == (900 & 255) &&
+            raw[9] == (900 >> 8), "llm.c header: magic 20240520, version 1, 900 tokens");
+  int same = 1;
+  for (size_t i = 0; i < 900 && got == 1024 + 2 * 900; i++) same &= raw[1024 + 2 * i] == (unsigned char)text[i] && raw[1025 + 2 * i] == 0;
+  CHECK(same, "the shard's tokens are the text's bytes");
+  REQUIRE(text_write_shard(&c, c.train_len, c.len, 19, shard) == 0);
+  sf = fopen(shard, "rb");
+  REQUIRE(sf != NULL);
+  got = fread(raw, 1, 1024 + 2 * 1000, sf);
+  fclose(sf);
+  CHECK(got == 1024 + 2 * 19 && raw[8] == 19 && raw[1024] == (unsigned char)text[900], "max_tokens keeps the first 19 tokens (%zu bytes)", got);
+  CHECK(text_write_shard(&c, 0, 10, 0, "/nonexistent-dir/x.bin") != 0 && strstr(text_last_error(), "/nonexistent-dir/x.bin"),
+        "unwritable shard names the path: %s", text_last_error());
+  free(raw);
+  unlink(shard);
   text_windows v = text_windows_of(&c, c.train_len, c.len, 9, 5);
   CHECK(v.count == 5 && (size_t)(v.count - 1) * v.step + 9 <= 100, "5 validation windows fit: step %zu", v.step);
   CHECK(text_window_fetch(v.count, fa, &v) != 0, "a window past the end is an error");
