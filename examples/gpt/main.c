@@ -473,6 +473,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     gpt_set_bf16(net, 1, bw.rounded);
+    gpt_set_bf16_half(net, bw.half); /* the same weights in bf16: no conversion per product */
   }
 
   acc_print(st, "%s", acc_state_describe(st));

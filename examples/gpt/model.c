@@ -1,6 +1,7 @@
 /* GPT forward and backward, from the equations in model.h. Rows are tokens: an activation is
- * [batch * T, width], row-major. Matrix products go through gemm(): cblas_sgemm with USE_CBLAS,
- * else plain loops that the compiler vectorizes. */
+ * [batch * T, width], row-major. Matrix products go through gemm_f32(): cblas_sgemm with USE_CBLAS,
+ * else plain loops that the compiler vectorizes; in bf16 mode with oneDNN, those of the linear
+ * layers through gemm_dnnl_bf16_pre (linear_fwd, linear_bwd). */
 #include "model.h"
 #include "gemm_dnnl.h"
 
@@ -52,6 +53,9 @@ struct gpt {
   float *params, *grads;
   int bf16;
   int lp;                 /* bf16 and oneDNN: the linear layers' products in bf16 through oneDNN */
+  const uint16_t *half;   /* lp: the weights already in bf16 (laid out as params), or NULL */
+  uint16_t *lp_a, *lp_b;  /* lp: operands converted to bf16 */
+  size_t lp_acap, lp_bcap;
   const float *weights;   /* matrices read from here in bf16 mode (NULL: params) */
   float **x;              /* x[l], l = 0..n_layer: the residual stream entering block l, [N, C] */
   layer_acts *acts;
@@ -81,6 +85,10 @@ void gpt_set_grad_hook(gpt *m, gpt_grad_hook hook, void *payload) {
   m->hook_payload = payload;
 }
 
+void gpt_set_bf16_half(gpt *m, const uint16_t *half) {
+  if (m) m->half = half;
+}
+
 void gpt_set_bf16(gpt *m, int on, const float *weights) {
   if (!m) return;
   m->bf16 = on != 0;
@@ -101,6 +109,8 @@ static float *alloc_floats(size_t n) {
 void gpt_destroy(gpt *m) {
   if (!m) return;
   free(m->tensors);
+  free(m->lp_a);
+  free(m->lp_b);
   free(m->params);
   free(m->grads);
   if (m->x)
@@ -322,14 +332,6 @@ static void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const flo
 #endif
 }
 
-/* The same; with lp (bf16 mode with oneDNN) a bf16 product through oneDNN, whose operands are
- * rounded to bf16 (the float32 product of the rounded operands, up to the order of the sums). */
-static void gemm(int lp, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
-  if (lp && gemm_dnnl_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
-  gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 /* Rounds to the nearest bfloat16 (ties to even), kept in a float. */
 VECTORIZED static void round_bf16(float *x, size_t n) {
   uint32_t *u = (uint32_t *)x;
@@ -340,22 +342,57 @@ VECTORIZED static void round_bf16(float *x, size_t n) {
   }
 }
 
-/* out[N, OC] = in[N, IC] W[OC, IC]^T + b */
-static void linear_fwd(int lp, float *out, const float *in, const float *W, const float *b, int N, int IC,
-                       int OC) {
-  for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof *b);
-  gemm(lp, 0, 1, N, OC, IC, 1.0f, in, IC, W, IC, 1.0f, out, OC);
+/* bf16 mode with oneDNN: n floats rounded to bf16 into one of the model's two buffers (grown on
+ * demand); NULL when out of memory (the caller then keeps the float32 product). */
+static const uint16_t *to_half(uint16_t **buf, size_t *cap, const float *x, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    *buf = malloc(n * sizeof **buf);
+    *cap = *buf ? n : 0;
+    if (!*buf) return NULL;
+  }
+  gemm_to_bf16(*buf, x, n);
+  return *buf;
 }
 
-/* dW += dout^T in, db += column sums of dout, din = dout W (when din is not NULL). */
-static void linear_bwd(int lp, float *din, float *dW, float *db, const float *dout, const float *in,
+/* W (a pointer into the weights) in the caller's bf16 copy (gpt_set_bf16_half), or NULL. */
+static const uint16_t *weight_half(gpt *m, const float *W) {
+  if (m->half) return m->half + (W - (m->weights ? m->weights : m->params));
+  return NULL;
+}
+
+/* out[N, OC] = in[N, IC] W[OC, IC]^T + b */
+static void linear_fwd(gpt *m, float *out, const float *in, const float *W, const float *b, int N, int IC,
+                       int OC) {
+  for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof *b);
+  if (m->lp) {
+    const uint16_t *ah = to_half(&m->lp_a, &m->lp_acap, in, (size_t)N * IC), *wh = weight_half(m, W);
+    if (!wh) wh = to_half(&m->lp_b, &m->lp_bcap, W, (size_t)OC * IC);
+    if (ah && wh && gemm_dnnl_bf16_pre(0, 1, N, OC, IC, 1.0f, ah, IC, wh, IC, 1.0f, out, OC) == 0) return;
+  }
+  gemm_f32(0, 1, N, OC, IC, 1.0f, in, IC, W, IC, 1.0f, out, OC);
+}
+
+/* dW += dout^T in, db += column sums of dout (db may be NULL), din = dout W (when din is not
+ * NULL). In bf16 mode with oneDNN, dout is converted once for both products. */
+static void linear_bwd(gpt *m, float *din, float *dW, float *db, const float *dout, const float *in,
                        const float *W, int N, int IC, int OC) {
-  gemm(lp, 1, 0, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dW, IC);
-  for (int i = 0; i < N; i++) {
+  const uint16_t *dh = NULL, *bh = NULL;
+  if (m->lp) {
+    dh = to_half(&m->lp_a, &m->lp_acap, dout, (size_t)N * OC);
+    bh = dh ? to_half(&m->lp_b, &m->lp_bcap, in, (size_t)N * IC) : NULL;
+  }
+  if (!bh || gemm_dnnl_bf16_pre(1, 0, OC, IC, N, 1.0f, dh, OC, bh, IC, 1.0f, dW, IC) != 0)
+    gemm_f32(1, 0, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dW, IC);
+  for (int i = 0; db && i < N; i++) {
     const float *restrict d = dout + (size_t)i * OC;
     for (int o = 0; o < OC; o++) db[o] += d[o];
   }
-  if (din) gemm(lp, 0, 0, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, din, IC);
+  if (!din) return;
+  const uint16_t *wh = dh ? weight_half(m, W) : NULL;
+  if (dh && !wh) wh = to_half(&m->lp_b, &m->lp_bcap, W, (size_t)OC * IC);
+  if (!wh || gemm_dnnl_bf16_pre(0, 0, N, IC, OC, 1.0f, dh, OC, wh, IC, 0.0f, din, IC) != 0)
+    gemm_f32(0, 0, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, din, IC);
 }
 
 VECTORIZED static void layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
@@ -488,12 +525,12 @@ static void attention_fwd(gpt *m, float *y, float *att, const float *qkv, int B,
       float *P = att + ((size_t)b * NH + (size_t)h) * T * T, *Y = y + (size_t)b * T * C + (size_t)h * hs;
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(0, 0, 1, r1 - r0, r1, hs, scale, Q + (size_t)r0 * C3, C3, K, C3, 0.0f, P + (size_t)r0 * T, T);
+        gemm_f32(0, 1, r1 - r0, r1, hs, scale, Q + (size_t)r0 * C3, C3, K, C3, 0.0f, P + (size_t)r0 * T, T);
       }
       softmax_causal(P, T, m->bf16);
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(0, 0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, V, C3, 0.0f, Y + (size_t)r0 * C, C);
+        gemm_f32(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, V, C3, 0.0f, Y + (size_t)r0 * C, C);
       }
     }
 }
@@ -514,15 +551,15 @@ static void attention_bwd(gpt *m, float *dqkv, const float *dy, const float *att
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* dP = dY V^T (causal part); dV[s] = sum over t >= s of P[t, s] dY[t] */
-        gemm(0, 0, 1, r1 - r0, r1, hs, 1.0f, dY + (size_t)r0 * C, C, V, C3, 0.0f, dS + (size_t)r0 * T, T);
-        gemm(0, 1, 0, r1 - r0, hs, T - r0, 1.0f, P + (size_t)r0 * T + r0, T, dY + (size_t)r0 * C, C,
+        gemm_f32(0, 1, r1 - r0, r1, hs, 1.0f, dY + (size_t)r0 * C, C, V, C3, 0.0f, dS + (size_t)r0 * T, T);
+        gemm_f32(1, 0, r1 - r0, hs, T - r0, 1.0f, P + (size_t)r0 * T + r0, T, dY + (size_t)r0 * C, C,
              0.0f, dV + (size_t)r0 * C3, C3);
       }
       softmax_causal_bwd(dS, P, T, scale);
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(0, 0, 0, r1 - r0, hs, r1, 1.0f, dS + (size_t)r0 * T, T, K, C3, 0.0f, dQ + (size_t)r0 * C3, C3);
-        gemm(0, 1, 0, r1 - r0, hs, T - r0, 1.0f, dS + (size_t)r0 * T + r0, T, Q + (size_t)r0 * C3, C3,
+        gemm_f32(0, 0, r1 - r0, hs, r1, 1.0f, dS + (size_t)r0 * T, T, K, C3, 0.0f, dQ + (size_t)r0 * C3, C3);
+        gemm_f32(1, 0, r1 - r0, hs, T - r0, 1.0f, dS + (size_t)r0 * T + r0, T, Q + (size_t)r0 * C3, C3,
              0.0f, dK + (size_t)r0 * C3, C3);
       }
     }
@@ -557,27 +594,33 @@ int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) 
     float *xo = m->x[l + 1];
     layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, tensor(m, P, l, LN1_W), tensor(m, P, l, LN1_B), N, C);
     if (m->bf16) round_bf16(a->ln1_out, NC);
-    linear_fwd(m->lp, a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
+    linear_fwd(m, a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
     if (m->bf16) round_bf16(a->qkv, 3 * NC);
     attention_fwd(m, a->atty, a->att, a->qkv, batch, T);
     if (m->bf16) round_bf16(a->atty, NC);
-    linear_fwd(m->lp, a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
+    linear_fwd(m, a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
     if (m->bf16) round_bf16(a->res2, NC);
     for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
     layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, tensor(m, P, l, LN2_W), tensor(m, P, l, LN2_B), N, C);
     if (m->bf16) round_bf16(a->ln2_out, NC);
-    linear_fwd(m->lp, a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
+    linear_fwd(m, a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
     if (m->bf16) round_bf16(a->fch, 4 * NC);
     gelu_fwd(a->fcg, a->fch, 4 * NC);
     if (m->bf16) round_bf16(a->fcg, 4 * NC);
-    linear_fwd(m->lp, xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
+    linear_fwd(m, xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
     if (m->bf16) round_bf16(xo, NC);
     for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
   }
   const gpt_tensor *lnf = &m->tensors[2 + PER_BLOCK * L];
   layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], P + lnf[0].offset, P + lnf[1].offset, N, C);
   if (m->bf16) round_bf16(m->lnf_out, NC);
-  gemm(m->lp, 0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
+  {
+    const uint16_t *ah = m->lp ? to_half(&m->lp_a, &m->lp_acap, m->lnf_out, NC) : NULL;
+    const uint16_t *wh = ah ? weight_half(m, W + m->tensors[0].offset) : NULL;
+    if (ah && !wh) wh = to_half(&m->lp_b, &m->lp_bcap, W + m->tensors[0].offset, (size_t)V * C);
+    if (!wh || gemm_dnnl_bf16_pre(0, 1, N, V, C, 1.0f, ah, C, wh, C, 0.0f, m->logits, V) != 0)
+      gemm_f32(0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
+  }
   if (m->bf16) round_bf16(m->logits, (size_t)N * V);
   m->tokens = tokens;
   m->stride = stride;
@@ -643,8 +686,7 @@ int gpt_backward(gpt *m, float scale) {
       for (int c = 0; c < V; c++) d[c] *= k;
     }
   /* tied output projection: logits = ln_f_out tok_emb^T */
-  gemm(m->lp, 0, 0, N, C, V, 1.0f, m->logits, V, W + m->tensors[0].offset, C, 0.0f, m->dln, C);
-  gemm(m->lp, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf_out, C, 1.0f, G + m->tensors[0].offset, C);
+  linear_bwd(m, m->dln, G + m->tensors[0].offset, NULL, m->logits, m->lnf_out, W + m->tensors[0].offset, N, C, V);
   const int f = 2 + PER_BLOCK * L;
   memset(m->dx, 0, NC * sizeof *m->dx);
   layernorm_bwd(m->dx, G + m->tensors[f].offset, G + m->tensors[f + 1].offset, m->dln, m->x[L],
@@ -655,15 +697,15 @@ int gpt_backward(gpt *m, float scale) {
     float *g = G + m->tensors[2 + PER_BLOCK * l].offset, *gt[PER_BLOCK];
     for (int j = 0; j < PER_BLOCK; j++) gt[j] = g + (m->tensors[2 + PER_BLOCK * l + j].offset - m->tensors[2 + PER_BLOCK * l].offset);
     /* x_out = res2 + mlp(ln2(res2)): dx flows to res2 unchanged, plus the MLP's share */
-    linear_bwd(m->lp, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
+    linear_bwd(m, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
     gelu_bwd(m->d4, a->fch, 4 * NC);
-    linear_bwd(m->lp, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
+    linear_bwd(m, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
     layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd,
                   tensor(m, P, l, LN2_W), N, C);
     /* res2 = x + proj(attention(ln1(x))) */
-    linear_bwd(m->lp, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
+    linear_bwd(m, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
     attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T);
-    linear_bwd(m->lp, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
+    linear_bwd(m, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
     layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd,
                   tensor(m, P, l, LN1_W), N, C);
     if (m->hook) m->hook(2 + PER_BLOCK * l, PER_BLOCK, m->hook_payload);

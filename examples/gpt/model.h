@@ -78,6 +78,11 @@ void gpt_zero_grad(gpt *m);
  */
 void gpt_set_bf16(gpt *m, int on, const float *weights);
 
+/** bf16 mode with oneDNN: the weights already rounded to bf16 (uint16 bit patterns, laid out as
+ *  gpt_params, e.g. acc_precision_copy_params' copy), read instead of converting the float
+ *  weights at every product; NULL converts them. The caller keeps them current. */
+void gpt_set_bf16_half(gpt *m, const uint16_t *half);
+
 /** How bf16 mode computes: "off"; with oneDNN (gemm_dnnl.h) the products of the linear layers
  *  and of the output projection, forward and backward, run in bf16 through it (their backward
  *  operands are rounded to bf16 too, as under autocast); without it, or with the environment
