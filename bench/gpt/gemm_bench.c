@@ -4,7 +4,7 @@
  * operands already in bf16), one thread, at the shapes of one training step of the example
  * (4 x 256 tokens, width 256): the forward product and both backward products of every linear
  * layer, the tied output projection and one attention block. For each product the best of REPS
- * timings of each (interleaved), in GFLOP/s (2 M N K per product), and the largest difference of
+ * timings of each (interleaved, thread CPU time), in GFLOP/s (2 M N K per product), and the largest difference of
  * each bf16 result from the f32 one relative to the largest |C| of the f32 one.
  *   usage: gemm_bench [reps]      (OPENBLAS_NUM_THREADS=1 and OPENBLAS_CORETYPE as for the run) */
 #include <cblas.h>
@@ -18,9 +18,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* CPU time of this thread: on a machine shared with other jobs, wall time counts the time the
+ * thread waits for a core, which penalizes long products more than short ones (a product longer
+ * than a scheduler time slice is almost never timed undisturbed). */
 static double now(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 

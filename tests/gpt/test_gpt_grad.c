@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "gemm_dnnl.h"
 #include "model.h"
 
 static int failures;
@@ -83,6 +84,64 @@ static double check_grads(gpt_config cfg, int every, const char *what) {
   gpt_destroy(m);
   free(seq);
   return worst;
+}
+
+/* bf16 mode (through oneDNN when the library has it, else rounded operands on the float32
+ * products) against float32: every tensor's gradient within a few bf16 roundings of the float32
+ * one, relative to the tensor's largest; and the bf16 weights given as a copy
+ * (gpt_set_bf16_half) give bit-identical gradients to converting the rounded weights. */
+static void check_bf16(void) {
+  gpt_config cfg = {64, 40, 2, 2, 32, 3};
+  gpt *m;
+  REQUIRE(gpt_create(&m, &cfg) == 0);
+  gpt_init(m, 11);
+  const size_t n = gpt_num_params(m);
+  float *p = gpt_params(m), *g = gpt_grads(m);
+  for (size_t i = 0; i < n; i++) p[i] += (float)(0.2 * (urand() - 0.5));
+  float *f32 = malloc(n * sizeof *f32), *conv = malloc(n * sizeof *conv), *rounded = malloc(n * sizeof *rounded);
+  uint16_t *half = malloc(n * sizeof *half);
+  int32_t seq[3 * 41];
+  for (int i = 0; i < 3 * 41; i++) seq[i] = (int32_t)(urand() * 64);
+  REQUIRE(f32 && conv && rounded && half);
+  gemm_to_bf16(half, p, n);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)half[i] << 16;
+    memcpy(&rounded[i], &u, sizeof u);
+  }
+  loss_of(m, seq, 3, 40);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  memcpy(f32, g, n * sizeof *f32);
+  gpt_zero_grad(m);
+  gpt_set_bf16(m, 1, rounded);
+  printf("bf16: %s\n", gpt_bf16_backend(m));
+  loss_of(m, seq, 3, 40);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  memcpy(conv, g, n * sizeof *conv);
+  gpt_zero_grad(m);
+  gpt_set_bf16_half(m, half);
+  loss_of(m, seq, 3, 40);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  CHECK(memcmp(conv, g, n * sizeof *g) == 0, "bf16 weights given as a copy change the gradients");
+  double worst = 0;
+  for (int t = 0; t < gpt_num_tensors(m); t++) {
+    const gpt_tensor *tn = gpt_tensor_at(m, t);
+    double gmax = 0, err = 0;
+    for (size_t k = 0; k < tn->numel; k++) {
+      gmax = fmax(gmax, fabs(f32[tn->offset + k]));
+      err = fmax(err, fabs(f32[tn->offset + k] - conv[tn->offset + k]));
+    }
+    CHECK(err <= 0.05 * gmax, "bf16: %s differs from float32 by %.3g (largest %.3g)", tn->name, err, gmax);
+    CHECK(err > 0 || gmax == 0, "bf16: %s is identical to float32: bf16 mode changed nothing", tn->name);
+    worst = fmax(worst, err / fmax(gmax, 1e-30));
+  }
+  printf("bf16 gradients vs float32: largest difference %.3g of the tensor's largest\n", worst);
+  gpt_set_bf16(m, 0, NULL);
+  gpt_set_bf16_half(m, NULL);
+  gpt_destroy(m);
+  free(f32);
+  free(conv);
+  free(rounded);
+  free(half);
 }
 
 static int hook_calls[64], hook_order[64], hook_n;
@@ -188,6 +247,7 @@ int main(void) {
   double w2 = check_grads(longer, 3, "context 70, every third element");
   printf("worst relative gradient error: %.3g (tiny), %.3g (context 70)\n", w1, w2);
   check_accumulation_and_hook();
+  check_bf16();
   check_data();
   gpt_config bad = {16, 5, 2, 3, 8, 2};
   gpt *m = NULL;
