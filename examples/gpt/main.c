@@ -304,10 +304,17 @@ static int make_datasets(const options *o, int rank, acc_dataset **train, acc_da
   if (o->train_tokens) {
     char *list = strdup(o->train_tokens);
     const char *paths[256];
-    int n = 0;
-    for (char *save = NULL, *p = strtok_r(list, ",", &save); p && n < 256; p = strtok_r(NULL, ",", &save))
-      paths[n++] = p;
-    int bad = !n || tokens_dataset(train, paths, n, o) || tokens_dataset(val, &o->val_tokens, 1, o);
+    int n = 0, too_many = 0;
+    if (!list) {
+      fprintf(stderr, "gpt: out of memory\n");
+      return 1;
+    }
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+      if (n == 256) too_many = 1;
+      else paths[n++] = p;
+    }
+    if (too_many) fprintf(stderr, "gpt: --train-tokens names more than 256 files; concatenate some of them\n");
+    int bad = !n || too_many || tokens_dataset(train, paths, n, o) || tokens_dataset(val, &o->val_tokens, 1, o);
     snprintf(source, cap, "%d token file(s) %.200s%s", n, n ? paths[0] : "", n > 1 ? ",..." : "");
     free(list);
     if (!n) fprintf(stderr, "gpt: --train-tokens names no file\n");
