@@ -7,9 +7,10 @@
  * stride, so nothing is copied beyond the conversion to bf16. alpha is the matmul's output scale
  * and beta a sum post-op (C = alpha A B + beta C).
  *
- * oneDNN's threads: Debian builds it on OpenMP. It gets as many threads as OpenBLAS would
- * (OPENBLAS_NUM_THREADS, which `accelerate launch` sets to 1 for several processes per machine),
- * set through omp_set_num_threads found at run time, so the example does not link OpenMP itself. */
+ * oneDNN's threads: Debian builds it on OpenMP. Unless OMP_NUM_THREADS is set, it gets as many
+ * threads as OpenBLAS uses (OPENBLAS_NUM_THREADS, which `accelerate launch` sets to 1 for several
+ * processes per machine), set through omp_set_num_threads and openblas_get_num_threads found at
+ * run time, so the example does not link OpenMP itself. */
 #define _GNU_SOURCE
 #include "gemm_dnnl.h"
 
@@ -86,11 +87,12 @@ static int init(void) {
     snprintf(g.describe, sizeof g.describe, "oneDNN: cannot create its CPU engine");
     return -1;
   }
-  /* as many threads as OpenBLAS (1 unless OPENBLAS_NUM_THREADS says otherwise) */
+  /* as many threads as OpenBLAS uses (OPENBLAS_NUM_THREADS, else its own choice), unless
+   * OMP_NUM_THREADS says otherwise; 1 when OpenBLAS is not in the program */
   void (*set_threads)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-  const char *env = getenv("OPENBLAS_NUM_THREADS");
-  int threads = env && atoi(env) > 0 ? atoi(env) : 1;
-  if (set_threads && !getenv("OMP_NUM_THREADS")) set_threads(threads);
+  int (*blas_threads)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
+  int threads = blas_threads ? blas_threads() : 1;
+  if (set_threads && !getenv("OMP_NUM_THREADS")) set_threads(threads > 0 ? threads : 1);
   const dnnl_version_t *v = dnnl_version();
   const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   const char *name = isa == dnnl_cpu_isa_avx512_core_amx    ? "AMX"
