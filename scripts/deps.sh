@@ -7,6 +7,7 @@ PACKAGES=(
   gcc make cmake pkg-config         # toolchain
   libjansson-dev libyaml-dev zlib1g-dev libdlpack-dev  # library dependencies
   libopenblas-dev                   # fast sgemm for the example (optional at build time)
+  libdnnl-dev                       # oneDNN: the GPT example's bf16 products (optional at build time)
   openmpi-bin libopenmpi-dev        # MPI backend (Open MPI module) and the Open MPI comparison benchmark
   mpich libmpich-dev                # the MPICH module beside it (mpirun.mpich, srun --mpi=pmi2); Open MPI stays the default mpirun/mpicc
   slurm-wlm munge                   # tests/slurm starts its own munged/slurmctld/slurmd; the packages' services need no config here
@@ -18,6 +19,10 @@ PACKAGES=(
   protobuf-compiler python3-crc32c  # independent readers of the TensorBoard files (tests)
   librsvg2-bin                      # rsvg-convert: PNG curves (accelerate plot) and their test
 )
+# `scripts/deps.sh --bench`: also what the benchmarks compare against (bench/gpt/run.sh: PyTorch)
+if [ "${1:-}" = "--bench" ]; then
+  PACKAGES+=(python3-torch)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

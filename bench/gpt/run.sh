@@ -1,6 +1,7 @@
 #!/bin/sh
-# GPT benchmark: first the matrix products alone (gemm_bench: the example's bf16 kernels against
-# OpenBLAS sgemm), then the example (examples/gpt) at 1 and 2 processes (f32, ZeRO stage 1,
+# GPT benchmark: first the matrix products alone (gemm_bench: OpenBLAS sgemm against the
+# example's hand-written bf16 kernels and oneDNN's bf16 products), one step of the model alone
+# (step_bench: f32, bf16 on sgemm, bf16 through oneDNN), then the example (examples/gpt) at 1 and 2 processes (f32, ZeRO stage 1,
 # --overlap, bf16) and the same model trained by PyTorch (bench/gpt/train_torch.py: DDP over
 # gloo, started with torchrun) at 1 and 2 processes, f32 and bf16 autocast, one thread per
 # process, same sizes, same optimizer, same global batch in tokens; then the loss curves of both
@@ -11,7 +12,9 @@
 # load average is sampled every 10 s during the runs.
 # BASELINE=path/to/another/gpt adds that binary at 1 and 2 processes (f32) to the round-robin:
 # an earlier build of the example, measured under the same load as the current one.
-# Usage: bench/gpt/run.sh [build_dir]   (env: RUNS, STEPS, BATCH_TOKENS, CURVE_STEPS, BASELINE)
+# ONLY="c_2proc torch_2proc ..." runs those configurations only (names as in the table);
+# CURVE_STEPS=0 skips the loss curves.
+# Usage: bench/gpt/run.sh [build_dir]   (env: RUNS, STEPS, BATCH_TOKENS, CURVE_STEPS, BASELINE, ONLY)
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -20,9 +23,12 @@ steps=${STEPS:-4}
 tokens=${BATCH_TOKENS:-8192}
 curve_steps=${CURVE_STEPS:-20}
 py=/usr/bin/python3
-$py -c 'import torch' 2>/dev/null || { echo "bench/gpt: needs Debian's python3-torch (apt-get install python3-torch)" >&2; exit 1; }
+# PyTorch from Debian (python3-torch), installed by scripts/deps.sh --bench when missing
+$py -c 'import torch' 2>/dev/null || "$root/scripts/deps.sh" --bench ||
+  { echo "bench/gpt: needs Debian's python3-torch (scripts/deps.sh --bench, as root)" >&2; exit 1; }
+$py -c 'import torch' 2>/dev/null || { echo "bench/gpt: python3-torch is installed but 'import torch' fails" >&2; exit 1; }
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j2 --target gpt accelerate_cli gemm_bench >/dev/null
+cmake --build "$build" -j2 --target gpt accelerate_cli gemm_bench step_bench >/dev/null
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # as scripts/main.sh: OpenBLAS 0.3.21 does not know the newest Xeons; both programs get the same
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
@@ -44,6 +50,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 
 one_run() {
   name=$1; shift
+  case " $configs " in *" $name "*) ;; *) return 0 ;; esac
   "$@" > "$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; exit 1; }
   sed -n 's/^\(\[default0\]:\)\{0,1\}throughput: \([0-9.]*\) tokens.*/\2/p' "$tmp/out.txt" >> "$tmp/$name.rate"
   sed -n 's/.*, \([0-9.]*\) MiB peak resident.*/\1/p' "$tmp/out.txt" >> "$tmp/$name.rss"
@@ -56,8 +63,11 @@ configs="c_1proc c_2proc c_2proc_zero1 c_2proc_overlap c_1proc_bf16 c_2proc_bf16
 baseline=${BASELINE:-}
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench/gpt: BASELINE=$baseline is not an executable" >&2; exit 1; }
 [ -z "$baseline" ] || configs="$configs base_1proc base_2proc"
+[ -z "${ONLY:-}" ] || configs=$ONLY
 
 "$build/bench/gpt/gemm_bench" 20
+echo
+"$build/bench/gpt/step_bench" 10
 echo
 
 (while :; do cut -d' ' -f1 /proc/loadavg; sleep 10; done) > "$tmp/load" &
@@ -98,6 +108,7 @@ for name in $configs; do
 done
 # ratio NAME A B FILE-SUFFIX: per round A / B, then the median and the range of those ratios
 ratio() {
+  [ -s "$tmp/$2.$4" ] && [ -s "$tmp/$3.$4" ] || return 0
   paste "$tmp/$2.$4" "$tmp/$3.$4" | awk '{ print $1 / $2 }' | sort -n |
     awk -v what="$1" '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "#   %-48s %.2fx (rounds: %.2f-%.2f)\n", what, m, v[1], v[NR] }'
@@ -121,6 +132,7 @@ if [ -n "$baseline" ]; then
   ratio "current / baseline, 2 processes, per CPU-second" c_2proc base_2proc cpu
 fi
 
+[ "$curve_steps" -gt 0 ] || exit 0
 # Loss curves: the C program writes its initial parameters and window order; PyTorch starts from
 # them and visits the same windows in the same order (2 processes, f32, same global batch).
 $L --num_processes 2 "$gpt" --max-steps "$curve_steps" --warmup 5 --log-every 1 --batch-tokens "$tokens" \

@@ -95,3 +95,33 @@ int text_window_fetch(int64_t i, void *const *fields, void *payload) {
   memcpy(fields[0], w->bytes + (size_t)i * w->step, w->window);
   return 0;
 }
+
+int text_write_shard(const text_corpus *c, size_t begin, size_t end, size_t max_tokens, const char *path) {
+  if (!c || !c->bytes || begin > end || end > c->len || !path)
+    return fail("text_write_shard: bytes [%zu, %zu) are outside the text", begin, end);
+  size_t n = end - begin;
+  if (max_tokens > 0 && n > max_tokens) n = max_tokens;
+  if (n > 0x7fffffffu) return fail("text_write_shard: %zu tokens do not fit an llm.c header (int32)", n);
+  int32_t header[256] = {0};
+  header[0] = 20240520; /* magic */
+  header[1] = 1;        /* version 1: uint16 tokens */
+  header[2] = (int32_t)n;
+  unsigned char h[sizeof header];
+  for (int i = 0; i < 256; i++) /* little-endian whatever the host */
+    for (int k = 0; k < 4; k++) h[i * 4 + k] = (unsigned char)((uint32_t)header[i] >> (8 * k));
+  FILE *f = fopen(path, "wb");
+  if (!f) return fail("cannot create the token shard %s: %s", path, strerror(errno));
+  int bad = fwrite(h, 1, sizeof h, f) != sizeof h;
+  unsigned char buf[8192];
+  for (size_t i = 0; i < n && !bad; i += sizeof buf / 2) {
+    size_t k = n - i < sizeof buf / 2 ? n - i : sizeof buf / 2;
+    for (size_t j = 0; j < k; j++) {
+      buf[2 * j] = c->bytes[begin + i + j];
+      buf[2 * j + 1] = 0;
+    }
+    bad = fwrite(buf, 2, k, f) != k;
+  }
+  if (fclose(f) != 0) bad = 1;
+  if (bad) return fail("cannot write the token shard %s: %s", path, strerror(errno));
+  return 0;
+}

@@ -30,6 +30,14 @@ typedef struct text_corpus {
 int text_load(const char *path, int val_percent, size_t window_bytes, text_corpus *out);
 void text_corpus_free(text_corpus *c);
 
+/**
+ * Writes bytes [begin, end) of the corpus as an llm.c token shard (the format
+ * acc_dataset_create_tokens reads as ACC_TOKENS_LLMC): a 256 x int32 little-endian header
+ * (magic 20240520, version 1, token count) and then one uint16 token per byte, so the vocabulary
+ * is the 256 byte values. max_tokens > 0 keeps only the first max_tokens bytes.
+ */
+int text_write_shard(const text_corpus *c, size_t begin, size_t end, size_t max_tokens, const char *path);
+
 /** A view of part of the text as windows: window i is bytes[i * step, i * step + window). */
 typedef struct text_windows {
   const uint8_t *bytes;

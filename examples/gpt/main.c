@@ -7,8 +7,15 @@
  * scheduler; AdamW with parameter groups; cosine schedule with warmup; gradient accumulation to
  * a global batch given in tokens; gradient clipping; bf16; validation loss over exactly the
  * validation windows with gather_for_metrics; checkpoints and --resume; and a few lines of text
- * sampled by the main process at the end. --help lists the options. */
+ * sampled by the main process at the end. --help lists the options.
+ *
+ * Data: the library's token-stream dataset (acc_dataset_create_tokens) over llm.c-style shards,
+ * sharded over processes, shuffled by the library's seeded sampler and resumed mid-epoch by
+ * load_state. Given a text (the default), each process writes it as two private shards (one
+ * uint16 token per byte) and trains on those; --train-tokens / --val-tokens train on existing
+ * token files instead (--write-tokens DIR writes the text's shards to keep). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +36,8 @@ typedef struct options {
   int sample_bytes;
   double temperature;
   const char *data, *mixed_precision, *output_dir, *save_init;
+  const char *train_tokens, *val_tokens, *token_format, *write_tokens;
+  int vocab;
   int resume;
   uint64_t seed;
 } options;
@@ -54,7 +63,13 @@ static void usage(FILE *f) {
           "  --clip X            clip the global gradient norm to X (1.0; 0: off)\n"
           "  --mixed-precision no|bf16|fp16   (default: what accelerate launch set)\n"
           "  --seed N            initialization and shuffling seed (1337)\n"
-          "  --data FILE         training text (" TEXT_DEFAULT_PATH ")\n"
+          "  --data FILE         training text (" TEXT_DEFAULT_PATH "), one token per byte\n"
+          "  --train-tokens F[,F...]  train on these token files instead of a text (llm.c shards:\n"
+          "                      256 x int32 header, magic 20240520; or raw, see --token-format)\n"
+          "  --val-tokens F      validation token file (needed with --train-tokens; all its windows)\n"
+          "  --token-format llmc|u16|u32   format of the token files (llmc)\n"
+          "  --vocab N           vocabulary size of the token files (256: bytes; sampling needs 256)\n"
+          "  --write-tokens DIR  write the text as DIR/train.bin and DIR/val.bin (llm.c shards) and exit\n"
           "evaluation, checkpoints, output:\n"
           "  --eval-every N      validation loss every N steps (25; 0: only at the start and end)\n"
           "  --val-windows N     validation windows used (128; 0: all)\n"
@@ -79,7 +94,7 @@ static int parse(int argc, char **argv, options *o) {
                  .grad_accum = 0, .prefetch = -1, .batch_tokens = 8192, .max_steps = 100,
                  .warmup = 10, .eval_every = 25, .val_windows = 128, .log_every = 10,
                  .lr = 2e-3, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.95,
-                 .sample_bytes = 300, .temperature = 0.8, .seed = 1337};
+                 .sample_bytes = 300, .temperature = 0.8, .seed = 1337, .vocab = 256};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,6 +118,11 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--mixed-precision")) o->mixed_precision = v;
     else if (ARG("--seed")) o->seed = strtoull(v, NULL, 10);
     else if (ARG("--data")) o->data = v;
+    else if (ARG("--train-tokens")) o->train_tokens = v;
+    else if (ARG("--val-tokens")) o->val_tokens = v;
+    else if (ARG("--token-format")) o->token_format = v;
+    else if (ARG("--vocab")) o->vocab = atoi(v);
+    else if (ARG("--write-tokens")) o->write_tokens = v;
     else if (ARG("--eval-every")) o->eval_every = atol(v);
     else if (ARG("--val-windows")) o->val_windows = atol(v);
     else if (ARG("--output-dir")) o->output_dir = v;
@@ -127,9 +147,21 @@ static int parse(int argc, char **argv, options *o) {
       o->batch < 1 || o->batch_tokens < 1 || o->grad_accum < 0 || o->max_steps < 1 || !(o->lr > 0) ||
       o->warmup < 0 || o->weight_decay < 0 || !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
       o->eval_every < 0 || o->val_windows < 0 || o->save_every < 0 || o->sample_bytes < 0 ||
-      !(o->temperature > 0) || o->log_every < 0 || ((o->save_every > 0 || o->resume) && !o->output_dir)) {
+      !(o->temperature > 0) || o->log_every < 0 || ((o->save_every > 0 || o->resume) && !o->output_dir) ||
+      o->vocab < 2 || !o->train_tokens != !o->val_tokens || (o->train_tokens && o->data)) {
     fprintf(stderr, "gpt: invalid option value (see --help; --width must be a multiple of --heads, "
-                    "--save-every and --resume need --output-dir)\n");
+                    "--save-every and --resume need --output-dir, --train-tokens and --val-tokens go "
+                    "together and replace --data, --vocab is at least 2)\n");
+    return -1;
+  }
+  if (o->token_format && strcmp(o->token_format, "llmc") && strcmp(o->token_format, "u16") &&
+      strcmp(o->token_format, "u32")) {
+    fprintf(stderr, "gpt: --token-format '%s': expected llmc, u16 or u32\n", o->token_format);
+    return -1;
+  }
+  if (!o->train_tokens && o->vocab != 256) {
+    fprintf(stderr, "gpt: --vocab %d: a text is read as bytes (vocabulary 256); other sizes need "
+                    "--train-tokens\n", o->vocab);
     return -1;
   }
   return 0;
@@ -207,10 +239,9 @@ static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, int 
   for (;;) {
     TRY(acc_accelerator_next_batch(acc, val_dl, &b));
     if (!b) break;
-    const uint8_t *w = b->fields[0];
     float loss;
-    TRY_MODEL(gpt_forward(net, w, (int)b->size, T, (size_t)T + 1));
-    TRY_MODEL(gpt_loss(net, w + 1, (size_t)T + 1, &loss, row_loss));
+    TRY_MODEL(gpt_forward(net, b->fields[0], (int)b->size, T, (size_t)T));
+    TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, row_loss));
     int64_t kept = 0;
     TRY(acc_accelerator_gather_for_metrics(acc, row_loss, b->size, 1, ACC_F32, gathered, gathered_cap, &kept));
     for (int64_t i = 0; i < kept; i++) sum += gathered[i];
@@ -236,9 +267,100 @@ static int save_init(const char *path, gpt *net, int64_t nwindows, uint64_t seed
   return bad;
 }
 
+/* The text as two llm.c shards: training bytes and the first val_windows validation windows. */
+static int write_text_shards(const options *o, const char *train_path, const char *val_path) {
+  text_corpus text;
+  const size_t T = (size_t)o->context;
+  if (text_load(o->data, 10, T + 1, &text) ||
+      text_write_shard(&text, 0, text.train_len, 0, train_path) ||
+      text_write_shard(&text, text.train_len, text.len, o->val_windows > 0 ? (size_t)o->val_windows * T + 1 : 0,
+                       val_path)) {
+    fprintf(stderr, "gpt: %s\n", text_last_error());
+    text_corpus_free(&text);
+    return 1;
+  }
+  text_corpus_free(&text);
+  return 0;
+}
+
+static int tokens_dataset(acc_dataset **ds, const char *const *paths, int n, const options *o) {
+  acc_token_options to = ACC_TOKEN_OPTIONS_INIT;
+  to.seq_len = o->context;
+  to.vocab_size = o->vocab;
+  to.format = !o->token_format || !strcmp(o->token_format, "llmc") ? ACC_TOKENS_LLMC
+              : !strcmp(o->token_format, "u16")                   ? ACC_TOKENS_U16
+                                                                  : ACC_TOKENS_U32;
+  if (acc_dataset_create_tokens(ds, paths, n, &to) != ACC_OK) {
+    fprintf(stderr, "gpt: %s\n", acc_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+/* The training and validation token datasets: from --train-tokens / --val-tokens, or from the
+ * text through two shards in a private directory, removed once the dataset holds them open. */
+static int make_datasets(const options *o, int rank, acc_dataset **train, acc_dataset **val, char *source,
+                         size_t cap) {
+  if (o->train_tokens) {
+    char *list = strdup(o->train_tokens);
+    const char *paths[256];
+    int n = 0, too_many = 0;
+    if (!list) {
+      fprintf(stderr, "gpt: out of memory\n");
+      return 1;
+    }
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+      if (n == 256) too_many = 1;
+      else paths[n++] = p;
+    }
+    if (too_many) fprintf(stderr, "gpt: --train-tokens names more than 256 files; concatenate some of them\n");
+    int bad = !n || too_many || tokens_dataset(train, paths, n, o) || tokens_dataset(val, &o->val_tokens, 1, o);
+    snprintf(source, cap, "%d token file(s) %.200s%s", n, n ? paths[0] : "", n > 1 ? ",..." : "");
+    free(list);
+    if (!n) fprintf(stderr, "gpt: --train-tokens names no file\n");
+    return bad;
+  }
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096], train_path[4200], val_path[4200];
+  snprintf(dir, sizeof dir, "%s/gpt-tokens-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "gpt (process %d): cannot create a directory for the token shards under %s: %s\n", rank,
+            tmp && *tmp ? tmp : "/tmp", strerror(errno));
+    return 1;
+  }
+  snprintf(train_path, sizeof train_path, "%s/train.bin", dir);
+  snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
+  const char *tp = train_path, *vp = val_path;
+  int bad = write_text_shards(o, train_path, val_path) || tokens_dataset(train, &tp, 1, o) ||
+            tokens_dataset(val, &vp, 1, o);
+  unlink(train_path);
+  unlink(val_path);
+  rmdir(dir);
+  snprintf(source, cap, "%s as bytes", o->data ? o->data : TEXT_DEFAULT_PATH);
+  return bad;
+}
+
+/* --write-tokens DIR: the text's shards, each written under a temporary name and renamed, so
+ * several processes doing it at once leave whole files. */
+static int write_tokens(const options *o) {
+  char train_path[4200], val_path[4200], tmp_train[4300], tmp_val[4300];
+  snprintf(train_path, sizeof train_path, "%s/train.bin", o->write_tokens);
+  snprintf(val_path, sizeof val_path, "%s/val.bin", o->write_tokens);
+  snprintf(tmp_train, sizeof tmp_train, "%s.%ld", train_path, (long)getpid());
+  snprintf(tmp_val, sizeof tmp_val, "%s.%ld", val_path, (long)getpid());
+  if (write_text_shards(o, tmp_train, tmp_val)) return 1;
+  if (rename(tmp_train, train_path) || rename(tmp_val, val_path)) {
+    fprintf(stderr, "gpt: cannot rename the shards into %s: %s\n", o->write_tokens, strerror(errno));
+    return 1;
+  }
+  printf("wrote %s and %s\n", train_path, val_path);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o)) return 2;
+  if (o.write_tokens) return write_tokens(&o);
   const int T = o.context;
 
   /* 1. The accelerator: reads what `accelerate launch` put in the environment. */
@@ -266,18 +388,10 @@ int main(int argc, char **argv) {
   const int rank = acc_state_process_index(st);
   const int accum = acc_accelerator_gradient_accumulation_steps(acc);
 
-  /* 2. Data: every process reads the text (1.7 MB) and cuts it into windows of T + 1 bytes. */
-  text_corpus text;
-  if (text_load(o.data, 10, (size_t)T + 1, &text)) {
-    fprintf(stderr, "gpt (process %d): %s\n", rank, text_last_error());
-    return 1;
-  }
-  text_windows train_w = text_windows_of(&text, 0, text.train_len, (size_t)T + 1, 0);
-  text_windows val_w = text_windows_of(&text, text.train_len, text.len, (size_t)T + 1, o.val_windows);
-  acc_field_desc field = {ACC_U8, (size_t)T + 1};
+  /* 2. Data: the library's token dataset, windows of T + 1 tokens (int32 inputs and targets). */
   acc_dataset *train_ds, *val_ds;
-  TRY(acc_dataset_create_map(&train_ds, train_w.count, &field, 1, text_window_fetch, &train_w));
-  TRY(acc_dataset_create_map(&val_ds, val_w.count, &field, 1, text_window_fetch, &val_w));
+  char source[600];
+  if (make_datasets(&o, rank, &train_ds, &val_ds, source, sizeof source)) return 1;
   acc_dataloader_options lo = ACC_DATALOADER_OPTIONS_INIT;
   lo.batch_size = o.batch;
   lo.shuffle = 1;
@@ -292,7 +406,7 @@ int main(int argc, char **argv) {
 
   /* 3. The model: registered tensor by tensor, then prepared (every process gets process 0's
    *    initial parameters). */
-  gpt_config mc = {256, T, o.layers, o.heads, o.width, o.batch};
+  gpt_config mc = {o.vocab, T, o.layers, o.heads, o.width, o.batch};
   gpt *net;
   TRY_MODEL(gpt_create(&net, &mc));
   gpt_init(net, o.seed + (uint64_t)rank); /* deliberately different: prepare makes it process 0's */
@@ -305,7 +419,7 @@ int main(int argc, char **argv) {
                                 t->ndim, t->shape));
   }
   TRY(acc_accelerator_prepare_model(acc, model));
-  if (o.save_init && acc_state_is_main_process(st) && save_init(o.save_init, net, train_w.count, o.seed))
+  if (o.save_init && acc_state_is_main_process(st) && save_init(o.save_init, net, acc_dataset_length(train_ds), o.seed))
     return 1;
 
   /* 4. AdamW with two parameter groups: weight decay on the matrices of the linear layers only,
@@ -366,17 +480,19 @@ int main(int argc, char **argv) {
       return 1;
     }
     gpt_set_bf16(net, 1, bw.rounded);
+    gpt_set_bf16_half(net, bw.half); /* the same weights in bf16: no conversion per product */
   }
 
   acc_print(st, "%s", acc_state_describe(st));
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
             o.heads, o.width, T, gpt_num_params(net), gpt_matmul_backend());
-  acc_print(st, "data: %zu bytes (%lld training windows, %lld validation windows)\n", text.len,
-            (long long)train_w.count, (long long)val_w.count);
+  acc_print(st, "data: %s: %lld training windows, %lld validation windows of %d + 1 tokens (token dataset)\n",
+            source, (long long)acc_dataset_length(train_ds), (long long)acc_dataset_length(val_ds), T);
   acc_print(st, "training %ld steps: %d processes x %d sequences x %d bytes x %d accumulation = "
                 "%ld tokens per step, AdamW lr %g (cosine, %ld warmup), %s\n",
             o.max_steps, nprocs, o.batch, T, accum, per_forward * accum, o.lr, o.warmup,
             acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
+  if (bw.half) acc_print(st, "bf16: %s\n", gpt_bf16_backend(net));
 
   float *row_loss = malloc((size_t)o.batch * sizeof *row_loss);
   const int64_t gathered_cap = (int64_t)o.batch * nprocs;
@@ -400,11 +516,10 @@ int main(int argc, char **argv) {
     TRY(acc_accelerator_next_batch(acc, train_dl, &b));
     if (!b) continue; /* end of an epoch: the next call starts the next one */
     double t1 = now_s();
-    const uint8_t *w = b->fields[0];
     TRY(acc_accelerator_accumulate(acc));
     float loss;
-    TRY_MODEL(gpt_forward(net, w, (int)b->size, T, (size_t)T + 1));
-    TRY_MODEL(gpt_loss(net, w + 1, (size_t)T + 1, &loss, NULL));
+    TRY_MODEL(gpt_forward(net, b->fields[0], (int)b->size, T, (size_t)T));
+    TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, NULL));
     TRY_MODEL(gpt_backward(net, acc_accelerator_backward_scale(acc)));
     double t2 = now_s();
     TRY(acc_accelerator_backward(acc));
@@ -470,7 +585,7 @@ int main(int argc, char **argv) {
             100 * shares[0] / all, 100 * shares[1] / all, 100 * shares[2] / all, 100 * shares[3] / all);
 
   /* 10. A few lines of text from the main process. */
-  if (acc_state_is_main_process(st) && o.sample_bytes > 0) {
+  if (acc_state_is_main_process(st) && o.sample_bytes > 0 && o.vocab == 256) {
     const char *prompt = "\n";
     int plen = (int)strlen(prompt);
     uint8_t *out = malloc((size_t)(plen + o.sample_bytes) + 1);
@@ -495,7 +610,6 @@ int main(int argc, char **argv) {
   free(names);
   acc_model_destroy(model);
   gpt_destroy(net);
-  text_corpus_free(&text);
   acc_accelerator_destroy(acc);
   return 0;
 }

@@ -1,7 +1,9 @@
 /* GPT forward and backward, from the equations in model.h. Rows are tokens: an activation is
- * [batch * T, width], row-major. Matrix products go through gemm(): cblas_sgemm with USE_CBLAS,
- * else plain loops that the compiler vectorizes. */
+ * [batch * T, width], row-major. Matrix products go through gemm_f32(): cblas_sgemm with USE_CBLAS,
+ * else plain loops that the compiler vectorizes; in bf16 mode with oneDNN, those of the linear
+ * layers through gemm_dnnl_bf16_pre (linear_fwd, linear_bwd). */
 #include "model.h"
+#include "gemm_dnnl.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -50,12 +52,16 @@ struct gpt {
   size_t nparams;
   float *params, *grads;
   int bf16;
+  int lp;                 /* bf16 and oneDNN: the linear layers' products in bf16 through oneDNN */
+  const uint16_t *half;   /* lp: the weights already in bf16 (laid out as params), or NULL */
+  uint16_t *lp_a, *lp_b;  /* lp: operands converted to bf16 */
+  size_t lp_acap, lp_bcap;
   const float *weights;   /* matrices read from here in bf16 mode (NULL: params) */
   float **x;              /* x[l], l = 0..n_layer: the residual stream entering block l, [N, C] */
   layer_acts *acts;
   float *lnf_mean, *lnf_rstd, *lnf_out, *logits;
   float *dx, *dln, *d4, *dqkv, *datty, *dP; /* backward scratch */
-  const uint8_t *tokens, *targets;          /* of the last forward / loss (borrowed) */
+  const int32_t *tokens, *targets;          /* of the last forward / loss (borrowed) */
   size_t stride;
   int B, T, have_probs;
   gpt_grad_hook hook;
@@ -79,10 +85,16 @@ void gpt_set_grad_hook(gpt *m, gpt_grad_hook hook, void *payload) {
   m->hook_payload = payload;
 }
 
+void gpt_set_bf16_half(gpt *m, const uint16_t *half) {
+  if (m) m->half = half;
+}
+
 void gpt_set_bf16(gpt *m, int on, const float *weights) {
   if (!m) return;
   m->bf16 = on != 0;
   m->weights = weights;
+  const char *env = getenv("GPT_BF16_DNNL");
+  m->lp = m->bf16 && !(env && strcmp(env, "0") == 0) && gemm_dnnl_available();
 }
 
 /* ---- allocation --------------------------------------------------------------------------- */
@@ -97,6 +109,8 @@ static float *alloc_floats(size_t n) {
 void gpt_destroy(gpt *m) {
   if (!m) return;
   free(m->tensors);
+  free(m->lp_a);
+  free(m->lp_b);
   free(m->params);
   free(m->grads);
   if (m->x)
@@ -223,6 +237,19 @@ const char *gpt_matmul_backend(void) {
 #endif
 }
 
+const char *gpt_bf16_backend(const gpt *m) {
+  static _Thread_local char name[400];
+  if (!m || !m->bf16) return "off";
+  if (m->lp) {
+    snprintf(name, sizeof name, "linear layers in bf16 through %s; attention: operands rounded to bf16, float32 products",
+             gemm_dnnl_describe());
+    return name;
+  }
+  snprintf(name, sizeof name, "operands rounded to bf16, float32 products (oneDNN: %s)",
+           gemm_dnnl_available() ? "off, GPT_BF16_DNNL=0" : gemm_dnnl_describe());
+  return name;
+}
+
 /* ---- initialization ----------------------------------------------------------------------- */
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -269,7 +296,7 @@ void gpt_zero_grad(gpt *m) {
 /* ---- kernels ------------------------------------------------------------------------------ */
 
 /* C[M, N] = alpha op(A) op(B) + beta C, row-major; op transposes when ta / tb. */
-static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+static void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
 #ifdef USE_CBLAS
@@ -315,22 +342,57 @@ VECTORIZED static void round_bf16(float *x, size_t n) {
   }
 }
 
-/* out[N, OC] = in[N, IC] W[OC, IC]^T + b */
-static void linear_fwd(float *out, const float *in, const float *W, const float *b, int N, int IC,
-                       int OC) {
-  for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof *b);
-  gemm(0, 1, N, OC, IC, 1.0f, in, IC, W, IC, 1.0f, out, OC);
+/* bf16 mode with oneDNN: n floats rounded to bf16 into one of the model's two buffers (grown on
+ * demand); NULL when out of memory (the caller then keeps the float32 product). */
+static const uint16_t *to_half(uint16_t **buf, size_t *cap, const float *x, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    *buf = malloc(n * sizeof **buf);
+    *cap = *buf ? n : 0;
+    if (!*buf) return NULL;
+  }
+  gemm_to_bf16(*buf, x, n);
+  return *buf;
 }
 
-/* dW += dout^T in, db += column sums of dout, din = dout W (when din is not NULL). */
-static void linear_bwd(float *din, float *dW, float *db, const float *dout, const float *in,
+/* W (a pointer into the weights) in the caller's bf16 copy (gpt_set_bf16_half), or NULL. */
+static const uint16_t *weight_half(gpt *m, const float *W) {
+  if (m->half) return m->half + (W - (m->weights ? m->weights : m->params));
+  return NULL;
+}
+
+/* out[N, OC] = in[N, IC] W[OC, IC]^T + b */
+static void linear_fwd(gpt *m, float *out, const float *in, const float *W, const float *b, int N, int IC,
+                       int OC) {
+  for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof *b);
+  if (m->lp) {
+    const uint16_t *ah = to_half(&m->lp_a, &m->lp_acap, in, (size_t)N * IC), *wh = weight_half(m, W);
+    if (!wh) wh = to_half(&m->lp_b, &m->lp_bcap, W, (size_t)OC * IC);
+    if (ah && wh && gemm_dnnl_bf16_pre(0, 1, N, OC, IC, 1.0f, ah, IC, wh, IC, 1.0f, out, OC) == 0) return;
+  }
+  gemm_f32(0, 1, N, OC, IC, 1.0f, in, IC, W, IC, 1.0f, out, OC);
+}
+
+/* dW += dout^T in, db += column sums of dout (db may be NULL), din = dout W (when din is not
+ * NULL). In bf16 mode with oneDNN, dout is converted once for both products. */
+static void linear_bwd(gpt *m, float *din, float *dW, float *db, const float *dout, const float *in,
                        const float *W, int N, int IC, int OC) {
-  gemm(1, 0, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dW, IC);
-  for (int i = 0; i < N; i++) {
+  const uint16_t *dh = NULL, *bh = NULL;
+  if (m->lp) {
+    dh = to_half(&m->lp_a, &m->lp_acap, dout, (size_t)N * OC);
+    bh = dh ? to_half(&m->lp_b, &m->lp_bcap, in, (size_t)N * IC) : NULL;
+  }
+  if (!bh || gemm_dnnl_bf16_pre(1, 0, OC, IC, N, 1.0f, dh, OC, bh, IC, 1.0f, dW, IC) != 0)
+    gemm_f32(1, 0, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dW, IC);
+  for (int i = 0; db && i < N; i++) {
     const float *restrict d = dout + (size_t)i * OC;
     for (int o = 0; o < OC; o++) db[o] += d[o];
   }
-  if (din) gemm(0, 0, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, din, IC);
+  if (!din) return;
+  const uint16_t *wh = dh ? weight_half(m, W) : NULL;
+  if (dh && !wh) wh = to_half(&m->lp_b, &m->lp_bcap, W, (size_t)OC * IC);
+  if (!wh || gemm_dnnl_bf16_pre(0, 0, N, IC, OC, 1.0f, dh, OC, wh, IC, 0.0f, din, IC) != 0)
+    gemm_f32(0, 0, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, din, IC);
 }
 
 VECTORIZED static void layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
@@ -463,12 +525,12 @@ static void attention_fwd(gpt *m, float *y, float *att, const float *qkv, int B,
       float *P = att + ((size_t)b * NH + (size_t)h) * T * T, *Y = y + (size_t)b * T * C + (size_t)h * hs;
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(0, 1, r1 - r0, r1, hs, scale, Q + (size_t)r0 * C3, C3, K, C3, 0.0f, P + (size_t)r0 * T, T);
+        gemm_f32(0, 1, r1 - r0, r1, hs, scale, Q + (size_t)r0 * C3, C3, K, C3, 0.0f, P + (size_t)r0 * T, T);
       }
       softmax_causal(P, T, m->bf16);
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, V, C3, 0.0f, Y + (size_t)r0 * C, C);
+        gemm_f32(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, V, C3, 0.0f, Y + (size_t)r0 * C, C);
       }
     }
 }
@@ -489,15 +551,15 @@ static void attention_bwd(gpt *m, float *dqkv, const float *dy, const float *att
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         /* dP = dY V^T (causal part); dV[s] = sum over t >= s of P[t, s] dY[t] */
-        gemm(0, 1, r1 - r0, r1, hs, 1.0f, dY + (size_t)r0 * C, C, V, C3, 0.0f, dS + (size_t)r0 * T, T);
-        gemm(1, 0, r1 - r0, hs, T - r0, 1.0f, P + (size_t)r0 * T + r0, T, dY + (size_t)r0 * C, C,
+        gemm_f32(0, 1, r1 - r0, r1, hs, 1.0f, dY + (size_t)r0 * C, C, V, C3, 0.0f, dS + (size_t)r0 * T, T);
+        gemm_f32(1, 0, r1 - r0, hs, T - r0, 1.0f, P + (size_t)r0 * T + r0, T, dY + (size_t)r0 * C, C,
              0.0f, dV + (size_t)r0 * C3, C3);
       }
       softmax_causal_bwd(dS, P, T, scale);
       for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        gemm(0, 0, r1 - r0, hs, r1, 1.0f, dS + (size_t)r0 * T, T, K, C3, 0.0f, dQ + (size_t)r0 * C3, C3);
-        gemm(1, 0, r1 - r0, hs, T - r0, 1.0f, dS + (size_t)r0 * T + r0, T, Q + (size_t)r0 * C3, C3,
+        gemm_f32(0, 0, r1 - r0, hs, r1, 1.0f, dS + (size_t)r0 * T, T, K, C3, 0.0f, dQ + (size_t)r0 * C3, C3);
+        gemm_f32(1, 0, r1 - r0, hs, T - r0, 1.0f, dS + (size_t)r0 * T + r0, T, Q + (size_t)r0 * C3, C3,
              0.0f, dK + (size_t)r0 * C3, C3);
       }
     }
@@ -509,7 +571,7 @@ static const float *tensor(const gpt *m, const float *base, int block, int j) {
   return base + m->tensors[2 + PER_BLOCK * block + j].offset;
 }
 
-int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride) {
+int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) {
   if (!m || !tokens) return fail("gpt_forward: model or tokens is NULL");
   if (batch < 1 || batch > m->cfg.max_batch || T < 1 || T > m->cfg.block_size || stride < (size_t)T)
     return fail("gpt_forward: batch %d x T %d (stride %zu) is outside 1..%d x 1..%d", batch, T,
@@ -519,8 +581,8 @@ int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride) 
   const float *wte = P + m->tensors[0].offset, *wpe = P + m->tensors[1].offset;
   for (int b = 0; b < batch; b++)
     for (int t = 0; t < T; t++) {
-      int tok = tokens[(size_t)b * stride + (size_t)t];
-      if (tok >= V) return fail("gpt_forward: token %d at (%d, %d) is outside the vocabulary of %d", tok, b, t, V);
+      int32_t tok = tokens[(size_t)b * stride + (size_t)t];
+      if (tok < 0 || tok >= V) return fail("gpt_forward: token %d at (%d, %d) is outside the vocabulary of %d", tok, b, t, V);
       float *x = m->x[0] + ((size_t)b * T + (size_t)t) * C;
       const float *e = wte + (size_t)tok * C, *p = wpe + (size_t)t * C;
       for (int k = 0; k < C; k++) x[k] = e[k] + p[k];
@@ -532,27 +594,33 @@ int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride) 
     float *xo = m->x[l + 1];
     layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, tensor(m, P, l, LN1_W), tensor(m, P, l, LN1_B), N, C);
     if (m->bf16) round_bf16(a->ln1_out, NC);
-    linear_fwd(a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
+    linear_fwd(m, a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
     if (m->bf16) round_bf16(a->qkv, 3 * NC);
     attention_fwd(m, a->atty, a->att, a->qkv, batch, T);
     if (m->bf16) round_bf16(a->atty, NC);
-    linear_fwd(a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
+    linear_fwd(m, a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
     if (m->bf16) round_bf16(a->res2, NC);
     for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
     layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, tensor(m, P, l, LN2_W), tensor(m, P, l, LN2_B), N, C);
     if (m->bf16) round_bf16(a->ln2_out, NC);
-    linear_fwd(a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
+    linear_fwd(m, a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
     if (m->bf16) round_bf16(a->fch, 4 * NC);
     gelu_fwd(a->fcg, a->fch, 4 * NC);
     if (m->bf16) round_bf16(a->fcg, 4 * NC);
-    linear_fwd(xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
+    linear_fwd(m, xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
     if (m->bf16) round_bf16(xo, NC);
     for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
   }
   const gpt_tensor *lnf = &m->tensors[2 + PER_BLOCK * L];
   layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], P + lnf[0].offset, P + lnf[1].offset, N, C);
   if (m->bf16) round_bf16(m->lnf_out, NC);
-  gemm(0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
+  {
+    const uint16_t *ah = m->lp ? to_half(&m->lp_a, &m->lp_acap, m->lnf_out, NC) : NULL;
+    const uint16_t *wh = ah ? weight_half(m, W + m->tensors[0].offset) : NULL;
+    if (ah && !wh) wh = to_half(&m->lp_b, &m->lp_bcap, W + m->tensors[0].offset, (size_t)V * C);
+    if (!wh || gemm_dnnl_bf16_pre(0, 1, N, V, C, 1.0f, ah, C, wh, C, 0.0f, m->logits, V) != 0)
+      gemm_f32(0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
+  }
   if (m->bf16) round_bf16(m->logits, (size_t)N * V);
   m->tokens = tokens;
   m->stride = stride;
@@ -578,7 +646,7 @@ VECTORIZED static void softmax_row(float *restrict z, int V, float *mx_out, floa
   *sum_out = sum;
 }
 
-int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *row_loss) {
+int gpt_loss(gpt *m, const int32_t *targets, size_t stride, float *loss, float *row_loss) {
   if (!m || !targets || !loss) return fail("gpt_loss: model, targets or loss is NULL");
   if (!m->B || m->have_probs) return fail("gpt_loss: call gpt_forward first (once per gpt_loss)");
   if (stride != m->stride) return fail("gpt_loss: stride %zu differs from the forward's %zu", stride, m->stride);
@@ -587,8 +655,8 @@ int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *
   for (int b = 0; b < m->B; b++) {
     double seq = 0.0;
     for (int t = 0; t < T; t++) {
-      int y = targets[(size_t)b * stride + (size_t)t];
-      if (y >= V) return fail("gpt_loss: target %d at (%d, %d) is outside the vocabulary of %d", y, b, t, V);
+      int32_t y = targets[(size_t)b * stride + (size_t)t];
+      if (y < 0 || y >= V) return fail("gpt_loss: target %d at (%d, %d) is outside the vocabulary of %d", y, b, t, V);
       float *z = m->logits + ((size_t)b * T + (size_t)t) * V, zy = z[y], mx, sum;
       softmax_row(z, V, &mx, &sum);
       seq += log((double)sum) + mx - zy;
@@ -618,8 +686,7 @@ int gpt_backward(gpt *m, float scale) {
       for (int c = 0; c < V; c++) d[c] *= k;
     }
   /* tied output projection: logits = ln_f_out tok_emb^T */
-  gemm(0, 0, N, C, V, 1.0f, m->logits, V, W + m->tensors[0].offset, C, 0.0f, m->dln, C);
-  gemm(1, 0, V, C, N, 1.0f, m->logits, V, m->lnf_out, C, 1.0f, G + m->tensors[0].offset, C);
+  linear_bwd(m, m->dln, G + m->tensors[0].offset, NULL, m->logits, m->lnf_out, W + m->tensors[0].offset, N, C, V);
   const int f = 2 + PER_BLOCK * L;
   memset(m->dx, 0, NC * sizeof *m->dx);
   layernorm_bwd(m->dx, G + m->tensors[f].offset, G + m->tensors[f + 1].offset, m->dln, m->x[L],
@@ -630,15 +697,15 @@ int gpt_backward(gpt *m, float scale) {
     float *g = G + m->tensors[2 + PER_BLOCK * l].offset, *gt[PER_BLOCK];
     for (int j = 0; j < PER_BLOCK; j++) gt[j] = g + (m->tensors[2 + PER_BLOCK * l + j].offset - m->tensors[2 + PER_BLOCK * l].offset);
     /* x_out = res2 + mlp(ln2(res2)): dx flows to res2 unchanged, plus the MLP's share */
-    linear_bwd(m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
+    linear_bwd(m, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
     gelu_bwd(m->d4, a->fch, 4 * NC);
-    linear_bwd(m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
+    linear_bwd(m, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
     layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd,
                   tensor(m, P, l, LN2_W), N, C);
     /* res2 = x + proj(attention(ln1(x))) */
-    linear_bwd(m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
+    linear_bwd(m, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
     attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T);
-    linear_bwd(m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
+    linear_bwd(m, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
     layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd,
                   tensor(m, P, l, LN1_W), N, C);
     if (m->hook) m->hook(2 + PER_BLOCK * l, PER_BLOCK, m->hook_payload);
@@ -664,10 +731,17 @@ int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint6
   if (!m || !text || len < 1 || n < 0 || !(temperature > 0.0f))
     return fail("gpt_generate: needs a model, a prompt of at least one byte, n >= 0 and temperature > 0");
   const int V = m->cfg.vocab_size;
+  if (V > 256) return fail("gpt_generate: the vocabulary has %d tokens; text is generated for bytes (256) only", V);
+  int32_t *ctx = malloc((size_t)m->cfg.block_size * sizeof *ctx);
+  if (!ctx) return fail("gpt_generate: out of memory");
   uint64_t s = seed;
   for (int i = 0; i < n; i++) {
     int T = len < m->cfg.block_size ? len : m->cfg.block_size;
-    if (gpt_forward(m, text + len - T, 1, T, (size_t)T)) return -1;
+    for (int t = 0; t < T; t++) ctx[t] = text[len - T + t];
+    if (gpt_forward(m, ctx, 1, T, (size_t)T)) {
+      free(ctx);
+      return -1;
+    }
     const float *z = m->logits + (size_t)(T - 1) * V;
     float mx = z[0];
     for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
@@ -682,6 +756,7 @@ int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint6
       }
     text[len++] = (uint8_t)pick;
   }
+  free(ctx);
   m->B = 0;
   return 0;
 }

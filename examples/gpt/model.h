@@ -1,9 +1,9 @@
-/* A small decoder-only transformer (GPT) over bytes, forward and backward written in plain C.
+/* A small decoder-only transformer (GPT) over tokens (bytes by default), forward and backward written in plain C.
  *
  *   x      = tok_emb[token] + pos_emb[position]
  *   block  : x += proj(causal_self_attention(ln1(x)));  x += mlp.proj(gelu(mlp.fc(ln2(x))))
  *   logits = ln_f(x) . tok_emb^T              (the output projection is the token embedding)
- *   loss   = mean cross-entropy of the next byte
+ *   loss   = mean cross-entropy of the next token
  *
  * All parameters live in one contiguous float buffer and all gradients in another, tensor after
  * tensor in the order and under the names a PyTorch module of the same shape would use
@@ -78,11 +78,23 @@ void gpt_zero_grad(gpt *m);
  */
 void gpt_set_bf16(gpt *m, int on, const float *weights);
 
+/** bf16 mode with oneDNN: the weights already rounded to bf16 (uint16 bit patterns, laid out as
+ *  gpt_params, e.g. acc_precision_copy_params' copy), read instead of converting the float
+ *  weights at every product; NULL converts them. The caller keeps them current. */
+void gpt_set_bf16_half(gpt *m, const uint16_t *half);
+
+/** How bf16 mode computes: "off"; with oneDNN (gemm_dnnl.h) the products of the linear layers
+ *  and of the output projection, forward and backward, run in bf16 through it (their backward
+ *  operands are rounded to bf16 too, as under autocast); without it, or with the environment
+ *  variable GPT_BF16_DNNL=0, the rounded operands go to float32 sgemm. Borrowed. */
+const char *gpt_bf16_backend(const gpt *m);
+
 /**
  * Forward pass of batch sequences of T tokens (1 <= T <= block_size): token t of sequence b is
- * tokens[b * stride + t]. Keeps the activations for gpt_backward; logits at gpt_logits().
+ * tokens[b * stride + t], in 0..vocab_size-1 (the int32 inputs of acc_dataset_create_tokens).
+ * Keeps the activations for gpt_backward; logits at gpt_logits().
  */
-int gpt_forward(gpt *m, const uint8_t *tokens, int batch, int T, size_t stride);
+int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride);
 /** Logits of the last forward, [batch * T, vocab_size]. Borrowed; gpt_loss overwrites them. */
 const float *gpt_logits(const gpt *m);
 
@@ -91,7 +103,7 @@ const float *gpt_logits(const gpt *m);
  * targets[b * stride + t]): *loss gets the mean over all batch * T tokens, row_loss (may be
  * NULL) the mean of each sequence. Keeps the probabilities for gpt_backward.
  */
-int gpt_loss(gpt *m, const uint8_t *targets, size_t stride, float *loss, float *row_loss);
+int gpt_loss(gpt *m, const int32_t *targets, size_t stride, float *loss, float *row_loss);
 
 /**
  * Backward pass of the last gpt_forward + gpt_loss: ADDS scale * d(mean loss)/d(param) to the
@@ -102,6 +114,7 @@ int gpt_backward(gpt *m, float scale);
 /**
  * Appends n bytes to text (len bytes of prompt already there, len >= 1; text holds len + n),
  * each drawn from the softmax of the logits / temperature given the last block_size bytes.
+ * Byte models only (vocab_size <= 256).
  * Uses the activation buffers (the last forward is lost).
  */
 int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint64_t seed);

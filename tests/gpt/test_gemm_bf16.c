@@ -6,7 +6,10 @@
  *   - the float32 product of the unrounded operands: each bf16 operand is within 2^-9 of its
  *     float, so |diff| <= 2^-7 times the same magnitude (bf16 rounding plus summation, with
  *     margin).
- * With the AVX-512 BF16 kernel when the CPU has it and always with the portable one. */
+ * With the AVX-512 BF16 kernel when the CPU has it and always with the portable one; and the same
+ * checks of the oneDNN products (examples/gpt/gemm_dnnl.c) when the library was built with it
+ * (GPT_EXPECT_DNNL: then it must be available), which also get an unwritten C outside its
+ * columns, and the float32 -> bf16 conversion (ties to even, infinities, NaN). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,8 +17,10 @@
 #include <string.h>
 
 #include "gemm_bf16.h"
+#include "gemm_dnnl.h"
 
 static int failures;
+static int use_dnnl; /* 1: check gemm_dnnl_bf16 instead of gemm_bf16 */
 
 static float to_bf16(float f) { /* nearest, ties to even (no NaN here) */
   uint32_t u;
@@ -42,7 +47,11 @@ static void check(int ta, int tb, int M, int N, int K, float alpha, float beta) 
   for (size_t i = 0; i < na; i++) A[i] = urand();
   for (size_t i = 0; i < nb; i++) B[i] = urand();
   for (size_t i = 0; i < nc; i++) C0[i] = C[i] = urand();
-  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch);
+  if (!use_dnnl) gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch);
+  else if (gemm_dnnl_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != 0) {
+    fprintf(stderr, "FAIL oneDNN ta=%d tb=%d %dx%dx%d: %s\n", ta, tb, M, N, K, gemm_dnnl_describe());
+    failures++;
+  }
   double worst_same = 0, worst_f32 = 0;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
@@ -76,7 +85,7 @@ static void check(int ta, int tb, int M, int N, int K, float alpha, float beta) 
     fprintf(stderr,
             "FAIL %s ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g: error vs bf16 reference %.3g "
             "(tolerance %.3g), vs f32 %.3g (tolerance %.3g)\n",
-            gemm_bf16_kernel(), ta, tb, M, N, K, alpha, beta, worst_same, tol_same, worst_f32,
+            use_dnnl ? gemm_dnnl_describe() : gemm_bf16_kernel(), ta, tb, M, N, K, alpha, beta, worst_same, tol_same, worst_f32,
             tol_f32);
     failures++;
   }
@@ -97,7 +106,42 @@ static void all_shapes(void) {
         check(t & 1, t >> 1, dims[d][0], dims[d][1], dims[d][2], ab[s][0], ab[s][1]);
 }
 
+static void check_conversion(void) {
+  const float in[] = {1.0f, 1.00390625f /* 1 + 2^-8: tie, to even (1) */, 1.01171875f /* 1 + 3 2^-8: tie, up */,
+                      -2.5f, INFINITY, -INFINITY, NAN, 3.4e38f /* past the largest bf16: infinity */};
+  const uint16_t want[] = {0x3f80, 0x3f80, 0x3f82, 0xc020, 0x7f80, 0xff80, 0, 0x7f80};
+  uint16_t out[8];
+  gemm_to_bf16(out, in, 8);
+  for (int i = 0; i < 8; i++) {
+    int ok = i == 6 ? (out[i] & 0x7f80) == 0x7f80 && (out[i] & 0x7f) != 0 : out[i] == want[i];
+    if (!ok) {
+      fprintf(stderr, "FAIL gemm_to_bf16(%g) = 0x%04x, expected 0x%04x%s\n", in[i], out[i], want[i], i == 6 ? " (a NaN)" : "");
+      failures++;
+    }
+  }
+}
+
 int main(void) {
+  check_conversion();
+#ifdef GPT_EXPECT_DNNL
+  if (!gemm_dnnl_available()) {
+    fprintf(stderr, "FAIL the build found oneDNN but it is not available: %s\n", gemm_dnnl_describe());
+    failures++;
+  }
+#endif
+  if (gemm_dnnl_available()) {
+    use_dnnl = 1;
+    all_shapes();
+    printf("oneDNN: %s\n", gemm_dnnl_describe());
+    use_dnnl = 0;
+  } else {
+    float a = 1, b = 1, c = 5;
+    if (gemm_dnnl_bf16(0, 0, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1) != -1 || c != 5 || !*gemm_dnnl_describe()) {
+      fprintf(stderr, "FAIL without oneDNN gemm_dnnl_bf16 must fail and leave C alone (C %g): %s\n", c, gemm_dnnl_describe());
+      failures++;
+    }
+    printf("oneDNN: not used (%s)\n", gemm_dnnl_describe());
+  }
   const char *native = gemm_bf16_kernel();
   printf("kernel: %s\n", native);
   all_shapes();

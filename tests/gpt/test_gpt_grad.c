@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "gemm_dnnl.h"
 #include "model.h"
 
 static int failures;
@@ -36,7 +37,7 @@ static double urand(void) { /* [0, 1) */
   return (double)(rng >> 11) * 0x1.0p-53;
 }
 
-static float loss_of(gpt *m, const uint8_t *seq, int B, int T) {
+static float loss_of(gpt *m, const int32_t *seq, int B, int T) {
   float loss;
   REQUIRE(gpt_forward(m, seq, B, T, (size_t)T + 1) == 0);
   REQUIRE(gpt_loss(m, seq + 1, (size_t)T + 1, &loss, NULL) == 0);
@@ -52,8 +53,8 @@ static double check_grads(gpt_config cfg, int every, const char *what) {
   /* larger than the init's 0.02 so that every path carries a gradient worth measuring */
   for (size_t i = 0; i < gpt_num_params(m); i++) p[i] += (float)(0.6 * (urand() - 0.5));
   const int B = cfg.max_batch, T = cfg.block_size;
-  uint8_t *seq = malloc((size_t)B * (T + 1));
-  for (int i = 0; i < B * (T + 1); i++) seq[i] = (uint8_t)(urand() * cfg.vocab_size);
+  int32_t *seq = malloc((size_t)B * (T + 1) * sizeof *seq);
+  for (int i = 0; i < B * (T + 1); i++) seq[i] = (int32_t)(urand() * cfg.vocab_size);
   loss_of(m, seq, B, T);
   REQUIRE(gpt_backward(m, 1.0f) == 0);
   double worst = 0;
@@ -85,6 +86,64 @@ static double check_grads(gpt_config cfg, int every, const char *what) {
   return worst;
 }
 
+/* bf16 mode (through oneDNN when the library has it, else rounded operands on the float32
+ * products) against float32: every tensor's gradient within a few bf16 roundings of the float32
+ * one, relative to the tensor's largest; and the bf16 weights given as a copy
+ * (gpt_set_bf16_half) give bit-identical gradients to converting the rounded weights. */
+static void check_bf16(void) {
+  gpt_config cfg = {64, 40, 2, 2, 32, 3};
+  gpt *m;
+  REQUIRE(gpt_create(&m, &cfg) == 0);
+  gpt_init(m, 11);
+  const size_t n = gpt_num_params(m);
+  float *p = gpt_params(m), *g = gpt_grads(m);
+  for (size_t i = 0; i < n; i++) p[i] += (float)(0.2 * (urand() - 0.5));
+  float *f32 = malloc(n * sizeof *f32), *conv = malloc(n * sizeof *conv), *rounded = malloc(n * sizeof *rounded);
+  uint16_t *half = malloc(n * sizeof *half);
+  int32_t seq[3 * 41];
+  for (int i = 0; i < 3 * 41; i++) seq[i] = (int32_t)(urand() * 64);
+  REQUIRE(f32 && conv && rounded && half);
+  gemm_to_bf16(half, p, n);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)half[i] << 16;
+    memcpy(&rounded[i], &u, sizeof u);
+  }
+  loss_of(m, seq, 3, 40);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  memcpy(f32, g, n * sizeof *f32);
+  gpt_zero_grad(m);
+  gpt_set_bf16(m, 1, rounded);
+  printf("bf16: %s\n", gpt_bf16_backend(m));
+  loss_of(m, seq, 3, 40);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  memcpy(conv, g, n * sizeof *conv);
+  gpt_zero_grad(m);
+  gpt_set_bf16_half(m, half);
+  loss_of(m, seq, 3, 40);
+  REQUIRE(gpt_backward(m, 1.0f) == 0);
+  CHECK(memcmp(conv, g, n * sizeof *g) == 0, "bf16 weights given as a copy change the gradients");
+  double worst = 0;
+  for (int t = 0; t < gpt_num_tensors(m); t++) {
+    const gpt_tensor *tn = gpt_tensor_at(m, t);
+    double gmax = 0, err = 0;
+    for (size_t k = 0; k < tn->numel; k++) {
+      gmax = fmax(gmax, fabs(f32[tn->offset + k]));
+      err = fmax(err, fabs(f32[tn->offset + k] - conv[tn->offset + k]));
+    }
+    CHECK(err <= 0.05 * gmax, "bf16: %s differs from float32 by %.3g (largest %.3g)", tn->name, err, gmax);
+    CHECK(err > 0 || gmax == 0, "bf16: %s is identical to float32: bf16 mode changed nothing", tn->name);
+    worst = fmax(worst, err / fmax(gmax, 1e-30));
+  }
+  printf("bf16 gradients vs float32: largest difference %.3g of the tensor's largest\n", worst);
+  gpt_set_bf16(m, 0, NULL);
+  gpt_set_bf16_half(m, NULL);
+  gpt_destroy(m);
+  free(f32);
+  free(conv);
+  free(rounded);
+  free(half);
+}
+
 static int hook_calls[64], hook_order[64], hook_n;
 static void hook(int first, int count, void *payload) {
   (void)payload;
@@ -99,8 +158,8 @@ static void check_accumulation_and_hook(void) {
   gpt *m;
   REQUIRE(gpt_create(&m, &cfg) == 0);
   gpt_init(m, 3);
-  uint8_t seq[3 * 7];
-  for (size_t i = 0; i < sizeof seq; i++) seq[i] = (uint8_t)(urand() * 32);
+  int32_t seq[3 * 7];
+  for (size_t i = 0; i < 3 * 7; i++) seq[i] = (int32_t)(urand() * 32);
   size_t n = gpt_num_params(m);
   float *once = malloc(n * sizeof *once);
   loss_of(m, seq, 3, 6);
@@ -144,6 +203,33 @@ static void check_data(void) {
     REQUIRE(text_window_fetch(i, fa, &w) == 0 && text_window_fetch(i + 1, fb, &w) == 0);
     CHECK(a[8] == b[0] && a[0] == (uint8_t)text[i * 8], "window %lld: each window's last byte starts the next", (long long)i);
   }
+  /* the training part as an llm.c shard: header (magic, version, count), then uint16 bytes */
+  char shard[] = "/tmp/gpt_shard_XXXXXX";
+  int sfd = mkstemp(shard);
+  REQUIRE(sfd >= 0);
+  close(sfd);
+  REQUIRE(text_write_shard(&c, 0, c.train_len, 0, shard) == 0);
+  FILE *sf = fopen(shard, "rb");
+  REQUIRE(sf != NULL);
+  unsigned char *raw = malloc(1024 + 2 * 1000);
+  size_t got = fread(raw, 1, 1024 + 2 * 1000, sf);
+  fclose(sf);
+  CHECK(got == 1024 + 2 * 900, "shard size %zu, expected %d", got, 1024 + 2 * 900);
+  CHECK(raw[0] == 0x88 && raw[1] == 0xd8 && raw[2] == 0x34 && raw[3] == 0x01 && raw[4] == 1 && raw[8] == (900 & 255) &&
+            raw[9] == (900 >> 8), "llm.c header: magic 20240520, version 1, 900 tokens");
+  int same = 1;
+  for (size_t i = 0; i < 900 && got == 1024 + 2 * 900; i++) same &= raw[1024 + 2 * i] == (unsigned char)text[i] && raw[1025 + 2 * i] == 0;
+  CHECK(same, "the shard's tokens are the text's bytes");
+  REQUIRE(text_write_shard(&c, c.train_len, c.len, 19, shard) == 0);
+  sf = fopen(shard, "rb");
+  REQUIRE(sf != NULL);
+  got = fread(raw, 1, 1024 + 2 * 1000, sf);
+  fclose(sf);
+  CHECK(got == 1024 + 2 * 19 && raw[8] == 19 && raw[1024] == (unsigned char)text[900], "max_tokens keeps the first 19 tokens (%zu bytes)", got);
+  CHECK(text_write_shard(&c, 0, 10, 0, "/nonexistent-dir/x.bin") != 0 && strstr(text_last_error(), "/nonexistent-dir/x.bin"),
+        "unwritable shard names the path: %s", text_last_error());
+  free(raw);
+  unlink(shard);
   text_windows v = text_windows_of(&c, c.train_len, c.len, 9, 5);
   CHECK(v.count == 5 && (size_t)(v.count - 1) * v.step + 9 <= 100, "5 validation windows fit: step %zu", v.step);
   CHECK(text_window_fetch(v.count, fa, &v) != 0, "a window past the end is an error");
@@ -161,6 +247,7 @@ int main(void) {
   double w2 = check_grads(longer, 3, "context 70, every third element");
   printf("worst relative gradient error: %.3g (tiny), %.3g (context 70)\n", w1, w2);
   check_accumulation_and_hook();
+  check_bf16();
   check_data();
   gpt_config bad = {16, 5, 2, 3, 8, 2};
   gpt *m = NULL;

@@ -1,8 +1,13 @@
-/* The GPT example end to end, through the real launcher, on a small generated text:
+/* The GPT example end to end, through the real launcher, on a small generated text read through
+ * the library's token dataset (windows of T + 1 tokens, shuffled by the library's sampler):
  *  - 2 processes x batch 2 give the same parameters after 3 optimizer steps (with gradient
  *    accumulation, parameter groups, clipping and the cosine schedule) as 1 process x batch 4,
- *    and the same validation loss (every validation window counted once);
- *  - a run resumed from the checkpoint of step 2 ends bit-identical to the uninterrupted run;
+ *    with shuffling on, and the same validation loss (every validation window counted once);
+ *  - a run resumed from the checkpoint of step 2 ends bit-identical to the uninterrupted run, and
+ *    one resumed at the other process count (1 x 4 from 2 x 2's checkpoint) ends equal to it;
+ *  - the text's llm.c shards written by --write-tokens and given back with --train-tokens /
+ *    --val-tokens train bit-identically to the text; a file that is not a shard is refused with
+ *    an error naming it;
  *  - reducing gradient buckets during the backward pass (--overlap) changes nothing;
  *  - only the main process prints the sampled text; a bf16 run trains too.
  * Usage: test_gpt_train <accelerate> <gpt> */
@@ -12,6 +17,7 @@
 #include "launch/launch_util.h"
 
 static const char *launcher, *gpt_bin;
+static const char *data_opt = "--data"; /* or "--train-tokens" */
 static double timeout_s = 120;
 
 static void run_gpt(run_out *r, int nprocs, int batch, const char *out_dir, const char *data,
@@ -19,7 +25,7 @@ static void run_gpt(run_out *r, int nprocs, int batch, const char *out_dir, cons
   char np[16], b[16];
   snprintf(np, sizeof np, "%d", nprocs);
   snprintf(b, sizeof b, "%d", batch);
-  const char *argv[64] = {launcher, "launch", "--num_processes", np, gpt_bin, "--data", data,
+  const char *argv[64] = {launcher, "launch", "--num_processes", np, gpt_bin, data_opt, data,
                           "--layers", "1", "--heads", "2", "--width", "16", "--context", "16",
                           "--batch", b, "--grad-accum", "2", "--max-steps", "3", "--warmup", "1",
                           "--lr", "3e-3", "--val-windows", "7", "--eval-every", "0",
@@ -110,6 +116,7 @@ int main(int argc, char **argv) {
   run_gpt(r2, 2, 2, a, data, NULL, NULL, NULL);
   run_gpt(r1, 1, 4, b, data, NULL, NULL, NULL);
   CHECK(r2->status == 0 && r1->status == 0, "both runs succeed");
+  CHECK(strstr(r2->out, "(token dataset)") && strstr(r2->out, "windows of 16 + 1 tokens"), "the token dataset serves the windows: %s", r2->out);
   CHECK(strstr(r2->out, "2 processes x 2 sequences x 16 bytes x 2 accumulation = 128 tokens per step") &&
             strstr(r1->out, "1 processes x 4 sequences x 16 bytes x 2 accumulation = 128 tokens per step"),
         "same global batch: %s", r2->out);
@@ -141,6 +148,54 @@ int main(int argc, char **argv) {
   double rdiff = model_diff(ck, drop, &nt);
   CHECK(rdiff == 0.0, "resumed run differs from the uninterrupted one by %.3g", rdiff);
   CHECK(val_loss(rr->out, 3) == v2, "resumed validation loss %.6f vs %.6f", val_loss(rr->out, 3), v2);
+
+  /* resumed at the other process count: 1 process x batch 4 from the checkpoint of 2 x 2 (the
+   * loader position and the schedule map to the new count; the sums differ in order only) */
+  char f2[512];
+  snprintf(f2, sizeof f2, "%s/resumed_np1", root);
+  run_cmd("/bin/cp", "-r", a, f2);
+  snprintf(drop, sizeof drop, "%s/checkpoints/checkpoint_2", f2);
+  run_cmd("/bin/rm", "-rf", drop, NULL);
+  run_gpt(rr, 1, 4, f2, data, "--resume", NULL, NULL);
+  CHECK(rr->status == 0 && strstr(rr->out, "at step 2"), "resume at 1 process: %s %s", rr->out, rr->err);
+  if (rr->status == 0) {
+    double xdiff = model_diff(ck, drop, &nt);
+    printf("resumed at 1 process from 2 processes' checkpoint: largest parameter difference %.3g\n", xdiff);
+    CHECK(xdiff <= 2e-6, "resumed at 1 process differs from the 2-process run by %.3g", xdiff);
+  }
+
+  /* the text's shards written once and given back as token files: the same training, bit for bit */
+  char shards[512], trainbin[600], valbin[600];
+  snprintf(shards, sizeof shards, "%s/shards", root);
+  run_cmd("/bin/mkdir", "-p", shards, NULL);
+  {
+    const char *wargv[] = {gpt_bin, "--data", data, "--context", "16", "--val-windows", "7", "--write-tokens", shards, NULL};
+    lu_run(rr, (char *const *)wargv, NULL);
+    CHECK(rr->status == 0 && strstr(rr->out, "train.bin"), "--write-tokens: %s %s", rr->out, rr->err);
+  }
+  snprintf(trainbin, sizeof trainbin, "%s/train.bin", shards);
+  snprintf(valbin, sizeof valbin, "%s/val.bin", shards);
+  FILE *tf = fopen(trainbin, "rb");
+  unsigned char hdr[12] = {0};
+  CHECK(tf && fread(hdr, 1, 12, tf) == 12 && hdr[0] == 0x88 && hdr[1] == 0xd8 && hdr[2] == 0x34 && hdr[3] == 1 && hdr[4] == 1,
+        "train.bin starts with the llm.c header (magic 20240520, version 1)");
+  if (tf) fclose(tf);
+  char g[512];
+  snprintf(g, sizeof g, "%s/from_shards", root);
+  data_opt = "--train-tokens";
+  run_gpt(rr, 2, 2, g, trainbin, "--val-tokens", valbin, NULL);
+  CHECK(rr->status == 0 && strstr(rr->out, "token file(s)"), "training from the shards: %s %s", rr->out, rr->err);
+  if (rr->status == 0) {
+    snprintf(drop, sizeof drop, "%s/checkpoints/checkpoint_2", g);
+    double sdiff = model_diff(ck, drop, &nt);
+    CHECK(sdiff == 0.0, "training from the written shards differs from the text by %.3g", sdiff);
+    CHECK(val_loss(rr->out, 3) == v2, "validation loss from the shards %.6f vs %.6f", val_loss(rr->out, 3), v2);
+  }
+  /* a text file given as an llm.c shard: refused, naming the file and the header field */
+  snprintf(g, sizeof g, "%s/bad_shard", root);
+  run_gpt(rr, 1, 4, g, data, "--val-tokens", valbin, NULL);
+  CHECK(rr->status != 0 && strstr(rr->err, data) && strstr(rr->err, "magic"), "a text as a shard: %s", rr->err);
+  data_opt = "--data";
 
   /* --overlap: buckets reduced by the library's thread as the model marks gradients ready
    * during its backward pass; the sums are the same, so the parameters are identical */
