@@ -53,6 +53,10 @@ typedef struct acc__shm_ctrl {
    * memory, its PID namespace, and whether it could read every peer's word (1) or not (0). */
   uint64_t cma_addr, cma_nonce, pidns;
   _Atomic int32_t cma_ok;
+  /* A single-copy read of this rank failed in the collective that began after step cma_fail - 1
+   * (stored before the rank's next step): the peers then fail that collective too, instead of
+   * returning a result with this rank's share missing. */
+  _Atomic uint64_t cma_fail;
   _Atomic int32_t registered; /* locked its liveness mutex */
   _Atomic int32_t departed;   /* left cleanly (destroy) */
   _Atomic int32_t dead;       /* found dead by a peer (robust mutex EOWNERDEAD) */

@@ -210,18 +210,39 @@ static acc_result read_error(shm_be *s, int r, size_t len) {
                     (int)atomic_load(&s->ctrl[r].pid), strerror(e));
 }
 
+/* A failed read is marked before this rank's next step; after its last step every rank checks the
+ * peers' marks for the collective that began at step op0 (so no rank returns OK with a share of
+ * the result missing). */
+static acc_result fail_mark(shm_be *s, uint64_t op0, acc_result rc) {
+  if (rc != ACC_OK) atomic_store(&s->ctrl[s->me].cma_fail, op0 + 1);
+  return rc;
+}
+static acc_result peers_failed(shm_be *s, uint64_t op0) {
+  for (int r = 0; r < s->n; r++)
+    if (r != s->me && atomic_load(&s->ctrl[r].cma_fail) > op0)
+      return acc__error(ACC_ERR_REMOTE,
+                        "%s on rank %d: rank %d (pid %d) could not read its peers' memory by single "
+                        "copy (its own error says why), so the result is incomplete "
+                        "(ACCELERATE_SHM_SINGLE_COPY=off avoids single copies)",
+                        s->base.op_name ? s->base.op_name : "collective", s->me, r,
+                        (int)atomic_load(&s->ctrl[r].pid));
+  return ACC_OK;
+}
+
 static void publish_addrs(shm_be *s, const void *send, const void *recv) {
   s->ctrl[s->me].xsend = (uint64_t)(uintptr_t)send;
   s->ctrl[s->me].xrecv = (uint64_t)(uintptr_t)recv;
 }
 
 acc_result acc__shm_cma_broadcast(shm_be *s, void *buf, size_t nbytes, int root) {
+  uint64_t op0 = s->counter;
   publish_addrs(s, buf, buf);
   ACC_CHECK(acc__shm_step(s)); /* the root's address is known */
   acc_result rc = ACC_OK;
   if (s->me != root && cma_read(s, root, buf, s->ctrl[root].xsend, nbytes) != 0)
-    rc = read_error(s, root, nbytes);
+    rc = fail_mark(s, op0, read_error(s, root, nbytes));
   acc_result rc2 = acc__shm_step(s); /* everyone has read: the root may return */
+  if (rc == ACC_OK && rc2 == ACC_OK && s->me == root) rc2 = peers_failed(s, op0);
   return rc != ACC_OK ? rc : rc2;
 }
 
@@ -288,6 +309,7 @@ acc_result acc__shm_cma_all_reduce(shm_be *s, const void *send, void *recv, size
                                    acc_dtype dt, acc_op op) {
   size_t es = acc_dtype_size(dt);
   int n = s->n;
+  uint64_t op0 = s->counter;
   publish_addrs(s, send, recv);
   ACC_CHECK(acc__shm_step(s));
   acc_result rc = ACC_OK;
@@ -308,12 +330,16 @@ acc_result acc__shm_cma_all_reduce(shm_be *s, const void *send, void *recv, size
         rc = read_error(s, r, m * es);
       src[r] = dst;
     }
-    if (rc != ACC_OK) break;
+    if (rc != ACC_OK) {
+      fail_mark(s, op0, rc); /* this rank's share stays unreduced: the peers must not use it */
+      break;
+    }
     reduce_sources(tmp, src, n, m, dt, op);
     acc__shm_copy((uint8_t *)recv + off * es, tmp, m * es);
   }
-  acc_result rc2 = acc__shm_step(s); /* every share is reduced */
+  acc_result rc2 = acc__shm_step(s); /* every share is reduced (or its owner marked a failure) */
   if (rc == ACC_OK) rc = rc2;
+  if (rc == ACC_OK) rc = peers_failed(s, op0);
   if (rc == ACC_OK) {
     for (int k = 1; k < n && rc == ACC_OK; k++) {
       int r = (s->me + k) % n;
