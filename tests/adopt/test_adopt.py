@@ -10,8 +10,9 @@ one process, run directly and under `accelerate launch --num_processes 1`:
   - no extra thread, no CPU binding: the thread count and the allowed CPUs during the last step
     are the plain program's, also under the launcher;
   - the library's per-step calls neither fault memory in nor allocate per step: the steps after
-    the first take at most 8 minor page faults and no major one (re-touching the 1.6 MB gradient
-    buffer would take ~400);
+    the first take at most 8 page faults, minor and major together (re-touching the 1.6 MB
+    gradient buffer would take ~400; a major fault is code or data read from disk, which a fresh
+    build on a busy machine may still take, so it is not singled out);
   - the floating-point control word (MXCSR) is the plain program's.
 usage: test_adopt.py ACCELERATE PLAIN PORTED WORK_DIR [check-placement 0|1]"""
 import os, re, subprocess, sys
@@ -69,8 +70,8 @@ for what, cmd in (("ported", [ported] + args),
               f"{what}: buffer page offsets {q['offsets']}, plain {p['offsets']} (the library moved them)")
     check(q["threads"] == p["threads"], f"{what}: {q['threads']} threads during the run, plain {p['threads']}")
     check(q["cpus"] == p["cpus"], f"{what}: allowed CPUs {q['cpus']}, plain {p['cpus']}")
-    check(q["minflt"] <= 8 and q["majflt"] == 0,
-          f"{what}: {q['minflt']} minor / {q['majflt']} major page faults after the first step (expected <= 8 / 0)")
+    check(q["minflt"] + q["majflt"] <= 8,
+          f"{what}: {q['minflt']} minor / {q['majflt']} major page faults after the first step (expected <= 8 in all)")
     check(q["mxcsr"] == p["mxcsr"], f"{what}: MXCSR {q['mxcsr']}, plain {p['mxcsr']}")
 check(p["minflt"] <= 8, f"plain: {p['minflt']} minor page faults after the first step (expected <= 8)")
 print("adopt: ok" if not failures else f"adopt: {failures} failure(s)")
