@@ -25,9 +25,13 @@ typedef struct tok_set {
   int nfiles;
   int64_t T, vocab, windows;
   size_t width;
-  unsigned char *buf; /* (T + 1) x width bytes, one window */
-  char err[512];
 } tok_set;
+
+/* Why the last fetch of this thread failed. Fetches may run at once on several threads (two
+ * loaders over one dataset, each with its prefetch thread), so nothing a fetch writes is shared:
+ * the message is per thread (the loader reads it on the thread whose fetch failed) and the raw
+ * window is read into a buffer of the call's own. */
+static _Thread_local char tok_err[512];
 
 static void tok_free(void *payload) {
   tok_set *s = payload;
@@ -37,11 +41,13 @@ static void tok_free(void *payload) {
     acc__free(s->files[f].path);
   }
   acc__free(s->files);
-  acc__free(s->buf);
   acc__free(s);
 }
 
-static const char *tok_error(void *payload) { return ((tok_set *)payload)->err; }
+static const char *tok_error(void *payload) {
+  (void)payload;
+  return tok_err;
+}
 
 static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -103,7 +109,7 @@ static acc_result open_file(tok_set *s, tok_file *tf, const char *path, acc_toke
 
 static int tok_fetch(int64_t index, void *const *fields, void *payload) {
   tok_set *s = payload;
-  s->err[0] = '\0';
+  tok_err[0] = '\0';
   int lo = 0, hi = s->nfiles - 1; /* the last file whose first window is <= index */
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
@@ -113,23 +119,32 @@ static int tok_fetch(int64_t index, void *const *fields, void *payload) {
   const tok_file *tf = &s->files[lo];
   int64_t pos = (index - tf->first_window) * s->T, n = s->T + 1;
   off_t off = (off_t)(tf->data_off + pos * (int64_t)s->width);
-  if (read_full(tf->fd, s->buf, (size_t)n * s->width, off) != 0) {
-    snprintf(s->err, sizeof s->err, ": cannot read tokens %lld..%lld of '%s' (%s)", (long long)pos,
-             (long long)(pos + n - 1), tf->path, errno ? strerror(errno) : "file shrank");
+  unsigned char stackbuf[16384], *buf = stackbuf;
+  size_t nbytes = (size_t)n * s->width;
+  if (nbytes > sizeof stackbuf && !(buf = acc__malloc(nbytes))) {
+    snprintf(tok_err, sizeof tok_err, ": out of memory reading a window of %zu bytes", nbytes);
     return 1;
   }
+  int rc = 0;
+  if (read_full(tf->fd, buf, nbytes, off) != 0) {
+    snprintf(tok_err, sizeof tok_err, ": cannot read tokens %lld..%lld of '%s' (%s)", (long long)pos,
+             (long long)(pos + n - 1), tf->path, errno ? strerror(errno) : "file shrank");
+    rc = 1;
+  }
   int32_t *in = fields[0], *tg = fields[1];
-  for (int64_t k = 0; k < n; k++) {
-    uint32_t t = s->width == 2 ? (uint32_t)(s->buf[2 * k] | s->buf[2 * k + 1] << 8) : le32(s->buf + 4 * k);
+  for (int64_t k = 0; rc == 0 && k < n; k++) {
+    uint32_t t = s->width == 2 ? (uint32_t)(buf[2 * k] | buf[2 * k + 1] << 8) : le32(buf + 4 * k);
     if ((s->vocab > 0 && (int64_t)t >= s->vocab) || t > INT32_MAX) {
-      snprintf(s->err, sizeof s->err, ": token %lld of '%s' is %u, outside the vocabulary (vocab_size %lld)",
+      snprintf(tok_err, sizeof tok_err, ": token %lld of '%s' is %u, outside the vocabulary (vocab_size %lld)",
                (long long)(pos + k), tf->path, t, (long long)s->vocab);
-      return 2;
+      rc = 2;
+      break;
     }
     if (k < s->T) in[k] = (int32_t)t;
     if (k > 0) tg[k - 1] = (int32_t)t;
   }
-  return 0;
+  if (buf != stackbuf) acc__free(buf);
+  return rc;
 }
 
 acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths, int num_paths,
@@ -160,8 +175,7 @@ acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths
   s->vocab = o.vocab_size;
   s->width = o.format == ACC_TOKENS_U32 ? 4 : 2;
   s->files = acc__calloc((size_t)num_paths, sizeof *s->files);
-  s->buf = acc__malloc((size_t)(s->T + 1) * s->width);
-  acc_result rc = s->files && s->buf ? ACC_OK : ACC_ERR_NOMEM;
+  acc_result rc = s->files ? ACC_OK : ACC_ERR_NOMEM;
   if (rc == ACC_OK)
     for (int f = 0; f < num_paths; f++) s->files[f].fd = -1;
   for (int f = 0; rc == ACC_OK && f < num_paths; f++) {

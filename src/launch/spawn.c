@@ -202,8 +202,10 @@ static void record_exit(monitor *m, proc *p, int st) {
                  p->rank, (long)p->pid, res->exit_code);
   }
   size_t used = k > 0 && (size_t)k < sizeof res->message ? (size_t)k : sizeof res->message - 1;
+  /* "its last library error": the program may have handled that error and exited for a reason
+   * of its own, so the report does not call it the cause */
   if (note_rc != 0 && !WIFSIGNALED(st))
-    used += (size_t)snprintf(res->message + used, sizeof res->message - used, ": %s", note);
+    used += (size_t)snprintf(res->message + used, sizeof res->message - used, " (its last library error: %s)", note);
   if (used < sizeof res->message) snprintf(res->message + used, sizeof res->message - used, "%s", first);
   if (consequence && m->alive > 0) {
     /* Wait (at most the grace period) for the rank that caused it to exit with its own error;

@@ -136,7 +136,7 @@ static void test_blame_cause(void) {
     CHECK(r.status == 1, "np %d: status %d, expected 1", n, r.status);
     CHECK(report != NULL, "np %d: the report does not name rank %d first: %s", n, n - 1, r.err);
     if (report) {
-      CHECK(strstr(report, "exited with status 1: dataloader: the dataset fetch callback returned") != NULL,
+      CHECK(strstr(report, "exited with status 1 (its last library error: dataloader: the dataset fetch callback returned") != NULL,
             "np %d: the report lacks rank %d's own message: %s", n, n - 1, r.err);
       CHECK(strstr(report, "exited before it, with status 1, because of it") != NULL,
             "np %d: the report does not say another rank exited before it: %s", n, r.err);
