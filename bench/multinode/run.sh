@@ -97,6 +97,10 @@ for r in $(seq $ROUNDS); do # interleaved, the order rotating from round to roun
   esac
   echo "# round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
+if [ "$ROUNDS" -eq 0 ]; then # join time only
+  echo "# end: load $(cut -d' ' -f1-3 /proc/loadavg); $(uptime)"
+  exit 0
+fi
 echo "# all_reduce busbw (GB/s), median of $ROUNDS interleaved rounds; 2 machines x 2 processes"
 printf '%12s %12s %12s %12s %10s %10s\n' "size(B)" hierarchical gloo openmpi "hier/gloo" "hier/mpi"
 for s in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
