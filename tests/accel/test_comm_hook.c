@@ -29,33 +29,7 @@ static float from_bf16(uint16_t h) { return acc__bf16_to_f32(h); }
 static uint16_t to_f16(float f) { return acc__f32_to_f16(f); }
 static float from_f16(uint16_t h) { return acc__f16_to_f32(h); }
 
-typedef struct gmodel {
-  float *data, *buf, *grad[NP];
-  acc_model *m;
-} gmodel;
-
-static void gmodel_init(gmodel *g, size_t gap) {
-  memset(g, 0, sizeof *g);
-  g->data = calloc(TOTAL, sizeof(float));
-  g->buf = calloc(TOTAL + NP * gap + 1, sizeof(float));
-  REQUIRE_OK(acc_model_create(&g->m));
-  size_t off = 0, doff = 0;
-  for (int i = 0; i < NP; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "p%d", i);
-    int64_t shape[1] = {(int64_t)numel[i]};
-    g->grad[i] = g->buf + off;
-    REQUIRE_OK(acc_model_add_parameter(g->m, name, g->data + doff, g->grad[i], 1, shape));
-    off += numel[i] + gap;
-    doff += numel[i];
-  }
-}
-
-static void gmodel_free(gmodel *g) {
-  acc_model_destroy(g->m);
-  free(g->buf);
-  free(g->data);
-}
+#include "accel/gmodel.h"
 
 /* rank r's gradient element k of parameter i: many magnitudes, signs, some subnormal in f16 */
 static float grad_value(int r, int i, size_t k) {

@@ -18,34 +18,7 @@ static const size_t numel[NP] = {3, 5, 2, 7, 4}; /* 21 floats */
 static int rank, nprocs;
 static acc_state *st;
 
-typedef struct gmodel {
-  float data[TOTAL];
-  float *buf;       /* gradient storage */
-  float *grad[NP];
-  acc_model *m;
-} gmodel;
-
-/* gap 0: gradients back to back in registration order (contiguous); gap > 0: holes between them */
-static void gmodel_init(gmodel *g, size_t gap) {
-  memset(g, 0, sizeof *g);
-  g->buf = calloc(TOTAL + NP * gap + 1, sizeof(float));
-  REQUIRE_OK(acc_model_create(&g->m));
-  size_t off = 0, doff = 0;
-  for (int i = 0; i < NP; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "p%d", i);
-    int64_t shape[1] = {(int64_t)numel[i]};
-    g->grad[i] = g->buf + off;
-    REQUIRE_OK(acc_model_add_parameter(g->m, name, g->data + doff, g->grad[i], 1, shape));
-    off += numel[i] + gap;
-    doff += numel[i];
-  }
-}
-
-static void gmodel_free(gmodel *g) {
-  acc_model_destroy(g->m);
-  free(g->buf);
-}
+#include "accel/gmodel.h"
 
 /* rank r's gradient element k of parameter i: values whose mean is not exact in binary */
 static float grad_value(int r, int i, size_t k) {

@@ -297,34 +297,28 @@ if [ "$MODE" = errors ]; then
     wait $j0 2>/dev/null
   }
 
+  # refused NAME OUT PATTERN LAUNCH-ARGS...: with machine 0 up, a launcher on machine B with these
+  # arguments must fail at the join with a message matching PATTERN
+  refused() {
+    name=$1 out=$2 pattern=$3
+    shift 3
+    start0
+    timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch "$@" --main_process_ip $IPA --main_process_port $PORT \
+      "$PROG" >"$out" 2>&1 && fail "$name: the launcher joined"
+    expect "$name" "$out" "$pattern"
+    stop0
+  }
+
   # 2. duplicate machine rank: a second launcher that says machine 0
-  start0
-  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 0 --num_processes 4 \
-    --main_process_ip $IPA --main_process_port $PORT "$PROG" >"$TMP/e2.out" 2>&1 &&
-    fail "a second machine 0 joined"
-  expect "duplicate machine rank" "$TMP/e2.out" "two launchers with machine_rank 0"
-  stop0
-
+  refused "duplicate machine rank" "$TMP/e2.out" "two launchers with machine_rank 0" \
+    --num_machines 2 --machine_rank 0 --num_processes 4
   # 3. disagreeing counts
-  start0
-  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 6 \
-    --main_process_ip $IPA --main_process_port $PORT "$PROG" >"$TMP/e3.out" 2>&1 &&
-    fail "a machine with another process count joined"
-  expect "mismatched counts" "$TMP/e3.out" "says num_processes 6, machine 0 says 4"
-  stop0
-  start0
-  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 3 --machine_rank 1 --num_processes 6 \
-    --main_process_ip $IPA --main_process_port $PORT "$PROG" >"$TMP/e4.out" 2>&1 &&
-    fail "a machine with another machine count joined"
-  expect "mismatched machines" "$TMP/e4.out" "says num_machines 3, machine 0 says 2"
-  stop0
-
-  start0
-  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
-    --main_process_ip $IPA --main_process_port $PORT --max_restarts 2 "$PROG" >"$TMP/e7.out" 2>&1 &&
-    fail "a machine with another --max_restarts joined"
-  expect "mismatched max_restarts" "$TMP/e7.out" "says --max_restarts 2, machine 0 says 0"
-  stop0
+  refused "mismatched counts" "$TMP/e3.out" "says num_processes 6, machine 0 says 4" \
+    --num_machines 2 --machine_rank 1 --num_processes 6
+  refused "mismatched machines" "$TMP/e4.out" "says num_machines 3, machine 0 says 2" \
+    --num_machines 3 --machine_rank 1 --num_processes 6
+  refused "mismatched max_restarts" "$TMP/e7.out" "says --max_restarts 2, machine 0 says 0" \
+    --num_machines 2 --machine_rank 1 --num_processes 4 --max_restarts 2
 
   # 4. a secret on machine 0, none on machine 1
   export ACCELERATE_STORE_SECRET=correct-horse
