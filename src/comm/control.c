@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "core/log.h"
 #include "state/state.h"
 
 acc_result acc_wait_for_everyone(acc_state *st) { return acc_barrier(st); }
@@ -55,22 +56,18 @@ int acc_on_local_process(const acc_state *st, int local_process_index, acc_fn fn
 }
 
 int acc_print(const acc_state *st, const char *fmt, ...) {
-  if (!acc_state_is_main_process(st)) return 0;
   va_list ap;
   va_start(ap, fmt);
-  int n = vprintf(fmt, ap);
+  int n = acc__vprint_if(acc_state_is_main_process(st), fmt, ap);
   va_end(ap);
-  fflush(stdout);
   return n;
 }
 
 int acc_print_local(const acc_state *st, const char *fmt, ...) {
-  if (!acc_state_is_local_main_process(st)) return 0;
   va_list ap;
   va_start(ap, fmt);
-  int n = vprintf(fmt, ap);
+  int n = acc__vprint_if(acc_state_is_local_main_process(st), fmt, ap);
   va_end(ap);
-  fflush(stdout);
   return n;
 }
 

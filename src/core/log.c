@@ -319,3 +319,10 @@ void acc__log(int level, const char *fmt, ...) {
   acc__log_emit(lib, level, 0, fmt, ap);
   va_end(ap);
 }
+
+int acc__vprint_if(int cond, const char *fmt, va_list ap) {
+  if (!cond) return 0;
+  int n = vprintf(fmt, ap);
+  fflush(stdout);
+  return n;
+}

@@ -31,4 +31,8 @@ void acc__log_emit(const acc_logger *lg, int level, int rank, const char *fmt, v
 int acc__logger_ok(const acc_logger *lg);
 int acc__logger_effective_level(const acc_logger *lg);
 
+/* acc_print and its relatives: when `cond`, vprintf to stdout and flush; returns the count (0 when
+ * not printed). */
+int acc__vprint_if(int cond, const char *fmt, va_list ap);
+
 #endif

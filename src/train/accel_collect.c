@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
+#include "core/log.h"
 #include "core/profile.h"
 #include "state/state.h"
 #include "train/accel.h"
@@ -216,12 +217,10 @@ acc_result acc_accelerator_main_process_first_end(acc_accelerator *acc) {
   return acc_main_process_first_end(acc->st);
 }
 int acc_accelerator_print(const acc_accelerator *acc, const char *fmt, ...) {
-  if (acc && !acc_state_is_main_process(acc->st)) return 0;
   va_list ap;
   va_start(ap, fmt);
-  int n = vprintf(fmt, ap);
+  int n = acc__vprint_if(!acc || acc_state_is_main_process(acc->st), fmt, ap);
   va_end(ap);
-  fflush(stdout);
   return n;
 }
 acc_result acc_accelerator_split_between_processes(const acc_accelerator *acc, size_t n, int apply_padding,
