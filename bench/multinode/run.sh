@@ -6,7 +6,9 @@
 #      median of RUNS runs, for the hierarchical backend;
 #   2. all_reduce busbw 4 KiB .. 64 MiB: hierarchical vs flat gloo (per-machine launch) vs
 #      Open MPI (mpirun across the same namespaces), interleaved, medians of ROUNDS rounds.
-# Usage (root): bench/multinode/run.sh [build_dir]     RUNS=5 ROUNDS=3 MAXB=67108864 by default
+# Usage (root): bench/multinode/run.sh [build_dir]     RUNS=5 ROUNDS=3 MAXB=67108864 by default,
+# LINK_RATE=1gbit (say) limits the link between the two machines (see below); PIPE_AB=1 adds
+# a fourth run per round, the hierarchical backend without its pipeline (ACCELERATE_HIER_PIECE_BYTES=0)
 # (RUNS=0: no join time). The busbw programs are bench/multinode/busbw.c (busbw through the
 # library, mpi_busbw through plain Open MPI: the same timed loop).
 set -u
@@ -35,6 +37,16 @@ ip netns add $NSA && ip netns add $NSB && ip link add $VA type veth peer name $V
   ip -n $NSA addr add $IPA/24 dev $VA && ip -n $NSB addr add $IPB/24 dev $VB &&
   ip -n $NSA link set lo up && ip -n $NSB link set lo up &&
   ip -n $NSA link set $VA up && ip -n $NSB link set $VB up || { echo "cannot make namespaces"; exit 1; }
+# LINK_RATE (e.g. 1gbit, 10gbit): a token-bucket limit on both ends of the veth "wire", so that the
+# link between the two machines is slower than memory, as between real machines (unset: no limit;
+# the veth pair is then a memory copy by the same cores). Traffic inside a namespace is not limited.
+if [ -n "${LINK_RATE:-}" ]; then
+  for e in "$NSA $VA" "$NSB $VB"; do
+    set -- $e
+    ip netns exec $1 tc qdisc add dev $2 root tbf rate "$LINK_RATE" burst 1mb latency 100ms ||
+      { echo "cannot limit the link to $LINK_RATE (tc)"; exit 1; }
+  done
+fi
 
 launch() { # ns machine_rank prog args...
   ns=$1 mr=$2; shift 2
@@ -43,7 +55,7 @@ launch() { # ns machine_rank prog args...
 }
 
 command -v mpirun >/dev/null || { echo "mpirun (Open MPI) not found"; exit 1; }
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); link between the machines: ${LINK_RATE:-not limited}"
 echo "# join time: last launcher started -> every rank joined (2 machines x 2, hierarchical)"
 [ "$RUNS" -gt 0 ] && for r in $(seq $RUNS); do
   launch $NSA 0 "$build/bench/multinode/join_time" >"$TMP/j0" 2>&1 &
@@ -73,13 +85,14 @@ exec ip netns exec "\$ns" sh -c "mount -t tmpfs acc-bench-shm /dev/shm && exec \
 EOF2
 chmod +x "$TMP/agent"
 printf "$IPA slots=2\n$IPB slots=2\n" >"$TMP/hosts"
-bench_acc() { # backend out
+bench_acc() { # backend out   (backend "hierarchical0": hierarchical without the pipeline)
   export ACCELERATE_BACKEND=$1
+  if [ "$1" = hierarchical0 ]; then export ACCELERATE_BACKEND=hierarchical ACCELERATE_HIER_PIECE_BYTES=0; fi
   launch $NSB 1 "$build/bench/multinode/busbw" ${MAXB:-67108864} >"$2.m1" 2>&1 &
   launch $NSA 0 "$build/bench/multinode/busbw" ${MAXB:-67108864} >"$2" 2>&1 ||
     { echo "$1: machine 0 failed:"; tail -5 "$2" "$2.m1"; } >&2
   wait
-  unset ACCELERATE_BACKEND
+  unset ACCELERATE_BACKEND ACCELERATE_HIER_PIECE_BYTES
 }
 bench_mpi() {
   ip netns exec $NSA env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -95,6 +108,7 @@ for r in $(seq $ROUNDS); do # interleaved, the order rotating from round to roun
     2) bench_acc gloo "$TMP/g$r"; bench_mpi "$TMP/m$r"; bench_acc hierarchical "$TMP/h$r" ;;
     0) bench_mpi "$TMP/m$r"; bench_acc hierarchical "$TMP/h$r"; bench_acc gloo "$TMP/g$r" ;;
   esac
+  [ -n "${PIPE_AB:-}" ] && bench_acc hierarchical0 "$TMP/z$r"
   echo "# round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 if [ "$ROUNDS" -eq 0 ]; then # join time only
@@ -107,8 +121,9 @@ for s in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
   [ $s -le ${MAXB:-67108864} ] || continue
   med() { for f in "$@"; do awk -v s=$s '$1 == "all_reduce" && $2 == s { print $6 }' "$f"; done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
   h=$(med "$TMP"/h[0-9]*) g=$(med "$TMP"/g[0-9]*) m=$(med "$TMP"/m[0-9]*)
-  printf '%12s %12s %12s %12s %10s %10s\n' $s "$h" "$g" "$m" \
+  z=; [ -n "${PIPE_AB:-}" ] && z="  (hierarchical without the pipeline: $(med "$TMP"/z[0-9]*))"
+  printf '%12s %12s %12s %12s %10s %10s%s\n' $s "$h" "$g" "$m" \
     "$(awk -v a="$h" -v b="$g" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
-    "$(awk -v a="$h" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
+    "$(awk -v a="$h" -v b="$m" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" "$z"
 done
 echo "# end: load $(cut -d' ' -f1-3 /proc/loadavg); $(uptime)"

@@ -5,12 +5,16 @@
  * collective is composed the same way (local step, leaders' step, local step).
  *
  * From 256 KiB on, all_reduce spreads the step between machines over every process (one gloo
- * "rail" per local rank, see h_all_reduce).
+ * "rail" per local rank, see h_all_reduce); from 8 MiB on it is pipelined in 4 MiB pieces, the
+ * rail's transfer of one piece running on a thread of its own while the shm steps of the
+ * neighbouring pieces run on the caller's (rails_pipelined).
  *
  * Requires the usual placement: every machine runs K processes with global ranks
  * machine*K .. machine*K+K-1 (accelerate launch and torchrun place ranks so).
  * Mismatch detection: checks_tags 0, so comm.c compares every rank's call tag (with an
  * all_reduce through this backend) before each collective; timeouts are the inner backends'. */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,8 +27,21 @@ typedef struct hier_be {
   acc__backend *rail;    /* gloo over the M processes of this local rank, one per machine */
   acc__backend *leaders; /* the rail of local rank 0 (the leaders); NULL on the others */
   int k, m, lrank, mach;
+  size_t piece; /* pipeline piece of all_reduce, bytes (0: off); the same on every process */
   void *scratch;
   size_t scratch_cap;
+  /* The rail worker (h_all_reduce's pipeline): runs one rail all_reduce at a time on its own
+   * thread while this thread does the machine's shm steps of the neighbouring pieces. */
+  pthread_t worker;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int worker_up, job, quit;  /* job: 1 while a rail all_reduce is posted or running */
+  void *job_buf;
+  size_t job_count;
+  acc_dtype job_dt;
+  acc_op job_op;
+  acc_result job_rc;
+  char job_err[512];
 } hier_be;
 
 static void *scratch(hier_be *h, size_t n) {
@@ -91,6 +108,114 @@ static acc_result leaders_all_reduce(hier_be *h, const void *send, void *recv, s
 
 /* From this size on, all_reduce runs on every rail (see h_all_reduce). */
 #define HIER_RAILS_MIN_BYTES ((size_t)256 * 1024)
+/* From twice this size on, all_reduce is pipelined in pieces of about this many bytes (see
+ * rails_pipelined); ACCELERATE_HIER_PIECE_BYTES overrides it (0: no pipeline). Every process of
+ * every machine must cut the buffer the same way, or the rails would pair different pieces, so
+ * rank 0's value is broadcast when the backend is created. */
+#define HIER_PIPE_PIECE_BYTES ((size_t)4 * 1024 * 1024)
+
+static void *rail_worker(void *arg) {
+  hier_be *h = arg;
+  pthread_mutex_lock(&h->mu);
+  for (;;) {
+    while (!h->job && !h->quit) pthread_cond_wait(&h->cv, &h->mu);
+    if (h->quit) break;
+    void *buf = h->job_buf;
+    size_t count = h->job_count;
+    pthread_mutex_unlock(&h->mu);
+    acc_result rc = h->rail->ops->all_reduce(h->rail, buf, buf, count, h->job_dt, h->job_op);
+    pthread_mutex_lock(&h->mu);
+    h->job_rc = rc;
+    if (rc != ACC_OK) snprintf(h->job_err, sizeof h->job_err, "%s", acc_last_error());
+    h->job = 0;
+    pthread_cond_broadcast(&h->cv);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
+}
+
+static acc_result rail_start(hier_be *h, void *buf, size_t count, acc_dtype dt, acc_op op) {
+  if (!h->worker_up) {
+    if (pthread_mutex_init(&h->mu, NULL) != 0) return acc__error(ACC_ERR_SYSTEM, "hierarchical all_reduce: cannot create a mutex");
+    if (pthread_cond_init(&h->cv, NULL) != 0) {
+      pthread_mutex_destroy(&h->mu);
+      return acc__error(ACC_ERR_SYSTEM, "hierarchical all_reduce: cannot create a condition variable");
+    }
+    if (pthread_create(&h->worker, NULL, rail_worker, h) != 0) {
+      pthread_cond_destroy(&h->cv);
+      pthread_mutex_destroy(&h->mu);
+      return acc__error(ACC_ERR_SYSTEM, "hierarchical all_reduce: cannot start the rail thread");
+    }
+    h->worker_up = 1;
+  }
+  pthread_mutex_lock(&h->mu);
+  h->job_buf = buf;
+  h->job_count = count;
+  h->job_dt = dt;
+  h->job_op = op;
+  h->job_rc = ACC_OK;
+  h->job = 1;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  return ACC_OK;
+}
+
+/* Waits for the posted rail all_reduce (there is always one when called) and passes its error
+ * on, in the worker's words, on this thread. */
+static acc_result rail_wait(hier_be *h) {
+  pthread_mutex_lock(&h->mu);
+  while (h->job) pthread_cond_wait(&h->cv, &h->mu);
+  acc_result rc = h->job_rc;
+  pthread_mutex_unlock(&h->mu);
+  if (rc != ACC_OK) return acc__error(rc, "%s", h->job_err);
+  return ACC_OK;
+}
+
+/* h_all_reduce's rail path for large buffers, cut into P pieces: piece p's shm reduce_scatter
+ * runs while the rail thread all-reduces piece p - 1 between machines, and piece p - 1's shm
+ * all_gather while it all-reduces piece p, so the machine's shm steps hide behind the transfer
+ * between machines instead of adding to it. Every piece is K slices of cs elements, as in the
+ * unpipelined path; the pieces cover the first K * c elements. Regions never overlap: the rail
+ * works on piece p's own slice, the shm steps on pieces p - 1 and p + 1. A shm step that fails
+ * waits for the rail's piece in flight (bounded by the rail's own timeout) before returning, so
+ * no thread writes into the program's buffer after the call. */
+static acc_result rails_pipelined(hier_be *h, const char *s, char *r, size_t c, size_t pieces,
+                                  acc_dtype dt, acc_op op) {
+  size_t es = acc_dtype_size(dt), k = (size_t)h->k, l = (size_t)h->lrank;
+  size_t base = c / pieces, extra = c % pieces, off = 0, prev_off = 0, prev_cs = 0;
+  for (size_t p = 0; p <= pieces; p++) {
+    size_t cs = p < pieces ? base + (p < extra ? 1 : 0) : 0;
+    acc_result rc = ACC_OK;
+    if (p < pieces) /* piece p: elements [k * off, k * (off + cs)), slice l at k * off + l * cs */
+      rc = h->local->ops->reduce_scatter(h->local, s + k * off * es, r + (k * off + l * cs) * es, cs, dt, op);
+    if (p > 0) {
+      if (rc != ACC_OK) { /* piece p - 1 is in flight: let it end, keep this error */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", acc_last_error());
+        (void)rail_wait(h);
+        return acc__error(rc, "%s", msg);
+      }
+      rc = rail_wait(h);
+    }
+    if (rc == ACC_OK && p < pieces) rc = rail_start(h, r + (k * off + l * cs) * es, cs, dt, op);
+    if (rc == ACC_OK && p > 0)
+      rc = h->local->ops->all_gather(h->local, r + (k * prev_off + l * prev_cs) * es, r + k * prev_off * es,
+                                     prev_cs * es);
+    if (rc != ACC_OK) {
+      if (p < pieces && h->worker_up) { /* piece p may be in flight (its all_gather failed) */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", acc_last_error());
+        (void)rail_wait(h);
+        return acc__error(rc, "%s", msg);
+      }
+      return rc;
+    }
+    prev_off = off;
+    prev_cs = cs;
+    off += cs;
+  }
+  return ACC_OK;
+}
 
 /* all_reduce: small buffers through the leaders (leaders_all_reduce). From
  * HIER_RAILS_MIN_BYTES on, every process carries a 1/K slice between machines, as NCCL's
@@ -111,10 +236,15 @@ static acc_result h_all_reduce(acc__backend *be, const void *send, void *recv, s
   }
   char *r = recv, *mine = r + (size_t)h->lrank * c * es;
   const char *s = send;
-  /* send == recv is reduce_scatter's in-place form; otherwise they do not overlap */
-  ACC_CHECK(h->local->ops->reduce_scatter(h->local, s, mine, c, dt, op));
-  ACC_CHECK(h->rail->ops->all_reduce(h->rail, mine, mine, c, dt, op));
-  ACC_CHECK(h->local->ops->all_gather(h->local, mine, r, c * es));
+  size_t pieces = h->piece ? kc * es / h->piece : 0;
+  if (pieces >= 2 && c >= pieces) {
+    ACC_CHECK(rails_pipelined(h, s, r, c, pieces, dt, op));
+  } else {
+    /* send == recv is reduce_scatter's in-place form; otherwise they do not overlap */
+    ACC_CHECK(h->local->ops->reduce_scatter(h->local, s, mine, c, dt, op));
+    ACC_CHECK(h->rail->ops->all_reduce(h->rail, mine, mine, c, dt, op));
+    ACC_CHECK(h->local->ops->all_gather(h->local, mine, r, c * es));
+  }
   if (kc < count)
     ACC_CHECK(leaders_all_reduce(h, s + kc * es, r + kc * es, count - kc, dt, op));
   end_local(h);
@@ -288,6 +418,15 @@ static acc_result h_reduce_scatter(acc__backend *be, const void *send, void *rec
 
 static void h_destroy(acc__backend *be) {
   hier_be *h = (hier_be *)be;
+  if (h->worker_up) {
+    pthread_mutex_lock(&h->mu);
+    h->quit = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->worker, NULL);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+  }
   if (h->rail) h->rail->ops->destroy(h->rail);
   h->local->ops->destroy(h->local);
   acc__free(h->scratch);
@@ -333,6 +472,20 @@ acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *in
     snprintf(prefix, sizeof prefix, "hier-rail-%d", info->local_rank);
     rc = leaders_create(&h->rail, &gi, prefix);
     if (info->local_rank == 0) h->leaders = h->rail;
+  }
+  if (rc == ACC_OK) { /* the pipeline's piece: rank 0's, so that every rail cuts alike */
+    long v = (long)HIER_PIPE_PIECE_BYTES;
+    int set = 0;
+    uint64_t piece = 0;
+    rc = acc__env_int("ACCELERATE_HIER_PIECE_BYTES", &v, &set);
+    piece = (uint64_t)v;
+    if (rc == ACC_OK) {
+      h->base.op_name = "join (the hierarchical backend's set-up)";
+      rc = h_broadcast(&h->base, &piece, sizeof piece, 0);
+      h->base.op_name = NULL;
+      h->piece = (size_t)piece;
+    }
+    if (rc != ACC_OK) h->rail->ops->destroy(h->rail);
   }
   if (rc != ACC_OK) {
     if (h->local) h->local->ops->destroy(h->local);

@@ -11,7 +11,8 @@
 #             LOCAL_WORLD_SIZE, GROUP_RANK) and no launcher: rank 0 hosts the store.
 #   conformance: PROG is tests/dist's conformance program: every collective x dtype x op x root
 #             against local references on 2 machines x 2, with ACCELERATE_BACKEND=gloo and
-#             =hierarchical (twice: small chunks, and the default chunk for the per-rail path).
+#             =hierarchical (three times: small chunks, the default chunk for the per-rail path,
+#             and 64 KiB pipeline pieces for the pipelined per-rail path).
 #   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
 #             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
 #   nccl:     PROG is mm_prog: the NCCL bootstrap's CPU part on the fake device (2 fake GPUs
@@ -109,12 +110,16 @@ fi
 
 if [ "$MODE" = conformance ]; then
   export ACC_TEST_NPROCS=4
-  # hierarchical twice: with 16 KiB chunks every all_reduce stays under 256 KiB (the leaders'
-  # path), with the default chunk the largest counts (about 1 MiB) take the per-rail path
-  for be in gloo hierarchical hierarchical:default; do
+  # hierarchical three times: with 16 KiB chunks every all_reduce stays under 256 KiB (the
+  # leaders' path), with the default chunk the largest counts (about 1 MiB) take the per-rail
+  # path, and with 64 KiB pipeline pieces those counts take the pipelined per-rail path (8 to 32
+  # pieces of uneven sizes, the rail of each on a thread of its own)
+  for be in gloo hierarchical hierarchical:default hierarchical:pipelined; do
     export ACCELERATE_BACKEND=${be%%:*}
     chunk=16384
     [ "$be" = hierarchical:default ] && chunk=
+    unset ACCELERATE_HIER_PIECE_BYTES
+    [ "$be" = hierarchical:pipelined ] && chunk= && export ACCELERATE_HIER_PIECE_BYTES=65536
     launch "$NSB" 1 "$TMP/c1.out" "$PROG" $chunk &
     j1=$!
     launch "$NSA" 0 "$TMP/c0.out" "$PROG" $chunk
