@@ -58,6 +58,14 @@ static acc_result g_narrow(const acc__typed_group *g, uint16_t *dst, const float
 
 static const char *where_word(const acc__devctx *d) { return d ? acc__device_name(d->dev) : "host memory"; }
 
+/* A device group whose device is still open (its accelerator alive): its master weights are
+ * memory of a registered device, the one recorded. */
+static int group_live(const acc__typed_group *g) { return !g->dev || acc__devio_find(g->master) == g->dev; }
+
+static const char *group_where(const acc__typed_group *g) {
+  return group_live(g) ? where_word(g->dev) : "memory of a device that was closed (its accelerator destroyed)";
+}
+
 /* master and grad32 of a table of numel values: host memory, or memory of device d (grad32 zeroed
  * and master widened from params there, on its compute stream). */
 static acc_result alloc_copies(acc__typed_group *g, acc__devctx *d, const uint16_t *params, size_t numel) {
@@ -142,11 +150,11 @@ acc_result acc_model_set_flat_grads_typed(acc_model *m, size_t first, acc_dtype 
                       acc_model_parameter(m, first)->name, dtype_word(g->dtype), dtype_word(dtype));
   if (!grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the gradient buffer is NULL", fn);
   acc__devctx *dg = acc__devio_find(grads);
-  if (dg != g->dev)
+  if (dg != g->dev || !group_live(g))
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "%s: the gradient buffer is %s but the table starting at '%s' has its parameters in %s; "
                       "gradients live where their parameters do", fn, where_word(dg),
-                      acc_model_parameter(m, first)->name, where_word(g->dev));
+                      acc_model_parameter(m, first)->name, group_where(g));
   g->grads = grads;
   g->grads_in = 0;
   return ACC_OK;
@@ -179,8 +187,13 @@ acc_result acc__typed_check_place(const acc_model *m, const acc__devctx *d, cons
   const acc__typed_group *g = acc__model_typed(m, &n);
   const acc__devctx *want = acc__devctx_offhost(d) ? d : NULL;
   for (size_t k = 0; k < n; k++) {
-    if (g[k].dev == want) continue;
     const char *name = acc_model_parameter(m, g[k].first)->name;
+    if (!group_live(&g[k]))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: the %s table starting at '%s' was registered over memory of a device that was closed "
+                        "(the accelerator that allocated it was destroyed); register the table again with memory "
+                        "of this accelerator's device", fn, dtype_word(g[k].dtype), name);
+    if (g[k].dev == want) continue;
     if (!g[k].dev)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "%s: the %s table starting at '%s' is in host memory and this accelerator trains on %s; "

@@ -5,7 +5,8 @@
  *  - a host-memory table prepared by an accelerator that trains on the fake device, and a table in
  *    fake-device memory prepared by an accelerator that trains on the CPU;
  *  - a table prepared under ZeRO stage 1 (CPU), and on the device under ZeRO (refused for every
- *    device model). */
+ *    device model);
+ *  - a device table whose accelerator was destroyed, prepared by another one. */
 #include "acc_test.h"
 
 static const acc_param_spec table[2] = {{"fc.w", 2, {4, 8}}, {"fc.b", 1, {4}}};
@@ -75,5 +76,19 @@ int main(void) {
   acc_accelerator_free(acc, dev);
   acc_accelerator_free(acc, dev_g);
   acc_accelerator_destroy(acc);
+
+  /* a device table outliving its accelerator: another accelerator refuses it, and destroying the
+   * model afterwards frees nothing (the device's memory went with it) */
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev_g));
+  REQUIRE_OK(acc_model_create(&md));
+  CHECK_OK(acc_model_add_flat_typed(md, table, 2, ACC_BF16, dev, dev_g, NULL));
+  acc_accelerator_destroy(acc);
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  CHECK_ERR(acc_accelerator_prepare_model(acc, md), ACC_ERR_INVALID_ARGUMENT,
+            "was registered over memory of a device that was closed");
+  acc_accelerator_destroy(acc);
+  acc_model_destroy(md);
   return acc_test_finish("train_typed_refuse");
 }
