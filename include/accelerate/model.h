@@ -96,7 +96,10 @@ ACC_EXTERN int acc_model_requires_grad(const acc_model *m, size_t i);
  * gradients to float32, averages them with float32 accumulation and rounds the average back into
  * `grads`; every optimizer step, load_state and acc_accelerator_refresh_low_precision round the
  * master weights into `params` (round to nearest even). `grads` may be NULL and attached later
- * with acc_model_set_flat_grads_typed. Host memory only; not with zero_stage 1 or 2. The float32
+ * with acc_model_set_flat_grads_typed. `params` and `grads` are both host memory, or both device
+ * memory of the device an accelerator trains on (acc_accelerator_alloc): then the master weights,
+ * float32 gradients and moments live on that device and the conversions run there as kernels.
+ * Not with zero_stage 1 or 2. The float32
  * calls acc_model_set_flat_grads / acc_model_set_grad on such a table fail with ACC_ERR_MISMATCH.
  * @since 0.2
  */

@@ -259,6 +259,19 @@ acc_result acc__device_cast(acc__device *d, uint16_t *dst, const float *src, siz
   return done(d, d->ops->cast(d->ctx, dst, src, n, (int)dtype, s), "cast");
 }
 
+acc_result acc__device_widen(acc__device *d, float *dst, const uint16_t *src, size_t n,
+                             acc_dtype dtype, acc__dstream *s) {
+  ACC_CHECK(check_dev(d, "acc__device_widen"));
+  if (dtype != ACC_BF16 && dtype != ACC_F16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc__device_widen: dtype %s is not supported (expected bf16 or f16)",
+                      acc_dtype_name(dtype));
+  if (!d->ops->widen)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "acc__device_widen: the %s device has no widen operation",
+                      acc__device_name(d));
+  return done(d, d->ops->widen(d->ctx, dst, src, n, (int)dtype, s), "widen");
+}
+
 acc_result acc__device_clamp(acc__device *d, float *buf, size_t n, float clip, acc__dstream *s) {
   ACC_CHECK(check_dev(d, "acc__device_clamp"));
   if (!(clip >= 0.0f))

@@ -97,6 +97,10 @@ acc_result acc__device_scale(acc__device *d, float *d_buf, size_t n, const float
  * acc_f32_to_bf16 / acc_f32_to_f16. */
 acc_result acc__device_cast(acc__device *d, uint16_t *d_dst, const float *d_src, size_t n,
                             acc_dtype dtype, acc__dstream *s);
+/* bf16 or f16 (dtype ACC_BF16 / ACC_F16) -> fp32, exact: the bits of acc_bf16_to_f32 /
+ * acc_f16_to_f32 (the widening of bf16/fp16 parameter tables, src/train/typed.c). */
+acc_result acc__device_widen(acc__device *d, float *d_dst, const uint16_t *d_src, size_t n,
+                             acc_dtype dtype, acc__dstream *s);
 
 /* d_buf[i] clamped to [-clip, clip] (acc_clip_grad_value's arithmetic; clip >= 0). */
 acc_result acc__device_clamp(acc__device *d, float *d_buf, size_t n, float clip, acc__dstream *s);

@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 4u
+#define ACC__DEVICE_ABI_VERSION 5u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -126,6 +126,10 @@ typedef struct acc__device_ops {
   /* ncclCommAbort: the operations in flight end; the communicator is unusable afterwards (its
    * calls fail, nccl_destroy only frees). Never concurrently with a call issuing on it. */
   int (*nccl_abort)(void *ctx, void *comm);
+  /* ---- ABI 5: bf16/fp16 tables with float32 master weights (src/train/typed.c) ---- */
+  /* dst[i] = src[i] widened to fp32 (dtype ACC_BF16 or ACC_F16): exact, the bits of
+   * acc_bf16_to_f32 / acc_f16_to_f32. The reverse direction is `cast`. */
+  int (*widen)(void *ctx, float *dst, const uint16_t *src, size_t n, int dtype, void *s);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */

@@ -34,11 +34,12 @@ enum {
   OP_SCALE,
   OP_CAST,
   OP_CLAMP,
-  OP_ROUND16
+  OP_ROUND16,
+  OP_WIDEN
 };
 static const char *const op_names[] = {"copy",  "memset", "sgd",   "adamw",
                                        "unscale", "norm_partials", "norm_finish", "scale",
-                                       "cast",  "clamp",  "round_f16"};
+                                       "cast",  "clamp",  "round_f16", "widen"};
 
 typedef struct range {
   const void *p;
@@ -96,6 +97,12 @@ typedef struct fop {
       size_t n;
       float clip;
     } clamp;
+    struct {
+      float *dst;
+      const uint16_t *src;
+      size_t n;
+      int dtype;
+    } widen;
   } u;
   range r[6];
   int nr;
@@ -175,6 +182,15 @@ static void run_op(const fop *o) {
       for (size_t k = 0; k < o->u.clamp.n; k++)
         o->u.clamp.buf[k] = acc__k_round_f16(o->u.clamp.buf[k]);
       break;
+    case OP_WIDEN: {
+      const uint16_t *s = o->u.widen.src;
+      float *d = o->u.widen.dst;
+      if (o->u.widen.dtype == ACC_BF16)
+        for (size_t k = 0; k < o->u.widen.n; k++) d[k] = acc__k_bf16_to_f32(s[k]);
+      else
+        for (size_t k = 0; k < o->u.widen.n; k++) d[k] = acc__k_f16_to_f32(s[k]);
+      break;
+    }
     default: break;
   }
 }
@@ -778,6 +794,18 @@ static int h_round_f16(void *ctx, float *buf, size_t n, void *s) {
   return submit(ctx, &o, dev, s);
 }
 
+static int h_widen(void *ctx, float *dst, const uint16_t *src, size_t n, int dtype, void *s) {
+  fop o = {.type = OP_WIDEN, .nr = 2};
+  o.u.widen.dst = dst;
+  o.u.widen.src = src;
+  o.u.widen.n = n;
+  o.u.widen.dtype = dtype;
+  o.r[0] = RANGE(dst, n * sizeof(float), 1, "dst");
+  o.r[1] = RANGE(src, n * sizeof(uint16_t), 0, "src");
+  int dev[2] = {1, 1};
+  return submit(ctx, &o, dev, s);
+}
+
 static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
 
 #define HOST_OPS(NAME, OPEN)                                                                   \
@@ -785,7 +813,7 @@ static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
    h_alloc, h_free, h_is_device_ptr, h_stream_create, h_stream_destroy, h_stream_sync,        \
    h_event_create, h_event_destroy, h_event_record, h_stream_wait, h_event_sync, h_event_query, \
    h_copy, h_memset, h_sgd, h_adamw, h_unscale, h_norm_partials, h_norm_finish, h_scale, h_cast, \
-   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL}
+   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL, h_widen}
 
 const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu);
 const acc__device_ops acc__device_fake_ops = HOST_OPS("fake", h_open_fake);

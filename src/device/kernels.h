@@ -108,6 +108,14 @@ ACC__KFN float acc__k_f16_to_f32(uint16_t h) {
   return f;
 }
 
+/* bf16 bits to fp32: exact (the bits of acc_bf16_to_f32). */
+ACC__KFN float acc__k_bf16_to_f32(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 /* A gradient as fp16 arithmetic leaves it: rounded to the nearest f16, back in fp32. */
 ACC__KFN float acc__k_round_f16(float g) { return acc__k_f16_to_f32(acc__k_f32_to_f16(g)); }
 

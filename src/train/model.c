@@ -3,6 +3,8 @@
 
 #include "core/internal.h"
 #include "train/model_internal.h"
+#include "device/device.h"
+#include "device/devio.h"
 
 struct acc_model {
   uint32_t magic;
@@ -30,10 +32,7 @@ void acc_model_destroy(acc_model *m) {
   acc__free(m->params);
   acc__free(m->trainable);
   acc__free(m->flat_first);
-  for (size_t k = 0; k < m->ntyped; k++) {
-    acc__free(m->typed[k].master);
-    acc__free(m->typed[k].grad32);
-  }
+  for (size_t k = 0; k < m->ntyped; k++) acc__typed_group_free(&m->typed[k]);
   acc__free(m->typed);
   m->magic = ACC__MAGIC_DEAD;
   acc__free(m);
@@ -136,6 +135,21 @@ const char *acc__model_missing_grad(const acc_model *m) {
 }
 
 /* ---- bf16/fp16 tables (src/train/typed.c) ----------------------------------------------------- */
+
+void acc__typed_group_free(acc__typed_group *g) {
+  if (!g->dev) {
+    acc__free(g->master);
+    acc__free(g->grad32);
+  } else {
+    /* the device may be gone (its accelerator destroyed first): its memory went with it */
+    acc__devctx *d = acc__devio_find(g->master);
+    if (d == g->dev) {
+      acc__device_free(d->dev, g->master);
+      acc__device_free(d->dev, g->grad32);
+    }
+  }
+  g->master = g->grad32 = NULL;
+}
 
 acc__typed_group *acc__model_typed(const acc_model *m, size_t *n) {
   *n = m ? m->ntyped : 0;

@@ -5,6 +5,8 @@
 
 #include "core/internal.h"
 
+struct acc__devctx;
+
 /* Parameter i takes a gradient (attached or to come), registered by the flat group starting at
  * flat_first (SIZE_MAX: registered alone). */
 void acc__model_mark(acc_model *m, size_t i, size_t flat_first);
@@ -22,6 +24,7 @@ const char *acc__model_missing_grad(const acc_model *m);
  * averaging and checkpoints see. */
 typedef struct acc__typed_group {
   size_t first, count, numel;
+  struct acc__devctx *dev; /* NULL: all four buffers are host memory; else memory of this device */
   acc_dtype dtype;   /* ACC_BF16 or ACC_F16 */
   uint16_t *params;  /* the program's, numel values */
   uint16_t *grads;   /* the program's, numel values; NULL until attached */
@@ -35,7 +38,8 @@ acc__typed_group *acc__model_typed(const acc_model *m, size_t *n);
 /* Appends a group (the model owns master and grad32 from now on). */
 acc_result acc__model_typed_add(acc_model *m, const acc__typed_group *g);
 
-/* typed.c: the conversions around the library's float32 copies, no-ops for a model without typed
+/* typed.c: the conversions around the library's float32 copies (kernels on the compute stream of
+ * the group's device when it has one), no-ops for a model without typed
  * groups. params_in: the program's values widened into the master weights (prepare). params_out:
  * the master weights rounded into the program's (after a step, a load, a broadcast). grads_in:
  * the program's gradients widened into grad32, failing naming the first parameter whose table has
@@ -44,12 +48,17 @@ acc_result acc__model_typed_add(acc_model *m, const acc__typed_group *g);
  * gradients of the parameters `opt` updates (NULL: all) set to zero. grads_done: the next
  * grads_in converts again. */
 int acc__typed_any(const acc_model *m);
-void acc__typed_params_in(acc_model *m);
-void acc__typed_params_out(acc_model *m);
+acc_result acc__typed_params_in(acc_model *m);
+acc_result acc__typed_params_out(acc_model *m);
 acc_result acc__typed_grads_in(acc_model *m, const char *fn);
-void acc__typed_grads_out(acc_model *m);
-void acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt);
+acc_result acc__typed_grads_out(acc_model *m);
+acc_result acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt);
 void acc__typed_grads_done(acc_model *m);
+/* Every typed table of m lives where accelerator device d trains (host memory for the CPU, memory
+ * of d otherwise); else ACC_ERR_INVALID_ARGUMENT naming the table (fn: the caller). */
+acc_result acc__typed_check_place(const acc_model *m, const struct acc__devctx *d, const char *fn);
+/* model.c: frees a group's master and grad32 (on its device while that device is open). */
+void acc__typed_group_free(acc__typed_group *g);
 
 /* flat.c: the element count of one table row, checked (fn names the caller in the message). */
 acc_result acc__spec_numel(const acc_param_spec *s, size_t row, const char *fn, size_t *out);

@@ -12,10 +12,13 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                       "supported with zero_stage %d yet; use zero_stage 0", acc->zero);
   /* typed tables: the program's values (set after registration) become the master weights, and
    * process 0's master weights, broadcast, come back rounded into every program's buffer */
-  if (typed) acc__typed_params_in(model);
+  if (typed) {
+    ACC_CHECK(acc__typed_check_place(model, acc->dev, "prepare_model"));
+    ACC_CHECK(acc__typed_params_in(model));
+  }
   ACC_CHECK(acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero,
                              acc__accel_lp_dtype(acc)));
-  if (typed) acc__typed_params_out(model);
+  if (typed) (void)acc__typed_params_out(model); /* host memory: cannot fail */
   if (acc->comm_hook == ACC_COMM_HOOK_NONE || !pm->gs) return ACC_OK;
   acc_result rc = acc__grad_sync_set_compression(
       pm->gs, acc->comm_hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16);
@@ -38,7 +41,7 @@ static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
     ACC_CHECK(acc__typed_grads_in(pm->model, "backward"));
   }
   ACC_CHECK(acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16));
-  if (typed) acc__typed_grads_out(pm->model);
+  if (typed) ACC_CHECK(acc__typed_grads_out(pm->model));
   return ACC_OK;
 }
 
@@ -95,7 +98,7 @@ static acc_result optimizer_step(acc_accelerator *acc, acc_optimizer *opt, int f
 /* Also the program's bf16/fp16 parameters of typed tables, from the master weights. */
 static acc_result refresh_low_precision(acc_accelerator *acc) {
   for (int i = 0; i < acc->nmodels; i++) {
-    acc__typed_params_out(acc->models[i].model);
+    ACC_CHECK(acc__typed_params_out(acc->models[i].model));
     ACC_CHECK(acc__pmodel_refresh_low_precision(&acc->models[i], acc__accel_lp_dtype(acc)));
   }
   return ACC_OK;
@@ -106,15 +109,14 @@ static acc_result refresh_low_precision(acc_accelerator *acc) {
 static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
   if (!pm) return refresh_low_precision(acc);
   if (acc->zero) ACC_CHECK(acc__pmodel_zero_gather(pm, acc->st));
-  acc__typed_params_out(pm->model);
+  ACC_CHECK(acc__typed_params_out(pm->model));
   return acc__pmodel_refresh_low_precision(pm, acc__accel_lp_dtype(acc));
 }
 
 static acc_result zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
   (void)acc;
   ACC_CHECK(acc_optimizer_zero_grad(opt));
-  acc__typed_zero_grads(acc_optimizer_model(opt), opt); /* and the program's own gradients */
-  return ACC_OK;
+  return acc__typed_zero_grads(acc_optimizer_model(opt), opt); /* and the program's own gradients */
 }
 
 static const uint16_t *low_precision(const acc_accelerator *acc, const acc__pmodel *pm) {

@@ -1,6 +1,13 @@
 /* The training calls on device memory (acc__train_device_ops, train/accel.h): one prepared model,
  * no ZeRO; the work is in train_sync.c (prepare, gradient averaging), train_optim.c (optimizer,
- * fp16, clipping, low precision) and train_ckpt.c (host staging for checkpoints). */
+ * fp16, clipping, low precision) and train_ckpt.c (host staging for checkpoints).
+ *
+ * bf16/fp16 tables (acc_model_add_flat_typed over device memory, typed.c): the model's parameters
+ * are the library's float32 master weights and float32 gradients on the device, so everything
+ * below runs on them unchanged; the conversions are kernels on the compute stream: the program's
+ * gradients widened before the average (float32 all-reduce: float32 accumulation), the average
+ * rounded back into them, the master weights rounded into the program's parameters after the
+ * broadcast, every step and a load. */
 #include <string.h>
 
 #include "accelerate.h"
@@ -22,18 +29,19 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                       "in host memory only, and this accelerator trains on %s; unset comm_hook "
                       "(ACCELERATE_COMM_HOOK)",
                       acc__device_name(acc->dev->dev));
-  if (acc__typed_any(model))
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "prepare_model: the model has a bf16/fp16 table (acc_model_add_flat_typed), supported in host "
-                      "memory only for now, and this accelerator trains on %s; register float32 parameters (with "
-                      "low_precision_params for a bf16/fp16 copy) on a device", acc__device_name(acc->dev->dev));
+  const int typed = acc__typed_any(model);
+  if (typed) ACC_CHECK(acc__typed_check_place(model, acc->dev, "prepare_model"));
   const char *missing = acc__model_missing_grad(model);
   if (missing)
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "prepare_model: parameter '%s' takes a gradient but none is attached; on %s, attach the "
                       "gradient buffers (acc_model_set_flat_grads / acc_model_set_grad) before preparing the model",
                       missing, acc__device_name(acc->dev->dev));
+  /* typed tables: the program's values (set after registration) become the master weights, process
+   * 0's are broadcast, and come back rounded into every program's buffer */
+  if (typed) ACC_CHECK(acc__typed_params_in(model));
   ACC_CHECK(acc__dev_prepare_model(acc, model));
+  if (typed) ACC_CHECK(acc__typed_params_out(model));
   memset(pm, 0, sizeof *pm);
   pm->model = model;
   pm->st = acc->st;
@@ -51,38 +59,59 @@ static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
                       "backward: gradients were attached or replaced after the model was prepared on %s; "
                       "on a device attach them before acc_accelerator_prepare_model",
                       acc__device_name(acc->dev->dev));
+  const int typed = acc__typed_any(pm->model);
+  if (typed) {
+    acc__typed_grads_done(pm->model); /* new gradients of this backward: convert again */
+    ACC_CHECK(acc__typed_grads_in(pm->model, "backward"));
+  }
   if (acc->mp == ACC_PRECISION_FP16) ACC_CHECK(acc__dev_round_grads_f16(acc));
-  return acc__grad_sync_finish(pm->gs);
+  ACC_CHECK(acc__grad_sync_finish(pm->gs));
+  return typed ? acc__typed_grads_out(pm->model) : ACC_OK;
 }
 
 static acc_result unscale(acc_accelerator *acc) {
   if (!acc->nmodels || acc->models[0].no_sync || acc_grad_scaler_is_unscaled(acc->scaler))
     return ACC_OK;
+  ACC_CHECK(acc__typed_grads_in(acc->models[0].model, "unscale_gradients")); /* no backward: this step's */
   return acc__dev_unscale(acc);
 }
 
 static acc_result clip_grad_norm(acc_accelerator *acc, acc_model **ms, int n, float max_norm,
                                  double norm_type, float *total_norm) {
-  (void)ms;
+  for (int i = 0; i < n; i++) ACC_CHECK(acc__typed_grads_in(ms[i], "clip_grad_norm"));
   if (n) return acc__dev_clip_grad_norm(acc, max_norm, norm_type, total_norm);
   if (total_norm) *total_norm = 0.0f;
   return ACC_OK;
 }
 
 static acc_result clip_grad_value(acc_accelerator *acc, acc_model **ms, int n, float clip_value) {
-  (void)ms;
+  for (int i = 0; i < n; i++) ACC_CHECK(acc__typed_grads_in(ms[i], "clip_grad_value"));
   return n ? acc__dev_clip_grad_value(acc, clip_value) : ACC_OK;
 }
 
-static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
-  (void)pm; /* one model: its low-precision copy */
-  if (acc->nmodels) acc->models[0].lp_gen++;
+static acc_result optimizer_step(acc_accelerator *acc, acc_optimizer *opt, int fp16) {
+  ACC_CHECK(acc__typed_grads_in(acc_optimizer_model(opt), "optimizer_step")); /* no backward: this step's */
+  return acc__dev_optimizer_step(acc, opt, fp16);
+}
+
+/* The low-precision copy and the program's bf16/fp16 parameters of typed tables, from the
+ * (master) weights. */
+static acc_result refresh_low_precision(acc_accelerator *acc) {
+  if (acc->nmodels) {
+    acc->models[0].lp_gen++;
+    ACC_CHECK(acc__typed_params_out(acc->models[0].model));
+  }
   return acc__dev_refresh_low_precision(acc);
 }
 
-static acc_result refresh_low_precision(acc_accelerator *acc) {
-  if (acc->nmodels) acc->models[0].lp_gen++;
-  return acc__dev_refresh_low_precision(acc);
+static acc_result after_step(acc_accelerator *acc, acc__pmodel *pm) {
+  (void)pm; /* one model */
+  return refresh_low_precision(acc);
+}
+
+static acc_result zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
+  ACC_CHECK(acc__dev_zero_grad(acc, opt));
+  return acc__typed_zero_grads(acc_optimizer_model(opt), opt); /* and the program's own gradients */
 }
 
 static const uint16_t *low_precision(const acc_accelerator *acc, const acc__pmodel *pm) {
@@ -99,9 +128,9 @@ const acc__train_ops acc__train_device_ops = {
     .agree_overflow = acc__dev_agree_overflow,
     .clip_grad_norm = clip_grad_norm,
     .clip_grad_value = clip_grad_value,
-    .optimizer_step = acc__dev_optimizer_step,
+    .optimizer_step = optimizer_step,
     .after_step = after_step,
-    .zero_grad = acc__dev_zero_grad,
+    .zero_grad = zero_grad,
     .refresh_low_precision = refresh_low_precision,
     .low_precision = low_precision,
 };

@@ -4,10 +4,16 @@
  * gradient averaging (float32 accumulation), the optimizer (float32 moments, float32 steps),
  * clipping and checkpoints (float32 weights) work unchanged. The accelerator converts around
  * them: gradients widened before the average and rounded back after it, master weights rounded
- * into the program's buffer after every step, broadcast and load. */
+ * into the program's buffer after every step, broadcast and load.
+ *
+ * A table in device memory (of a device an accelerator trains on, devio.h) gets its master
+ * weights and float32 gradients in memory of the same device, and every conversion runs there as
+ * a kernel on the accelerator's compute stream (acc__device_widen / acc__device_cast, the same
+ * rounding as the host loops below: round to nearest even, widening exact). */
 #include <string.h>
 
 #include "accelerate.h"
+#include "device/device.h"
 #include "device/devio.h"
 #include "train/model_internal.h"
 
@@ -37,6 +43,45 @@ static void narrow(uint16_t *dst, const float *src, size_t n, acc_dtype dt) {
     for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
 }
 
+/* The conversions of one group, on its device's compute stream when it lives on a device. */
+static acc_result g_widen(const acc__typed_group *g, float *dst, const uint16_t *src, size_t n) {
+  if (g->dev) return acc__device_widen(g->dev->dev, dst, src, n, g->dtype, g->dev->stream);
+  widen(dst, src, n, g->dtype);
+  return ACC_OK;
+}
+
+static acc_result g_narrow(const acc__typed_group *g, uint16_t *dst, const float *src, size_t n) {
+  if (g->dev) return acc__device_cast(g->dev->dev, dst, src, n, g->dtype, g->dev->stream);
+  narrow(dst, src, n, g->dtype);
+  return ACC_OK;
+}
+
+static const char *where_word(const acc__devctx *d) { return d ? acc__device_name(d->dev) : "host memory"; }
+
+/* A device group whose device is still open (its accelerator alive): its master weights are
+ * memory of a registered device, the one recorded. */
+static int group_live(const acc__typed_group *g) { return !g->dev || acc__devio_find(g->master) == g->dev; }
+
+static const char *group_where(const acc__typed_group *g) {
+  return group_live(g) ? where_word(g->dev) : "memory of a device that was closed (its accelerator destroyed)";
+}
+
+/* master and grad32 of a table of numel values: host memory, or memory of device d (grad32 zeroed
+ * and master widened from params there, on its compute stream). */
+static acc_result alloc_copies(acc__typed_group *g, acc__devctx *d, const uint16_t *params, size_t numel) {
+  if (!d) {
+    g->master = acc__malloc(numel * sizeof(float));
+    g->grad32 = acc__calloc(numel, sizeof(float));
+    if (!g->master || !g->grad32) return ACC_ERR_NOMEM;
+    widen(g->master, params, numel, g->dtype);
+    return ACC_OK;
+  }
+  ACC_CHECK(acc__device_alloc(d->dev, numel * sizeof(float), (void **)&g->master));
+  ACC_CHECK(acc__device_alloc(d->dev, numel * sizeof(float), (void **)&g->grad32));
+  ACC_CHECK(acc__device_memset(d->dev, g->grad32, 0, numel * sizeof(float), d->stream));
+  return g_widen(g, g->master, params, numel);
+}
+
 acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, size_t count, acc_dtype dtype,
                                     void *params, void *grads, size_t *first_index) {
   static const char fn[] = "acc_model_add_flat_typed";
@@ -48,11 +93,12 @@ acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, s
   if (!table || !count || !params)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: %s", fn,
                       !params ? "the parameter buffer is NULL" : "the table is empty");
-  if (acc__devio_find(params) || (grads && acc__devio_find(grads)))
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "%s: the %s %s buffer is device memory; %s tables with float32 master weights are supported "
-                      "in host memory only for now (register float32 parameters on a device)", fn,
-                      dtype_word(dtype), acc__devio_find(params) ? "parameter" : "gradient", dtype_word(dtype));
+  acc__devctx *dp = acc__devio_find(params), *dg = grads ? acc__devio_find(grads) : dp;
+  if (dp != dg)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: the %s parameter buffer is %s but the gradient buffer is %s; put both in host memory "
+                      "or both in memory of the device the accelerator trains on", fn, dtype_word(dtype),
+                      where_word(dp), where_word(dg));
   size_t numel = 0;
   for (size_t r = 0; r < count; r++) {
     size_t n;
@@ -63,14 +109,13 @@ acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, s
   }
   acc__typed_group g;
   memset(&g, 0, sizeof g);
-  g.master = acc__malloc(numel * sizeof(float));
-  g.grad32 = acc__calloc(numel, sizeof(float));
-  if (!g.master || !g.grad32) {
-    acc__free(g.master);
-    acc__free(g.grad32);
-    return ACC_ERR_NOMEM;
+  g.dtype = dtype;
+  g.dev = dp;
+  acc_result arc = alloc_copies(&g, dp, params, numel);
+  if (arc != ACC_OK) {
+    acc__typed_group_free(&g);
+    return arc;
   }
-  widen(g.master, params, numel, dtype);
   size_t first = 0;
   acc_result rc = acc_model_add_flat(m, table, count, g.master, g.grad32, &first);
   if (rc == ACC_OK) {
@@ -86,8 +131,7 @@ acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, s
     if (first_index) *first_index = first;
     return ACC_OK;
   }
-  acc__free(g.master);
-  acc__free(g.grad32);
+  acc__typed_group_free(&g);
   return rc;
 }
 
@@ -105,9 +149,12 @@ acc_result acc_model_set_flat_grads_typed(acc_model *m, size_t first, acc_dtype 
                       "given as %s; gradients take the dtype of their parameters", fn,
                       acc_model_parameter(m, first)->name, dtype_word(g->dtype), dtype_word(dtype));
   if (!grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the gradient buffer is NULL", fn);
-  if (acc__devio_find(grads))
-    return acc__error(ACC_ERR_NOT_SUPPORTED, "%s: the gradient buffer is device memory; %s tables are supported in "
-                      "host memory only for now", fn, dtype_word(dtype));
+  acc__devctx *dg = acc__devio_find(grads);
+  if (dg != g->dev || !group_live(g))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: the gradient buffer is %s but the table starting at '%s' has its parameters in %s; "
+                      "gradients live where their parameters do", fn, where_word(dg),
+                      acc_model_parameter(m, first)->name, group_where(g));
   g->grads = grads;
   g->grads_in = 0;
   return ACC_OK;
@@ -127,7 +174,7 @@ const void *acc_model_parameter_storage(const acc_model *m, size_t i) {
   return g->params + (p->data - g->master);
 }
 
-/* ---- the accelerator's conversions (train_cpu.c) -------------------------------------------- */
+/* ---- the accelerator's conversions (train_cpu.c, train_device.c) ------------------------------ */
 
 int acc__typed_any(const acc_model *m) {
   size_t n;
@@ -135,16 +182,45 @@ int acc__typed_any(const acc_model *m) {
   return n > 0;
 }
 
-void acc__typed_params_in(acc_model *m) {
+acc_result acc__typed_check_place(const acc_model *m, const acc__devctx *d, const char *fn) {
   size_t n;
-  acc__typed_group *g = acc__model_typed(m, &n);
-  for (size_t k = 0; k < n; k++) widen(g[k].master, g[k].params, g[k].numel, g[k].dtype);
+  const acc__typed_group *g = acc__model_typed(m, &n);
+  const acc__devctx *want = acc__devctx_offhost(d) ? d : NULL;
+  for (size_t k = 0; k < n; k++) {
+    const char *name = acc_model_parameter(m, g[k].first)->name;
+    if (!group_live(&g[k]))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: the %s table starting at '%s' was registered over memory of a device that was closed "
+                        "(the accelerator that allocated it was destroyed); register the table again with memory "
+                        "of this accelerator's device", fn, dtype_word(g[k].dtype), name);
+    if (g[k].dev == want) continue;
+    if (!g[k].dev)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                        "%s: the %s table starting at '%s' is in host memory and this accelerator trains on %s; "
+                        "allocate the table's parameters and gradients with acc_accelerator_alloc (device "
+                        "memory) before acc_model_add_flat_typed", fn, dtype_word(g[k].dtype), name,
+                        acc__device_name(want->dev));
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: the %s table starting at '%s' is memory of %s but this accelerator trains on %s; "
+                      "register the table with buffers of the device the accelerator trains on", fn,
+                      dtype_word(g[k].dtype), name, acc__device_name(g[k].dev->dev),
+                      want ? acc__device_name(want->dev) : "the CPU");
+  }
+  return ACC_OK;
 }
 
-void acc__typed_params_out(acc_model *m) {
+acc_result acc__typed_params_in(acc_model *m) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);
-  for (size_t k = 0; k < n; k++) narrow(g[k].params, g[k].master, g[k].numel, g[k].dtype);
+  for (size_t k = 0; k < n; k++) ACC_CHECK(g_widen(&g[k], g[k].master, g[k].params, g[k].numel));
+  return ACC_OK;
+}
+
+acc_result acc__typed_params_out(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) ACC_CHECK(g_narrow(&g[k], g[k].params, g[k].master, g[k].numel));
+  return ACC_OK;
 }
 
 acc_result acc__typed_grads_in(acc_model *m, const char *fn) {
@@ -157,17 +233,18 @@ acc_result acc__typed_grads_in(acc_model *m, const char *fn) {
                         "%s: parameter '%s' takes a gradient but none is attached: its %s table has no gradient "
                         "buffer yet (acc_model_set_flat_grads_typed)", fn, acc_model_parameter(m, g[k].first)->name,
                         dtype_word(g[k].dtype));
-    widen(g[k].grad32, g[k].grads, g[k].numel, g[k].dtype);
+    ACC_CHECK(g_widen(&g[k], g[k].grad32, g[k].grads, g[k].numel));
     g[k].grads_in = 1;
   }
   return ACC_OK;
 }
 
-void acc__typed_grads_out(acc_model *m) {
+acc_result acc__typed_grads_out(acc_model *m) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);
   for (size_t k = 0; k < n; k++)
-    if (g[k].grads) narrow(g[k].grads, g[k].grad32, g[k].numel, g[k].dtype);
+    if (g[k].grads) ACC_CHECK(g_narrow(&g[k], g[k].grads, g[k].grad32, g[k].numel));
+  return ACC_OK;
 }
 
 void acc__typed_grads_done(acc_model *m) {
@@ -176,7 +253,7 @@ void acc__typed_grads_done(acc_model *m) {
   for (size_t k = 0; k < n; k++) g[k].grads_in = 0;
 }
 
-void acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt) {
+acc_result acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);
   for (size_t k = 0; k < n; k++) {
@@ -185,7 +262,10 @@ void acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt) {
     for (size_t i = g[k].first; i < g[k].first + g[k].count; i++) {
       if (opt && !acc_optimizer_has_parameter(opt, i)) continue;
       const acc_param *p = acc_model_parameter(m, i);
-      memset(g[k].grads + (p->data - g[k].master), 0, p->numel * sizeof(uint16_t));
+      uint16_t *at = g[k].grads + (p->data - g[k].master);
+      if (!g[k].dev) memset(at, 0, p->numel * sizeof(uint16_t));
+      else ACC_CHECK(acc__device_memset(g[k].dev->dev, at, 0, p->numel * sizeof(uint16_t), g[k].dev->stream));
     }
   }
+  return ACC_OK;
 }

@@ -2,7 +2,8 @@
  * cuda). The reference is the public API the training loop uses today: acc_optimizer_step (SGD,
  * AdamW), acc_grad_scaler_unscale, acc_clip_grad_norm, acc_f32_to_bf16 / acc_f32_to_f16.
  *
- * Bit-exact: SGD, AdamW, unscale + found_inf, casts, scale-by-coefficient (the same expressions in
+ * Bit-exact: SGD, AdamW, unscale + found_inf, casts, widening (every bf16 and fp16 value against
+ * acc_bf16_to_f32 / acc_f16_to_f32), scale-by-coefficient (the same expressions in
  * the same order; the CUDA module is built without fused multiply-add).
  * Tolerance: the global norm (the device sums squares in 4096-element chunks, then the chunks;
  * acc_clip_grad_norm sums sequentially): |norm - ref| <= 1e-6 * ref, clipped gradients within a
@@ -301,6 +302,35 @@ static void test_cast(void) {
   acc__device_free(dev, dsrc), acc__device_free(dev, dst);
 }
 
+/* widen: every 16-bit pattern of bf16 and of fp16 (NaN payloads, subnormals, infinities) widened on
+ * the device has the bits of the CPU conversion, and casting the result back gives the pattern
+ * again (widening is exact) except for NaNs (bf16 quiets a signalling NaN). */
+static void test_widen(void) {
+  enum { N = 65536 };
+  static uint16_t src[N], back[N];
+  static float got[N], want[N];
+  for (size_t i = 0; i < N; i++) src[i] = (uint16_t)i;
+  uint16_t *dsrc = up(src, sizeof src);
+  float *dst;
+  REQUIRE_OK(acc__device_alloc(dev, N * sizeof(float), (void **)&dst));
+  for (int k = 0; k < 2; k++) {
+    acc_dtype t = k ? ACC_F16 : ACC_BF16;
+    CHECK_OK(acc__device_widen(dev, dst, dsrc, N, t, NULL));
+    down(got, dst, sizeof got);
+    if (k) acc_f16_to_f32(want, src, N);
+    else acc_bf16_to_f32(want, src, N);
+    CHECK(memcmp(got, want, sizeof got) == 0, "%s widen differs from the CPU bits", acc_dtype_name(t));
+    CHECK_OK(acc__device_cast(dev, dsrc, dst, N, t, NULL));
+    down(back, dsrc, sizeof back);
+    int bad = 0;
+    for (size_t i = 0; i < N; i++) bad += back[i] != (uint16_t)i && !isnan(want[i]);
+    CHECK(bad == 0, "%s: %d values do not survive widen then cast", acc_dtype_name(t), bad);
+    upload(dsrc, src, sizeof src);
+  }
+  CHECK_ERR(acc__device_widen(dev, dst, dsrc, N, ACC_F32, NULL), ACC_ERR_INVALID_ARGUMENT, "expected bf16 or f16");
+  acc__device_free(dev, dsrc), acc__device_free(dev, dst);
+}
+
 /* Two streams ordered by an event: upload on one, AdamW + cast on the other after waiting, the
  * results copied back on the second and awaited through an event (the pattern of a copy stream
  * feeding a compute stream). Same bits as on the default stream. */
@@ -415,6 +445,7 @@ int main(int argc, char **argv) {
   test_clip(1.0f);   /* clips */
   test_clip(1e9f);   /* does not */
   test_cast();
+  test_widen();
   test_clamp_round();
   test_streams();
   acc__device_close(dev);

@@ -1,7 +1,12 @@
-/* bf16/fp16 tables (acc_model_add_flat_typed) where they are not supported yet, refused with a
- * clear error instead of computing wrong results: device memory (the fake device, run with
- * ACCELERATE_TEST_DEVICE=fake) at registration, a host table prepared on a device, and a table
- * prepared under ZeRO stage 1. One process. */
+/* bf16/fp16 tables (acc_model_add_flat_typed) where they cannot work, refused with a clear error
+ * instead of computing wrong results (run with ACCELERATE_TEST_DEVICE=fake, one process):
+ *  - parameters and gradients in different places (device memory and host memory), at
+ *    registration and when gradients are attached later;
+ *  - a host-memory table prepared by an accelerator that trains on the fake device, and a table in
+ *    fake-device memory prepared by an accelerator that trains on the CPU;
+ *  - a table prepared under ZeRO stage 1 (CPU), and on the device under ZeRO (refused for every
+ *    device model);
+ *  - a device table whose accelerator was destroyed, prepared by another one. */
 #include "acc_test.h"
 
 static const acc_param_spec table[2] = {{"fc.w", 2, {4, 8}}, {"fc.b", 1, {4}}};
@@ -13,23 +18,46 @@ int main(void) {
   acc_accelerator *acc;
   REQUIRE_OK(acc_accelerator_create(&acc, &o));
   CHECK(acc_accelerator_device_type(acc) == ACC_DEVICE_FAKE, "the fake device is used (ACCELERATE_TEST_DEVICE=fake)");
-  void *dev = NULL;
+  void *dev = NULL, *dev_g = NULL;
   REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev_g));
+  static uint16_t w[NW], g[NW];
   acc_model *m;
   REQUIRE_OK(acc_model_create(&m));
-  CHECK_ERR(acc_model_add_flat_typed(m, table, 2, ACC_BF16, dev, NULL, NULL), ACC_ERR_NOT_SUPPORTED,
-            "the bf16 parameter buffer is device memory");
+  /* device parameters with host gradients, and the reverse */
+  CHECK_ERR(acc_model_add_flat_typed(m, table, 2, ACC_BF16, dev, g, NULL), ACC_ERR_INVALID_ARGUMENT,
+            "the bf16 parameter buffer is fake:0 but the gradient buffer is host memory");
+  CHECK_ERR(acc_model_add_flat_typed(m, table, 2, ACC_F16, w, dev_g, NULL), ACC_ERR_INVALID_ARGUMENT,
+            "the fp16 parameter buffer is host memory but the gradient buffer is fake:0");
   CHECK(acc_model_num_parameters(m) == 0, "a refused table registers nothing");
-  static uint16_t w[NW], g[NW];
   size_t first = 0;
   CHECK_OK(acc_model_add_flat_typed(m, table, 2, ACC_F16, w, NULL, &first));
-  CHECK_ERR(acc_model_set_flat_grads_typed(m, first, ACC_F16, dev), ACC_ERR_NOT_SUPPORTED,
-            "the gradient buffer is device memory");
+  CHECK_ERR(acc_model_set_flat_grads_typed(m, first, ACC_F16, dev_g), ACC_ERR_INVALID_ARGUMENT,
+            "the gradient buffer is fake:0 but the table starting at 'fc.w' has its parameters in host memory");
   CHECK_OK(acc_model_set_flat_grads_typed(m, first, ACC_F16, g));
-  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_NOT_SUPPORTED, "supported in host memory only");
+  /* a host table on the device */
+  CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_INVALID_ARGUMENT,
+            "the fp16 table starting at 'fc.w' is in host memory and this accelerator trains on fake");
+  /* a device table on the CPU: registered while the fake accelerator lives */
+  acc_model *md;
+  REQUIRE_OK(acc_model_create(&md));
+  CHECK_OK(acc_model_add_flat_typed(md, table, 2, ACC_BF16, dev, NULL, &first));
+  CHECK_ERR(acc_model_set_flat_grads_typed(md, first, ACC_BF16, g), ACC_ERR_INVALID_ARGUMENT,
+            "the gradient buffer is host memory but the table starting at 'fc.w' has its parameters in fake:0");
+  CHECK_OK(acc_model_set_flat_grads_typed(md, first, ACC_BF16, dev_g));
+  acc_accelerator_options c = ACC_ACCELERATOR_OPTIONS_INIT;
+  c.device = ACC_DEVICE_CPU;
+  acc_accelerator *cpu;
+  REQUIRE_OK(acc_accelerator_create(&cpu, &c));
+  CHECK_ERR(acc_accelerator_prepare_model(cpu, md), ACC_ERR_INVALID_ARGUMENT,
+            "the bf16 table starting at 'fc.w' is memory of fake:0 but this accelerator trains on the CPU");
+  acc_accelerator_destroy(cpu);
+  acc_model_destroy(md); /* frees its device master weights: the fake accelerator still lives */
   acc_accelerator_free(acc, dev);
+  acc_accelerator_free(acc, dev_g);
   acc_accelerator_destroy(acc);
 
+  /* ZeRO: on the CPU, and a device table under ZeRO on the fake device */
   acc_accelerator_options z = ACC_ACCELERATOR_OPTIONS_INIT;
   z.device = ACC_DEVICE_CPU;
   z.zero_stage = 1;
@@ -37,5 +65,30 @@ int main(void) {
   CHECK_ERR(acc_accelerator_prepare_model(acc, m), ACC_ERR_NOT_SUPPORTED, "not supported with zero_stage 1");
   acc_accelerator_destroy(acc);
   acc_model_destroy(m);
+  z.device = ACC_DEVICE_AUTO;
+  REQUIRE_OK(acc_accelerator_create(&acc, &z));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev_g));
+  REQUIRE_OK(acc_model_create(&md));
+  CHECK_OK(acc_model_add_flat_typed(md, table, 2, ACC_BF16, dev, dev_g, NULL));
+  CHECK_ERR(acc_accelerator_prepare_model(acc, md), ACC_ERR_NOT_SUPPORTED, "ZeRO (zero_stage 1) is not supported");
+  acc_model_destroy(md);
+  acc_accelerator_free(acc, dev);
+  acc_accelerator_free(acc, dev_g);
+  acc_accelerator_destroy(acc);
+
+  /* a device table outliving its accelerator: another accelerator refuses it, and destroying the
+   * model afterwards frees nothing (the device's memory went with it) */
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev));
+  REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev_g));
+  REQUIRE_OK(acc_model_create(&md));
+  CHECK_OK(acc_model_add_flat_typed(md, table, 2, ACC_BF16, dev, dev_g, NULL));
+  acc_accelerator_destroy(acc);
+  REQUIRE_OK(acc_accelerator_create(&acc, &o));
+  CHECK_ERR(acc_accelerator_prepare_model(acc, md), ACC_ERR_INVALID_ARGUMENT,
+            "was registered over memory of a device that was closed");
+  acc_accelerator_destroy(acc);
+  acc_model_destroy(md);
   return acc_test_finish("train_typed_refuse");
 }

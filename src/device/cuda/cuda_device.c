@@ -231,6 +231,11 @@ static int cast(void *ctx, uint16_t *dst, const float *src, size_t n, int dtype,
   LAUNCH(acc__cuda_launch_cast(dst, src, n, dtype == ACC_BF16, s), "cast kernel");
 }
 
+static int widen(void *ctx, float *dst, const uint16_t *src, size_t n, int dtype, void *s) {
+  if (!n) return ACC_OK;
+  LAUNCH(acc__cuda_launch_widen(dst, src, n, dtype == ACC_BF16, s), "widen kernel");
+}
+
 static int clamp(void *ctx, float *buf, size_t n, float clip, void *s) {
   if (!n) return ACC_OK;
   LAUNCH(acc__cuda_launch_clamp(buf, n, clip, s), "clamp kernel");
@@ -256,6 +261,7 @@ static const acc__device_ops ops = {
 #else
     NULL, NULL,
 #endif
+    widen,
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {

@@ -80,6 +80,12 @@ __global__ void cast_kernel(uint16_t *dst, const float *src, size_t n, int bf16)
     dst[k] = bf16 ? acc__k_f32_to_bf16(src[k]) : acc__k_f32_to_f16(src[k]);
 }
 
+__global__ void widen_kernel(float *dst, const uint16_t *src, size_t n, int bf16) {
+  for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+       k += (size_t)gridDim.x * blockDim.x)
+    dst[k] = bf16 ? acc__k_bf16_to_f32(src[k]) : acc__k_f16_to_f32(src[k]);
+}
+
 __global__ void clamp_kernel(float *buf, size_t n, float clip) {
   for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
        k += (size_t)gridDim.x * blockDim.x)
@@ -132,6 +138,12 @@ cudaError_t acc__cuda_launch_scale(float *buf, size_t n, const float *coef, cuda
 cudaError_t acc__cuda_launch_cast(uint16_t *dst, const float *src, size_t n, int bf16,
                                   cudaStream_t s) {
   cast_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n, bf16);
+  return cudaGetLastError();
+}
+
+cudaError_t acc__cuda_launch_widen(float *dst, const uint16_t *src, size_t n, int bf16,
+                                   cudaStream_t s) {
+  widen_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n, bf16);
   return cudaGetLastError();
 }
 
