@@ -440,7 +440,7 @@ static int is_float_dtype(acc_dtype d) { return d == ACC_F32 || d == ACC_F64 || 
 static acc_result load_into(acc_model *model, const char *path, const acc_load_options *opts, acc_load_report *report,
                             acc__defer *defer) {
   const acc_load_options o = *opts;
-  opened files = {NULL, 0, defer != NULL};
+  opened files = {NULL, 0, 1}; /* F32 tensors are read with pread: faster than copying from the mapping */
   size_t *from = NULL; /* the file of each matched parameter */
   acc_load_report local = {0};
   acc_load_report *r = report ? report : &local;
@@ -537,7 +537,15 @@ static acc_result load_into(acc_model *model, const char *path, const acc_load_o
     const acc_param *p = acc_model_parameter(model, i);
     if (defer) ACC_CHECK_GOTO(acc__defer_tensor(defer, files.files[from[i]], &match[i], p->data, p->numel, NULL, 0, 0),
                           rc, done);
-    else acc__tensor_to_f32(p->data, &match[i], p->numel);
+    else if (match[i].dtype == ACC_F32) {
+      rc = acc__safetensors_pread(files.files[from[i]], &match[i], p->data);
+      if (rc != ACC_OK) {
+        rc = acc__error_context(rc, "checkpoint '%s' (%zu parameters were loaded before this one)", path, r->n_loaded);
+        goto done;
+      }
+    } else {
+      acc__tensor_to_f32(p->data, &match[i], p->numel);
+    }
     r->n_loaded++;
   }
 done:
