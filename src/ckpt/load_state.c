@@ -563,11 +563,12 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   if (rc != ACC_OK && own_committed) acc__own_state_rollback(*p.ckpt);
   if (rc != ACC_OK && snap) acc__load_snapshot_restore(snap, &p);
   acc__load_snapshot_free(snap, &p);
-  acc__own_state_release(*p.ckpt);
   if (rc == ACC_OK) { /* nothing can be put back from here on: the files changed under us if this fails */
     rc = acc__defer_commit(defer);
-    rc = acc__state_agree(p.st, rc, "load_state (reading the model and optimizer tensors)");
+    if (rc == ACC_OK) rc = acc__own_state_read_in(*p.ckpt);
+    rc = acc__state_agree(p.st, rc, "load_state (reading the model, optimizer and program tensors)");
   }
+  acc__own_state_release(*p.ckpt);
   acc__defer_free(defer);
   if (rc != ACC_OK) return rc;
   if (note.saved_np != acc_state_num_processes(p.st))

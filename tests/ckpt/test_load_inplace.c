@@ -2,7 +2,8 @@
  * once every process checked the whole checkpoint (src/ckpt/load_defer.c). Run at 1 and 2
  * processes:
  *  - the loaded values are the saved ones, bit for bit, in the same buffers (the program's
- *    parameters and the optimizer's state are not moved);
+ *    parameters, the optimizer's state and a buffer registered with
+ *    acc_accelerator_register_buffers are not moved);
  *  - a load that fails after the tensors were checked (here: the scheduler's file, read after
  *    them) changes none of them;
  *  - a checkpoint changed in place while it loads (an object's load callback, which runs after
@@ -15,7 +16,8 @@
 
 #include "acc_test.h"
 
-enum { NP = 3, N0 = 1000, N1 = 37, N2 = 4096 };
+enum { NP = 3, N0 = 1000, N1 = 37, N2 = 4096, NB = 333 };
+static float own_buf[NB]; /* a buffer of the program's, registered with acc_accelerator_register_buffers */
 static const size_t sizes[NP] = {N0, N1, N2};
 static float w0[N0], w1[N1], w2[N2], g0[N0], g1[N1], g2[N2];
 static float *const ws[NP] = {w0, w1, w2}, *const gs[NP] = {g0, g1, g2};
@@ -49,12 +51,13 @@ typedef struct snap {
   size_t n;
   const void *addr[NP + 2 * NP];
 } snap;
+/* The parameters, the state tensors and the program's buffer (in s.vals, after them). */
 
 static snap take(acc_optimizer *o) {
   snap s;
   memset(&s, 0, sizeof s);
   size_t total = N0 + N1 + N2, ns = acc_optimizer_state_count(o);
-  s.vals = malloc(3 * total * sizeof(float));
+  s.vals = malloc((3 * total + NB) * sizeof(float));
   if (!s.vals || ns != 2 * NP) {
     fprintf(stderr, "snapshot: %zu state tensors (expected %d)\n", ns, 2 * NP);
     exit(1);
@@ -73,6 +76,8 @@ static snap take(acc_optimizer *o) {
     s.n += numel;
     s.addr[NP + i] = d;
   }
+  memcpy(s.vals + s.n, own_buf, sizeof own_buf);
+  s.n += NB;
   return s;
 }
 
@@ -82,6 +87,7 @@ static int same_addr(const snap *a, const snap *b) { return !memcmp(a->addr, b->
 static void train_step(acc_accelerator *a, acc_optimizer *o, int it) {
   for (int p = 0; p < NP; p++)
     for (size_t k = 0; k < sizes[p]; k++) gs[p][k] = 0.001f * (float)((k * 7 + (size_t)it * 13 + (size_t)p) % 101);
+  for (int k = 0; k < NB; k++) own_buf[k] += 0.25f * (float)(k % 5 + it);
   REQUIRE_OK(acc_accelerator_backward(a));
   REQUIRE_OK(acc_accelerator_optimizer_step(a, o));
   REQUIRE_OK(acc_accelerator_optimizer_zero_grad(a, o));
@@ -121,6 +127,8 @@ int main(int argc, char **argv) {
   REQUIRE_OK(acc_accelerator_prepare_scheduler(acc, sch));
   int64_t counter = 10;
   REQUIRE_OK(acc_accelerator_register_for_checkpointing(acc, &counter, obj_save, obj_load));
+  acc_named_buffer nb[1] = {{"own", ACC_F32, NULL, NB, own_buf}};
+  REQUIRE_OK(acc_accelerator_register_buffers(acc, "program_state", nb, 1));
 
   char good[1000], bad[1000], trunc[1000];
   snprintf(good, sizeof good, "%s/good", base);
