@@ -62,10 +62,13 @@ acc_result acc__state_bcast_path(acc_state *st, char buf[ACC__STATE_PATH_BUF]);
 char *acc__state_file_name(const char *dir, const char *stem, int i, const char *ext);
 
 /* own_state.c: the program's buffers and per-process objects, staged by load_state's pre-hook.
- * commit writes the staged bytes into the program's buffers and calls the objects' load callbacks
- * (on its own failure it puts back what it changed); rollback puts back a successful commit when
- * a later check fails; release drops the staging. No-ops when nothing is registered. */
+ * commit allocates the buffers the program left NULL and calls the objects' load callbacks (on
+ * its own failure it puts back what it changed); rollback puts back a successful commit when a
+ * later check fails; read_in reads the buffers' bytes in once every process agreed (ACC_ERR_IO
+ * only when a file changed in place meanwhile); release drops the staging. No-ops when nothing
+ * is registered. */
 acc_result acc__own_state_commit(acc__accel_ckpt *c);
+acc_result acc__own_state_read_in(acc__accel_ckpt *c);
 void acc__own_state_rollback(acc__accel_ckpt *c);
 void acc__own_state_release(acc__accel_ckpt *c);
 

@@ -1,10 +1,13 @@
 /* What load_state may change, copied before it reads anything and put back when it fails on any
- * process: model parameters, optimizer scalars and state tensors (which ones are present too),
+ * process: the parameters of a model in device memory, optimizer scalars and which state tensors
+ * are present (their values, and the parameters of a model in host memory, are only written once
+ * everything agreed: load_defer.c), 
  * scheduler and GradScaler states, the global RNG, data loader positions, the accumulation step
  * and the objects registered for checkpointing (through their own save callback). A failed
  * load_state leaves every prepared object as it was. */
 #include <string.h>
 
+#include "ckpt/load_defer.h"
 #include "ckpt/load_snapshot.h"
 #include "core/log.h"
 #include "data/data_internal.h"
@@ -16,7 +19,7 @@ typedef struct opt_snap {
   size_t nscalars;
   double *scalars;
   size_t nparams;
-  float **bufs; /* nparams * BUFS; NULL: the buffer was absent */
+  unsigned char *present; /* nparams * BUFS */
 } opt_snap;
 
 typedef struct custom_snap {
@@ -26,7 +29,7 @@ typedef struct custom_snap {
 } custom_snap;
 
 struct acc__load_snapshot {
-  float **models;
+  float **models; /* NULL: a model in host memory (load_state does not write it before the commit) */
   opt_snap *opts;
   int64_t *sched_step;
   double *sched_lrs; /* per scheduler: ACC__MAX_PREPARED group base lrs at most */
@@ -44,8 +47,7 @@ void acc__load_snapshot_free(acc__load_snapshot *s, const acc__accel_parts *p) {
   if (!s) return;
   for (int i = 0; s->models && i < p->nmodels; i++) acc__tmp_free(s->models[i]);
   for (int i = 0; s->opts && i < p->nopts; i++) {
-    for (size_t k = 0; s->opts[i].bufs && k < s->opts[i].nparams * BUFS; k++) acc__tmp_free(s->opts[i].bufs[k]);
-    acc__free(s->opts[i].bufs);
+    acc__free(s->opts[i].present);
     acc__free(s->opts[i].scalars);
   }
   for (int i = 0; s->custom && i < s->ncustom; i++) acc__tmp_free(s->custom[i].data);
@@ -60,6 +62,7 @@ void acc__load_snapshot_free(acc__load_snapshot *s, const acc__accel_parts *p) {
 }
 
 static acc_result take_model(float **out, const acc_model *m) {
+  if (acc__defer_model_on_host(m)) return ACC_OK;
   size_t n = acc_model_numel(m), off = 0;
   float *d = acc__tmp_alloc((n ? n : 1) * sizeof *d);
   if (!d) return ACC_ERR_NOMEM;
@@ -76,22 +79,12 @@ static acc_result take_opt(opt_snap *s, acc_optimizer *o, const acc_model *m) {
   s->nscalars = acc_optimizer_scalar_count(o);
   s->scalars = acc__calloc(s->nscalars ? s->nscalars : 1, sizeof *s->scalars);
   s->nparams = acc_model_num_parameters(m);
-  s->bufs = acc__calloc(s->nparams * BUFS + 1, sizeof *s->bufs);
-  if (!s->scalars || !s->bufs) return ACC_ERR_NOMEM;
+  s->present = acc__calloc(s->nparams * BUFS + 1, sizeof *s->present);
+  if (!s->scalars || !s->present) return ACC_ERR_NOMEM;
   for (size_t k = 0; k < s->nscalars; k++) ACC_CHECK(acc_optimizer_scalar_get(o, k, NULL, &s->scalars[k]));
+  /* the values are not copied: load_state writes them only once everything agreed */
   for (size_t i = 0; i < s->nparams; i++)
-    for (int b = 0; b < BUFS; b++) {
-      if (!acc__optimizer_state_present(o, i, b)) continue;
-      size_t n = acc_model_parameter(m, i)->numel;
-      const float *src = acc__optimizer_state_host(o, i, b);
-      float *d = acc__tmp_alloc((n ? n : 1) * sizeof *d);
-      if (!src || !d) {
-        acc__tmp_free(d);
-        return ACC_ERR_NOMEM;
-      }
-      memcpy(d, src, n * sizeof *d);
-      s->bufs[i * BUFS + (size_t)b] = d;
-    }
+    for (int b = 0; b < BUFS; b++) s->present[i * BUFS + (size_t)b] = (unsigned char)acc__optimizer_state_present(o, i, b);
   return ACC_OK;
 }
 
@@ -150,18 +143,9 @@ acc_result acc__load_snapshot_take(const acc__accel_parts *p, acc__load_snapshot
   return ACC_OK;
 }
 
-static void restore_opt(const opt_snap *s, acc_optimizer *o, const acc_model *m) {
+static void restore_opt(const opt_snap *s, acc_optimizer *o) {
   for (size_t i = 0; i < s->nparams; i++)
-    for (int b = 0; b < BUFS; b++) {
-      const float *src = s->bufs[i * BUFS + (size_t)b];
-      if (!src) {
-        acc__optimizer_state_set_present(o, i, b, 0);
-        continue;
-      }
-      float *dst = acc__optimizer_state_host(o, i, b);
-      if (dst) memcpy(dst, src, acc_model_parameter(m, i)->numel * sizeof *dst);
-      acc__optimizer_state_set_present(o, i, b, 1);
-    }
+    for (int b = 0; b < BUFS; b++) acc__optimizer_state_set_present(o, i, b, s->present[i * BUFS + (size_t)b]);
   /* One scalar at a time is validated against the others: two passes reach the saved set. */
   for (int pass = 0; pass < 2; pass++)
     for (size_t k = 1; k < s->nscalars; k++) {
@@ -174,6 +158,7 @@ void acc__load_snapshot_restore(const acc__load_snapshot *s, const acc__accel_pa
   /* The message of the failure that made load_state give up is what the caller reports. */
   char *msg = acc__strdup(acc_last_error());
   for (int i = 0; i < p->nmodels; i++) {
+    if (!s->models[i]) continue; /* in host memory: not written yet */
     size_t off = 0;
     for (size_t k = 0; k < acc_model_num_parameters(p->models[i]); k++) {
       const acc_param *pa = acc_model_parameter(p->models[i], k);
@@ -189,7 +174,7 @@ void acc__load_snapshot_restore(const acc__load_snapshot *s, const acc__accel_pa
     (void)acc_scheduler_set_state(p->scheds[i], s->sched_step[i], s->sched_lrs[g0]);
     g0 += (int)s->sched_ngroups[i];
   }
-  for (int i = 0; i < p->nopts; i++) restore_opt(&s->opts[i], p->opts[i], acc_optimizer_model(p->opts[i]));
+  for (int i = 0; i < p->nopts; i++) restore_opt(&s->opts[i], p->opts[i]);
   if (p->scaler) (void)acc_grad_scaler_set_state(p->scaler, s->scale, s->tracker);
   (void)acc_rng_state_set(acc_rng_global(), s->rng, sizeof s->rng);
   for (int i = 0; i < p->nloaders; i++) {

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "ckpt/accel_state.h"
+#include "ckpt/load_defer.h"
 #include "ckpt/load_snapshot.h"
 #include "core/fs.h"
 #include "core/json_util.h"
@@ -179,7 +180,7 @@ static acc_result check_optimizer_tensors(const acc_optimizer *o, const acc_safe
   return ACC_OK;
 }
 
-static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
+static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i, acc__defer *d) {
   char *path = acc__state_file_name(dir, "optimizer", i, ".json");
   if (!path) return ACC_ERR_NOMEM;
   json_t *j = NULL;
@@ -223,42 +224,13 @@ static acc_result load_optimizer(acc_optimizer *o, const char *dir, int i) {
   if (rc != ACC_OK) return rc;
   path = acc__state_file_name(dir, "optimizer", i, ".safetensors");
   if (!path) return ACC_ERR_NOMEM;
+  /* The tensors are checked and recorded; load_state reads them in once every process agreed. */
   acc_safetensors *f = NULL;
-  rc = acc_safetensors_open(&f, path);
+  rc = acc__safetensors_open_fd(&f, path);
+  if (rc == ACC_OK) rc = acc__defer_adopt(d, f); /* d closes it */
   size_t n = rc == ACC_OK ? acc_safetensors_count(f) : 0;
   if (rc == ACC_OK) rc = check_optimizer_tensors(o, f, path, i, all_required || n > 0);
-  float *tmp = NULL;
-  size_t tmp_cap = 0;
-  for (size_t k = 0; k < n && rc == ACC_OK; k++) {
-    acc_tensor_view tv;
-    rc = acc_safetensors_tensor(f, k, &tv);
-    if (rc != ACC_OK) break;
-    if (tv.dtype != ACC_F32) {
-      rc = acc__error(ACC_ERR_FORMAT, "'%s': optimizer state '%s' is %s, expected F32", path, tv.name,
-                      acc_safetensors_dtype_name(tv.dtype) ? acc_safetensors_dtype_name(tv.dtype) : "?");
-      break;
-    }
-    size_t numel = tv.nbytes / sizeof(float);
-    if (((uintptr_t)tv.data % _Alignof(float)) == 0) { /* the usual case: no extra copy */
-      rc = acc_optimizer_state_set(o, tv.name, tv.data, numel, tv.ndim, tv.shape);
-      if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
-      continue;
-    }
-    if (numel > tmp_cap) { /* the mapped data may be unaligned: copy */
-      acc__tmp_free(tmp);
-      tmp = acc__tmp_alloc(numel * sizeof(float));
-      tmp_cap = tmp ? numel : 0;
-      if (!tmp) {
-        rc = ACC_ERR_NOMEM;
-        break;
-      }
-    }
-    if (numel) memcpy(tmp, tv.data, numel * sizeof(float));
-    rc = acc_optimizer_state_set(o, tv.name, tmp, numel, tv.ndim, tv.shape);
-    if (rc != ACC_OK) rc = acc__error_context(rc, "load_state: optimizer %d from '%s'", i, path);
-  }
-  acc__tmp_free(tmp);
-  acc_safetensors_close(f);
+  if (rc == ACC_OK) rc = acc__defer_optimizer(d, o, f, path, i);
   acc__free(path);
   return rc;
 }
@@ -481,17 +453,20 @@ static acc_result check_positions(acc__accel_parts *p, const char *dir) {
   return rc;
 }
 
-static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *note) {
+static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *note, acc__defer *d) {
   ACC_CHECK(check_meta(p, dir, note));
   for (int i = 0; i < p->nmodels; i++) {
     char *path = acc__state_file_name(dir, "model", i, ".safetensors");
     if (!path) return ACC_ERR_NOMEM;
-    acc_result rc = acc_load_checkpoint_in_model(p->models[i], path, NULL, NULL);
+    /* a model in host memory is read in after the agreement; one in device memory now (the
+     * snapshot puts it back) */
+    acc_result rc = acc__defer_model_on_host(p->models[i]) ? acc__load_model_deferred(p->models[i], path, d)
+                                                           : acc_load_checkpoint_in_model(p->models[i], path, NULL, NULL);
     acc__free(path);
     if (rc != ACC_OK && p->nmodels == 1) return acc__error_context(rc, "load_state: the model");
     if (rc != ACC_OK) return acc__error_context(rc, "load_state: prepared model %d", i);
   }
-  for (int i = 0; i < p->nopts; i++) ACC_CHECK(load_optimizer(p->opts[i], dir, i));
+  for (int i = 0; i < p->nopts; i++) ACC_CHECK(load_optimizer(p->opts[i], dir, i, d));
   for (int i = 0; i < p->nscheds; i++) {
     char *path = acc__state_file_name(dir, "scheduler", i, ".json");
     if (!path) return ACC_ERR_NOMEM;
@@ -578,15 +553,23 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   /* Everything load_state may change is copied first and put back if any process fails, so a
    * failed load leaves the prepared objects exactly as they were. */
   acc__load_snapshot *snap = NULL;
-  rc = acc__load_snapshot_take(&p, &snap);
-  acc_result lrc = rc == ACC_OK ? load_all(&p, dir, &note) : rc;
+  acc__defer *defer = NULL; /* the model and optimizer tensors, read in once everything agreed */
+  rc = acc__defer_new(&defer);
+  if (rc == ACC_OK) rc = acc__load_snapshot_take(&p, &snap);
+  acc_result lrc = rc == ACC_OK ? load_all(&p, dir, &note, defer) : rc;
   int own_committed = lrc == ACC_OK; /* a failed commit put the program's state back itself */
   rc = acc__state_agree(p.st, lrc, "load_state");
   if (rc == ACC_OK) rc = check_positions(&p, dir);
   if (rc != ACC_OK && own_committed) acc__own_state_rollback(*p.ckpt);
   if (rc != ACC_OK && snap) acc__load_snapshot_restore(snap, &p);
   acc__load_snapshot_free(snap, &p);
+  if (rc == ACC_OK) { /* nothing can be put back from here on: the files changed under us if this fails */
+    rc = acc__defer_commit(defer);
+    if (rc == ACC_OK) rc = acc__own_state_read_in(*p.ckpt);
+    rc = acc__state_agree(p.st, rc, "load_state (reading the model, optimizer and program tensors)");
+  }
   acc__own_state_release(*p.ckpt);
+  acc__defer_free(defer);
   if (rc != ACC_OK) return rc;
   if (note.saved_np != acc_state_num_processes(p.st))
     acc__log(ACC_LOG_WARNING, "load_state: resumed a %lld-process checkpoint '%s' on %d process%s: %s; model, "

@@ -4,16 +4,19 @@
  * process_object_<i>_<process>.bin. Both ride on one save and one load pre-hook of the
  * accelerator (ckpt/accel_state.c), so their results join the processes' agreement there.
  *
- * Loading is staged like the model and the optimizer: the load pre-hook only reads and checks
- * every file into memory (nothing of the program's changes); load_state commits the staged bytes
- * once the rest of the checkpoint loaded (acc__own_state_commit), and puts the program's bytes
- * back when a later check fails on any process (acc__own_state_rollback). */
+ * Loading is staged like the model and the optimizer: the load pre-hook only checks every file
+ * (buffers: names, dtypes, sizes, bytes readable, like load_defer.c; objects: read into memory);
+ * nothing of the program's changes. Once the rest of the checkpoint loaded, acc__own_state_commit
+ * allocates the buffers the program left NULL and calls the objects' load callbacks, and puts
+ * that back when a later check fails on any process (acc__own_state_rollback); the buffers' bytes
+ * are read in last, with pread, once every process agreed (acc__own_state_read_in). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/accel_state.h"
+#include "ckpt/load_defer.h"
 #include "core/fs.h"
 
 typedef struct own_buf {
@@ -38,7 +41,9 @@ typedef struct own_obj {
 
 /* Bytes read from a checkpoint, or kept to put the program's back. */
 typedef struct own_bytes {
-  void *data;
+  void *data; /* objects: the bytes; buffers: NULL (read in from file / view by read_in) */
+  const acc_safetensors *file;
+  acc_tensor_view view;
   size_t len;
   int present; /* staged: in the file; kept: the buffer was allocated (objects: saved) */
   int allocated; /* commit: the library allocated the program's buffer (NULL before) */
@@ -52,6 +57,7 @@ typedef struct own_reg {
   /* one load_state: what its pre-hook staged (every buffer of every group, then every object),
    * what the commit replaced, and how far it got */
   own_bytes *staged, *kept;
+  acc_safetensors **files; /* one per group, open until the staging is dropped */
   size_t nslots;
   int stage_ok;   /* the pre-hook of the current load_state staged everything */
   size_t applied; /* slots committed so far */
@@ -69,6 +75,9 @@ static void bytes_free(own_bytes *v, size_t n) {
 }
 
 static void stage_clear(own_reg *r) {
+  for (size_t g = 0; r->files && g < r->ngroups; g++) acc_safetensors_close(r->files[g]);
+  acc__free(r->files);
+  r->files = NULL;
   bytes_free(r->staged, r->nslots);
   bytes_free(r->kept, r->nslots);
   r->staged = r->kept = NULL;
@@ -111,12 +120,14 @@ static acc_result save_group(const own_group *g, const char *dir) {
   return rc;
 }
 
-/* Reads and checks group g's file into out[0 .. g->n): nothing of the program's changes. */
-static acc_result stage_group(const own_group *g, const char *dir, own_bytes *out) {
+/* Checks group g's file into out[0 .. g->n) (*fp: the file, kept open): nothing of the
+ * program's changes. */
+static acc_result stage_group(const own_group *g, const char *dir, own_bytes *out, acc_safetensors **fp) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
   acc_safetensors *f;
-  ACC_CHECK(acc_safetensors_open(&f, path));
+  ACC_CHECK(acc__safetensors_open_fd(&f, path));
+  *fp = f;
   acc_result rc = ACC_OK;
   /* every saved tensor must be a registered buffer */
   for (size_t t = 0; rc == ACC_OK && t < acc_safetensors_count(f); t++) {
@@ -147,16 +158,13 @@ static acc_result stage_group(const own_group *g, const char *dir, own_bytes *ou
                       acc_safetensors_dtype_name(b->dtype), b->count, b->count * es);
       break;
     }
-    out[i].data = acc__tmp_alloc(v.nbytes ? v.nbytes : 1);
-    if (!out[i].data) {
-      rc = ACC_ERR_NOMEM;
-      break;
-    }
-    if (v.nbytes) memcpy(out[i].data, v.data, v.nbytes);
+    rc = acc__safetensors_check_readable(f, &v);
+    if (rc != ACC_OK) break;
+    out[i].file = f;
+    out[i].view = v;
     out[i].len = v.nbytes;
     out[i].present = 1;
   }
-  acc_safetensors_close(f);
   return rc;
 }
 
@@ -249,14 +257,15 @@ static acc_result load_hook(acc_accelerator *acc, const char *dir, void *payload
   size_t nb = nbufs_total(r), ns = nb + r->nobjs;
   r->staged = acc__calloc(ns ? ns : 1, sizeof *r->staged);
   r->kept = acc__calloc(ns ? ns : 1, sizeof *r->kept);
-  if (!r->staged || !r->kept) {
+  r->files = acc__calloc(r->ngroups + 1, sizeof *r->files);
+  if (!r->staged || !r->kept || !r->files) {
     stage_clear(r);
     return ACC_ERR_NOMEM;
   }
   r->nslots = ns;
   size_t s = 0;
   for (size_t g = 0; g < r->ngroups; s += r->groups[g].n, g++)
-    ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s));
+    ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s, &r->files[g]));
   for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(stage_obj(i, dir, proc, n, &r->staged[nb + i]));
   r->stage_ok = 1;
   return ACC_OK;
@@ -273,8 +282,8 @@ static own_buf *slot_buf(own_reg *r, size_t k) {
   return NULL;
 }
 
-/* Puts back slots [0, r->applied): buffers get their bytes back (or are freed and NULL again when
- * the commit allocated them), objects are loaded with what their save callback gave before. */
+/* Puts back slots [0, r->applied): buffers the commit allocated are freed and NULL again (the
+ * others were not written), objects are loaded with what their save callback gave before. */
 static void rollback(own_reg *r) {
   size_t nb = nbufs_total(r);
   for (size_t k = 0; k < r->applied; k++) {
@@ -284,8 +293,6 @@ static void rollback(own_reg *r) {
       if (kp->allocated) {
         acc__free(*b->data);
         *b->data = NULL;
-      } else if (kp->present && kp->len) {
-        memcpy(*b->data, kp->data, kp->len);
       }
     } else if (kp->present) {
       const own_obj *o = &r->objs[k - nb];
@@ -301,19 +308,10 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c) {
   if (!r->stage_ok)
     return acc__error(ACC_ERR_INVALID_USAGE, "load_state: the program's own state was not staged");
   size_t nb = nbufs_total(r);
-  /* first what the program has now, so a failure from here on can put it back */
-  for (size_t k = 0; k < r->nslots; k++) {
+  /* first what the objects hold now, so a failure from here on can put it back (the buffers are
+   * not written before acc__own_state_read_in) */
+  for (size_t k = nb; k < r->nslots; k++) {
     own_bytes *kp = &r->kept[k];
-    if (k < nb) {
-      own_buf *b = slot_buf(r, k);
-      if (!*b->data || !r->staged[k].present) continue;
-      kp->len = b->count * acc_dtype_size(b->dtype);
-      kp->data = acc__tmp_alloc(kp->len ? kp->len : 1);
-      if (!kp->data) return ACC_ERR_NOMEM;
-      memcpy(kp->data, *b->data, kp->len);
-      kp->present = 1;
-      continue;
-    }
     const own_obj *o = &r->objs[k - nb];
     size_t len = 0, used = 0;
     acc_clear_error();
@@ -328,18 +326,17 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c) {
     kp->len = used;
     kp->present = 1;
   }
-  /* then the checkpoint's bytes */
+  /* then the buffers the program left NULL, and the objects' bytes */
   for (size_t k = 0; k < r->nslots; k++) {
     const own_bytes *sp = &r->staged[k];
     acc_result rc = ACC_OK;
     if (k < nb) {
       own_buf *b = slot_buf(r, k);
       if (sp->present && !*b->data) {
-        *b->data = acc__malloc(sp->len ? sp->len : 1); /* the program owns it from now on (free()) */
+        *b->data = acc__calloc(1, sp->len ? sp->len : 1); /* the program owns it from now on (free()) */
         if (!*b->data) rc = ACC_ERR_NOMEM;
         else r->kept[k].allocated = 1;
       }
-      if (rc == ACC_OK && sp->present && sp->len) memcpy(*b->data, sp->data, sp->len);
     } else {
       const own_obj *o = &r->objs[k - nb];
       acc_clear_error();
@@ -354,6 +351,22 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c) {
       return acc__error(rc, "%s", msg);
     }
     r->applied = k + 1;
+  }
+  return ACC_OK;
+}
+
+acc_result acc__own_state_read_in(acc__accel_ckpt *c) {
+  own_reg *r = reg_of(c);
+  if (!r || !r->nslots || !r->stage_ok) return ACC_OK;
+  size_t nb = nbufs_total(r);
+  for (size_t k = 0; k < nb; k++) {
+    const own_bytes *sp = &r->staged[k];
+    own_buf *b = slot_buf(r, k);
+    if (!sp->present || !sp->len || !*b->data) continue;
+    acc_result rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
+    if (rc != ACC_OK)
+      return acc__error_context(rc, "load_state: the checkpoint changed while it was loading (the program's buffer "
+                                "'%s')", b->name);
   }
   return ACC_OK;
 }

@@ -10,9 +10,13 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_dir.h"
+#include "ckpt/load_defer.h"
 #include "core/json_util.h"
 
 #define ST_MAX_HEADER 100000000ull
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 
 static const char *const dtype_names[ACC_DTYPE_COUNT_] = {"F32", "F64", "F16", "BF16", "I32", "I64", "U8"};
 
@@ -204,6 +208,7 @@ struct acc_safetensors {
   const unsigned char *base;
   size_t size;
   int mapped;
+  int fd; /* -1, or kept open for acc__safetensors_pread */
   size_t data_start;
   st_tensor *t;
   size_t n;
@@ -222,6 +227,7 @@ static void st_free(acc_safetensors *f) {
   acc__free(f->mkeys);
   acc__free(f->mvals);
   if (f->mapped && f->base) munmap((void *)f->base, f->size);
+  if (f->fd >= 0) close(f->fd);
   acc__free(f->label);
   f->magic = ACC__MAGIC_DEAD;
   acc__free(f);
@@ -386,6 +392,7 @@ static acc_result st_new(acc_safetensors **out, const char *label) {
   acc_safetensors *f = acc__calloc(1, sizeof *f);
   if (!f) return ACC_ERR_NOMEM;
   f->magic = ACC__MAGIC_SAFETENSORS;
+  f->fd = -1;
   f->label = acc__strdup(label);
   if (!f->label) {
     acc__free(f);
@@ -412,7 +419,7 @@ acc_result acc_safetensors_open_memory(acc_safetensors **out, const void *data, 
   return ACC_OK;
 }
 
-acc_result acc_safetensors_open(acc_safetensors **out, const char *path) {
+static acc_result open_file(acc_safetensors **out, const char *path, int keep_fd) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_open: out is NULL");
   *out = NULL;
   if (!path) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_open: path is NULL");
@@ -439,13 +446,78 @@ acc_result acc_safetensors_open(acc_safetensors **out, const char *path) {
   } else {
     f->base = (const unsigned char *)"";
   }
-  close(fd);
+  if (keep_fd) f->fd = fd;
+  else close(fd);
   rc = st_parse(f);
   if (rc != ACC_OK) {
     st_free(f);
     return rc;
   }
   *out = f;
+  return ACC_OK;
+}
+
+acc_result acc_safetensors_open(acc_safetensors **out, const char *path) { return open_file(out, path, 0); }
+
+acc_result acc__safetensors_open_fd(acc_safetensors **out, const char *path) { return open_file(out, path, 1); }
+
+/* The tensor's bytes as a range of the file, checked to lie inside the mapping. */
+static acc_result view_range(const acc_safetensors *f, const acc_tensor_view *v, size_t *off) {
+  const unsigned char *p = v->data;
+  if (!f->mapped || p < f->base + f->data_start || (size_t)(p - f->base) > f->size ||
+      v->nbytes > f->size - (size_t)(p - f->base))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "safetensors file '%s': tensor '%s' is not a tensor of this file",
+                      f->label, v->name ? v->name : "?");
+  *off = (size_t)(p - f->base);
+  return ACC_OK;
+}
+
+acc_result acc__safetensors_check_readable(const acc_safetensors *f, const acc_tensor_view *v) {
+  ACC_CHECK(acc__check_handle(f, ACC__HANDLE_SAFETENSORS, "acc__safetensors_check_readable"));
+  if (!v->nbytes) return ACC_OK;
+  size_t off = 0;
+  ACC_CHECK(view_range(f, v, &off));
+  const long pg = sysconf(_SC_PAGESIZE);
+  const size_t page = pg > 0 ? (size_t)pg : 4096, lo = off / page * page, len = off + v->nbytes - lo;
+  unsigned char *base = (unsigned char *)f->base + lo;
+  /* Pages already in the page cache cannot fail to read (the usual case right after a save or a
+   * first read): mincore says so without touching them. Otherwise the kernel reads them now. */
+  size_t npages = (len + page - 1) / page, resident = 0;
+  unsigned char vec[4096];
+  for (size_t done = 0; done < npages;) {
+    size_t n = npages - done < sizeof vec ? npages - done : sizeof vec;
+    size_t bytes = done + n == npages ? len - done * page : n * page;
+    if (mincore(base + done * page, bytes, vec) != 0) break;
+    size_t k = 0;
+    while (k < n && (vec[k] & 1)) k++;
+    resident += k;
+    if (k < n) break;
+    done += n;
+  }
+  if (resident == npages) return ACC_OK;
+  if (madvise(base, len, MADV_POPULATE_READ) == 0) return ACC_OK;
+  if (errno == EINVAL) return ACC_OK; /* kernel before 5.14: the read itself reports errors */
+  return acc__error(ACC_ERR_IO, "safetensors file '%s': tensor '%s' (bytes %zu..%zu of the file) cannot be read: %s",
+                    f->label, v->name ? v->name : "?", off, off + v->nbytes, strerror(errno));
+}
+
+acc_result acc__safetensors_pread(const acc_safetensors *f, const acc_tensor_view *v, void *dst) {
+  ACC_CHECK(acc__check_handle(f, ACC__HANDLE_SAFETENSORS, "acc__safetensors_pread"));
+  size_t off = 0;
+  ACC_CHECK(view_range(f, v, &off));
+  if (f->fd < 0) { /* not opened with acc__safetensors_open_fd: from the mapping */
+    if (v->nbytes) memcpy(dst, f->base + off, v->nbytes);
+    return ACC_OK;
+  }
+  for (size_t got = 0; got < v->nbytes;) {
+    ssize_t r = pread(f->fd, (char *)dst + got, v->nbytes - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return acc__error(ACC_ERR_IO, "safetensors file '%s': reading tensor '%s' (bytes %zu..%zu of the file) failed "
+                        "after %zu bytes: %s", f->label, v->name ? v->name : "?", off, off + v->nbytes, got,
+                        r < 0 ? strerror(errno) : "the file is shorter than when it was opened");
+    got += (size_t)r;
+  }
   return ACC_OK;
 }
 

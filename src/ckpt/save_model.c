@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_dir.h"
+#include "ckpt/load_defer.h"
 #include "train/train.h"
 #include "core/json_util.h"
 
@@ -282,6 +283,7 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) 
 typedef struct opened {
   acc_safetensors **files;
   size_t nfiles;
+  int keep_fd; /* open for acc__safetensors_pread (load_state) */
 } opened;
 
 static void opened_close(opened *o) {
@@ -295,7 +297,8 @@ static acc_result open_one(opened *o, const char *path) {
   acc_safetensors **nf = acc__realloc(o->files, (o->nfiles + 1) * sizeof *nf);
   if (!nf) return ACC_ERR_NOMEM;
   o->files = nf;
-  ACC_CHECK(acc_safetensors_open(&o->files[o->nfiles], path));
+  ACC_CHECK(o->keep_fd ? acc__safetensors_open_fd(&o->files[o->nfiles], path)
+                      : acc_safetensors_open(&o->files[o->nfiles], path));
   o->nfiles++;
   return ACC_OK;
 }
@@ -431,55 +434,24 @@ static void msg_add(char *msg, size_t cap, size_t *len, size_t *dropped, const c
 
 static int is_float_dtype(acc_dtype d) { return d == ACC_F32 || d == ACC_F64 || d == ACC_F16 || d == ACC_BF16; }
 
-static void convert_into(float *dst, const acc_tensor_view *v, size_t numel) {
-  const unsigned char *src = v->data;
-  switch (v->dtype) {
-    case ACC_F32: memcpy(dst, src, numel * 4); break;
-    case ACC_F64:
-      for (size_t i = 0; i < numel; i++) {
-        double x;
-        memcpy(&x, src + 8 * i, 8);
-        dst[i] = (float)x;
-      }
-      break;
-    case ACC_F16:
-    case ACC_BF16:
-      for (size_t i = 0; i < numel; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = v->dtype == ACC_F16 ? acc__f16_to_f32(h) : acc__bf16_to_f32(h);
-      }
-      break;
-    default: break;
-  }
-}
 
-acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, const acc_load_options *opts,
-                                        acc_load_report *report) {
-  if (report) memset(report, 0, sizeof *report);
-  if (!model || !path)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_load_checkpoint_in_model: model or path is NULL");
-  acc_load_options o = ACC_LOAD_OPTIONS_INIT;
-  ACC__READ_OPTIONS(o, opts, acc_load_options, ACC_LOAD_OPTIONS_VERSION, "acc_load_checkpoint_in_model");
-  acc_model *staged = NULL; /* a model in device memory loads into a host copy, then goes back */
-  acc__devctx *sdev = NULL;
-  ACC_CHECK(acc__dev_host_model(model, 0, &staged, &sdev));
-  if (staged) {
-    acc_result src = acc_load_checkpoint_in_model(staged, path, opts, report);
-    if (src == ACC_OK) src = acc__dev_host_model_push(sdev, staged, model, 0);
-    acc__dev_host_model_free(staged);
-    return src;
-  }
-  opened files = {NULL, 0};
+/* The checks and the load of acc_load_checkpoint_in_model on a model in host memory; with d, the
+ * tensors go to d (acc__defer_commit writes them) and d keeps the files open. */
+static acc_result load_into(acc_model *model, const char *path, const acc_load_options *opts, acc_load_report *report,
+                            acc__defer *defer) {
+  const acc_load_options o = *opts;
+  opened files = {NULL, 0, 1}; /* F32 tensors are read with pread: faster than copying from the mapping */
+  size_t *from = NULL; /* the file of each matched parameter */
   acc_load_report local = {0};
   acc_load_report *r = report ? report : &local;
   size_t np = acc_model_num_parameters(model);
   acc_tensor_view *match = acc__calloc(np ? np : 1, sizeof *match);
   unsigned char *ok = acc__calloc(np ? np : 1, 1);
+  from = acc__calloc(np ? np : 1, sizeof *from);
   char msg[1800];
   size_t mlen = 0, dropped = 0;
   acc_result rc = ACC_OK;
-  if (!match || !ok) {
+  if (!match || !ok || !from) {
     rc = ACC_ERR_NOMEM;
     goto done;
   }
@@ -503,7 +475,10 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
     const acc_param *p = acc_model_parameter(model, i);
     int found = 0;
     for (size_t f = 0; f < files.nfiles && !found; f++)
-      if (acc_safetensors_find(files.files[f], p->name, &match[i]) == ACC_OK) found = 1;
+      if (acc_safetensors_find(files.files[f], p->name, &match[i]) == ACC_OK) {
+        found = 1;
+        from[i] = f;
+      }
     format_shape(s2, sizeof s2, p->ndim, p->shape);
     if (!found) {
       ACC_CHECK_GOTO(list_push(&r->missing, &r->n_missing, p->name), rc, done);
@@ -546,16 +521,64 @@ acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, cons
                     "options.strict = 0)", msg);
     goto done;
   }
+  if (defer) { /* the files go to defer (it closes one it could not keep), then where each tensor goes */
+    for (size_t f = 0; f < files.nfiles; f++) {
+      rc = acc__defer_adopt(defer, files.files[f]);
+      if (rc != ACC_OK) {
+        for (size_t g = f + 1; g < files.nfiles; g++) acc_safetensors_close(files.files[g]);
+        files.nfiles = 0;
+        goto done;
+      }
+    }
+    files.nfiles = 0; /* defer closes them; the array stays until opened_close */
+  }
   for (size_t i = 0; i < np; i++) {
     if (!ok[i]) continue;
     const acc_param *p = acc_model_parameter(model, i);
-    convert_into(p->data, &match[i], p->numel);
+    if (defer) ACC_CHECK_GOTO(acc__defer_tensor(defer, files.files[from[i]], &match[i], p->data, p->numel, NULL, 0, 0),
+                          rc, done);
+    else if (match[i].dtype == ACC_F32) {
+      rc = acc__safetensors_pread(files.files[from[i]], &match[i], p->data);
+      if (rc != ACC_OK) {
+        rc = acc__error_context(rc, "checkpoint '%s' (%zu parameters were loaded before this one)", path, r->n_loaded);
+        goto done;
+      }
+    } else {
+      acc__tensor_to_f32(p->data, &match[i], p->numel);
+    }
     r->n_loaded++;
   }
 done:
   if (!report) acc_load_report_clear(&local);
   opened_close(&files);
+  acc__free(from);
   acc__free(match);
   acc__free(ok);
   return rc;
+}
+
+acc_result acc_load_checkpoint_in_model(acc_model *model, const char *path, const acc_load_options *opts,
+                                        acc_load_report *report) {
+  if (report) memset(report, 0, sizeof *report);
+  if (!model || !path)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_load_checkpoint_in_model: model or path is NULL");
+  acc_load_options o = ACC_LOAD_OPTIONS_INIT;
+  ACC__READ_OPTIONS(o, opts, acc_load_options, ACC_LOAD_OPTIONS_VERSION, "acc_load_checkpoint_in_model");
+  acc_model *staged = NULL; /* a model in device memory loads into a host copy, then goes back */
+  acc__devctx *sdev = NULL;
+  ACC_CHECK(acc__dev_host_model(model, 0, &staged, &sdev));
+  if (staged) {
+    acc_result src = acc_load_checkpoint_in_model(staged, path, opts, report);
+    if (src == ACC_OK) src = acc__dev_host_model_push(sdev, staged, model, 0);
+    acc__dev_host_model_free(staged);
+    return src;
+  }
+  return load_into(model, path, &o, report, NULL);
+}
+
+acc_result acc__load_model_deferred(acc_model *model, const char *path, acc__defer *d) {
+  if (!acc__defer_model_on_host(model))
+    return acc__error(ACC_ERR_INVALID_USAGE, "load_state: the model is in device memory: it cannot be deferred");
+  acc_load_options o = ACC_LOAD_OPTIONS_INIT;
+  return load_into(model, path, &o, NULL, d);
 }
