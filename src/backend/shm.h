@@ -86,11 +86,12 @@ typedef struct acc__shm_ctrl {
   acc__call_rec bcall[ACC_SHM_RING];
 } acc__shm_ctrl;
 
-/* A one-sided broadcast slot: the root of broadcast b writes data, len and its call tag into its
+/* A one-sided broadcast slot: the root of broadcast b writes data (or inl), len and its call tag into its
  * slot b % RING, then stamp = b + 1 (release); the receivers read after seeing that stamp. */
 typedef struct acc__shm_ring_slot {
   _Alignas(ACC_SHM_LINE) _Atomic uint64_t stamp;
   uint64_t tag, len;
+  uint8_t inl[40]; /* messages up to 40 bytes: on the stamp's cache line */
   _Alignas(ACC_SHM_LINE) uint8_t data[ACC_SHM_RING_BYTES];
 } acc__shm_ring_slot;
 
