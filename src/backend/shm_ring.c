@@ -291,10 +291,13 @@ static int count_awaited(shm_be *s, waiter *w, int r) {
 
 /* ---- the broadcast -------------------------------------------------------------------------- */
 
-/* The root's ring is full at broadcast b: waits until every rank has completed b - RING + 1
+/* The root's ring is full at broadcast b: waits until every rank has completed b - RING / 2 + 1
  * broadcasts, notes how far all are (s->bfree) and compares their digests of broadcast b - RING. */
 static acc_result wrap(shm_be *s, uint64_t b) {
-  waiter w = {count_ready, count_awaited, -1, b, b - RING + 1, 0, "broadcast (ring of one-sided slots full)", ACC_OK};
+  /* slot b % RING needs every rank past b - RING; waiting until half the ring is free instead
+   * makes the next RING / 2 - 1 broadcasts free of any look at the others' lines (a root that
+   * is faster than its receivers waits once per RING / 2 calls, not at every call) */
+  waiter w = {count_ready, count_awaited, -1, b, b - RING / 2 + 1, 0, "broadcast (ring of one-sided slots full)", ACC_OK};
   ACC_CHECK(ring_wait(s, &w));
   uint64_t lo = b, j = b - RING;
   for (int r = 0; r < s->n; r++) {
