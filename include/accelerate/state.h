@@ -80,7 +80,10 @@ ACC_EXTERN acc_state *acc_state_get(void);
 /**
  * Drops one reference; the last one leaves the process group and frees everything (Accelerate's
  * destroy_process_group). Not collective, but peers still waiting for this process in a
- * collective are told it left. Accepts NULL.
+ * collective are told it left. Accepts NULL. On the shared-memory backend, small broadcasts
+ * are one-sided: when the last ones were not yet compared between processes, it first waits
+ * until every process has made as many (or left), and if they differ it prints the mismatch on
+ * stderr and ends the process with exit status 1 (docs/backends.md).
  * @since 0.1
  */
 ACC_EXTERN void acc_state_destroy(acc_state *st);

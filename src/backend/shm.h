@@ -11,8 +11,11 @@
 #include "backend/collcheck.h"
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 4u
+#define ACC_SHM_VERSION 5u
 #define ACC_SHM_LINE 64
+/* One-sided broadcasts (shm_ring.c): slots per rank and the largest message that uses them. */
+#define ACC_SHM_RING 16
+#define ACC_SHM_RING_BYTES 4096
 
 /* Segment header (first bytes of the mapping). */
 typedef struct acc__shm_header {
@@ -48,6 +51,9 @@ typedef struct acc__shm_ctrl {
   /* Single-copy collectives (shm_cma.c): the addresses of the rank's buffers for the step it
    * publishes next, stored before seq (read by the others after they see seq) */
   uint64_t xsend, xrecv;
+  /* Digest of the one-sided broadcasts the rank made before its collective whose first step is
+   * t, in bdig[t & 1], stored with tag[t & 1] and compared with it (shm_ring.c) */
+  _Atomic uint64_t bdig[2];
   _Alignas(ACC_SHM_LINE) _Atomic int32_t pid;
   /* Single-copy probe at set-up: the address of a word holding `cma_nonce` in the rank's own
    * memory, its PID namespace, and whether it could read every peer's word (1) or not (0). */
@@ -68,7 +74,26 @@ typedef struct acc__shm_ctrl {
   _Alignas(ACC_SHM_LINE) _Atomic uint64_t last;
   _Atomic uint32_t active;
   acc__call_rec call[2];
+  /* One-sided broadcasts (shm_ring.c): how many the rank has completed (stored after its
+   * digest entry), b + 1 while it is in broadcast b (0 otherwise), 1 once it is leaving (its
+   * count is final), its count at the collective whose first step is t in bcnt[t & 1], the
+   * digest after broadcast j in bdigs[j % RING] and its description in bcall[j % RING]. */
+  _Alignas(ACC_SHM_LINE) _Atomic uint64_t bseq;
+  _Atomic uint64_t bcur;
+  _Atomic uint32_t bfinal;
+  _Atomic uint64_t bcnt[2];
+  _Atomic uint64_t bdigs[ACC_SHM_RING];
+  acc__call_rec bcall[ACC_SHM_RING];
 } acc__shm_ctrl;
+
+/* A one-sided broadcast slot: the root of broadcast b writes data (or inl), len and its call tag into its
+ * slot b % RING, then stamp = b + 1 (release); the receivers read after seeing that stamp. */
+typedef struct acc__shm_ring_slot {
+  _Alignas(ACC_SHM_LINE) _Atomic uint64_t stamp;
+  uint64_t tag, len;
+  uint8_t inl[40]; /* messages up to 40 bytes: on the stamp's cache line */
+  _Alignas(ACC_SHM_LINE) uint8_t data[ACC_SHM_RING_BYTES];
+} acc__shm_ring_slot;
 
 static inline uint64_t acc__shm_round(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -77,9 +102,13 @@ static inline uint64_t acc__shm_ctrl_off(void) { return acc__shm_round(sizeof(ac
 static inline uint64_t acc__shm_slots_off(int world) {
   return acc__shm_round(acc__shm_ctrl_off() + (uint64_t)world * sizeof(acc__shm_ctrl), 4096);
 }
-static inline uint64_t acc__shm_total(int world, uint64_t chunk) {
+static inline uint64_t acc__shm_ring_off(int world, uint64_t chunk) {
   /* world slots x 2 buffers, plus the result area x 2 */
   return acc__shm_slots_off(world) + (2 * (uint64_t)world + 2) * chunk;
+}
+static inline uint64_t acc__shm_total(int world, uint64_t chunk) {
+  /* then RING one-sided broadcast slots per rank */
+  return acc__shm_ring_off(world, chunk) + (uint64_t)world * ACC_SHM_RING * sizeof(acc__shm_ring_slot);
 }
 
 #endif

@@ -112,6 +112,7 @@ acc_result acc__shm_barrier(acc__backend *be) { return acc__shm_step((shm_be *)b
 
 acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   shm_be *s = (shm_be *)be;
+  if (acc__shm_ring_use(s, nbytes)) return acc__shm_ring_broadcast(s, buf, nbytes, root); /* one-sided */
   if (acc__shm_cma_use(s, ACC__SHM_CMA_BCAST, nbytes)) return acc__shm_cma_broadcast(s, buf, nbytes, root);
   uint8_t *b = buf;
   for (size_t off = 0; off < nbytes; off += s->chunk) {

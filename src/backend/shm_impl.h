@@ -3,7 +3,10 @@
  * and call-tag checks, hang reports) and shm_coll.c (the collectives built on steps). shm.c
  * calls the other two, shm_coll.c calls shm_step.c, shm_step.c calls neither. Not API; the
  * segment layout is in shm.h. shm_cma.c holds the single-copy collectives and the copy routine;
- * shm_coll.c and shm.c call it, it calls shm_step.c. */
+ * shm_coll.c and shm.c call it, it calls shm_step.c. shm_ring.c holds the one-sided broadcasts of
+ * small messages and the checks of their call tags (at the next step, when the ring wraps, at
+ * teardown); shm_coll.c and shm.c call it, it calls shm_step.c (which holds the mismatch
+ * messages of one-sided broadcasts and the checks that steps make) and shm_cma.c. */
 #ifndef ACC_BACKEND_SHM_IMPL_H
 #define ACC_BACKEND_SHM_IMPL_H
 
@@ -49,11 +52,21 @@ typedef struct shm_be {
   /* call tags (shm_step.c) */
   int check_pending;        /* in the first step of a collective: first_missing compares tags */
   uint64_t published_seq;   /* number of the last collective published (publish_call) */
-  int tag_bad;              /* a rank's tag differed from my_tag (found by first_missing) */
+  int tag_bad; /* found by first_missing: 1 a rank's tag differed from my_tag, 2 only its digest of
+                  one-sided broadcasts differed from bdig */
   uint64_t my_tag;
   const char *site_file[2]; /* call site file whose text is in ctrl[me].call[p].site */
   double hang_s;           /* hang-report threshold; 0: off */
   char name[NAME_MAX + 2];
+  /* one-sided broadcasts (shm_ring.c) */
+  acc__shm_ring_slot *ring; /* n x ACC_SHM_RING slots */
+  uint64_t bcount;          /* one-sided broadcasts made */
+  uint64_t bdig;            /* digest of their call tags, in order */
+  uint64_t bfree;     /* every rank had completed this many at the last look: broadcast b needs
+                         no wait while b < bfree + ACC_SHM_RING */
+  uint64_t bverified; /* the first this many were compared with every rank's */
+  const char *bsite_file[ACC_SHM_RING]; /* call site file whose text is in bcall[i].site */
+  int failed;         /* a collective of this backend failed: no check at teardown */
   /* single copy (shm_cma.c) */
   int cma;                /* every rank can read every peer's memory, and the mode allows it */
   size_t cma_min[3];      /* smallest message that moves by single copy, per ACC__SHM_CMA_* */
@@ -75,6 +88,39 @@ void acc__shm_wake_sleepers(shm_be *s);
 acc_result acc__shm_board_check(shm_be *s);
 /* The call_end op: this rank is no longer in a collective (hang reports). */
 void acc__shm_call_end(acc__backend *be);
+
+/* Liveness of rank r: 0 alive, 1 dead, 2 left the group (destroy). */
+int acc__shm_peer_state(shm_be *s, int r);
+/* Rank r's description of its latest collective with a step; 0 when it has made none. */
+int acc__shm_last_call(shm_be *s, int r, acc__call_rec *out);
+/* This rank's description of the collective in progress (zeroes without one). */
+void acc__shm_my_call(shm_be *s, acc__call_rec *out);
+
+/* ---- shm_ring.c: one-sided broadcasts (the checks that steps make are in shm_step.c) -------- */
+
+/* Whether a broadcast of that size is one-sided (the same answer on every rank). */
+static inline int acc__shm_ring_use(const shm_be *s, size_t nbytes) {
+  return s->ring && nbytes <= ACC_SHM_RING_BYTES;
+}
+/* The root writes its next slot and returns (waiting only when the ring is full); the receivers
+ * wait for the root's slot only and compare the root's call tag with theirs. */
+acc_result acc__shm_ring_broadcast(shm_be *s, void *buf, size_t nbytes, int root);
+/* (in shm_step.c) Rank r's description of its broadcast j when still in its ring, else of its
+ * current or latest collective; the mismatch error at broadcast j naming every rank's call; the
+ * first broadcast in [lo, hi) whose digest differs between this rank and r (hi: none). */
+void acc__shm_ring_rec(shm_be *s, int r, uint64_t j, acc__call_rec *out);
+acc_result acc__shm_ring_mismatch(shm_be *s, uint64_t j, const char *what);
+uint64_t acc__shm_ring_first_diff(shm_be *s, int r, uint64_t lo, uint64_t hi);
+/* A step found every call tag equal but a digest of one-sided broadcasts different (tag_bad 2):
+ * the mismatch error naming each rank's first broadcast that differs. t: the step. */
+acc_result acc__shm_ring_step_mismatch(shm_be *s, uint64_t t);
+/* While a step waits: a rank that is in a one-sided broadcast this rank never made before the
+ * step is out of step (ACC_ERR_MISMATCH). */
+acc_result acc__shm_ring_check_missing(shm_be *s, int r);
+/* Teardown (shm.c, before leaving): compares the broadcasts not yet compared with every rank's;
+ * a difference is reported on stderr (and is the last error) and returns 1: shm.c then leaves
+ * the group and ends the process with exit status 1. */
+int acc__shm_ring_final(shm_be *s);
 
 /* ---- shm_cma.c: single-copy transfers ------------------------------------------------------ */
 

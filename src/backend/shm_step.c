@@ -66,8 +66,12 @@ static void publish(shm_be *s, uint64_t value) {
   atomic_store_explicit(&s->ctrl[s->me].cpu, s->cpu, memory_order_relaxed);
   /* the call tag of a collective's first step, next to the seq store: one ownership transfer of
    * the line that the waiting ranks are reading */
-  if (s->check_pending)
-    atomic_store_explicit(&s->ctrl[s->me].tag[value & 1], s->my_tag, memory_order_relaxed);
+  if (s->check_pending) {
+    acc__shm_ctrl *c = &s->ctrl[s->me];
+    atomic_store_explicit(&c->tag[value & 1], s->my_tag, memory_order_relaxed);
+    atomic_store_explicit(&c->bdig[value & 1], s->bdig, memory_order_relaxed);
+    atomic_store_explicit(&c->bcnt[value & 1], s->bcount, memory_order_relaxed);
+  }
   atomic_store(&s->ctrl[s->me].seq, value); /* seq_cst: ordered before the sleepers load */
   acc__shm_wake_sleepers(s);
 }
@@ -78,9 +82,13 @@ static void publish(shm_be *s, uint64_t value) {
 static inline int first_missing(shm_be *s, uint64_t target, int from) {
   for (int r = from; r < s->n; r++) {
     if (atomic_load_explicit(&s->ctrl[r].seq, memory_order_acquire) < target) return r;
-    if (s->check_pending &&
-        atomic_load_explicit(&s->ctrl[r].tag[target & 1], memory_order_relaxed) != s->my_tag)
-      s->tag_bad = 1;
+    if (s->check_pending) {
+      if (atomic_load_explicit(&s->ctrl[r].tag[target & 1], memory_order_relaxed) != s->my_tag)
+        s->tag_bad = 1;
+      else if (atomic_load_explicit(&s->ctrl[r].bdig[target & 1], memory_order_relaxed) != s->bdig &&
+               !s->tag_bad)
+        s->tag_bad = 2; /* the same call, after different one-sided broadcasts */
+    }
   }
   return -1;
 }
@@ -119,6 +127,11 @@ static peer_state peer_check(shm_be *s, int r) {
   if (atomic_load(&c->dead)) return PEER_DEAD;
   if (atomic_load(&c->departed)) return PEER_LEFT;
   return PEER_DEAD; /* free without departing, or not recoverable: treat as dead */
+}
+
+int acc__shm_peer_state(shm_be *s, int r) {
+  peer_state ps = peer_check(s, r);
+  return ps == PEER_ALIVE ? 0 : ps == PEER_DEAD ? 1 : 2;
 }
 
 int acc__shm_peer_gone(acc__backend *be, int *rank, int *pid, int *left) {
@@ -211,12 +224,16 @@ static int read_call(shm_be *s, int r, uint64_t t, uint64_t seq, acc__call_rec *
   return 1;
 }
 
+int acc__shm_last_call(shm_be *s, int r, acc__call_rec *out) { return read_call(s, r, 0, 0, out); }
+
 static void my_call(shm_be *s, acc__call_rec *out) {
   memset(out, 0, sizeof *out);
   if (!s->base.call) return;
   acc__call_rec_fields(out, s->base.call);
   acc__call_rec_site(out, s->base.call->file);
 }
+
+void acc__shm_my_call(shm_be *s, acc__call_rec *out) { my_call(s, out); }
 
 /* Describes this rank's call for its first step t (publish() then stores the tag with the seq). */
 static void publish_call(shm_be *s, uint64_t t) {
@@ -315,12 +332,84 @@ acc_result acc__shm_board_check(shm_be *s) {
                     s->me + s->rank_base, s->where, r + s->rank_base, (int)e.pid, how, arrived, missing);
 }
 
+/* ---- one-sided broadcasts (shm_ring.c): mismatch messages, the checks of steps ------------- */
+
+/* Rank r's description of its broadcast j when it made (or is making) it and the record is still
+ * in its ring; otherwise of its current or latest collective. A diagnostic. */
+void acc__shm_ring_rec(shm_be *s, int r, uint64_t j, acc__call_rec *out) {
+  acc__shm_ctrl *c = &s->ctrl[r];
+  uint64_t cur = atomic_load(&c->bcur), done = r == s->me ? s->bcount : atomic_load(&c->bseq);
+  uint64_t top = cur ? cur : done; /* bcall[j % ACC_SHM_RING] is rewritten when the rank enters j + ACC_SHM_RING */
+  if (cur == j + 1 || (j < done && top - j <= ACC_SHM_RING)) {
+    memcpy(out, &c->bcall[j % ACC_SHM_RING], sizeof *out);
+    return;
+  }
+  if (r == s->me && s->base.call) {
+    my_call(s, out);
+    return;
+  }
+  if (!read_call(s, r, 0, 0, out)) memset(out, 0, sizeof *out);
+}
+
+/* The mismatch error at broadcast j: every rank's call there. */
+acc_result acc__shm_ring_mismatch(shm_be *s, uint64_t j, const char *what) {
+  acc__call_rec mine, *all = acc__calloc((size_t)s->n, sizeof *all);
+  s->failed = 1;
+  if (!all) return ACC_ERR_NOMEM;
+  acc__shm_ring_rec(s, s->me, j, &mine);
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me)
+      all[r] = mine;
+    else
+      acc__shm_ring_rec(s, r, j, &all[r]);
+  }
+  acc_result rc = acc__mismatch_error(what, s->me, &mine, all, s->n, s->rank_base);
+  acc__free(all);
+  return rc;
+}
+
+/* The first broadcast in [lo, hi) whose digest differs between this rank and rank r (the records
+ * still in both rings), or hi when none does. */
+uint64_t acc__shm_ring_first_diff(shm_be *s, int r, uint64_t lo, uint64_t hi) {
+  if (hi > ACC_SHM_RING && lo < hi - ACC_SHM_RING) lo = hi - ACC_SHM_RING;
+  for (uint64_t j = lo; j < hi; j++)
+    if (atomic_load(&s->ctrl[r].bdigs[j % ACC_SHM_RING]) != atomic_load(&s->ctrl[s->me].bdigs[j % ACC_SHM_RING])) return j;
+  return hi;
+}
+
+acc_result acc__shm_ring_step_mismatch(shm_be *s, uint64_t t) {
+  const char *what = s->base.op_name ? s->base.op_name : "collective";
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me || atomic_load(&s->ctrl[r].bdig[t & 1]) == s->bdig) continue;
+    uint64_t theirs = atomic_load(&s->ctrl[r].bcnt[t & 1]);
+    uint64_t common = theirs < s->bcount ? theirs : s->bcount;
+    acc__shm_ring_mismatch(s, acc__shm_ring_first_diff(s, r, s->bverified, common), "broadcast");
+    break;
+  }
+  if (acc__last_error_code() != ACC_ERR_MISMATCH) /* the digest changed meanwhile */
+    acc__shm_ring_mismatch(s, s->bcount ? s->bcount - 1 : 0, "broadcast");
+  return acc__error_context(ACC_ERR_MISMATCH, "%s (collective #%llu) on rank %d%s: an earlier one-sided "
+                            "broadcast was not the same on every process", what,
+                            (unsigned long long)s->base.op_seq, s->me + s->rank_base, s->where);
+}
+
+acc_result acc__shm_ring_check_missing(shm_be *s, int r) {
+  uint64_t cur = atomic_load(&s->ctrl[r].bcur);
+  if (cur && cur - 1 >= s->bcount)
+    return acc__shm_ring_mismatch(s, cur - 1, s->base.op_name ? s->base.op_name : "collective");
+  return ACC_OK;
+}
+
 /* Low-frequency checks of every waiting phase: dead peers, the launcher's board during the
  * rendezvous, the deadline. */
 static acc_result wait_check(shm_be *s, uint64_t target, double t0, double now, double *last,
                              int *reported) {
   if (now - *last < SHM_CHECK_PERIOD_S) return ACC_OK;
   *last = now;
+  /* first: a rank that failed in a one-sided broadcast and left is named for its call */
+  if (!s->joining)
+    for (int r = 0; r < s->n; r++)
+      if (r != s->me && atomic_load(&s->ctrl[r].seq) < target) ACC_CHECK(acc__shm_ring_check_missing(s, r));
   ACC_CHECK(check_peers(s, target));
   if (!*reported && s->hang_s > 0 && now - t0 >= s->hang_s && !s->joining) {
     *reported = 1;
@@ -411,8 +500,10 @@ acc_result acc__shm_step(shm_be *s) {
   acc_result rc = wait_all(s, t);
   if (first) {
     s->check_pending = 0;
-    if (rc == ACC_OK && s->tag_bad) rc = tag_mismatch(s, t);
+    if (rc == ACC_OK && s->tag_bad) rc = s->tag_bad == 1 ? tag_mismatch(s, t) : acc__shm_ring_step_mismatch(s, t);
+    if (rc == ACC_OK) s->bverified = s->bcount; /* every rank made the same broadcasts before */
   }
+  if (rc != ACC_OK) s->failed = 1;
   return rc;
 }
 

@@ -12,7 +12,10 @@
  * Each rank exits 0 after reporting (a failing rank would make the launcher stop the others
  * before they report). Regressions for the new-user review items R3 (loopfail probe, silent
  * pairing of same-shaped calls) and R4 (agree() on an unchecked root), and red-team D2
- * (mismatch.c: all_gather_bytes sizes overflow). */
+ * (mismatch.c: all_gather_bytes sizes overflow).
+ * One-sided broadcasts (shm, up to ACC_SHM_RING_BYTES): root, root_last, bcount, bkind and ring
+ * (src/backend/shm_ring.c: a root that returns at once must still have its mismatches found,
+ * at the next synchronizing collective or at teardown, and matching ones must not be). */
 #include <signal.h>
 #include <unistd.h>
 
@@ -139,9 +142,35 @@ static void sc_shape(const char *what) {
     } else if (strcmp(what, "dtype") == 0) {
       site("call", __LINE__ + 1);
       rc = odd ? acc_all_reduce(st, ix, ix, 4, ACC_I32, ACC_SUM) : acc_all_reduce(st, x, x, 4, ACC_F32, ACC_SUM);
-    } else if (strcmp(what, "root") == 0) {
+    } else if (strcmp(what, "root") == 0 || strcmp(what, "root_last") == 0) {
+      /* both believe they are the root: shm's one-sided broadcast returns at once on both, the
+       * barrier after it (root) or the teardown (root_last: the program's last call) finds it */
       site("call", __LINE__ + 1);
       rc = acc_broadcast(st, x, 4, ACC_F32, odd ? 1 : 0);
+      if (rc == ACC_OK && what[4] == '\0') rc = acc_barrier(st);
+    } else if (strcmp(what, "bcount") == 0) { /* a receiver's count differs from the root's */
+      site("call", __LINE__ + 1);
+      rc = acc_broadcast(st, x, odd ? 5 : 4, ACC_F32, 0);
+    } else if (strcmp(what, "bkind") == 0) { /* a receiver's root is in a barrier */
+      site("call", __LINE__ + 1);
+      rc = odd ? acc_broadcast(st, x, 1, ACC_F32, 0) : acc_barrier(st);
+    } else if (strcmp(what, "ring") == 0) {
+      /* matching one-sided broadcasts (rotating roots, every size up to a slot and past it,
+       * more in a row than the ring holds), checked element by element; the last call is one */
+      static uint8_t buf[8192];
+      int n = last + 1;
+      for (int i = 0; i < 400 && rc == ACC_OK; i++) {
+        int root = (i / 7) % n;
+        size_t len = (size_t)(i * 37) % 4100 + 1;
+        if (i % 50 == 49) len = 8192; /* a full-step broadcast between one-sided ones */
+        for (size_t k = 0; k < len; k++) buf[k] = g_rank == root ? (uint8_t)(i * 31 + k) : 0xEE;
+        rc = acc_broadcast(st, buf, len, ACC_U8, root);
+        for (size_t k = 0; k < len && rc == ACC_OK; k++)
+          if (buf[k] != (uint8_t)(i * 31 + k))
+            rc = acc__error(ACC_ERR_INTERNAL, "broadcast %d (root %d, %zu B): byte %zu is %u, expected %u",
+                            i, root, len, k, buf[k], (uint8_t)(i * 31 + k));
+        if (rc == ACC_OK && i % 97 == 96) rc = acc_all_reduce(st, x, x, 4, ACC_F32, ACC_SUM);
+      }
     } else if (strcmp(what, "kind") == 0) { /* 3 processes: only the last one differs */
       site("call", __LINE__ + 1);
       rc = odd ? acc_all_gather(st, x, x, 1, ACC_F32) : acc_barrier(st);
@@ -422,10 +451,36 @@ static void drive(const char *cli, const char *self, const char *sc) {
     const char *s0[] = {"timed out", g_mpi ? "did not take part in time" : "not arrived: [1]", NULL};
     expect_rank(0, acc_result_string(ACC_ERR_TIMEOUT), s0);
   } else {
-    int np = strcmp(sc, "kind") == 0 ? 3 : 2;
+    int np = strcmp(sc, "kind") == 0 ? 3 : strcmp(sc, "ring") == 0 ? 4 : 2;
     launch(cli, self, np, sc, quiet, guard);
-    if (strcmp(sc, "sites") == 0) {
+    if (strcmp(sc, "sites") == 0 || strcmp(sc, "ring") == 0) {
       for (int r = 0; r < np; r++) expect_rank(r, "OK", NULL);
+      CHECK(g_out.status == 0, "%s: exit status %d, expected 0", sc, g_out.status);
+      return;
+    }
+    if (strcmp(sc, "root_last") == 0 || strcmp(sc, "bcount") == 0) {
+      /* the root's call returns before anyone compared it: its teardown must report the
+       * mismatch and end the job with a failure */
+      CHECK(rank_site(1, "call", site1, sizeof site1), "no call site:\n%s", g_out.err);
+      const char *fin[] = {"leaving the process group (acc_state_destroy): the last one-sided broadcasts",
+                           "different collective calls",
+                           strcmp(sc, "bcount") == 0 ? "process 1: broadcast(count=5, dtype=f32, root=0) [user call] at"
+                                                     : "process 1: broadcast(count=4, dtype=f32, root=1) [user call] at",
+                           site1, NULL};
+      const char *at = strstr(g_out.err, "accelerate: error: rank 0");
+      if (!at) at = strstr(g_out.err, "accelerate: error: rank 1");
+      CHECK(at != NULL, "%s: no teardown error on stderr:\n%s", sc, g_out.err);
+      for (int i = 0; at && fin[i]; i++)
+        CHECK(strstr(at, fin[i]) != NULL, "%s: the teardown error lacks \"%s\"", sc, fin[i]);
+      CHECK(g_out.status != 0 && g_out.status != -1, "%s: exit status %d, expected a failure", sc, g_out.status);
+      expect_rank(0, "OK", NULL);
+      if (strcmp(sc, "root_last") == 0) {
+        expect_rank(1, "OK", NULL);
+      } else { /* the receiver compares the root's tag when it reads */
+        const char *s1[] = {"different collective calls", "process 0: broadcast(count=4, dtype=f32, root=0) [user call] at",
+                            "process 1: broadcast(count=5, dtype=f32, root=0) [user call] at", site1, NULL};
+        expect_rank(1, "MISMATCH", s1);
+      }
       return;
     }
     const char *want = NULL;
@@ -434,6 +489,7 @@ static void drive(const char *cli, const char *self, const char *sc) {
     if (strcmp(sc, "dtype") == 0) want = "process 1: all_reduce(count=4, dtype=i32, op=sum) [user call] at";
     if (strcmp(sc, "root") == 0) want = "process 1: broadcast(count=4, dtype=f32, root=1) [user call] at";
     if (strcmp(sc, "kind") == 0) want = "process 2: all_gather(count=1, dtype=f32) [user call] at";
+    if (strcmp(sc, "bkind") == 0) want = "process 1: broadcast(count=1, dtype=f32, root=0) [user call] at";
     if (strcmp(sc, "skip") == 0) want = "barrier() [user call] at";
     CHECK(want != NULL, "unknown scenario %s", sc);
     CHECK(rank_site(np - 1, "call", site1, sizeof site1), "no call site:\n%s", g_out.err);
