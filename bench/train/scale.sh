@@ -8,6 +8,8 @@
 #   two_bound    the same, --enable_cpu_affinity (local rank r on CPU r)
 #   two_b64      2 processes, 64 KiB gradient buckets (two_b128, two_b256: 128, 256 KiB)
 #   two_pf2      2 processes, --prefetch 2 (a loader thread per rank)
+#   two_ov64     2 processes, 64 KiB buckets reduced during backward (--overlap)
+#   two_sc       2 processes, ACCELERATE_SHM_SINGLE_COPY=auto (the bucket read from the peer)
 #   two_chunk1m  2 processes, ACCELERATE_SHM_CHUNK_BYTES=1048576 (the 0.8 MB bucket in one step)
 #   two_spin200  2 processes, ACCELERATE_SHM_SPIN_US=200 (spin longer before yielding)
 #   two_nudge    2 processes, ACCELERATE_SHM_NUDGE=1
@@ -62,6 +64,8 @@ one_round() {
       two_b128) run two_b128 $L --num_processes 2 "$ex" --quiet --bucket-kb 128 ;;
       two_b256) run two_b256 $L --num_processes 2 "$ex" --quiet --bucket-kb 256 ;;
       two_pf2) run two_pf2 $L --num_processes 2 "$ex" --quiet --prefetch 2 ;;
+      two_ov64) run two_ov64 $L --num_processes 2 "$ex" --quiet --bucket-kb 64 --overlap ;;
+      two_sc) run two_sc env ACCELERATE_SHM_SINGLE_COPY=auto $L --num_processes 2 "$ex" --quiet ;;
       two_chunk1m) run two_chunk1m env ACCELERATE_SHM_CHUNK_BYTES=1048576 $L --num_processes 2 "$ex" --quiet ;;
       two_spin200) run two_spin200 env ACCELERATE_SHM_SPIN_US=200 $L --num_processes 2 "$ex" --quiet ;;
       two_nudge) run two_nudge env ACCELERATE_SHM_NUDGE=1 $L --num_processes 2 "$ex" --quiet ;;
