@@ -175,6 +175,13 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU time of the whole process (every thread: the loader's and the reducer's too). */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* --overlap: tell the accelerator as each layer's gradients become final. */
 static void grad_ready(int first, int count, void *payload) {
   for (int t = first; t < first + count; t++)
@@ -368,7 +375,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fashion_mnist: out of memory\n");
     return 1;
   }
-  double train_time = 0;
+  double train_time = 0, train_cpu = 0;
   int64_t samples = 0, steps = counters.steps;
   int stop = o.max_steps > 0 && steps >= o.max_steps;
   double win_loss = 0, win_t0 = now_s();
@@ -378,7 +385,7 @@ int main(int argc, char **argv) {
     char label[32];
     snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
     if (show) TRY(acc_progress_create(&bar, st, label, (uint64_t)acc_dataloader_len(train_dl), NULL));
-    double t0 = now_s(), loss_sum = 0;
+    double t0 = now_s(), c0 = cpu_s(), loss_sum = 0;
     int64_t nb = 0;
     const acc_batch *b;
     for (;;) {
@@ -461,6 +468,7 @@ int main(int argc, char **argv) {
 #endif
     if (on_dev) TRY(acc_accelerator_synchronize(acc));
     train_time += now_s() - t0;
+    train_cpu += cpu_s() - c0;
     acc_progress_destroy(bar);
     float mean_loss = nb ? (float)(loss_sum / (double)nb) : 0.0f;
     TRY(acc_accelerator_all_reduce(acc, &mean_loss, &mean_loss, 1, ACC_F32, ACC_MEAN));
@@ -503,6 +511,11 @@ int main(int argc, char **argv) {
   double rate = train_time > 0 ? (double)samples / train_time : 0;
   double total_rate = rate;
   TRY(acc_accelerator_all_reduce(acc, &total_rate, &total_rate, 1, ACC_F64, ACC_SUM));
+  /* CPU seconds the training loops took, all processes together: samples per CPU-second does not
+   * depend on how much of the machine the job got (bench/train/scale.sh) */
+  double cpu_total = train_cpu, samples_total = (double)samples;
+  TRY(acc_accelerator_all_reduce(acc, &cpu_total, &cpu_total, 1, ACC_F64, ACC_SUM));
+  TRY(acc_accelerator_all_reduce(acc, &samples_total, &samples_total, 1, ACC_F64, ACC_SUM));
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss = (double)ru.ru_maxrss / 1024.0, max_rss = rss;
@@ -511,6 +524,8 @@ int main(int argc, char **argv) {
             (long long)correct, (long long)seen);
   acc_print(st, "throughput: %.0f samples/s in total (%d processes), %.1f MiB peak resident per process\n",
             total_rate, nprocs, max_rss);
+  acc_print(st, "training CPU time: %.3f s in all processes, %.0f samples per CPU-second\n", cpu_total,
+            cpu_total > 0 ? samples_total / cpu_total : 0.0);
   acc_kv final[] = {ACC_KV_NUM("test_accuracy", seen ? (double)correct / (double)seen : 0.0)};
   TRY(acc_tracker_log(trackers, final, 1, steps));
   TRY(acc_end_training(trackers));

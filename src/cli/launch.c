@@ -829,6 +829,7 @@ int acc_cli_launch(int argc, char **argv) {
                          /* the ranks are not in the terminal's foreground group: reading the
                           * terminal would stop them (SIGTTIN) */
                          .null_stdin = isatty(0),
+                         .bind_cpus = a.enable_cpu_affinity,
                          .quiet = a.quiet,
                          .who = WHO,
                          .has_board = board >= 0,

@@ -4,6 +4,7 @@
 #include "backend/rdzv.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -278,6 +279,31 @@ static void close_all_fds(monitor *m) {
   if (m->sigfd >= 0) close(m->sigfd);
 }
 
+/* --enable_cpu_affinity: pins the calling child (local process i) to the (i mod n)-th of the n
+ * CPUs in its inherited mask. Only syscalls and bit operations (runs between fork and exec). */
+static void bind_cpu(const acc__spawn_opts *o, int i) {
+  cpu_set_t allowed, one;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int n = CPU_COUNT(&allowed);
+  if (n < 1) return;
+  int want = i % n, cpu = -1;
+  for (int c = 0, k = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &allowed) && k++ == want) {
+      cpu = c;
+      break;
+    }
+  if (cpu < 0) return;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) {
+    char msg[256];
+    int len = snprintf(msg, sizeof msg, "%s: --enable_cpu_affinity: cannot pin rank %d to CPU %d: %s "
+                       "(the rank runs unpinned)\n", o->who, o->ranks ? o->ranks[i] : i, cpu,
+                       strerror(errno));
+    if (len > 0) write_all(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+  }
+}
+
 /* Runs in the child after fork. Never returns. */
 static void child_main(monitor *m, int i, pid_t parent, int out_fd[2], int death_w) {
   const acc__spawn_opts *o = m->o;
@@ -298,6 +324,7 @@ static void child_main(monitor *m, int i, pid_t parent, int out_fd[2], int death
   close_all_fds(m); /* the parent's ends, and other ranks' pipes */
   if (o->has_board) fcntl(o->board_fd, F_SETFD, 0); /* inherited across exec */
   sigprocmask(SIG_SETMASK, &m->old_mask, NULL);
+  if (o->bind_cpus) bind_cpu(o, i);
   environ = (char **)o->envs[i];
   if (o->argv) {
     execvp(o->argv[0], o->argv);

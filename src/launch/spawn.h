@@ -40,6 +40,9 @@ typedef struct acc__spawn_opts {
   int subreaper;             /* become a child subreaper: orphaned descendants of the ranks are
                                 reparented to us and reaped (waitpid(-1): CLI only) */
   int null_stdin;            /* children read /dev/null instead of the caller's stdin */
+  int bind_cpus;             /* pin local process i to one CPU: the (i mod n)-th of the n CPUs the
+                                caller may run on (--enable_cpu_affinity, as mpirun's core
+                                binding); a failed pin is reported on stderr, the rank still runs */
   int quiet;                 /* do not print the failure report */
   const char *who;           /* prefix of printed messages, e.g. "accelerate launch" */
   int has_board;             /* board_fd is a launch board (acc__board_create, src/backend/rdzv.h): */
