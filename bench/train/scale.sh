@@ -9,10 +9,12 @@
 #   two_b64      2 processes, 64 KiB gradient buckets (two_b128, two_b256: 128, 256 KiB)
 #   two_pf2      2 processes, --prefetch 2 (a loader thread per rank)
 #   two_ov64     2 processes, 64 KiB buckets reduced during backward (--overlap)
-#   two_sc       2 processes, ACCELERATE_SHM_SINGLE_COPY=auto (the bucket read from the peer)
+#   two_sc       2 processes, ACCELERATE_SHM_SINGLE_COPY=auto (the default since session 6)
 #   two_chunk1m  2 processes, ACCELERATE_SHM_CHUNK_BYTES=1048576 (the 0.8 MB bucket in one step)
 #   two_spin200  2 processes, ACCELERATE_SHM_SPIN_US=200 (spin longer before yielding)
 #   two_nudge    2 processes, ACCELERATE_SHM_NUDGE=1
+#   two_sc_off   2 processes, ACCELERATE_SHM_SINGLE_COPY=off (copies through the segment only)
+#   two_yield0   2 processes, ACCELERATE_SHM_YIELD_US=0 (sleep right after spinning, no yield phase)
 #   indep        two independent 1-process jobs started together, no communication at all
 #                (--prefetch 0 each, as the 2-process default): the sum of their throughputs is
 #                the most 2 processes of this job can get here
@@ -69,6 +71,8 @@ one_round() {
       two_chunk1m) run two_chunk1m env ACCELERATE_SHM_CHUNK_BYTES=1048576 $L --num_processes 2 "$ex" --quiet ;;
       two_spin200) run two_spin200 env ACCELERATE_SHM_SPIN_US=200 $L --num_processes 2 "$ex" --quiet ;;
       two_nudge) run two_nudge env ACCELERATE_SHM_NUDGE=1 $L --num_processes 2 "$ex" --quiet ;;
+      two_sc_off) run two_sc_off env ACCELERATE_SHM_SINGLE_COPY=off $L --num_processes 2 "$ex" --quiet ;;
+      two_yield0) run two_yield0 env ACCELERATE_SHM_YIELD_US=0 $L --num_processes 2 "$ex" --quiet ;;
       indep) indep indep 0 ;;
       indep_bound) indep indep_bound 1 ;;
       *) echo "scale.sh: unknown configuration '$c' (see the list at the top)" >&2; exit 2 ;;

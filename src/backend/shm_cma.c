@@ -3,9 +3,12 @@
  * another's, with process_vm_readv(2) ("cross-memory attach"), instead of twice through the
  * segment's slots.
  *
- * Off by default: on the reference machine (a KVM guest, no transparent huge pages for malloc'ed
- * buffers) process_vm_readv moved 1.5-3 GB/s against 6-40 GB/s for memcpy, and every
- * collective was slower with it (docs/PERFORMANCE.md); with huge pages it reached 5-6 GB/s.
+ * Default (ACCELERATE_SHM_SINGLE_COPY unset): auto for broadcast and the gathers from 64 KiB,
+ * the copy path for all_reduce. On a quiet 2-vCPU KVM guest (bound ranks, interleaved against
+ * Open MPI) single copy made broadcast and all_gather 2-4x faster than the copies from 64 KiB
+ * to 4 MiB (about Open MPI's speed), was slower at 16 KiB, and all_reduce was no faster
+ * (docs/PERFORMANCE.md, session 6); ACCELERATE_SHM_SINGLE_COPY_MIN_BYTES, when set, applies to
+ * all three kinds.
  *
  * Set-up (acc__shm_cma_publish, then acc__shm_cma_agree after the rendezvous step). Rank 0
  * chooses the mode (ACCELERATE_SHM_SINGLE_COPY: off, auto, on) and the threshold
@@ -48,9 +51,9 @@
 
 /* Default smallest message in bytes that moves by single copy, per collective kind (when the mode
  * allows it): below, one syscall per peer costs more than the copies it saves. */
-#define CMA_MIN_BCAST (256u * 1024u)
-#define CMA_MIN_GATHER (256u * 1024u)
-#define CMA_MIN_REDUCE (256u * 1024u)
+#define CMA_MIN_BCAST (64u * 1024u) /* measured: faster than the copies at 64 KiB, slower at 16 KiB */
+#define CMA_MIN_GATHER (64u * 1024u)
+#define CMA_MIN_REDUCE UINT64_MAX /* all_reduce: not by default (measured no faster) */
 #define CMA_PIECE (256u * 1024u) /* all_reduce: bytes per peer read into the scratch at once */
 
 /* ---- copies ---------------------------------------------------------------------------------- */
@@ -89,7 +92,7 @@ acc_result acc__shm_cma_choose(shm_be *s) {
   long min = 0;
   int mset = 0;
   ACC_CHECK(acc__env_int("ACCELERATE_SHM_SINGLE_COPY_MIN_BYTES", &min, &mset));
-  s->hdr->cma_mode = (uint32_t)(set ? mode : 0);
+  s->hdr->cma_mode = (uint32_t)(set ? mode : 1); /* unset: auto */
   uint64_t def[3] = {CMA_MIN_BCAST, CMA_MIN_GATHER, CMA_MIN_REDUCE};
   for (int k = 0; k < 3; k++) s->hdr->cma_min[k] = mset ? (uint64_t)min : def[k];
   return ACC_OK;
