@@ -156,4 +156,13 @@ acc_result acc__shm_gather(acc__backend *be, const void *send, void *recv, size_
 acc_result acc__shm_all_gather_v(acc__backend *be, const void *send, void *recv,
                                  const size_t *sizes);
 
+/* The pause of a spin-wait (shm_step.c, shm_ring.c). */
+static inline void acc__shm_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 #endif

@@ -52,14 +52,6 @@
 #define RING ACC_SHM_RING
 #define RING_FUTEX_WAIT_NS 50000000L /* one futex sleep: 50 ms at most */
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 static inline acc__shm_ring_slot *ring_slot(shm_be *s, int r, uint64_t b) {
   return &s->ring[(size_t)r * RING + (size_t)(b % RING)];
 }
@@ -208,7 +200,7 @@ static acc_result ring_wait(shm_be *s, waiter *w) {
   double t0 = acc__now(), last = t0, now;
   /* 1. spin while the awaited rank last ran on another CPU */
   for (unsigned i = 1; w->peer < 0 || atomic_load_explicit(&s->ctrl[w->peer].cpu, memory_order_relaxed) != cpu; i++) {
-    cpu_relax();
+    acc__shm_cpu_relax();
     if ((st = w->ready(s, w, (i & 63) == 0))) goto out;
     if ((i & 63) == 0) {
       if ((now = acc__now()) - t0 > s->spin_s) break;

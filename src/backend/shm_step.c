@@ -38,14 +38,6 @@
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
   struct timespec ts = {0, SHM_FUTEX_WAIT_NS};
   syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
@@ -465,7 +457,7 @@ static acc_result wait_all(shm_be *s, uint64_t target) {
   /* 1. spin: the peer is usually running on another core and arrives within microseconds;
    * but not when it last ran on this very CPU (it cannot run while we spin) */
   for (unsigned i = 1; atomic_load_explicit(&s->ctrl[miss].cpu, memory_order_relaxed) != s->cpu; i++) {
-    cpu_relax();
+    acc__shm_cpu_relax();
     if ((miss = first_missing(s, target, miss)) < 0) return ACC_OK;
     if ((i & 63) == 0) {
       if ((now = acc__now()) - t0 > s->spin_s) break;
