@@ -66,35 +66,6 @@ acc_result acc__defer_tensor(acc__defer *d, const acc_safetensors *f, const acc_
 
 /* The parameter index and buffer that tensor v of optimizer oi's file fills, checked as
  * acc_optimizer_state_set checks it. */
-static acc_result find_slot(acc_optimizer *o, const acc_tensor_view *v, const char *path, int oi, size_t *pi,
-                            int *pb) {
-  const acc_model *m = acc_optimizer_model(o);
-  const size_t numel = v->nbytes / sizeof(float);
-  for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
-    if (acc__optimizer_param_group(o, i) < 0) continue;
-    for (int b = 0; acc__optimizer_state_name(o, i, b); b++) {
-      if (strcmp(acc__optimizer_state_name(o, i, b), v->name) != 0) continue;
-      const acc_param *p = acc_model_parameter(m, i);
-      int same = v->ndim == p->ndim && numel == p->numel;
-      for (int k = 0; same && k < p->ndim; k++) same = v->shape[k] == p->shape[k];
-      if (!same)
-        return acc__error(ACC_ERR_MISMATCH,
-                          "load_state: optimizer %d from '%s': optimizer state '%s' has %d dimension(s) and %zu "
-                          "elements but parameter '%s' has %d and %zu (shapes differ)", oi, path, v->name, v->ndim,
-                          numel, p->name, p->ndim, p->numel);
-      if (!acc_model_requires_grad(m, i))
-        return acc__error(ACC_ERR_MISMATCH, "load_state: optimizer %d from '%s': parameter '%s' is frozen (no "
-                          "gradient) and has no optimizer state", oi, path, p->name);
-      *pi = i;
-      *pb = b;
-      return ACC_OK;
-    }
-  }
-  return acc__error(ACC_ERR_MISMATCH, "load_state: optimizer %d from '%s': '%s' is not a state tensor of this "
-                    "optimizer (expected state.<parameter>.<buffer> for one of the parameters it updates)", oi, path,
-                    v->name);
-}
-
 acc_result acc__defer_optimizer(acc__defer *d, acc_optimizer *o, const acc_safetensors *f, const char *path, int oi) {
   for (size_t k = 0; k < acc_safetensors_count(f); k++) {
     acc_tensor_view v;
@@ -104,7 +75,9 @@ acc_result acc__defer_optimizer(acc__defer *d, acc_optimizer *o, const acc_safet
                         acc_safetensors_dtype_name(v.dtype) ? acc_safetensors_dtype_name(v.dtype) : "?");
     size_t i = 0;
     int b = 0;
-    ACC_CHECK(find_slot(o, &v, path, oi, &i, &b));
+    char fn[600];
+    snprintf(fn, sizeof fn, "load_state: optimizer %d from '%s'", oi, path);
+    ACC_CHECK(acc__optimizer_state_find(o, fn, v.name, v.ndim, v.shape, v.nbytes / sizeof(float), &i, &b));
     float *dst = acc__optimizer_state_host(o, i, b); /* allocated when absent; marked present at commit */
     if (!dst) return ACC_ERR_NOMEM;
     ACC_CHECK(acc__defer_tensor(d, f, &v, dst, v.nbytes / sizeof(float), o, i, b));

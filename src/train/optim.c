@@ -495,17 +495,8 @@ static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape) 
   if (len < cap) snprintf(out + len, cap - len, "]");
 }
 
-acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const float *data, size_t numel, int ndim,
-                                   const int64_t *shape) {
-  const char *fn = "acc_optimizer_state_set";
-  ACC_CHECK(check_opt(o, fn));
-  ACC_CHECK(check_model_unchanged(o, fn));
-  if (o->restricted)
-    return acc__error(ACC_ERR_INVALID_USAGE,
-                      "%s: this optimizer is sharded by ZeRO (each process holds its shard of the "
-                      "state); acc_accelerator_load_state scatters the full tensors", fn);
-  if (!name || (numel && !data) || ndim < 0 || ndim > ACC_MAX_DIMS || (ndim > 0 && !shape))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: NULL name/data/shape or ndim %d out of range", fn, ndim);
+acc_result acc__optimizer_state_find(const acc_optimizer *o, const char *fn, const char *name, int ndim,
+                                     const int64_t *shape, size_t numel, size_t *pi, int *pb) {
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(o->model, i);
     if (o->slots[i].group < 0) continue;
@@ -525,13 +516,8 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
       if (!acc_model_requires_grad(o->model, i))
         return acc__error(ACC_ERR_MISMATCH, "%s: parameter '%s' is frozen (no gradient) and has no optimizer state",
                           fn, p->name);
-      float *buf = ensure_buf(o, i, b);
-      if (!buf) return ACC_ERR_NOMEM;
-      if (numel) memcpy(buf, data, numel * sizeof(float));
-      if (!o->slots[i].has[b]) {
-        o->slots[i].has[b] = 1;
-        o->state_dirty = 1;
-      }
+      *pi = i;
+      *pb = b;
       return ACC_OK;
     }
   }
@@ -540,6 +526,30 @@ acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const flo
                     "the parameters it updates)",
                     fn, name, o->kind == ACC_OPTIMIZER_SGD ? "SGD" : "AdamW",
                     o->kind == ACC_OPTIMIZER_SGD ? "momentum_buffer" : "exp_avg|exp_avg_sq");
+}
+
+acc_result acc_optimizer_state_set(acc_optimizer *o, const char *name, const float *data, size_t numel, int ndim,
+                                   const int64_t *shape) {
+  const char *fn = "acc_optimizer_state_set";
+  ACC_CHECK(check_opt(o, fn));
+  ACC_CHECK(check_model_unchanged(o, fn));
+  if (o->restricted)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "%s: this optimizer is sharded by ZeRO (each process holds its shard of the "
+                      "state); acc_accelerator_load_state scatters the full tensors", fn);
+  if (!name || (numel && !data) || ndim < 0 || ndim > ACC_MAX_DIMS || (ndim > 0 && !shape))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: NULL name/data/shape or ndim %d out of range", fn, ndim);
+  size_t i = 0;
+  int b = 0;
+  ACC_CHECK(acc__optimizer_state_find(o, fn, name, ndim, shape, numel, &i, &b));
+  float *buf = ensure_buf(o, i, b);
+  if (!buf) return ACC_ERR_NOMEM;
+  if (numel) memcpy(buf, data, numel * sizeof(float));
+  if (!o->slots[i].has[b]) {
+    o->slots[i].has[b] = 1;
+    o->state_dirty = 1;
+  }
+  return ACC_OK;
 }
 
 size_t acc_optimizer_scalar_count(const acc_optimizer *o) {

@@ -93,6 +93,11 @@ acc_result acc__dev_state_from_host(acc_accelerator *acc);
  * (the step count, SGD's momentum buffers now present). */
 int acc__optimizer_param_group(const acc_optimizer *o, size_t i);
 int acc__optimizer_state_present(const acc_optimizer *o, size_t i, int b);
+/* The state slot (parameter *pi, buffer *pb) called `name`, checked against the parameter's shape
+ * and requires_grad (acc_optimizer_state_set and load_state); ACC_ERR_MISMATCH naming fn, the
+ * tensor and the parameter otherwise. */
+acc_result acc__optimizer_state_find(const acc_optimizer *o, const char *fn, const char *name, int ndim,
+                                     const int64_t *shape, size_t numel, size_t *pi, int *pb);
 float *acc__optimizer_state_host(acc_optimizer *o, size_t i, int b);
 /* load_state putting back what it changed: marks buffer b of parameter i present or absent. */
 void acc__optimizer_state_set_present(acc_optimizer *o, size_t i, int b, int present);
