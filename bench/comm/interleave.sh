@@ -5,6 +5,8 @@
 # the busbw of those medians, and the ratios against Open MPI.
 # Usage: bench/comm/interleave.sh [build_dir] [rounds] [max_bytes]
 #   NP (2), ACC_BENCH_OPS (all_reduce,broadcast,all_gather), ACC_BENCH_MIN (4): what to run.
+#   B_BUILD: another build directory; its acc_bench_comm, with the default environment, takes the
+#   place of the single-copy arm (the "cma" column then compares two builds, e.g. before/after).
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -19,8 +21,12 @@ echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 i=0
 while [ "$i" -lt "$rounds" ]; do
   "$build/accelerate" launch --num_processes "$np" "$build/bench/comm/acc_bench_comm" "$max" >>"$out/acc.txt"
-  ACCELERATE_SHM_SINGLE_COPY=auto "$build/accelerate" launch --num_processes "$np" \
-    "$build/bench/comm/acc_bench_comm" "$max" >>"$out/cma.txt"
+  if [ -n "$B_BUILD" ]; then
+    "$build/accelerate" launch --num_processes "$np" "$B_BUILD/bench/comm/acc_bench_comm" "$max" >>"$out/cma.txt"
+  else
+    ACCELERATE_SHM_SINGLE_COPY=auto "$build/accelerate" launch --num_processes "$np" \
+      "$build/bench/comm/acc_bench_comm" "$max" >>"$out/cma.txt"
+  fi
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np "$np" \
     "$build/bench/comm/mpi_bench_comm" "$max" >>"$out/mpi.txt" 2>/dev/null
   i=$((i + 1))

@@ -39,6 +39,8 @@
 
 #include "backend/rdzv.h"
 
+/* Non-temporal stores into the segment from this message size (measured: docs/PERFORMANCE.md). */
+#define SHM_DEFAULT_STREAM_MIN (256L * 1024L)
 #define SHM_DEFAULT_CHUNK (512u * 1024u) /* measured best of 64 KiB..1 MiB: docs/PERFORMANCE.md */
 #define SHM_MAX_PHASE_US 1000000L     /* upper bound of ACCELERATE_SHM_SPIN_US / _YIELD_US */
 #define SHM_RDZV_TIMEOUT_S 60.0       /* default ACCELERATE_RENDEZVOUS_TIMEOUT */
@@ -346,6 +348,10 @@ static acc_result read_env(shm_be *s) {
                         s->me, names[i], us, SHM_MAX_PHASE_US);
     *dst[i] = (double)us * 1e-6;
   }
+  long smin = SHM_DEFAULT_STREAM_MIN;
+  int sset = 0;
+  ACC_CHECK(acc__env_int("ACCELERATE_SHM_STREAM_MIN_BYTES", &smin, &sset));
+  s->stream_min = (size_t)smin;
   double t = SHM_RDZV_TIMEOUT_S;
   int set = 0;
   ACC_CHECK(acc__env_double("ACCELERATE_RENDEZVOUS_TIMEOUT", &t, &set));

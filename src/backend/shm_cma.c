@@ -84,6 +84,40 @@ void acc__shm_copy(void *dst, const void *src, size_t n) {
 #endif
   memcpy(dst, src, n);
 }
+/* The copy into the segment for large messages: non-temporal stores, which write whole lines to
+ * memory without first fetching them. Without them, on the 2-vCPU AMD EPYC guest of the build
+ * machine, writing 1 MiB into lines that the peer read at its last step ran at 7 GB/s while
+ * both ranks copied at once (ownership of every line taken back from the peer's cache), 36 GB/s
+ * with them; at 256 KiB both were equal (docs/PERFORMANCE.md, session 7). The stores are weakly
+ * ordered: the sfence at the end makes them visible before the step that publishes them. */
+void acc__shm_copy_nt(void *dst, const void *src, size_t n) {
+#if defined(__x86_64__)
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  size_t head = (size_t)(-(uintptr_t)d & 15);
+  if (n < 256 + head) {
+    acc__shm_copy(dst, src, n);
+    return;
+  }
+  if (head) memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+    __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+    _mm_stream_si128((__m128i *)(d + i), a);
+    _mm_stream_si128((__m128i *)(d + i + 16), b);
+    _mm_stream_si128((__m128i *)(d + i + 32), c);
+    _mm_stream_si128((__m128i *)(d + i + 48), e);
+  }
+  _mm_sfence();
+  if (i < n) memcpy(d + i, s + i, n - i);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
 /* ---- set-up --------------------------------------------------------------------------------- */
 
 acc_result acc__shm_cma_choose(shm_be *s) {

@@ -73,7 +73,56 @@ static void reduce_slots(shm_be *s, void *dst, int p, size_t lo, size_t n, acc_d
   for (int r = 1; r < s->n; r++) acc__reduce_inplace(dst, slot(s, r, p) + lo * es, n, dt, op);
 }
 
-/* All-reduce (root < 0) or reduce to root. recv is NULL on non-roots for reduce. */
+#define REDUCE_TILE 8192u /* bytes reduced at once in a buffer on the stack (L1) */
+
+/* The reduction of a chunk's own block, from n sources in rank order (src[me] is this rank's
+ * send buffer, the others peers' slots), a tile at a time into a buffer on the stack: then the
+ * tile goes into res (the result area, read by the peers; with non-temporal stores when nt) and,
+ * when out is not NULL, into out (the caller's recv). out may be src[me] (in place): a tile is
+ * written only after it was read. */
+static void reduce_block(void *out, uint8_t *res, const void *const *src, int n, size_t len,
+                         acc_dtype dt, acc_op op, int nt) {
+  size_t es = acc_dtype_size(dt), te = REDUCE_TILE / es;
+  _Alignas(64) uint8_t tile[REDUCE_TILE];
+  for (size_t t = 0; t < len; t += te) {
+    size_t m = len - t < te ? len - t : te, at = t * es;
+    if (dt == ACC_F32 && op == ACC_SUM && n >= 2) {
+      float *x = (float *)tile;
+      const float *a = (const float *)src[0] + t, *b = (const float *)src[1] + t;
+      for (size_t i = 0; i < m; i++) x[i] = a[i] + b[i];
+      for (int r = 2; r < n; r++) {
+        const float *c = (const float *)src[r] + t;
+        for (size_t i = 0; i < m; i++) x[i] += c[i];
+      }
+    } else {
+      memcpy(tile, (const uint8_t *)src[0] + at, m * es);
+      for (int r = 1; r < n; r++) acc__reduce_inplace(tile, (const uint8_t *)src[r] + at, m, dt, op);
+    }
+    if (out) memcpy((uint8_t *)out + at, tile, m * es);
+    if (nt)
+      acc__shm_copy_nt(res + at, tile, m * es);
+    else
+      memcpy(res + at, tile, m * es);
+  }
+}
+
+/* Copy into the segment: non-temporal stores for messages of at least stream_min bytes. */
+static void put(shm_be *s, void *dst, const void *src, size_t n, size_t msg_bytes) {
+  if (msg_bytes >= s->stream_min)
+    acc__shm_copy_nt(dst, src, n);
+  else
+    copy_bytes(dst, src, n);
+}
+
+/* All-reduce (root < 0) or reduce to root. recv is NULL on non-roots for reduce.
+ *
+ * Large messages, per chunk of ce elements, split into n blocks (block j: elements
+ * [j * nc / n, (j + 1) * nc / n)): a rank writes into its slot only the blocks the others reduce
+ * (not its own); after the step it reduces its own block from its send buffer and the peers'
+ * slots, writing the result both into its recv and into the result area, and after the next
+ * step copies the peers' blocks of the result out. Per rank that moves (n-1)/n of the message
+ * in, reads it once to reduce and (n-1)/n out: no copy of the own block through the segment,
+ * no copy of the own result out of it. */
 static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t count, acc_dtype dt,
                                 acc_op op, int root) {
   size_t es = acc_dtype_size(dt);
@@ -86,24 +135,43 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
     if (out) reduce_slots(s, recv, p, 0, count, dt, op);
     return ACC_OK;
   }
+  const void *src_small[8];
+  const void **src = s->n <= 8 ? src_small : acc__malloc((size_t)s->n * sizeof *src);
+  if (!src) return acc__error(ACC_ERR_NOMEM, "all_reduce: cannot allocate %d pointers", s->n);
   size_t ce = s->chunk / es;
   const uint8_t *in = send;
   uint8_t *o = recv;
-  size_t prev_off = 0, prev_n = 0;
+  size_t prev_off = 0, prev_lo = 0, prev_hi = 0, prev_n = 0;
   int prev_p = 0, have_prev = 0;
+  acc_result rc = ACC_OK;
   for (size_t off = 0; off < count; off += ce) {
     size_t nc = count - off < ce ? count - off : ce;
-    int p = next_parity(s);
-    copy_bytes(slot(s, s->me, p), in + off * es, nc * es);
-    ACC_CHECK(acc__shm_step(s)); /* everyone wrote chunk c and finished reducing chunk c-1 */
-    if (have_prev && out) copy_bytes(o + prev_off * es, result_area(s, prev_p), prev_n * es);
     size_t lo = (size_t)s->me * nc / (size_t)s->n, hi = ((size_t)s->me + 1) * nc / (size_t)s->n;
-    reduce_slots(s, result_area(s, p) + lo * es, p, lo, hi - lo, dt, op);
-    prev_off = off, prev_n = nc, prev_p = p, have_prev = 1;
+    int p = next_parity(s);
+    uint8_t *mine = slot(s, s->me, p);
+    put(s, mine, in + off * es, lo * es, bytes); /* the blocks before mine, then those after */
+    put(s, mine + hi * es, in + (off + hi) * es, (nc - hi) * es, bytes);
+    rc = acc__shm_step(s); /* everyone wrote chunk c and finished reducing chunk c-1 */
+    if (rc != ACC_OK) break;
+    if (have_prev && out) {
+      copy_bytes(o + prev_off * es, result_area(s, prev_p), prev_lo * es);
+      copy_bytes(o + (prev_off + prev_hi) * es, result_area(s, prev_p) + prev_hi * es,
+                 (prev_n - prev_hi) * es);
+    }
+    for (int r = 0; r < s->n; r++)
+      src[r] = r == s->me ? (const void *)(in + (off + lo) * es) : (const void *)(slot(s, r, p) + lo * es);
+    reduce_block(out ? o + (off + lo) * es : NULL, result_area(s, p) + lo * es, src, s->n, hi - lo,
+                 dt, op, bytes >= s->stream_min);
+    prev_off = off, prev_lo = lo, prev_hi = hi, prev_n = nc, prev_p = p, have_prev = 1;
   }
-  ACC_CHECK(acc__shm_step(s));
-  if (out) copy_bytes(o + prev_off * es, result_area(s, prev_p), prev_n * es);
-  return ACC_OK;
+  if (rc == ACC_OK) rc = acc__shm_step(s);
+  if (rc == ACC_OK && out) {
+    copy_bytes(o + prev_off * es, result_area(s, prev_p), prev_lo * es);
+    copy_bytes(o + (prev_off + prev_hi) * es, result_area(s, prev_p) + prev_hi * es,
+               (prev_n - prev_hi) * es);
+  }
+  if (src != src_small) acc__free((void *)src);
+  return rc;
 }
 
 /* ---- ops ----------------------------------------------------------------------------------- */

@@ -32,6 +32,8 @@ typedef struct shm_be {
   acc__shm_ctrl *ctrl;
   uint8_t *slots;
   size_t chunk;
+  size_t stream_min; /* messages from this size are written into the segment with non-temporal
+                        stores (ACCELERATE_SHM_STREAM_MIN_BYTES) */
   uint64_t counter;
   double timeout_s;
   double spin_s;  /* busy-wait this long before yielding */
@@ -126,6 +128,8 @@ int acc__shm_ring_final(shm_be *s);
 
 /* memcpy without glibc's slow cases, for the data copies of both paths. */
 void acc__shm_copy(void *dst, const void *src, size_t n);
+/* The same with non-temporal stores (and a store fence), for large messages into the segment. */
+void acc__shm_copy_nt(void *dst, const void *src, size_t n);
 /* Rank 0, creating the segment: the mode and thresholds from the environment into the header. */
 acc_result acc__shm_cma_choose(shm_be *s);
 /* Every rank, before the rendezvous step: its probe word, namespace, ptracer permission. */
