@@ -3,12 +3,14 @@
  * another's, with process_vm_readv(2) ("cross-memory attach"), instead of twice through the
  * segment's slots.
  *
- * Default (ACCELERATE_SHM_SINGLE_COPY unset): auto for broadcast and the gathers from 64 KiB,
- * the copy path for all_reduce. On a quiet 2-vCPU KVM guest (bound ranks, interleaved against
- * Open MPI) single copy made broadcast and all_gather 2-4x faster than the copies from 64 KiB
- * to 4 MiB (about Open MPI's speed), was slower at 16 KiB, and all_reduce was no faster
- * (docs/PERFORMANCE.md, session 6); ACCELERATE_SHM_SINGLE_COPY_MIN_BYTES, when set, applies to
- * all three kinds.
+ * Used only when asked for. Default (ACCELERATE_SHM_SINGLE_COPY unset or auto, and
+ * ACCELERATE_SHM_SINGLE_COPY_MIN_BYTES unset): the copies, and no probe at set-up. Since the
+ * copies write into the segment with non-temporal stores (shm_coll.c, session 7) they beat
+ * single copy at every size measured on the 2-vCPU KVM guest (16 KiB-4 MiB, bound ranks,
+ * interleaved; docs/PERFORMANCE.md); before that single copy was the default for broadcast and
+ * the gathers from 64 KiB (session 6). auto with the threshold set: single copy from there on
+ * where every rank can read its peers; on: required, from the threshold or else from the
+ * defaults below (all_reduce only with the threshold set).
  *
  * Set-up (acc__shm_cma_publish, then acc__shm_cma_agree after the rendezvous step). Rank 0
  * chooses the mode (ACCELERATE_SHM_SINGLE_COPY: off, auto, on) and the threshold
@@ -49,11 +51,12 @@
 #include "backend/rdzv.h"
 #include "core/env.h"
 
-/* Default smallest message in bytes that moves by single copy, per collective kind (when the mode
- * allows it): below, one syscall per peer costs more than the copies it saves. */
-#define CMA_MIN_BCAST (64u * 1024u) /* measured: faster than the copies at 64 KiB, slower at 16 KiB */
+/* Smallest message in bytes that moves by single copy, per collective kind, with
+ * ACCELERATE_SHM_SINGLE_COPY=on and no threshold set: below, one syscall per peer cost more than
+ * the (then plain) copies it saved (session 6). */
+#define CMA_MIN_BCAST (64u * 1024u)
 #define CMA_MIN_GATHER (64u * 1024u)
-#define CMA_MIN_REDUCE UINT64_MAX /* all_reduce: not by default (measured no faster) */
+#define CMA_MIN_REDUCE UINT64_MAX /* all_reduce: only with the threshold set */
 #define CMA_PIECE (256u * 1024u) /* all_reduce: bytes per peer read into the scratch at once */
 
 /* ---- copies ---------------------------------------------------------------------------------- */
@@ -126,7 +129,9 @@ acc_result acc__shm_cma_choose(shm_be *s) {
   long min = 0;
   int mset = 0;
   ACC_CHECK(acc__env_int("ACCELERATE_SHM_SINGLE_COPY_MIN_BYTES", &min, &mset));
-  s->hdr->cma_mode = (uint32_t)(set ? mode : 1); /* unset: auto */
+  /* unset: auto; auto without a threshold: the copies, and no probe (see the top) */
+  s->hdr->cma_mode = (uint32_t)(set ? mode : 1);
+  if (s->hdr->cma_mode == 1 && !mset) s->hdr->cma_mode = 0;
   uint64_t def[3] = {CMA_MIN_BCAST, CMA_MIN_GATHER, CMA_MIN_REDUCE};
   for (int k = 0; k < 3; k++) s->hdr->cma_min[k] = mset ? (uint64_t)min : def[k];
   return ACC_OK;

@@ -130,7 +130,7 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
   int out = root < 0 || root == s->me;
   if (bytes <= SHM_SMALL_BYTES && bytes <= s->chunk) {
     int p = next_parity(s);
-    copy_bytes(slot(s, s->me, p), send, bytes);
+    put(s, slot(s, s->me, p), send, bytes, bytes);
     ACC_CHECK(acc__shm_step(s));
     if (out) reduce_slots(s, recv, p, 0, count, dt, op);
     return ACC_OK;
@@ -186,7 +186,7 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
   for (size_t off = 0; off < nbytes; off += s->chunk) {
     size_t len = nbytes - off < s->chunk ? nbytes - off : s->chunk;
     int p = next_parity(s);
-    if (s->me == root) copy_bytes(slot(s, root, p), b + off, len);
+    if (s->me == root) put(s, slot(s, root, p), b + off, len, nbytes);
     ACC_CHECK(acc__shm_step(s));
     if (s->me != root) copy_bytes(b + off, slot(s, root, p), len);
   }
@@ -233,7 +233,8 @@ acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *rec
     size_t len = count - off < pe ? count - off : pe;
     int p = next_parity(s);
     uint8_t *mine = slot(s, s->me, p);
-    for (size_t r = 0; r < n; r++) copy_bytes(mine + r * pe * es, in + (r * count + off) * es, len * es);
+    for (size_t r = 0; r < n; r++)
+      put(s, mine + r * pe * es, in + (r * count + off) * es, len * es, count * es * n);
     ACC_CHECK(acc__shm_step(s));
     reduce_slots(s, o + off * es, p, (size_t)s->me * pe, len, dt, op);
   }
@@ -252,7 +253,7 @@ static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, cons
     int p = next_parity(s);
     size_t mine = sizes[s->me] > off ? sizes[s->me] - off : 0;
     if (mine > s->chunk) mine = s->chunk;
-    if (mine) copy_bytes(slot(s, s->me, p), in + off, mine);
+    if (mine) put(s, slot(s, s->me, p), in + off, mine, maxlen * (size_t)s->n);
     ACC_CHECK(acc__shm_step(s));
     if (!out) continue;
     for (int r = 0; r < s->n; r++) {
