@@ -19,6 +19,8 @@
 #                (--prefetch 0 each, as the 2-process default): the sum of their throughputs is
 #                the most 2 processes of this job can get here
 #   indep_bound  the same, job i bound to CPU i (taskset)
+#   one_b, two_b 1 and 2 processes of another build (B_BUILD=dir, built beforehand, e.g. the
+#                commit before a change), for a before/after in the same run
 # Besides samples/s (what the job got of the machine), each run reports samples per CPU-second of
 # its training loops (example output line "training CPU time"), which does not depend on the load.
 # CONFIGS="one two ..." restricts the set. Usage: bench/train/scale.sh [build_dir]
@@ -73,6 +75,8 @@ one_round() {
       two_nudge) run two_nudge env ACCELERATE_SHM_NUDGE=1 $L --num_processes 2 "$ex" --quiet ;;
       two_sc_off) run two_sc_off env ACCELERATE_SHM_SINGLE_COPY=off $L --num_processes 2 "$ex" --quiet ;;
       two_yield0) run two_yield0 env ACCELERATE_SHM_YIELD_US=0 $L --num_processes 2 "$ex" --quiet ;;
+      one_b) run one_b "$B_BUILD/accelerate" launch --num_processes 1 "$B_BUILD/examples/fashion_mnist/fashion_mnist" --quiet ;;
+      two_b) run two_b "$B_BUILD/accelerate" launch --num_processes 2 "$B_BUILD/examples/fashion_mnist/fashion_mnist" --quiet ;;
       indep) indep indep 0 ;;
       indep_bound) indep indep_bound 1 ;;
       *) echo "scale.sh: unknown configuration '$c' (see the list at the top)" >&2; exit 2 ;;
