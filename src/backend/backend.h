@@ -40,6 +40,12 @@ typedef struct acc__backend_ops {
    * otherwise they do not overlap. */
   acc_result (*reduce_scatter)(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op);
+  /* Optional (NULL: comm.c runs all_reduce, then the multiplication): f32 SUM all_reduce, each
+   * element of the sum then multiplied by `scale` (rounded once): the same bits as all_reduce
+   * followed by `x *= scale`, without another pass over the buffer. count > 0; send may equal
+   * recv. */
+  acc_result (*all_reduce_scaled_f32)(acc__backend *be, const float *send, float *recv,
+                                      size_t count, float scale);
 } acc__backend_ops;
 
 struct acc__backend {

@@ -87,6 +87,7 @@ static const acc__backend_ops shm_ops = {
     acc__shm_call_end,
     1,
     acc__shm_reduce_scatter,
+    acc__shm_all_reduce_scaled_f32,
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */

@@ -81,7 +81,7 @@ static void reduce_slots(shm_be *s, void *dst, int p, size_t lo, size_t n, acc_d
  * when out is not NULL, into out (the caller's recv). out may be src[me] (in place): a tile is
  * written only after it was read. */
 static void reduce_block(void *out, uint8_t *res, const void *const *src, int n, size_t len,
-                         acc_dtype dt, acc_op op, int nt) {
+                         acc_dtype dt, acc_op op, int nt, const float *scale) {
   size_t es = acc_dtype_size(dt), te = REDUCE_TILE / es;
   _Alignas(64) uint8_t tile[REDUCE_TILE];
   for (size_t t = 0; t < len; t += te) {
@@ -94,6 +94,8 @@ static void reduce_block(void *out, uint8_t *res, const void *const *src, int n,
         const float *c = (const float *)src[r] + t;
         for (size_t i = 0; i < m; i++) x[i] += c[i];
       }
+      if (scale)
+        for (size_t i = 0; i < m; i++) x[i] *= *scale;
     } else {
       memcpy(tile, (const uint8_t *)src[0] + at, m * es);
       for (int r = 1; r < n; r++) acc__reduce_inplace(tile, (const uint8_t *)src[r] + at, m, dt, op);
@@ -114,7 +116,8 @@ static void put(shm_be *s, void *dst, const void *src, size_t n, size_t msg_byte
     copy_bytes(dst, src, n);
 }
 
-/* All-reduce (root < 0) or reduce to root. recv is NULL on non-roots for reduce.
+/* All-reduce (root < 0) or reduce to root. recv is NULL on non-roots for reduce. scale (f32 SUM
+ * all_reduce only, else NULL): every element of the sum multiplied by *scale by its reducer.
  *
  * Large messages, per chunk of ce elements, split into n blocks (block j: elements
  * [j * nc / n, (j + 1) * nc / n)): a rank writes into its slot only the blocks the others reduce
@@ -124,7 +127,7 @@ static void put(shm_be *s, void *dst, const void *src, size_t n, size_t msg_byte
  * in, reads it once to reduce and (n-1)/n out: no copy of the own block through the segment,
  * no copy of the own result out of it. */
 static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t count, acc_dtype dt,
-                                acc_op op, int root) {
+                                acc_op op, int root, const float *scale) {
   size_t es = acc_dtype_size(dt);
   size_t bytes = count * es;
   int out = root < 0 || root == s->me;
@@ -133,6 +136,8 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
     put(s, slot(s, s->me, p), send, bytes, bytes);
     ACC_CHECK(acc__shm_step(s));
     if (out) reduce_slots(s, recv, p, 0, count, dt, op);
+    if (out && scale)
+      for (size_t i = 0; i < count; i++) ((float *)recv)[i] *= *scale;
     return ACC_OK;
   }
   const void *src_small[8];
@@ -161,7 +166,7 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
     for (int r = 0; r < s->n; r++)
       src[r] = r == s->me ? (const void *)(in + (off + lo) * es) : (const void *)(slot(s, r, p) + lo * es);
     reduce_block(out ? o + (off + lo) * es : NULL, result_area(s, p) + lo * es, src, s->n, hi - lo,
-                 dt, op, bytes >= s->stream_min);
+                 dt, op, bytes >= s->stream_min, scale);
     prev_off = off, prev_lo = lo, prev_hi = hi, prev_n = nc, prev_p = p, have_prev = 1;
   }
   if (rc == ACC_OK) rc = acc__shm_step(s);
@@ -198,12 +203,23 @@ acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, s
   shm_be *s = (shm_be *)be;
   if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * acc_dtype_size(dtype)))
     return acc__shm_cma_all_reduce(s, send, recv, count, dtype, op);
-  return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1);
+  return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1, NULL);
+}
+
+acc_result acc__shm_all_reduce_scaled_f32(acc__backend *be, const float *send, float *recv,
+                                          size_t count, float scale) {
+  shm_be *s = (shm_be *)be;
+  if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * sizeof(float))) {
+    ACC_CHECK(acc__shm_cma_all_reduce(s, send, recv, count, ACC_F32, ACC_SUM));
+    for (size_t i = 0; i < count; i++) recv[i] *= scale;
+    return ACC_OK;
+  }
+  return reduce_common(s, send, recv, count, ACC_F32, ACC_SUM, -1, &scale);
 }
 
 acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                            acc_dtype dtype, acc_op op, int root) {
-  return reduce_common((shm_be *)be, send, recv, count, dtype, op, root);
+  return reduce_common((shm_be *)be, send, recv, count, dtype, op, root, NULL);
 }
 
 /* Reduce-scatter: step k carries piece k of every block. Each rank writes, into its slot, piece k
@@ -222,7 +238,7 @@ acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *rec
     uint8_t *tmp = acc__malloc(count * es * n);
     if (!tmp) return acc__error(ACC_ERR_NOMEM, "reduce_scatter: cannot allocate %zu bytes",
                                 count * es * n);
-    acc_result rc = reduce_common(s, send, tmp, count * n, dt, op, -1);
+    acc_result rc = reduce_common(s, send, tmp, count * n, dt, op, -1, NULL);
     if (rc == ACC_OK) memmove(recv, tmp + (size_t)s->me * count * es, count * es);
     acc__free(tmp);
     return rc;

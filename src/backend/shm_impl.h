@@ -151,6 +151,8 @@ acc_result acc__shm_barrier(acc__backend *be);
 acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int root);
 acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op);
+acc_result acc__shm_all_reduce_scaled_f32(acc__backend *be, const float *send, float *recv,
+                                          size_t count, float scale);
 acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                            acc_dtype dtype, acc_op op, int root);
 acc_result acc__shm_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,

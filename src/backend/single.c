@@ -52,6 +52,7 @@ static const acc__backend_ops single_ops = {
     single_all_gather, single_gather, single_all_gather_v, single_destroy,
     NULL, 1, /* one process: nothing to compare */
     single_all_reduce, /* reduce_scatter of one process: a copy of count elements */
+    NULL,              /* all_reduce_scaled_f32: comm.c multiplies */
 };
 
 acc_result acc__backend_single_create(acc__backend **out) {

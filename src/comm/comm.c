@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
+#include "comm/comm.h"
 #include "comm/stage.h"
 #include "state/state.h"
 #include "core/profile.h"
@@ -221,6 +222,31 @@ acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t
     if (rc == ACC_OK) rc = all_reduce_body(st, io.a, io.b, count, dtype, op);
     rc = acc__comm_stage_end(&io, rc, 1);
   }
+  return leave(st, began, rc);
+}
+
+acc_result acc__all_reduce_scaled_at(acc_state *st, float *buf, size_t count, float scale,
+                                     const char *file, int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_reduce");
+  acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = ACC_F32, .count = (int64_t)count, .red = ACC_SUM};
+  int began;
+  acc_result rc = enter(st, "all_reduce", &c, file, line, &began);
+  if (rc != ACC_OK || count == 0) return leave(st, began, rc);
+  rc = need_buf(buf, "all_reduce", "buf");
+  size_t nb = count * sizeof(float);
+  acc__devio io = {0};
+  if (rc == ACC_OK) rc = acc__comm_stage_begin(&io, NULL, 0, 0, buf, nb, 1);
+  if (rc == ACC_OK) {
+    float *b = io.b;
+    if (st->size > 1 && st->be->ops->all_reduce_scaled_f32) {
+      rc = fail_remote(st, st->be->ops->all_reduce_scaled_f32(st->be, b, b, count, scale));
+    } else {
+      if (st->size > 1) rc = fail_remote(st, st->be->ops->all_reduce(st->be, b, b, count, ACC_F32, ACC_SUM));
+      if (rc == ACC_OK)
+        for (size_t i = 0; i < count; i++) b[i] *= scale;
+    }
+  }
+  if (buf) rc = acc__comm_stage_end(&io, rc, 1);
   return leave(st, began, rc);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
+#include "comm/comm.h"
 #include "train/train.h"
 #include "train/grad_sync.h"
 #include "core/profile.h"
@@ -93,9 +94,7 @@ static acc_result reduce_bucket(acc__grad_sync *gs, bucket *b) {
   if (gs->half) return reduce_compressed(gs, b);
   if (b->inplace) {
     acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
-    ACC_CHECK(acc_all_reduce(gs->st, b->inplace, b->inplace, n, ACC_F32, ACC_SUM));
-    for (size_t i = 0; i < n; i++) b->inplace[i] *= gs->inv_world;
-    return ACC_OK;
+    return acc__all_reduce_scaled(gs->st, b->inplace, n, gs->inv_world); /* sum, then x 1/world */
   }
   float *s = gs->staging;
   size_t off = 0;
