@@ -16,6 +16,7 @@
 
 #include <accelerate.h>
 
+#include "../bench_machine.h"
 #include "ckpt/ckpt_dir.h"
 
 static double now_s(void) {
@@ -173,22 +174,7 @@ int main(int argc, char **argv) {
   }
   static const char *names[NT] = {"save_state", "dd write+fsync", "load_state", "dd read bs=1M", "dd read 1 buf",
                                   "pread 1MiB chunks", "pread into bufs"};
-  { /* the machine the figures come from */
-    char line[512], model[256] = "unknown", l1[16] = "?", l5[16] = "?", l15[16] = "?";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f))
-      if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
-        snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-        model[strcspn(model, "\n")] = '\0';
-        break;
-      }
-    if (f) fclose(f);
-    f = fopen("/proc/loadavg", "r");
-    if (f && fscanf(f, "%15s %15s %15s", l1, l5, l15) != 3) snprintf(l1, sizeof l1, "?");
-    if (f) fclose(f);
-    printf("# CPU: %s, %ld CPUs online, load average %s %s %s (at the end)\n", model,
-           sysconf(_SC_NPROCESSORS_ONLN), l1, l5, l15);
-  }
+  bench_machine(); /* the machine the figures come from (load at the end of the rounds) */
   printf("params %zu, checkpoint %lld bytes, %d interleaved rounds (dd: started with system(); pread: in this "
          "process, the checkpoint's files)\n", per * nt, bytes, reps);
   printf("%-18s %9s %9s %10s\n", "", "median s", "best s", "MB/s med");

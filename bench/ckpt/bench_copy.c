@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_machine.h"
+
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
@@ -114,19 +116,8 @@ int main(int argc, char **argv) {
     memcpy(dst2, dst, n);
     t[7][r] = now_s() - t0;
   }
-  char line[512], model[256] = "unknown";
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
-      snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-      model[strcspn(model, "\n")] = '\0';
-      break;
-    }
-  if (f) fclose(f);
-  double la[3] = {0, 0, 0};
-  if (getloadavg(la, 3) < 0) la[0] = -1;
-  printf("# %s: %zu bytes, median of %d interleaved rounds; CPU %s, %ld CPUs, load %.2f %.2f %.2f\n", argv[1], n,
-         rounds, model, sysconf(_SC_NPROCESSORS_ONLN), la[0], la[1], la[2]);
+  bench_machine();
+  printf("# %s: %zu bytes, median of %d interleaved rounds\n", argv[1], n, rounds);
   for (int s = 0; s < STEPS; s++) {
     qsort(t[s], (size_t)rounds, sizeof(double), cmp_d);
     double m = t[s][rounds / 2];

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench_machine.h"
+
 static double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -34,27 +36,6 @@ static double bench_bus_factor(const char *op, int n) {
   if (strcmp(op, "all_reduce") == 0) return 2.0 * (n - 1) / n;
   if (strcmp(op, "all_gather") == 0 || strcmp(op, "reduce_scatter") == 0) return (double)(n - 1) / n;
   return 1.0;
-}
-
-/* "# CPU: <model name>, <n> CPUs online, load average <1 5 15>" (figures name their machine). */
-static void bench_machine(void) {
-  char line[512], model[256] = "unknown", load[64] = "?";
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  while (f && fgets(line, sizeof line, f))
-    if (strncmp(line, "model name", 10) == 0) {
-      char *c = strchr(line, ':');
-      if (c) {
-        snprintf(model, sizeof model, "%s", c + 2);
-        model[strcspn(model, "\n")] = '\0';
-      }
-      break;
-    }
-  if (f) fclose(f);
-  f = fopen("/proc/loadavg", "r");
-  char l1[16], l5[16], l15[16];
-  if (f && fscanf(f, "%15s %15s %15s", l1, l5, l15) == 3) snprintf(load, sizeof load, "%s %s %s", l1, l5, l15);
-  if (f) fclose(f);
-  printf("# CPU: %s, %ld CPUs online, load average %s\n", model, sysconf(_SC_NPROCESSORS_ONLN), load);
 }
 
 /* ACC_BENCH_OPS (comma-separated op names; unset: all) and ACC_BENCH_MIN (smallest size in

@@ -19,12 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(GPT_NO_CLONES)
-#define VECTORIZED __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VECTORIZED
-#endif
+#include "vectorized.h"
 
 VECTORIZED void gemm_to_bf16(uint16_t *out, const float *in, size_t n) {
   const uint32_t *u = (const uint32_t *)in;

@@ -15,18 +15,11 @@
 #include <cblas.h>
 #endif
 
-/* The elementwise loops (norms, softmax, GELU, the loss) are compiled for AVX-512, AVX2 and the
- * baseline instruction set, and the loader picks the best the CPU has (GCC's target_clones). The
+/* The elementwise loops (norms, softmax, GELU, the loss) are VECTORIZED (vectorized.h). The
  * reductions in them are written as `omp simd reduction` loops (-fopenmp-simd: vectorization
  * only, no OpenMP runtime), which lets the compiler keep several partial sums: without it a float
- * sum must be added in order and the loop stays scalar. GPT_NO_CLONES builds the baseline only
- * (gptcore_plain does, so that the tests cover both). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(GPT_NO_CLONES)
-#define VECTORIZED __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VECTORIZED
-#endif
+ * sum must be added in order and the loop stays scalar. */
+#include "vectorized.h"
 
 #define LN_EPS 1e-5f
 #define ATT_BLOCK 64 /* attention rows per product: only the causal part is computed */
