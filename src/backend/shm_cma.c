@@ -91,14 +91,18 @@ void acc__shm_copy(void *dst, const void *src, size_t n) {
  * memory without first fetching them. Without them, on the 2-vCPU AMD EPYC guest of the build
  * machine, writing 1 MiB into lines that the peer read at its last step ran at 7 GB/s while
  * both ranks copied at once (ownership of every line taken back from the peer's cache), 36 GB/s
- * with them; at 256 KiB both were equal (docs/PERFORMANCE.md, session 7). The stores are weakly
- * ordered: the sfence at the end makes them visible before the step that publishes them. */
+ * with them; at 256 KiB both were equal (docs/PERFORMANCE.md, session 7). Copies under
+ * NT_MIN_COPY bytes use ordinary stores: there the reader's miss to memory cost more than the
+ * stores saved (256 B-1 KiB collectives 10-50 % slower with streaming, 4 KiB and up faster). The
+ * stores are weakly ordered: the sfence at the end makes them visible before the step that
+ * publishes them. */
+#define NT_MIN_COPY 2048u
 void acc__shm_copy_nt(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)
   uint8_t *d = dst;
   const uint8_t *s = src;
   size_t head = (size_t)(-(uintptr_t)d & 15);
-  if (n < 256 + head) {
+  if (n < NT_MIN_COPY + head) {
     acc__shm_copy(dst, src, n);
     return;
   }
