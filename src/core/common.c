@@ -6,6 +6,10 @@
 #include <strings.h>
 #include <time.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "core/internal.h"
 
 size_t acc_dtype_size(acc_dtype dtype) {
@@ -89,6 +93,73 @@ float acc__f16_to_f32(uint16_t h) {
   return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+/* ---- half precision over arrays --------------------------------------------------------- */
+
+/* bf16: branch-free forms of the scalar conversions above (the NaN case is a select), which the
+ * compiler vectorizes. */
+static void f32_to_bf16_n(uint16_t *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = f32_bits(src[i]);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t q = (u >> 16) | 0x0040u;
+    dst[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+  }
+}
+
+static void bf16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = bits_f32((uint32_t)src[i] << 16);
+}
+
+/* f16 -> f32: branch-free form of acc__f16_to_f32 (normal, subnormal and infinity/NaN values
+ * computed, then selected), which the compiler vectorizes. Not the F16C instruction: it turns
+ * signaling NaNs quiet, which the scalar conversion and the device kernels do not. */
+static void f16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t h = src[i], sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    uint32_t norm = sign | ((exp + 112u) << 23) | (mant << 13);
+    uint32_t special = sign | 0x7f800000u | (mant << 13);
+    uint32_t sub = f32_bits((float)mant * (1.0f / 16777216.0f)) | sign; /* mant * 2^-24, signed */
+    dst[i] = bits_f32(exp == 0x1fu ? special : exp == 0 ? sub : norm);
+  }
+}
+
+/* f32 -> f16: the F16C instruction (vcvtps2ph, round to nearest even) gives acc__f32_to_f16's
+ * results, subnormals, overflow to infinity and NaN payloads included (test_unit_common
+ * compares them over a sweep of f32 bit patterns); chosen at run time. */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx,f16c"))) static void f32_to_f16_n_f16c(uint16_t *dst, const float *src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
+}
+static int have_f16c(void) {
+  static int v = -1; /* a benign race: every thread computes the same value */
+  if (v < 0) v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return v;
+}
+#else
+static int have_f16c(void) { return 0; }
+#define f32_to_f16_n_f16c(d, s, n) ((void)0)
+#endif
+
+void acc__half_to_f32_n(float *dst, const uint16_t *src, size_t n, acc_dtype dtype) {
+  if (dtype == ACC_BF16)
+    bf16_to_f32_n(dst, src, n);
+  else
+    f16_to_f32_n(dst, src, n);
+}
+
+void acc__f32_to_half_n(uint16_t *dst, const float *src, size_t n, acc_dtype dtype) {
+  if (dtype == ACC_BF16) {
+    f32_to_bf16_n(dst, src, n);
+  } else if (have_f16c()) {
+    f32_to_f16_n_f16c(dst, src, n);
+  } else {
+    for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
+  }
+}
+
 /* ---- reductions -------------------------------------------------------------------------- */
 
 #define REDUCE_LOOP(T)                                                         \
@@ -103,16 +174,23 @@ float acc__f16_to_f32(uint16_t h) {
       for (size_t i = 0; i < count; i++) d[i] = (T)(d[i] + s[i]);              \
   } while (0)
 
-#define REDUCE_HALF(TO, FROM)                                                  \
-  do {                                                                         \
-    uint16_t *d = (uint16_t *)dst;                                             \
-    const uint16_t *s = (const uint16_t *)src;                                 \
-    for (size_t i = 0; i < count; i++) {                                       \
-      float a = FROM(d[i]), b = FROM(s[i]);                                    \
-      float r = op == ACC_MIN ? (b < a ? b : a) : op == ACC_MAX ? (b > a ? b : a) : a + b; \
-      d[i] = TO(r);                                                            \
-    }                                                                          \
-  } while (0)
+/* Half precision: a tile at a time through float, with the array conversions. */
+static void reduce_half(uint16_t *d, const uint16_t *s, size_t count, acc_dtype dt, acc_op op) {
+  enum { TILE = 1024 };
+  float a[TILE], b[TILE];
+  for (size_t t = 0; t < count; t += TILE) {
+    size_t m = count - t < TILE ? count - t : TILE;
+    acc__half_to_f32_n(a, d + t, m, dt);
+    acc__half_to_f32_n(b, s + t, m, dt);
+    if (op == ACC_MIN)
+      for (size_t i = 0; i < m; i++) a[i] = b[i] < a[i] ? b[i] : a[i];
+    else if (op == ACC_MAX)
+      for (size_t i = 0; i < m; i++) a[i] = b[i] > a[i] ? b[i] : a[i];
+    else
+      for (size_t i = 0; i < m; i++) a[i] += b[i];
+    acc__f32_to_half_n(d + t, a, m, dt);
+  }
+}
 
 void acc__reduce_inplace(void *dst, const void *src, size_t count, acc_dtype dtype, acc_op op) {
   switch (dtype) {
@@ -121,8 +199,8 @@ void acc__reduce_inplace(void *dst, const void *src, size_t count, acc_dtype dty
     case ACC_I32: REDUCE_LOOP(int32_t); break;
     case ACC_I64: REDUCE_LOOP(int64_t); break;
     case ACC_U8: REDUCE_LOOP(uint8_t); break;
-    case ACC_F16: REDUCE_HALF(acc__f32_to_f16, acc__f16_to_f32); break;
-    case ACC_BF16: REDUCE_HALF(acc__f32_to_bf16, acc__bf16_to_f32); break;
+    case ACC_F16:
+    case ACC_BF16: reduce_half(dst, src, count, dtype, op); break;
     default: break;
   }
 }

@@ -121,6 +121,10 @@ uint16_t acc__f32_to_f16(float f);
 float acc__f16_to_f32(uint16_t h);
 uint16_t acc__f32_to_bf16(float f);
 float acc__bf16_to_f32(uint16_t b);
+/* The same over arrays, bit for bit the same results, vectorized (f16: F16C instructions where
+ * the CPU has them): dst[i] = convert(src[i]), i < n. dtype is ACC_F16 or ACC_BF16. */
+void acc__half_to_f32_n(float *dst, const uint16_t *src, size_t n, acc_dtype dtype);
+void acc__f32_to_half_n(uint16_t *dst, const float *src, size_t n, acc_dtype dtype);
 
 /* Host checks (sysinfo.c): 1 when the kernel release (e.g. "5.4.0-150-generic") is below
  * major.minor.patch, 0 when not, -1 when it cannot be parsed; the warning text for a Linux kernel

@@ -51,6 +51,19 @@ struct acc__grad_sync {
   acc__dev_gsync *dev; /* gradients in device memory (src/train/train_sync.c) */
 };
 
+/* h[0..m) = the 16-bit type of (the 16-bit type of g) / world, a tile at a time through float. */
+static void compress(uint16_t *h, const float *g, size_t m, float world, acc_dtype dt) {
+  enum { TILE = 1024 };
+  float t[TILE];
+  for (size_t i = 0; i < m; i += TILE) {
+    size_t k = m - i < TILE ? m - i : TILE;
+    acc__f32_to_half_n(h + i, g + i, k, dt);
+    acc__half_to_f32_n(t, h + i, k, dt);
+    for (size_t j = 0; j < k; j++) t[j] /= world;
+    acc__f32_to_half_n(h + i, t, k, dt);
+  }
+}
+
 /* The comm hook: cast to the 16-bit type, divide by the world size in that type, sum across the
  * processes in that type, cast back (torch's fp16/bf16_compress_hook: buffer.to(dtype).div_(world),
  * all_reduce, copy back). Gradients in memory order `src[0..n)` or, for a staged bucket, the
@@ -59,26 +72,22 @@ static acc_result reduce_compressed(acc__grad_sync *gs, bucket *b) {
   size_t n = b->numel;
   uint16_t *h = gs->half;
   float world = 1.0f / gs->inv_world;
-  int bf = gs->compress == ACC_BF16;
+  acc_dtype dt = gs->compress;
   size_t off = 0;
   for (size_t k = b->first; k < b->first + b->count; k++) {
     const acc_param *p = acc_model_parameter(gs->model, gs->order[k]);
-    const float *g = b->inplace ? b->inplace + off : p->grad;
     size_t m = b->inplace ? n : p->numel;
-    for (size_t i = 0; i < m; i++)
-      h[off + i] = bf ? acc__f32_to_bf16(acc__bf16_to_f32(acc__f32_to_bf16(g[i])) / world)
-                      : acc__f32_to_f16(acc__f16_to_f32(acc__f32_to_f16(g[i])) / world);
+    compress(h + off, b->inplace ? b->inplace + off : p->grad, m, world, dt);
     off += m;
     if (b->inplace) break;
   }
   acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, b - gs->buckets);
-  ACC_CHECK(acc_all_reduce(gs->st, h, h, n, gs->compress, ACC_SUM));
+  ACC_CHECK(acc_all_reduce(gs->st, h, h, n, dt, ACC_SUM));
   off = 0;
   for (size_t k = b->first; k < b->first + b->count; k++) {
     const acc_param *p = acc_model_parameter(gs->model, gs->order[k]);
-    float *g = b->inplace ? b->inplace + off : p->grad;
     size_t m = b->inplace ? n : p->numel;
-    for (size_t i = 0; i < m; i++) g[i] = bf ? acc__bf16_to_f32(h[off + i]) : acc__f16_to_f32(h[off + i]);
+    acc__half_to_f32_n(b->inplace ? b->inplace + off : p->grad, h + off, m, dt);
     off += m;
     if (b->inplace) break;
   }

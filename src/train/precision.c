@@ -14,25 +14,25 @@ static acc_result check_buffers(const char *fn, const void *dst, const void *src
 
 acc_result acc_f32_to_f16(uint16_t *dst, const float *src, size_t n) {
   ACC_CHECK(check_buffers("acc_f32_to_f16", dst, src, n));
-  for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
+  acc__f32_to_half_n(dst, src, n, ACC_F16);
   return ACC_OK;
 }
 
 acc_result acc_f16_to_f32(float *dst, const uint16_t *src, size_t n) {
   ACC_CHECK(check_buffers("acc_f16_to_f32", dst, src, n));
-  for (size_t i = 0; i < n; i++) dst[i] = acc__f16_to_f32(src[i]);
+  acc__half_to_f32_n(dst, src, n, ACC_F16);
   return ACC_OK;
 }
 
 acc_result acc_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
   ACC_CHECK(check_buffers("acc_f32_to_bf16", dst, src, n));
-  for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_bf16(src[i]);
+  acc__f32_to_half_n(dst, src, n, ACC_BF16);
   return ACC_OK;
 }
 
 acc_result acc_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
   ACC_CHECK(check_buffers("acc_bf16_to_f32", dst, src, n));
-  for (size_t i = 0; i < n; i++) dst[i] = acc__bf16_to_f32(src[i]);
+  acc__half_to_f32_n(dst, src, n, ACC_BF16);
   return ACC_OK;
 }
 

@@ -30,17 +30,11 @@ static acc__typed_group *group_of(const acc_model *m, size_t index) {
 }
 
 static void widen(float *dst, const uint16_t *src, size_t n, acc_dtype dt) {
-  if (dt == ACC_BF16)
-    for (size_t i = 0; i < n; i++) dst[i] = acc__bf16_to_f32(src[i]);
-  else
-    for (size_t i = 0; i < n; i++) dst[i] = acc__f16_to_f32(src[i]);
+  acc__half_to_f32_n(dst, src, n, dt);
 }
 
 static void narrow(uint16_t *dst, const float *src, size_t n, acc_dtype dt) {
-  if (dt == ACC_BF16)
-    for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_bf16(src[i]);
-  else
-    for (size_t i = 0; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
+  acc__f32_to_half_n(dst, src, n, dt);
 }
 
 /* The conversions of one group, on its device's compute stream when it lives on a device. */

@@ -37,6 +37,50 @@ static void test_bf16(void) {
   CHECK(acc__bf16_to_f32(0x4049) == 3.140625f, "bf16 to f32");
 }
 
+/* The array conversions (vectorized; f32 -> f16 by F16C where the CPU has it) against the scalar
+ * ones: every f16 and bf16 value widened, and f32 -> f16 / bf16 over every 257th f32 bit pattern
+ * (all exponents, subnormal, infinity and NaN ranges) plus the rounding boundaries, in runs of
+ * odd lengths so the vector loops' tails are covered too. */
+static void test_half_arrays(void) {
+  static uint16_t h[65536], o[4099];
+  static float f[65536], in[4099];
+  for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+  for (int k = 0; k < 2; k++) {
+    acc_dtype dt = k ? ACC_BF16 : ACC_F16;
+    acc__half_to_f32_n(f, h, 65536, dt);
+    size_t bad = 0, first = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+      float s = k ? acc__bf16_to_f32(h[i]) : acc__f16_to_f32(h[i]);
+      if (memcmp(&s, &f[i], 4) != 0 && bad++ == 0) first = i;
+    }
+    CHECK(bad == 0, "%s -> f32 array: %zu values differ from the scalar conversion, first 0x%04zx",
+          acc_dtype_name(dt), bad, first);
+  }
+  static const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x33000000u, 0x33000001u, 0x337fffffu,
+                                   0x387fefffu, 0x387ff000u, 0x38800000u, 0x477fefffu, 0x477ff000u,
+                                   0x477fffffu, 0x7f7fffffu, 0x7f800000u, 0x7f800001u, 0x7fbfffffu,
+                                   0x7fc00000u, 0xff800000u, 0xffffffffu, 0x3f808000u, 0x3f818000u};
+  size_t bad[2] = {0, 0};
+  uint32_t first[2] = {0, 0};
+  uint64_t next = 0;
+  for (int run = 0; next < (1ull << 32); run++) {
+    size_t m = run == 0 ? sizeof edges / sizeof edges[0] : 4099 - (size_t)(run % 7);
+    for (size_t j = 0; j < m; j++) {
+      uint32_t u = run == 0 ? edges[j] : (uint32_t)next;
+      if (run) next += 257;
+      memcpy(&in[j], &u, 4);
+    }
+    for (int k = 0; k < 2; k++) {
+      acc__f32_to_half_n(o, in, m, k ? ACC_BF16 : ACC_F16);
+      for (size_t j = 0; j < m; j++)
+        if (o[j] != (k ? acc__f32_to_bf16(in[j]) : acc__f32_to_f16(in[j])) && bad[k]++ == 0)
+          memcpy(&first[k], &in[j], 4);
+    }
+  }
+  CHECK(bad[0] == 0, "f32 -> f16 array: %zu values differ from the scalar conversion, first 0x%08x", bad[0], first[0]);
+  CHECK(bad[1] == 0, "f32 -> bf16 array: %zu values differ from the scalar conversion, first 0x%08x", bad[1], first[1]);
+}
+
 static void test_reduce(void) {
   float a[4] = {1, 5, -3, 2}, b[4] = {4, 2, -1, 2};
   acc__reduce_inplace(a, b, 4, ACC_F32, ACC_SUM);
@@ -63,6 +107,7 @@ static void test_reduce(void) {
 int main(void) {
   test_f16();
   test_bf16();
+  test_half_arrays();
   test_reduce();
   return acc_test_finish("unit_common");
 }
