@@ -111,15 +111,16 @@ static void bf16_to_f32_n(float *restrict dst, const uint16_t *restrict src, siz
 }
 
 /* f16 -> f32: branch-free form of acc__f16_to_f32 (normal, subnormal and infinity/NaN values
- * computed, then selected), which the compiler vectorizes. Not the F16C instruction: it turns
+ * computed, then selected by masks), which the compiler vectorizes. Not the F16C instruction: it turns
  * signaling NaNs quiet, which the scalar conversion and the device kernels do not. */
 static void f16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t h = src[i], sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
     uint32_t norm = sign | ((exp + 112u) << 23) | (mant << 13);
     uint32_t special = sign | 0x7f800000u | (mant << 13);
-    uint32_t sub = f32_bits((float)mant * (1.0f / 16777216.0f)) | sign; /* mant * 2^-24, signed */
-    dst[i] = bits_f32(exp == 0x1fu ? special : exp == 0 ? sub : norm);
+    uint32_t sub = f32_bits((float)(int32_t)mant * (1.0f / 16777216.0f)) | sign; /* mant * 2^-24 */
+    uint32_t is_special = 0u - (uint32_t)(exp == 0x1fu), is_sub = 0u - (uint32_t)(exp == 0);
+    dst[i] = bits_f32((special & is_special) | (sub & is_sub) | (norm & ~(is_special | is_sub)));
   }
 }
 
