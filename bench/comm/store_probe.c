@@ -4,8 +4,8 @@
  * both write their own buffer at once (from a private source), meet, then both read the other's
  * buffer into a private destination, meet. The first phase is what a collective's copy into its
  * slot does: the lines it overwrites were read by the other process one round before. Prints
- * per buffer size the median time of each phase with ordinary stores (memcpy) and with
- * non-temporal stores (SSE2 movntdq + sfence), as GB/s.
+ * per buffer size the median time of each phase with the backend's two copies, ordinary stores
+ * (acc__shm_copy) and non-temporal stores (acc__shm_copy_nt: SSE2 movntdq + sfence), as GB/s.
  *
  * Run: store_probe [max_bytes] (sizes 64 KiB, x4, up to max_bytes; default 4 MiB). Not a test. */
 #include <sched.h>
@@ -14,31 +14,10 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include "backend/shm_impl.h" /* acc__shm_copy, acc__shm_copy_nt: the library's own copies */
 #include "bench_common.h"
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
 enum { ROUNDS = 200, WARM = 20 };
-
-static void stream_copy(uint8_t *d, const uint8_t *s, size_t n) {
-#if defined(__x86_64__)
-  for (size_t i = 0; i + 64 <= n; i += 64) { /* d is page-aligned, n a multiple of 64 */
-    __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
-    __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
-    __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-    _mm_stream_si128((__m128i *)(d + i), a);
-    _mm_stream_si128((__m128i *)(d + i + 16), b);
-    _mm_stream_si128((__m128i *)(d + i + 32), c);
-    _mm_stream_si128((__m128i *)(d + i + 48), e);
-  }
-  _mm_sfence();
-#else
-  memcpy(d, s, n);
-#endif
-}
 
 /* Both processes publish k, then wait for the other's k. */
 static void meet(_Atomic long *mark, int me, long k) {
@@ -63,9 +42,9 @@ static void rounds(uint8_t *map, size_t n, int me, int nt, double *out) {
     meet(mark, me, ++k);
     double t0 = bench_now();
     if (nt)
-      stream_copy(mine, priv, n);
+      acc__shm_copy_nt(mine, priv, n);
     else
-      memcpy(mine, priv, n);
+      acc__shm_copy(mine, priv, n);
     double t1 = bench_now();
     meet(mark, me, ++k);
     double t2 = bench_now();
