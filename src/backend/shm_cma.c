@@ -87,11 +87,12 @@ void acc__shm_copy(void *dst, const void *src, size_t n) {
 #endif
   memcpy(dst, src, n);
 }
-/* The copy into the segment for large messages: non-temporal stores, which write whole lines to
- * memory without first fetching them. Without them, on the 2-vCPU AMD EPYC guest of the build
- * machine, writing 1 MiB into lines that the peer read at its last step ran at 7 GB/s while
- * both ranks copied at once (ownership of every line taken back from the peer's cache), 36 GB/s
- * with them; at 256 KiB both were equal (docs/PERFORMANCE.md, session 7). Copies under
+/* The copy into the segment: non-temporal stores, which write whole lines to memory without
+ * first fetching them. Without them, on the 2-vCPU AMD EPYC guest of the build machine, writing
+ * into lines that the peer read at its last step ran at 5-6 GB/s (acc__shm_copy, from 64 KiB;
+ * glibc's memcpy from 1 MiB) while both ranks copied at once (ownership of every line taken back
+ * from the peer's cache), 38-40 GB/s with them (bench/comm/store_probe, docs/PERFORMANCE.md,
+ * session 7). Copies under
  * NT_MIN_COPY bytes use ordinary stores: there the reader's miss to memory cost more than the
  * stores saved (256 B-1 KiB collectives 10-50 % slower with streaming, 4 KiB and up faster). The
  * stores are weakly ordered: the sfence at the end makes them visible before the step that
