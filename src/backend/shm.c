@@ -67,6 +67,8 @@ static void shm_destroy(acc__backend *be) {
   if (s->map) munmap(s->map, s->map_bytes);
   acc__free(s->scratch);
   acc__free(s->cma_src);
+  acc__free(s->tile);
+  acc__free((void *)s->rsrc);
   acc__free(s);
   /* A program whose last collectives were mismatched one-sided broadcasts must not end with
    * diverged data and status 0; the message is on stderr and is the last error (the launcher's
@@ -413,6 +415,12 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   s->spin_s = enough_cores ? 20e-6 : 1e-6;
   s->yield_s = enough_cores ? 2e-3 : 200e-6;
   acc_result rc = read_env(s);
+  if (rc == ACC_OK) { /* all_reduce's tile and source pointers (shm_coll.c) */
+    s->tile = acc__malloc(ACC__SHM_REDUCE_TILE);
+    s->rsrc = acc__malloc((size_t)s->n * sizeof *s->rsrc);
+    if (!s->tile || !s->rsrc)
+      rc = acc__error(ACC_ERR_NOMEM, "rank %d: cannot allocate the shm backend's buffers", s->me);
+  }
   if (rc == ACC_OK) {
     int nudge = 0, set = 0;
     rc = acc__env_bool("ACCELERATE_SHM_NUDGE", &nudge, &set);

@@ -73,17 +73,14 @@ static void reduce_slots(shm_be *s, void *dst, int p, size_t lo, size_t n, acc_d
   for (int r = 1; r < s->n; r++) acc__reduce_inplace(dst, slot(s, r, p) + lo * es, n, dt, op);
 }
 
-#define REDUCE_TILE 8192u /* bytes reduced at once in a buffer on the stack (L1) */
-
 /* The reduction of a chunk's own block, from n sources in rank order (src[me] is this rank's
- * send buffer, the others peers' slots), a tile at a time into a buffer on the stack: then the
- * tile goes into res (the result area, read by the peers; with non-temporal stores when nt) and,
+ * send buffer, the others peers' slots), a tile at a time into `tile` (ACC__SHM_REDUCE_TILE
+ * bytes, malloc'ed: any element type may live there): then the tile goes into res (the result area, read by the peers; with non-temporal stores when nt) and,
  * when out is not NULL, into out (the caller's recv). out may be src[me] (in place): a tile is
  * written only after it was read. */
-static void reduce_block(void *out, uint8_t *res, const void *const *src, int n, size_t len,
-                         acc_dtype dt, acc_op op, int nt, const float *scale) {
-  size_t es = acc_dtype_size(dt), te = REDUCE_TILE / es;
-  _Alignas(64) uint8_t tile[REDUCE_TILE];
+static void reduce_block(uint8_t *tile, void *out, uint8_t *res, const void *const *src, int n,
+                         size_t len, acc_dtype dt, acc_op op, int nt, const float *scale) {
+  size_t es = acc_dtype_size(dt), te = ACC__SHM_REDUCE_TILE / es;
   for (size_t t = 0; t < len; t += te) {
     size_t m = len - t < te ? len - t : te, at = t * es;
     if (dt == ACC_F32 && op == ACC_SUM && n >= 2) {
@@ -140,9 +137,7 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
       for (size_t i = 0; i < count; i++) ((float *)recv)[i] *= *scale;
     return ACC_OK;
   }
-  const void *src_small[8];
-  const void **src = s->n <= 8 ? src_small : acc__malloc((size_t)s->n * sizeof *src);
-  if (!src) return acc__error(ACC_ERR_NOMEM, "all_reduce: cannot allocate %d pointers", s->n);
+  const void **src = s->rsrc;
   size_t ce = s->chunk / es;
   const uint8_t *in = send;
   uint8_t *o = recv;
@@ -165,8 +160,8 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
     }
     for (int r = 0; r < s->n; r++)
       src[r] = r == s->me ? (const void *)(in + (off + lo) * es) : (const void *)(slot(s, r, p) + lo * es);
-    reduce_block(out ? o + (off + lo) * es : NULL, result_area(s, p) + lo * es, src, s->n, hi - lo,
-                 dt, op, bytes >= s->stream_min, scale);
+    reduce_block(s->tile, out ? o + (off + lo) * es : NULL, result_area(s, p) + lo * es, src, s->n,
+                 hi - lo, dt, op, bytes >= s->stream_min, scale);
     prev_off = off, prev_lo = lo, prev_hi = hi, prev_n = nc, prev_p = p, have_prev = 1;
   }
   if (rc == ACC_OK) rc = acc__shm_step(s);
@@ -175,7 +170,6 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
     copy_bytes(o + (prev_off + prev_hi) * es, result_area(s, prev_p) + prev_hi * es,
                (prev_n - prev_hi) * es);
   }
-  if (src != src_small) acc__free((void *)src);
   return rc;
 }
 

@@ -18,6 +18,7 @@
 #include "backend/shm.h"
 
 #define SHM_CHECK_PERIOD_S 0.1 /* liveness check period while waiting */
+#define ACC__SHM_REDUCE_TILE 8192u /* bytes all_reduce reduces at once (fits L1 with its sources) */
 
 typedef struct shm_be {
   acc__backend base;
@@ -75,6 +76,9 @@ typedef struct shm_be {
   uint64_t cma_word;      /* the probe word the peers read */
   uint8_t *scratch;       /* all_reduce: n pieces */
   const uint8_t **cma_src; /* all_reduce: n source pointers */
+  /* the copy path's all_reduce (shm_coll.c): the tile a rank reduces its block in, the n sources */
+  uint8_t *tile;
+  const void **rsrc;
 } shm_be;
 
 enum { ACC__SHM_CMA_BCAST, ACC__SHM_CMA_GATHER, ACC__SHM_CMA_REDUCE };
