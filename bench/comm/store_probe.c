@@ -7,6 +7,10 @@
  * per buffer size the median time of each phase with the backend's two copies, ordinary stores
  * (acc__shm_copy) and non-temporal stores (acc__shm_copy_nt: SSE2 movntdq + sfence), as GB/s.
  *
+ * Then the round trip of one cache line between the two processes (each waits for the other's
+ * counter on its own line, then bumps its own): what any collective of a few bytes costs at
+ * least here, whatever its protocol.
+ *
  * Run: store_probe [max_bytes] (sizes 64 KiB, x4, up to max_bytes; default 4 MiB). Not a test. */
 #include <sched.h>
 #include <stdatomic.h>
@@ -58,6 +62,25 @@ static void rounds(uint8_t *map, size_t n, int me, int nt, double *out) {
   free(priv), free(tw), free(tr);
 }
 
+/* Ping-pong of a counter between the two processes, ROUNDS_PP times; process 0 reports the mean
+ * round trip in ns through out. */
+enum { ROUNDS_PP = 200000 };
+static void ping_pong(uint8_t *map, int me, double *out) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(me, &set);
+  sched_setaffinity(0, sizeof set, &set);
+  _Atomic long *mine = (_Atomic long *)(map + 64 * (me + 1)), *other = (_Atomic long *)(map + 64 * (2 - me));
+  double t0 = bench_now();
+  for (long i = 1; i <= ROUNDS_PP; i++) {
+    if (me == 0) atomic_store_explicit(mine, i, memory_order_release);
+    while (atomic_load_explicit(other, memory_order_acquire) < i) {
+    }
+    if (me == 1) atomic_store_explicit(mine, i, memory_order_release);
+  }
+  if (me == 0) *out = (bench_now() - t0) / ROUNDS_PP * 1e9;
+}
+
 int main(int argc, char **argv) {
   size_t maxb = argc > 1 ? (size_t)atoll(argv[1]) : (4u << 20);
   bench_machine();
@@ -93,5 +116,22 @@ int main(int argc, char **argv) {
         g[nt][k] = (double)n / (res[nt][0][k] > res[nt][1][k] ? res[nt][0][k] : res[nt][1][k]) / 1e9;
     printf("%-10zu %14.1f %14.1f %14.1f %14.1f\n", n, g[0][0], g[1][0], g[0][1], g[1][1]);
   }
+  uint8_t *map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return 1;
+  memset(map, 0, 4096);
+  double *rt = (double *)(map + 2048);
+  for (int me = 0; me < 2; me++) {
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      ping_pong(map, me, rt);
+      _exit(0);
+    }
+  }
+  int st;
+  for (int me = 0; me < 2; me++)
+    if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 1;
+  printf("# cache-line round trip between CPUs 0 and 1: %.0f ns (mean of %d)\n", *rt, ROUNDS_PP);
+  munmap(map, 4096);
   return 0;
 }
