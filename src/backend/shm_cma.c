@@ -92,11 +92,10 @@ void acc__shm_copy(void *dst, const void *src, size_t n) {
  * into lines that the peer read at its last step ran at 5-6 GB/s (acc__shm_copy, from 64 KiB;
  * glibc's memcpy from 1 MiB) while both ranks copied at once (ownership of every line taken back
  * from the peer's cache), 38-40 GB/s with them (bench/comm/store_probe, docs/PERFORMANCE.md,
- * session 7). Copies under
- * NT_MIN_COPY bytes use ordinary stores: there the reader's miss to memory cost more than the
- * stores saved (256 B-1 KiB collectives 10-50 % slower with streaming, 4 KiB and up faster). The
- * stores are weakly ordered: the sfence at the end makes them visible before the step that
- * publishes them. */
+ * session 7). Copies under NT_MIN_COPY bytes use ordinary stores: there the reader's miss to
+ * memory cost more than the stores saved (256 B-1 KiB collectives 10-50 % slower with
+ * streaming, 4 KiB and up faster). The stores are weakly ordered: the sfence at the end makes
+ * them visible before the step that publishes them. */
 #define NT_MIN_COPY 2048u
 void acc__shm_copy_nt(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)

@@ -132,7 +132,7 @@ int acc__shm_ring_final(shm_be *s);
 
 /* memcpy without glibc's slow cases, for the data copies of both paths. */
 void acc__shm_copy(void *dst, const void *src, size_t n);
-/* The same with non-temporal stores (and a store fence), for large messages into the segment. */
+/* The same with non-temporal stores (and a store fence), for the copies into the segment. */
 void acc__shm_copy_nt(void *dst, const void *src, size_t n);
 /* Rank 0, creating the segment: the mode and thresholds from the environment into the header. */
 acc_result acc__shm_cma_choose(shm_be *s);

@@ -241,7 +241,8 @@ acc_result acc__all_reduce_scaled_at(acc_state *st, float *buf, size_t count, fl
     if (st->size > 1 && st->be->ops->all_reduce_scaled_f32) {
       rc = fail_remote(st, st->be->ops->all_reduce_scaled_f32(st->be, b, b, count, scale));
     } else {
-      if (st->size > 1) rc = fail_remote(st, st->be->ops->all_reduce(st->be, b, b, count, ACC_F32, ACC_SUM));
+      if (st->size > 1)
+        rc = fail_remote(st, st->be->ops->all_reduce(st->be, b, b, count, ACC_F32, ACC_SUM));
       if (rc == ACC_OK)
         for (size_t i = 0; i < count; i++) b[i] *= scale;
     }

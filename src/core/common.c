@@ -1,6 +1,7 @@
 /* Data types, reductions, half-precision conversions, environment parsing, clocks. */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -111,8 +112,8 @@ static void bf16_to_f32_n(float *restrict dst, const uint16_t *restrict src, siz
 }
 
 /* f16 -> f32: branch-free form of acc__f16_to_f32 (normal, subnormal and infinity/NaN values
- * computed, then selected by masks), which the compiler vectorizes. Not the F16C instruction: it turns
- * signaling NaNs quiet, which the scalar conversion and the device kernels do not. */
+ * computed, then selected by masks), which the compiler vectorizes. Not the F16C instruction:
+ * it turns signaling NaNs quiet, which the scalar conversion and the device kernels do not. */
 static void f16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t h = src[i], sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
@@ -128,16 +129,23 @@ static void f16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size
  * results, subnormals, overflow to infinity and NaN payloads included (test_unit_common
  * compares them over a sweep of f32 bit patterns); chosen at run time. */
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx,f16c"))) static void f32_to_f16_n_f16c(uint16_t *dst, const float *src, size_t n) {
+__attribute__((target("avx,f16c"))) static void f32_to_f16_n_f16c(uint16_t *dst, const float *src,
+                                                                   size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128((__m128i *)(dst + i), h);
+  }
   for (; i < n; i++) dst[i] = acc__f32_to_f16(src[i]);
 }
 static int have_f16c(void) {
-  static int v = -1; /* a benign race: every thread computes the same value */
-  if (v < 0) v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return v;
+  static _Atomic int v = -1; /* every thread that finds -1 computes the same value */
+  int x = atomic_load_explicit(&v, memory_order_relaxed);
+  if (x < 0) {
+    x = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    atomic_store_explicit(&v, x, memory_order_relaxed);
+  }
+  return x;
 }
 #else
 static int have_f16c(void) { return 0; }
