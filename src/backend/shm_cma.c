@@ -6,8 +6,8 @@
  * Used only when asked for. Default (ACCELERATE_SHM_SINGLE_COPY unset or auto, and
  * ACCELERATE_SHM_SINGLE_COPY_MIN_BYTES unset): the copies, and no probe at set-up. Since the
  * copies write into the segment with non-temporal stores (shm_coll.c, session 7) they beat
- * single copy at every size measured on the 2-vCPU KVM guest (16 KiB-4 MiB, bound ranks,
- * interleaved; docs/PERFORMANCE.md); before that single copy was the default for broadcast and
+ * single copy at every size measured on the 2-vCPU KVM guest but one, a tie (16 KiB-4 MiB,
+ * bound ranks, interleaved; docs/PERFORMANCE.md); before that single copy was the default for broadcast and
  * the gathers from 64 KiB (session 6). auto with the threshold set: single copy from there on
  * where every rank can read its peers; on: required, from the threshold or else from the
  * defaults below (all_reduce only with the threshold set).
