@@ -194,23 +194,30 @@ acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dt
   return leave(st, began, rc);
 }
 
+/* scale (f32 SUM only, else NULL): every element of the result then multiplied by *scale, by
+ * the backend inside its reduction where it can (acc__all_reduce_scaled, comm.h). */
 static acc_result all_reduce_body(acc_state *st, const void *send, void *recv, size_t count,
-                                  acc_dtype dtype, acc_op op) {
+                                  acc_dtype dtype, acc_op op, const float *scale) {
   if (count == 0) return ACC_OK;
   ACC_CHECK(need_buf(send, "all_reduce", "send"));
   ACC_CHECK(need_buf(recv, "all_reduce", "recv"));
   if (st->size == 1) {
     if (send != recv) memmove(recv, send, count * acc_dtype_size(dtype));
-    return ACC_OK;
+  } else if (scale && st->be->ops->all_reduce_scaled_f32) {
+    return fail_remote(st, st->be->ops->all_reduce_scaled_f32(st->be, send, recv, count, *scale));
+  } else {
+    acc_op bop = op == ACC_MEAN ? ACC_SUM : op;
+    ACC_CHECK(fail_remote(st, st->be->ops->all_reduce(st->be, send, recv, count, dtype, bop)));
+    if (op == ACC_MEAN) acc__divide(recv, count, dtype, st->size);
   }
-  acc_op bop = op == ACC_MEAN ? ACC_SUM : op;
-  ACC_CHECK(fail_remote(st, st->be->ops->all_reduce(st->be, send, recv, count, dtype, bop)));
-  if (op == ACC_MEAN) acc__divide(recv, count, dtype, st->size);
+  if (scale)
+    for (size_t i = 0; i < count; i++) ((float *)recv)[i] *= *scale;
   return ACC_OK;
 }
 
-acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
-                             acc_dtype dtype, acc_op op, const char *file, int line) {
+static acc_result all_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
+                                acc_dtype dtype, acc_op op, const float *scale, const char *file,
+                                int line) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "all_reduce");
   acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op};
   int began;
@@ -219,36 +226,20 @@ acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t
     size_t nb = count * acc_dtype_size(dtype);
     acc__devio io;
     rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb, 0);
-    if (rc == ACC_OK) rc = all_reduce_body(st, io.a, io.b, count, dtype, op);
+    if (rc == ACC_OK) rc = all_reduce_body(st, io.a, io.b, count, dtype, op, scale);
     rc = acc__comm_stage_end(&io, rc, 1);
   }
   return leave(st, began, rc);
 }
 
+acc_result acc_all_reduce_at(acc_state *st, const void *send, void *recv, size_t count,
+                             acc_dtype dtype, acc_op op, const char *file, int line) {
+  return all_reduce_at(st, send, recv, count, dtype, op, NULL, file, line);
+}
+
 acc_result acc__all_reduce_scaled_at(acc_state *st, float *buf, size_t count, float scale,
                                      const char *file, int line) {
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "all_reduce");
-  acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = ACC_F32, .count = (int64_t)count, .red = ACC_SUM};
-  int began;
-  acc_result rc = enter(st, "all_reduce", &c, file, line, &began);
-  if (rc != ACC_OK || count == 0) return leave(st, began, rc);
-  rc = need_buf(buf, "all_reduce", "buf");
-  size_t nb = count * sizeof(float);
-  acc__devio io = {0};
-  if (rc == ACC_OK) rc = acc__comm_stage_begin(&io, NULL, 0, 0, buf, nb, 1);
-  if (rc == ACC_OK) {
-    float *b = io.b;
-    if (st->size > 1 && st->be->ops->all_reduce_scaled_f32) {
-      rc = fail_remote(st, st->be->ops->all_reduce_scaled_f32(st->be, b, b, count, scale));
-    } else {
-      if (st->size > 1)
-        rc = fail_remote(st, st->be->ops->all_reduce(st->be, b, b, count, ACC_F32, ACC_SUM));
-      if (rc == ACC_OK)
-        for (size_t i = 0; i < count; i++) b[i] *= scale;
-    }
-  }
-  if (buf) rc = acc__comm_stage_end(&io, rc, 1);
-  return leave(st, began, rc);
+  return all_reduce_at(st, buf, buf, count, ACC_F32, ACC_SUM, &scale, file, line);
 }
 
 static acc_result reduce_body(acc_state *st, const void *send, void *recv, size_t count,
