@@ -41,6 +41,7 @@ typedef struct options {
   const char *logging_dir; /* where runs go (default: runs) */
   const char *run_name;    /* the run's directory under logging_dir (default: fashion_mnist-<time>) */
   long log_every;          /* log the scalars every N optimizer steps */
+  int private_grads;       /* on the CPU: gradients in the model's own memory, not shared */
 } options;
 
 static void usage(FILE *f) {
@@ -66,6 +67,8 @@ static void usage(FILE *f) {
           "                        when a spare core exists for the thread, else 0)\n"
           "  --overlap             reduce gradient buckets during the backward pass\n"
           "  --bucket-kb N         gradient bucket size in KiB (25 MB)\n"
+          "  --private-grads       on the CPU, keep the gradients in the model's own memory\n"
+          "                        (default: memory the processes share, reduced in place)\n"
           "  --max-steps N         stop after N optimizer steps (for quick runs)\n"
           "  --output-dir DIR      where checkpoints go: DIR/checkpoints/checkpoint_<i> (3 kept)\n"
           "  --save-every N        save the whole training state every N optimizer steps\n"
@@ -79,7 +82,7 @@ static void usage(FILE *f) {
 
 static int parse(int argc, char **argv, options *o) {
   *o = (options){1, 64, 256, 1, 1, -1, 0, 0, 0, -1, 0.01, 0.9, -1.0, 0.0, "sgd", NULL, NULL,
-                 "cpu", 42, 0, 0, NULL, NULL, "runs", NULL, 50};
+                 "cpu", 42, 0, 0, NULL, NULL, "runs", NULL, 50, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -112,6 +115,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--log-every")) o->log_every = atol(v);
     else if (strcmp(a, "--resume") == 0) o->resume = 1;
     else if (strcmp(a, "--overlap") == 0) o->overlap = 1;
+    else if (strcmp(a, "--private-grads") == 0) o->private_grads = 1;
     else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
     else {
       fprintf(stderr, "fashion_mnist: unknown or incomplete option '%s'\n", a);
@@ -273,6 +277,11 @@ int main(int argc, char **argv) {
     TRY(acc_accelerator_alloc(acc, nbytes, (void **)&grads));
     TRY(acc_accelerator_memcpy(acc, params, mlp_params(net), nbytes, ACC_COPY_HOST_TO_DEVICE));
     if (dev != ACC_DEVICE_CUDA && mlp_use_buffers(net, params, grads)) return 1;
+  } else if (!o.private_grads) {
+    /* gradients in memory the processes of this machine share: the all-reduce after backward
+     * then reads the others' gradients where they lie (acc_accelerator_alloc_shared) */
+    TRY(acc_accelerator_alloc_shared(acc, mlp_num_params(net) * sizeof(float), (void **)&grads));
+    if (mlp_use_buffers(net, params, grads)) return 1;
   }
 #ifdef FMNIST_HAVE_CUDA
   mlp_cuda *gnet = NULL;
@@ -553,6 +562,9 @@ int main(int argc, char **argv) {
   if (on_dev) { /* the device buffers go back before the accelerator */
     mlp_use_buffers(net, NULL, NULL);
     TRY(acc_accelerator_free(acc, params));
+    TRY(acc_accelerator_free(acc, grads));
+  } else if (!o.private_grads) {
+    mlp_use_buffers(net, NULL, NULL);
     TRY(acc_accelerator_free(acc, grads));
   }
   /* Teardown: the accelerator first (it refers to what was prepared), then the prepared

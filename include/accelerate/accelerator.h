@@ -124,14 +124,26 @@ ACC_EXTERN void *acc_accelerator_stream(const acc_accelerator *acc);
 ACC_EXTERN acc_result acc_accelerator_synchronize(acc_accelerator *acc);
 /** bytes of device memory (host memory on the CPU), zeroed. Ownership: acc_accelerator_free. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, void **out);
-/** Frees memory from acc_accelerator_alloc. Accepts NULL. A pointer that is not such memory is
- * @since 0.1
- * ACC_ERR_INVALID_ARGUMENT. */
+/**
+ * Like acc_accelerator_alloc, but memory the processes of this machine share, for gradients:
+ * an in-place all-reduce of a buffer inside it (as the accelerator makes of a model's gradients
+ * after backward), made while every process's buffer lies in its block from the same call (at
+ * any offset), reads the other processes' data where it lies and writes the result straight
+ * into every process's buffer, with no copies through the backend's segment (docs/backends.md,
+ * "Registered buffers"). A collective: every process calls it, in the same order, with the same
+ * bytes (a different size fails with ACC_ERR_MISMATCH on every process); it fails on every
+ * process or on none. With one process, on a GPU, or with a backend that shares no memory (MPI,
+ * gloo, several machines) it is acc_accelerator_alloc. Zeroed; free with acc_accelerator_free
+ * (local). @since 0.2
+ */
+ACC_EXTERN acc_result acc_accelerator_alloc_shared(acc_accelerator *acc, size_t bytes, void **out);
+/** Frees memory from acc_accelerator_alloc or acc_accelerator_alloc_shared. Accepts NULL. A
+ * pointer that is not such memory is ACC_ERR_INVALID_ARGUMENT. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_free(acc_accelerator *acc, void *p);
 /** Copies bytes in the accelerator's stream order and returns when the copy is done (the host
  * buffer may be reused and, for ACC_COPY_DEVICE_TO_HOST, read). A host pointer where device
- * @since 0.1
- * memory is expected (or the reverse) is ACC_ERR_INVALID_ARGUMENT naming the argument. */
+ * memory is expected (or the reverse) is ACC_ERR_INVALID_ARGUMENT naming the argument.
+ * @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *src,
                                              size_t bytes, acc_copy_kind kind);
 /** 1 when p points into memory of the accelerator's device (always 1 on the CPU). @since 0.1 */

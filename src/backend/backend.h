@@ -46,6 +46,13 @@ typedef struct acc__backend_ops {
    * recv. */
   acc_result (*all_reduce_scaled_f32)(acc__backend *be, const float *send, float *recv,
                                       size_t count, float scale);
+  /* Optional (NULL: the backend has no memory to share; comm.c answers NULL). A collective
+   * (every rank, same order, same bytes > 0): bytes of zeroed memory that the backend's
+   * all_reduce can reach on every rank (shm: every rank maps every rank's), in *out. Fails on
+   * every rank or on none. */
+  acc_result (*alloc_shared)(acc__backend *be, size_t bytes, void **out);
+  /* Optional, with alloc_shared. Local: frees p when it came from alloc_shared (1), else 0. */
+  int (*free_shared)(acc__backend *be, void *p);
 } acc__backend_ops;
 
 struct acc__backend {

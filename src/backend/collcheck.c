@@ -109,7 +109,7 @@ void acc__call_rec_site(acc__call_rec *r, const char *file) {
 static const char *op_names[ACC__OP_COUNT_] = {"?",          "barrier",    "broadcast",
                                                "all_reduce", "reduce",     "all_gather",
                                                "gather",     "all_gather_bytes",
-                                               "reduce_scatter"};
+                                               "reduce_scatter", "alloc_shared"};
 
 const char *acc__op_name(int32_t op) {
   return op > 0 && op < ACC__OP_COUNT_ ? op_names[op] : "unknown collective";

@@ -21,6 +21,7 @@ enum {
   ACC__OP_GATHER,
   ACC__OP_ALL_GATHER_BYTES,
   ACC__OP_REDUCE_SCATTER,
+  ACC__OP_ALLOC_SHARED, /* a collective allocation (comm.h): count bytes of u8 */
   ACC__OP_COUNT_
 };
 

@@ -358,7 +358,7 @@ void op_destroy(acc__backend *be) {
 
 const acc__backend_ops gloo_ops = {
     "gloo",        op_barrier, op_broadcast, op_all_reduce, op_reduce, op_all_gather, op_gather,
-    op_all_gather_v, op_destroy, nullptr, 0, op_reduce_scatter, nullptr,
+    op_all_gather_v, op_destroy, nullptr, 0, op_reduce_scatter, nullptr, nullptr, nullptr,
 };
 
 }  // namespace

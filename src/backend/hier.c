@@ -435,7 +435,7 @@ static void h_destroy(acc__backend *be) {
 
 static const acc__backend_ops hier_ops = {
     "hierarchical", h_barrier, h_broadcast, h_all_reduce, h_reduce, h_all_gather, h_gather,
-    h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter, NULL,
+    h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter, NULL, NULL, NULL,
 };
 
 acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,

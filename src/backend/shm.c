@@ -69,6 +69,8 @@ static void shm_destroy(acc__backend *be) {
   acc__free(s->cma_src);
   acc__free(s->tile);
   acc__free((void *)s->rsrc);
+  acc__free(s->rdst);
+  acc__shm_reg_destroy(s);
   acc__free(s);
   /* A program whose last collectives were mismatched one-sided broadcasts must not end with
    * diverged data and status 0; the message is on stderr and is the last error (the launcher's
@@ -90,6 +92,8 @@ static const acc__backend_ops shm_ops = {
     1,
     acc__shm_reduce_scatter,
     acc__shm_all_reduce_scaled_f32,
+    acc__shm_alloc_shared,
+    acc__shm_free_shared,
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */
@@ -418,7 +422,8 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
   if (rc == ACC_OK) { /* all_reduce's tile and source pointers (shm_coll.c) */
     s->tile = acc__malloc(ACC__SHM_REDUCE_TILE);
     s->rsrc = acc__malloc((size_t)s->n * sizeof *s->rsrc);
-    if (!s->tile || !s->rsrc)
+    s->rdst = acc__malloc((size_t)s->n * sizeof *s->rdst);
+    if (!s->tile || !s->rsrc || !s->rdst)
       rc = acc__error(ACC_ERR_NOMEM, "rank %d: cannot allocate the shm backend's buffers", s->me);
   }
   if (rc == ACC_OK) {

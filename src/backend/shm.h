@@ -11,7 +11,7 @@
 #include "backend/collcheck.h"
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 6u
+#define ACC_SHM_VERSION 7u
 #define ACC_SHM_LINE 64
 /* One-sided broadcasts (shm_ring.c): slots per rank and the largest message that uses them. */
 #define ACC_SHM_RING 16

@@ -397,3 +397,44 @@ acc_result acc__shm_cma_all_reduce(shm_be *s, const void *send, void *recv, size
   rc2 = acc__shm_step(s); /* everyone has read: the owners may return */
   return rc != ACC_OK ? rc : rc2;
 }
+
+/* ---- the block reduction of all_reduce (shm_coll.c, shm_reg.c) --------------------------- */
+
+/* The reduction of a block, from n sources in rank order, a tile at a time into `tile`
+ * (ACC__SHM_REDUCE_TILE bytes, malloc'ed: any element type may live there): then the tile goes
+ * into each of res[0..nres) (with non-temporal stores when nt) and, when out is not NULL, into
+ * out with ordinary stores. The copy path: src[me] is this rank's send buffer, the others peers'
+ * slots, res the result area (read by the peers), out the caller's recv. Registered buffers
+ * (shm_reg.c): src every rank's buffer, out this rank's, res the peers'. out may be src[me] (in
+ * place): a tile is written only after it was read. */
+void acc__shm_reduce_block(uint8_t *tile, void *out, uint8_t *const *res, int nres,
+                           const void *const *src, int n, size_t len, acc_dtype dt, acc_op op,
+                           int nt, const float *scale) {
+  size_t es = acc_dtype_size(dt), te = ACC__SHM_REDUCE_TILE / es;
+  for (size_t t = 0; t < len; t += te) {
+    size_t m = len - t < te ? len - t : te, at = t * es;
+    if (dt == ACC_F32 && op == ACC_SUM && n >= 2) {
+      float *x = (float *)tile;
+      const float *a = (const float *)src[0] + t, *b = (const float *)src[1] + t;
+      for (size_t i = 0; i < m; i++) x[i] = a[i] + b[i];
+      for (int r = 2; r < n; r++) {
+        const float *c = (const float *)src[r] + t;
+        for (size_t i = 0; i < m; i++) x[i] += c[i];
+      }
+      if (scale)
+        for (size_t i = 0; i < m; i++) x[i] *= *scale;
+    } else {
+      memcpy(tile, (const uint8_t *)src[0] + at, m * es);
+      for (int r = 1; r < n; r++) acc__reduce_inplace(tile, (const uint8_t *)src[r] + at, m, dt, op);
+      if (scale) /* f32 SUM of one rank */
+        for (size_t i = 0; i < m; i++) ((float *)tile)[i] *= *scale;
+    }
+    if (out) memcpy((uint8_t *)out + at, tile, m * es);
+    for (int k = 0; k < nres; k++) {
+      if (nt)
+        acc__shm_copy_nt(res[k] + at, tile, m * es);
+      else
+        memcpy(res[k] + at, tile, m * es);
+    }
+  }
+}

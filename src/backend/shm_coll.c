@@ -73,38 +73,6 @@ static void reduce_slots(shm_be *s, void *dst, int p, size_t lo, size_t n, acc_d
   for (int r = 1; r < s->n; r++) acc__reduce_inplace(dst, slot(s, r, p) + lo * es, n, dt, op);
 }
 
-/* The reduction of a chunk's own block, from n sources in rank order (src[me] is this rank's
- * send buffer, the others peers' slots), a tile at a time into `tile` (ACC__SHM_REDUCE_TILE
- * bytes, malloc'ed: any element type may live there): then the tile goes into res (the result area, read by the peers; with non-temporal stores when nt) and,
- * when out is not NULL, into out (the caller's recv). out may be src[me] (in place): a tile is
- * written only after it was read. */
-static void reduce_block(uint8_t *tile, void *out, uint8_t *res, const void *const *src, int n,
-                         size_t len, acc_dtype dt, acc_op op, int nt, const float *scale) {
-  size_t es = acc_dtype_size(dt), te = ACC__SHM_REDUCE_TILE / es;
-  for (size_t t = 0; t < len; t += te) {
-    size_t m = len - t < te ? len - t : te, at = t * es;
-    if (dt == ACC_F32 && op == ACC_SUM && n >= 2) {
-      float *x = (float *)tile;
-      const float *a = (const float *)src[0] + t, *b = (const float *)src[1] + t;
-      for (size_t i = 0; i < m; i++) x[i] = a[i] + b[i];
-      for (int r = 2; r < n; r++) {
-        const float *c = (const float *)src[r] + t;
-        for (size_t i = 0; i < m; i++) x[i] += c[i];
-      }
-      if (scale)
-        for (size_t i = 0; i < m; i++) x[i] *= *scale;
-    } else {
-      memcpy(tile, (const uint8_t *)src[0] + at, m * es);
-      for (int r = 1; r < n; r++) acc__reduce_inplace(tile, (const uint8_t *)src[r] + at, m, dt, op);
-    }
-    if (out) memcpy((uint8_t *)out + at, tile, m * es);
-    if (nt)
-      acc__shm_copy_nt(res + at, tile, m * es);
-    else
-      memcpy(res + at, tile, m * es);
-  }
-}
-
 /* Copy into the segment: non-temporal stores for messages of at least stream_min bytes. */
 static void put(shm_be *s, void *dst, const void *src, size_t n, size_t msg_bytes) {
   if (msg_bytes >= s->stream_min)
@@ -160,8 +128,9 @@ static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t 
     }
     for (int r = 0; r < s->n; r++)
       src[r] = r == s->me ? (const void *)(in + (off + lo) * es) : (const void *)(slot(s, r, p) + lo * es);
-    reduce_block(s->tile, out ? o + (off + lo) * es : NULL, result_area(s, p) + lo * es, src, s->n,
-                 hi - lo, dt, op, bytes >= s->stream_min, scale);
+    uint8_t *res = result_area(s, p) + lo * es;
+    acc__shm_reduce_block(s->tile, out ? o + (off + lo) * es : NULL, &res, 1, src, s->n, hi - lo,
+                          dt, op, bytes >= s->stream_min, scale);
     prev_off = off, prev_lo = lo, prev_hi = hi, prev_n = nc, prev_p = p, have_prev = 1;
   }
   if (rc == ACC_OK) rc = acc__shm_step(s);
@@ -192,9 +161,20 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
   return ACC_OK;
 }
 
+/* Once this machine's ranks made a shared allocation (the same on every rank), every all_reduce
+ * above the one-step size first tries the in-place path of registered buffers (shm_reg.c). */
+static int try_registered(const shm_be *s, size_t bytes) {
+  return s->reg_made > 0 && bytes > SHM_SMALL_BYTES;
+}
+
 acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op) {
   shm_be *s = (shm_be *)be;
+  int done = 0;
+  if (try_registered(s, count * acc_dtype_size(dtype))) {
+    ACC_CHECK(acc__shm_reg_all_reduce(s, send, recv, count, dtype, op, NULL, &done));
+    if (done) return ACC_OK;
+  }
   if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * acc_dtype_size(dtype)))
     return acc__shm_cma_all_reduce(s, send, recv, count, dtype, op);
   return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1, NULL);
@@ -203,6 +183,11 @@ acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, s
 acc_result acc__shm_all_reduce_scaled_f32(acc__backend *be, const float *send, float *recv,
                                           size_t count, float scale) {
   shm_be *s = (shm_be *)be;
+  int done = 0;
+  if (try_registered(s, count * sizeof(float))) {
+    ACC_CHECK(acc__shm_reg_all_reduce(s, send, recv, count, ACC_F32, ACC_SUM, &scale, &done));
+    if (done) return ACC_OK;
+  }
   if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * sizeof(float))) {
     ACC_CHECK(acc__shm_cma_all_reduce(s, send, recv, count, ACC_F32, ACC_SUM));
     for (size_t i = 0; i < count; i++) recv[i] *= scale;

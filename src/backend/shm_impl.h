@@ -6,7 +6,10 @@
  * shm_coll.c and shm.c call it, it calls shm_step.c. shm_ring.c holds the one-sided broadcasts of
  * small messages and the checks of their call tags (at the next step, when the ring wraps, at
  * teardown); shm_coll.c and shm.c call it, it calls shm_step.c (which holds the mismatch
- * messages of one-sided broadcasts and the checks that steps make) and shm_cma.c. */
+ * messages of one-sided broadcasts and the checks that steps make) and shm_cma.c. shm_reg.c
+ * holds the registered buffers (memory every rank maps) and the in-place all_reduce over them;
+ * shm.c and shm_coll.c call it, it calls shm_step.c and shm_cma.c (the copies and the block
+ * reduction both paths of all_reduce share). */
 #ifndef ACC_BACKEND_SHM_IMPL_H
 #define ACC_BACKEND_SHM_IMPL_H
 
@@ -79,6 +82,12 @@ typedef struct shm_be {
   /* the copy path's all_reduce (shm_coll.c): the tile a rank reduces its block in, the n sources */
   uint8_t *tile;
   const void **rsrc;
+  /* registered buffers (shm_reg.c): the allocations this rank holds, how many the machine's
+   * ranks made (the same on every rank), the n - 1 peers' destinations of a reduced block */
+  struct acc__shm_reg *regs;
+  int nregs;
+  uint64_t reg_made;
+  uint8_t **rdst;
 } shm_be;
 
 enum { ACC__SHM_CMA_BCAST, ACC__SHM_CMA_GATHER, ACC__SHM_CMA_REDUCE };
@@ -148,6 +157,26 @@ acc_result acc__shm_cma_gather(shm_be *s, const void *send, uint8_t *recv, const
                                const size_t *disp, int out);
 acc_result acc__shm_cma_all_reduce(shm_be *s, const void *send, void *recv, size_t count,
                                    acc_dtype dt, acc_op op);
+/* One block of an all_reduce: the n sources reduced in rank order (times *scale when scale is
+ * not NULL), into out (ordinary stores; may be NULL or src[me]) and each of res[0..nres)
+ * (non-temporal stores when nt), a tile of ACC__SHM_REDUCE_TILE bytes at a time. */
+void acc__shm_reduce_block(uint8_t *tile, void *out, uint8_t *const *res, int nres,
+                           const void *const *src, int n, size_t len, acc_dtype dt, acc_op op,
+                           int nt, const float *scale);
+
+/* ---- shm_reg.c: registered buffers --------------------------------------------------------- */
+
+/* The alloc_shared / free_shared ops (backend.h). */
+acc_result acc__shm_alloc_shared(acc__backend *be, size_t bytes, void **out);
+int acc__shm_free_shared(acc__backend *be, void *p);
+/* Teardown: unmaps every allocation and peer mapping. */
+void acc__shm_reg_destroy(shm_be *s);
+/* An all_reduce of more than the one-step size while s->reg_made > 0 (every rank calls it):
+ * one step exchanging where each rank's buffer lies; when every rank's buffer is in place in
+ * the same allocation, the reduction in place and one more step (*done 1); otherwise nothing
+ * more (*done 0: the caller runs the copy path). scale as reduce_common's. */
+acc_result acc__shm_reg_all_reduce(shm_be *s, const void *send, void *recv, size_t count,
+                                   acc_dtype dt, acc_op op, const float *scale, int *done);
 
 /* ---- shm_coll.c: the collective ops of the table ------------------------------------------- */
 

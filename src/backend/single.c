@@ -53,6 +53,8 @@ static const acc__backend_ops single_ops = {
     NULL, 1, /* one process: nothing to compare */
     single_all_reduce, /* reduce_scatter of one process: a copy of count elements */
     NULL,              /* all_reduce_scaled_f32: comm.c multiplies */
+    NULL,              /* alloc_shared: nothing to share */
+    NULL,
 };
 
 acc_result acc__backend_single_create(acc__backend **out) {

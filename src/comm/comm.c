@@ -472,6 +472,26 @@ acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbyte
 
 /* The plain entry points (no call site): for programs that take their address or cannot use the
  * macros of comm.h. The parentheses keep the macros from expanding. */
+acc_result acc__comm_alloc_shared_at(acc_state *st, size_t bytes, void **out, const char *file,
+                                     int line) {
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "alloc_shared");
+  if (out) *out = NULL;
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "alloc_shared: out is NULL");
+  if (bytes == 0 || bytes > (size_t)INT64_MAX)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "alloc_shared: %zu bytes (expected 1..2^63)", bytes);
+  acc__call c = {.op = ACC__OP_ALLOC_SHARED, .dtype = ACC_U8, .count = (int64_t)bytes};
+  int began;
+  acc_result rc = enter(st, "alloc_shared", &c, file, line, &began);
+  if (rc == ACC_OK && st->size > 1 && st->be->ops->alloc_shared)
+    rc = fail_remote(st, st->be->ops->alloc_shared(st->be, bytes, out));
+  return leave(st, began, rc);
+}
+
+int acc__comm_free_shared(acc_state *st, void *p) {
+  if (!p || !st || !st->be || !st->be->ops->free_shared) return 0;
+  return st->be->ops->free_shared(st->be, p);
+}
+
 acc_result (acc_barrier)(acc_state *st) { return acc_barrier_at(st, NULL, 0); }
 
 acc_result (acc_broadcast)(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root) {

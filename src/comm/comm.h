@@ -13,4 +13,18 @@ acc_result acc__all_reduce_scaled_at(acc_state *st, float *buf, size_t count, fl
 #define acc__all_reduce_scaled(st, buf, count, scale) \
   acc__all_reduce_scaled_at((st), (buf), (count), (scale), __FILE__, __LINE__)
 
+/* A collective (every process, the same order, the same bytes > 0): bytes of zeroed host memory
+ * that the backend shares between the processes of this machine (shm: every process maps every
+ * process's), so that an in-place all_reduce of a buffer inside it, at any offset, made while
+ * every process's buffer lies in its allocation of the same call, moves no copies through the
+ * backend (docs/backends.md). *out NULL and ACC_OK where the backend has no such memory (one
+ * process, MPI, gloo, several machines): the caller allocates ordinary memory. Fails on every
+ * process or on none. */
+acc_result acc__comm_alloc_shared_at(acc_state *st, size_t bytes, void **out, const char *file,
+                                     int line);
+#define acc__comm_alloc_shared(st, bytes, out) \
+  acc__comm_alloc_shared_at((st), (bytes), (out), __FILE__, __LINE__)
+/* Local: frees p when it came from acc__comm_alloc_shared (1); 0 when it did not. */
+int acc__comm_free_shared(acc_state *st, void *p);
+
 #endif

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core/log.h"
 #include "train/accel.h"
 #include "device/devio.h"
@@ -64,10 +65,25 @@ acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, void **out)
   return ACC_OK;
 }
 
+acc_result acc_accelerator_alloc_shared(acc_accelerator *acc, size_t bytes, void **out) {
+  acc__devctx *d = NULL;
+  ACC_CHECK(dev_or_error(acc, "acc_accelerator_alloc_shared", &d));
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_alloc_shared: out is NULL");
+  *out = NULL;
+  if (bytes == 0) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_alloc_shared: 0 bytes");
+  if (acc__devctx_offhost(d)) return acc_accelerator_alloc(acc, bytes, out); /* NCCL reads it */
+  void *p = NULL;
+  ACC_CHECK(acc__comm_alloc_shared(acc->st, bytes, &p)); /* zeroed; NULL: nothing to share */
+  if (!p) return acc_accelerator_alloc(acc, bytes, out);
+  *out = p;
+  return ACC_OK;
+}
+
 acc_result acc_accelerator_free(acc_accelerator *acc, void *p) {
   acc__devctx *d = NULL;
   ACC_CHECK(dev_or_error(acc, "acc_accelerator_free", &d));
   if (!p) return ACC_OK;
+  if (!acc__devctx_offhost(d) && acc__comm_free_shared(acc->st, p)) return ACC_OK;
   ACC_CHECK(acc__dstream_sync(d->dev, d->stream)); /* no queued work may still use it */
   return acc__device_free(d->dev, p);
 }

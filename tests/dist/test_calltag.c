@@ -21,6 +21,7 @@
 
 #include "acc_test.h"
 #include "backend/collcheck.h"
+#include "comm/comm.h" /* acc__comm_alloc_shared */
 #include "launch/launch_util.h"
 
 /* ---- rank role ---------------------------------------------------------------------------- */
@@ -171,6 +172,11 @@ static void sc_shape(const char *what) {
                             i, root, len, k, buf[k], (uint8_t)(i * 31 + k));
         if (rc == ACC_OK && i % 97 == 96) rc = acc_all_reduce(st, x, x, 4, ACC_F32, ACC_SUM);
       }
+    } else if (strcmp(what, "shared_size") == 0) { /* collective allocations of different sizes */
+      void *p = NULL;
+      site("call", __LINE__ + 1);
+      rc = acc__comm_alloc_shared(st, odd ? 8192 : 4096, &p);
+      if (p) rc = acc__error(ACC_ERR_INTERNAL, "alloc_shared gave memory despite the mismatch");
     } else if (strcmp(what, "kind") == 0) { /* 3 processes: only the last one differs */
       site("call", __LINE__ + 1);
       rc = odd ? acc_all_gather(st, x, x, 1, ACC_F32) : acc_barrier(st);
@@ -489,6 +495,7 @@ static void drive(const char *cli, const char *self, const char *sc) {
     if (strcmp(sc, "dtype") == 0) want = "process 1: all_reduce(count=4, dtype=i32, op=sum) [user call] at";
     if (strcmp(sc, "root") == 0) want = "process 1: broadcast(count=4, dtype=f32, root=1) [user call] at";
     if (strcmp(sc, "kind") == 0) want = "process 2: all_gather(count=1, dtype=f32) [user call] at";
+    if (strcmp(sc, "shared_size") == 0) want = "process 1: alloc_shared(count=8192, dtype=u8) [user call] at";
     if (strcmp(sc, "bkind") == 0) want = "process 1: broadcast(count=1, dtype=f32, root=0) [user call] at";
     if (strcmp(sc, "skip") == 0) want = "barrier() [user call] at";
     CHECK(want != NULL, "unknown scenario %s", sc);

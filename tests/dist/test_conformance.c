@@ -6,8 +6,10 @@
  *   - under `accelerate launch` (shm backend, or single with one process),
  *   - under mpirun with ACCELERATE_BACKEND=mpi,
  *   - started directly (single backend).
- * The shm-only check (no segment left in /dev/shm after the rendezvous) runs only when the
- * backend is shm. ACCELERATE_BACKEND, when set, must be the backend the state picked (with more
+ * The shm-only checks (no segment left in /dev/shm after the rendezvous or after a shared
+ * allocation; an all_reduce of shared memory takes the in-place path) run only when the
+ * backend is shm. Shared allocations (acc__comm_alloc_shared) run on every backend: where the
+ * backend shares no memory the buffers are malloc'ed and the results are the same. ACCELERATE_BACKEND, when set, must be the backend the state picked (with more
  * than one process); ACC_TEST_NPROCS, when set, must be the number of processes.
  * Usage: test_dist_conformance [chunk_bytes]   (sets ACCELERATE_SHM_CHUNK_BYTES before joining;
  * the largest count is derived from it, so a small chunk also keeps the run fast) */
@@ -15,6 +17,7 @@
 #include <stdint.h>
 
 #include "acc_test.h"
+#include "backend/shm_impl.h" /* shm_be: the steps a registered all_reduce takes */
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "state/state.h"
@@ -278,6 +281,68 @@ static void test_no_segment_left(acc_state *st) {
   closedir(d);
 }
 
+/* Shared allocations (registered buffers): every all_reduce of a buffer inside one, in place, at
+ * an offset that differs between the processes, gives the reference bits, for every dtype and
+ * op and the scaled f32 sum; on shm in two steps (the in-place path), whatever the chunk. When
+ * only process 0's buffer is shared the copy path runs (same bits). Counts above the one-step
+ * size (16 KiB) and an odd count that does not divide by N. */
+static void test_shared(acc_state *st, size_t big) {
+  int shm = strcmp(acc_state_backend_name(st), "shm") == 0 && N > 1;
+  size_t cap = big * 8 + 256;
+  uint8_t *mem = NULL, *priv = malloc(cap), *want = malloc(cap);
+  CHECK_OK(acc__comm_alloc_shared(st, cap, (void **)&mem));
+  CHECK(!shm || mem != NULL, "shm backend: alloc_shared gave no memory");
+  int ours = mem != NULL;
+  if (!mem) mem = calloc(1, cap);
+  for (size_t i = 0; i < cap; i++)
+    if (mem[i] != 0) {
+      CHECK(0, "shared allocation not zeroed at byte %zu", i);
+      break;
+    }
+  if (shm) test_no_segment_left(st); /* each process unlinked its file */
+  for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
+    acc_dtype dt = dtypes[k];
+    size_t es = acc_dtype_size(dt), count = (16384 / es + 5) | 1;
+    if (count % (size_t)N == 0) count += 2;
+    if (count * es > big * 4) count = big * 4 / es;
+    uint8_t *buf = mem + (size_t)(R % 3) * 3 * es; /* a different offset per process */
+    for (size_t j = 0; j < sizeof ops / sizeof ops[0]; j++) {
+      for (int mixed = 0; mixed < 2; mixed++) {
+        uint8_t *b = mixed && R != 0 ? priv : buf;
+        ref_reduce(dt, ops[j], want, count, (int)(k + j + 40));
+        fill(dt, b, count, R, (int)(k + j + 40));
+        b[count * es] = 0x5A;
+        uint64_t c0 = shm ? ((shm_be *)st->be)->counter : 0;
+        CHECK_OK(acc_all_reduce(st, b, b, count, dt, ops[j]));
+        CHECK_BYTES(b, want, count * es, "all_reduce of %s memory, %s %s count %zu",
+                    mixed ? "partly shared" : "shared", acc_dtype_name(dt), acc_op_name(ops[j]), count);
+        CHECK(b[count * es] == 0x5A, "all_reduce of shared memory wrote past the end");
+        if (shm && !mixed) /* the descriptor step, the step after the reduction */
+          CHECK(((shm_be *)st->be)->counter - c0 == 2, "shared all_reduce %s took %llu steps, not 2",
+                acc_dtype_name(dt), (unsigned long long)(((shm_be *)st->be)->counter - c0));
+      }
+    }
+  }
+  size_t count = big | 1;
+  float *f = (float *)(mem + 4 * (size_t)R);
+  ref_reduce(ACC_F32, ACC_SUM, want, count, 77);
+  for (size_t i = 0; i < count; i++) ((float *)want)[i] *= 1.0f / 3.0f;
+  fill(ACC_F32, f, count, R, 77);
+  CHECK_OK(acc__all_reduce_scaled(st, f, count, 1.0f / 3.0f));
+  CHECK_BYTES(f, want, count * 4, "scaled all_reduce of shared memory, count %zu", count);
+  if (ours)
+    CHECK(acc__comm_free_shared(st, mem) == 1, "free_shared did not know its allocation");
+  else
+    free(mem);
+  CHECK(acc__comm_free_shared(st, priv) == 0, "free_shared claimed malloc'ed memory");
+  /* after the free: the same call on private memory takes the copy path */
+  fill(ACC_F32, priv, count, R, 78);
+  ref_reduce(ACC_F32, ACC_SUM, want, count, 78);
+  CHECK_OK(acc_all_reduce(st, priv, priv, count, ACC_F32, ACC_SUM));
+  CHECK_BYTES(priv, want, count * 4, "all_reduce after free_shared, count %zu", count);
+  free(priv), free(want);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) setenv("ACCELERATE_SHM_CHUNK_BYTES", argv[1], 1);
   acc_state *st = NULL;
@@ -318,6 +383,7 @@ int main(int argc, char **argv) {
     }
   }
   test_gather_bytes(st, 2 * CHUNK + 3);
+  test_shared(st, 2 * CHUNK / 4 + 5);
   CHECK_OK(acc_barrier(st));
   acc_state_destroy(st);
   return acc_test_finish("conformance");
