@@ -28,13 +28,14 @@ one_run() {
   sed -n 's/.*, \([0-9.]*\) MiB peak resident.*/\1/p; s/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/out.txt" >> "$tmp/$name.rss"
 }
 L="$build/accelerate launch"
-configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k accelerate_2_proc_bf16hook accelerate_2_proc_fp16hook"
+configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_private_grads accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k accelerate_2_proc_bf16hook accelerate_2_proc_fp16hook"
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 i=0
 while [ $i -lt "$runs" ]; do
   one_run baseline_no_library "$build/bench/train_baseline" --epochs "$epochs" --lr 0.01 --normalize --quiet
   one_run accelerate_1_process $L --num_processes 1 "$ex" --epochs "$epochs" --quiet
   one_run accelerate_2_processes $L --num_processes 2 "$ex" --epochs "$epochs" --quiet
+  one_run accelerate_2_proc_private_grads $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --private-grads
   one_run accelerate_2_proc_prefetch2 $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --prefetch 2
   one_run accelerate_2_proc_bucket64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64
   one_run accelerate_2_proc_overlap64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64 --overlap

@@ -6,6 +6,8 @@
 #   one_nopf     the same, --prefetch 0 (no loader thread: one core's worth of work)
 #   two          accelerate launch --num_processes 2 (the default configuration)
 #   two_bound    the same, --enable_cpu_affinity (local rank r on CPU r)
+#   two_priv     2 processes, --private-grads (gradients in the model's own memory: the copy
+#                path of the all-reduce, as before registered buffers)
 #   two_b64      2 processes, 64 KiB gradient buckets (two_b128, two_b256: 128, 256 KiB)
 #   two_pf2      2 processes, --prefetch 2 (a loader thread per rank)
 #   two_ov64     2 processes, 64 KiB buckets reduced during backward (--overlap)
@@ -63,6 +65,7 @@ one_round() {
       one) run one $L --num_processes 1 "$ex" --quiet ;;
       one_nopf) run one_nopf $L --num_processes 1 "$ex" --quiet --prefetch 0 ;;
       two) run two $L --num_processes 2 "$ex" --quiet ;;
+      two_priv) run two_priv $L --num_processes 2 "$ex" --quiet --private-grads ;;
       two_bound) run two_bound $L --num_processes 2 --enable_cpu_affinity "$ex" --quiet ;;
       two_b64) run two_b64 $L --num_processes 2 "$ex" --quiet --bucket-kb 64 ;;
       two_b128) run two_b128 $L --num_processes 2 "$ex" --quiet --bucket-kb 128 ;;

@@ -32,9 +32,7 @@
 
 #define copy_bytes acc__shm_copy /* shm_cma.c */
 
-static inline uint8_t *slot(shm_be *s, int r, int p) {
-  return s->slots + ((size_t)r * 2 + (size_t)p) * s->chunk;
-}
+static inline uint8_t *slot(shm_be *s, int r, int p) { return acc__shm_slot(s, r, p); }
 static inline uint8_t *result_area(shm_be *s, int p) {
   return s->slots + ((size_t)s->n * 2 + (size_t)p) * s->chunk;
 }

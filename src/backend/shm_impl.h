@@ -164,6 +164,12 @@ void acc__shm_reduce_block(uint8_t *tile, void *out, uint8_t *const *res, int nr
                            const void *const *src, int n, size_t len, acc_dtype dt, acc_op op,
                            int nt, const float *scale);
 
+/* Rank r's slot of parity p (shm.h). Written before a step of that parity, read by the others
+ * after it and before the next step, rewritten two steps later (shm_coll.c's buffer rule). */
+static inline uint8_t *acc__shm_slot(shm_be *s, int r, int p) {
+  return s->slots + ((size_t)r * 2 + (size_t)p) * s->chunk;
+}
+
 /* ---- shm_reg.c: registered buffers --------------------------------------------------------- */
 
 /* The alloc_shared / free_shared ops (backend.h). */

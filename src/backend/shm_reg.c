@@ -5,17 +5,18 @@
  * Allocation (acc__shm_alloc_shared, a collective: every rank, same order, same size; comm.c
  * checks the call tags). Allocation number k (counted the same on every rank) is a file
  * "<segment name>-a<k>-r<rank>" in /dev/shm that its rank creates (O_EXCL, mode 0600) and maps.
- * Step 1: every rank has created its file (or published that it could not: ctrl.xsend 0).
- * Every rank then maps every peer's file. Step 2: every rank has mapped every peer's (ctrl.xsend
- * 1) or not (0). Each rank unlinks its own file after step 2, success or not: from then on no
+ * Step 1: every rank has created its file (or published that it could not: a 0 in its slot).
+ * Every rank then maps every peer's file. Step 2: every rank has mapped every peer's (1 in its
+ * slot) or not (0). Each rank unlinks its own file after step 2, success or not: from then on no
  * /dev/shm entry exists (a rank killed between the create and step 2 leaves one behind; the
  * name carries the job's unpredictable token). The outcome is the same on every rank: all
  * succeeded, or every rank unmaps and fails with a message naming the rank that could not.
  *
  * The all_reduce (acc__shm_reg_all_reduce, shm_coll.c calls it for every all_reduce above the
  * one-step size once this machine made an allocation: the same on every rank). Before its first
- * step a rank stores in ctrl.xsend/xrecv the number of the allocation its buffer lies in and the
- * offset (xsend 0: not in place, or not in such memory). After the step, when every rank named
+ * step a rank stores in its slot the number of the allocation its buffer lies in and the offset
+ * (number 0: not in place, or not in such memory). A slot of the step's parity, not the control
+ * block: a rank rewrites it only after every rank has read it (shm_coll.c's buffer rule). After the step, when every rank named
  * the same allocation, each rank reduces its block of the message (elements [me * count / n,
  * (me + 1) * count / n)) from every rank's buffer, in rank order (the same bits as the copy path),
  * and writes it into its own buffer and, with non-temporal stores, into every peer's; a second
@@ -84,14 +85,20 @@ static int map_peer(shm_be *s, struct acc__shm_reg *g, int r, char *name, size_t
   return e;
 }
 
-/* Publishes ok (in ctrl.xsend, before the step), steps, and returns the first rank that
- * published 0 (-1: none) in *bad. */
+/* Two words published with the next step, in this rank's slot of its parity (read by the others
+ * after the step and before the one after it; not rewritten before they have: shm_coll.c). */
+static uint64_t *words(shm_be *s, int r, int p) { return (uint64_t *)acc__shm_slot(s, r, p); }
+static int parity_next(const shm_be *s) { return (int)((s->counter + 1) & 1); }
+
+/* Publishes ok with the next step, steps, and returns the first rank that published 0 (-1:
+ * none) in *bad. */
 static acc_result agree(shm_be *s, int ok, int *bad) {
-  s->ctrl[s->me].xsend = (uint64_t)ok;
+  int p = parity_next(s);
+  words(s, s->me, p)[0] = (uint64_t)ok;
   ACC_CHECK(acc__shm_step(s));
   *bad = -1;
   for (int r = 0; r < s->n && *bad < 0; r++)
-    if (s->ctrl[r].xsend == 0) *bad = r;
+    if (words(s, r, p)[0] == 0) *bad = r;
   return ACC_OK;
 }
 
@@ -178,17 +185,18 @@ acc_result acc__shm_reg_all_reduce(shm_be *s, const void *send, void *recv, size
   size_t es = acc_dtype_size(dt), off = 0;
   const struct acc__shm_reg *g = send == recv ? find(s, recv, count * es, &off) : NULL;
   *done = 0;
-  s->ctrl[s->me].xsend = g ? g->id : 0;
-  s->ctrl[s->me].xrecv = (uint64_t)off;
+  int p = parity_next(s);
+  words(s, s->me, p)[0] = g ? g->id : 0;
+  words(s, s->me, p)[1] = (uint64_t)off;
   ACC_CHECK(acc__shm_step(s));
   for (int r = 0; r < s->n; r++)
-    if (!g || s->ctrl[r].xsend != g->id) return ACC_OK; /* the copy path, on every rank */
+    if (!g || words(s, r, p)[0] != g->id) return ACC_OK; /* the copy path, on every rank */
   size_t lo = (size_t)s->me * count / (size_t)s->n, hi = ((size_t)s->me + 1) * count / (size_t)s->n;
   const void **src = s->rsrc;
   uint8_t **dst = s->rdst;
   int nd = 0;
   for (int r = 0; r < s->n; r++) {
-    uint8_t *at = g->peer[r] + (size_t)s->ctrl[r].xrecv + lo * es;
+    uint8_t *at = g->peer[r] + (size_t)words(s, r, p)[1] + lo * es;
     src[r] = at;
     if (r != s->me) dst[nd++] = at;
   }
