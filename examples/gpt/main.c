@@ -31,6 +31,7 @@
 
 typedef struct options {
   int layers, heads, width, context, batch, grad_accum, prefetch, overlap, bucket_kb, quiet;
+  int private_grads; /* gradients in the model's own memory, not memory the processes share */
   long batch_tokens, max_steps, warmup, eval_every, val_windows, save_every, log_every;
   double lr, weight_decay, clip, beta2;
   int sample_bytes;
@@ -85,6 +86,8 @@ static void usage(FILE *f) {
           "                      core exists for the thread, else 0)\n"
           "  --overlap           reduce gradient buckets during the backward pass\n"
           "  --bucket-kb N       gradient bucket size in KiB (25 MB)\n"
+          "  --private-grads     keep the gradients in the model's own memory (default: memory\n"
+          "                      the processes of this machine share, reduced in place)\n"
           "  --save-init FILE    (benchmark) write the initial parameters, raw float32, and the\n"
           "                      first epoch's window order, FILE.order as int64\n");
 }
@@ -135,6 +138,7 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--save-init")) o->save_init = v;
     else if (strcmp(a, "--resume") == 0) o->resume = 1;
     else if (strcmp(a, "--overlap") == 0) o->overlap = 1;
+    else if (strcmp(a, "--private-grads") == 0) o->private_grads = 1;
     else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
     else {
       fprintf(stderr, "gpt: unknown or incomplete option '%s'\n", a);
@@ -410,6 +414,11 @@ int main(int argc, char **argv) {
   gpt *net;
   TRY_MODEL(gpt_create(&net, &mc));
   gpt_init(net, o.seed + (uint64_t)rank); /* deliberately different: prepare makes it process 0's */
+  float *shared_grads = NULL; /* the all-reduce after backward reads the others' in place */
+  if (!o.private_grads) {
+    TRY(acc_accelerator_alloc_shared(acc, gpt_num_params(net) * sizeof(float), (void **)&shared_grads));
+    if (gpt_use_grads(net, shared_grads)) return 1;
+  }
   acc_model *model;
   TRY(acc_model_create(&model));
   const int ntensors = gpt_num_tensors(net);
@@ -610,6 +619,7 @@ int main(int argc, char **argv) {
   free(names);
   acc_model_destroy(model);
   gpt_destroy(net);
+  TRY(acc_accelerator_free(acc, shared_grads));
   acc_accelerator_destroy(acc);
   return 0;
 }

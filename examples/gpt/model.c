@@ -44,6 +44,7 @@ struct gpt {
   gpt_tensor *tensors;
   size_t nparams;
   float *params, *grads;
+  int borrowed_grads;     /* grads is the program's (gpt_use_grads), not freed here */
   int bf16;
   int lp;                 /* bf16 and oneDNN: the linear layers' products in bf16 through oneDNN */
   const uint16_t *half;   /* lp: the weights already in bf16 (laid out as params), or NULL */
@@ -105,7 +106,7 @@ void gpt_destroy(gpt *m) {
   free(m->lp_a);
   free(m->lp_b);
   free(m->params);
-  free(m->grads);
+  if (!m->borrowed_grads) free(m->grads);
   if (m->x)
     for (int l = 0; l <= m->cfg.n_layer; l++) free(m->x[l]);
   free(m->x);
@@ -212,6 +213,15 @@ const gpt_config *gpt_get_config(const gpt *m) { return m ? &m->cfg : NULL; }
 size_t gpt_num_params(const gpt *m) { return m ? m->nparams : 0; }
 float *gpt_params(gpt *m) { return m ? m->params : NULL; }
 float *gpt_grads(gpt *m) { return m ? m->grads : NULL; }
+
+int gpt_use_grads(gpt *m, float *grads) {
+  if (!m || !grads) return -1;
+  memcpy(grads, m->grads, m->nparams * sizeof *grads);
+  if (!m->borrowed_grads) free(m->grads);
+  m->grads = grads;
+  m->borrowed_grads = 1;
+  return 0;
+}
 int gpt_num_tensors(const gpt *m) { return m ? m->ntensors : 0; }
 const gpt_tensor *gpt_tensor_at(const gpt *m, int i) {
   return m && i >= 0 && i < m->ntensors ? &m->tensors[i] : NULL;

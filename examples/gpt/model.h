@@ -59,6 +59,9 @@ size_t gpt_num_params(const gpt *m);
 /** The contiguous parameter / gradient buffers (gpt_num_params floats). Borrowed. */
 float *gpt_params(gpt *m);
 float *gpt_grads(gpt *m);
+/** Moves the gradients into the program's buffer of gpt_num_params floats (e.g. memory from
+ * acc_accelerator_alloc_shared), which stays the program's to free after gpt_destroy. 0 or -1. */
+int gpt_use_grads(gpt *m, float *grads);
 int gpt_num_tensors(const gpt *m);
 /** Tensor i (< gpt_num_tensors), or NULL. Borrowed. */
 const gpt_tensor *gpt_tensor_at(const gpt *m, int i);

@@ -8,7 +8,8 @@
  *  - the text's llm.c shards written by --write-tokens and given back with --train-tokens /
  *    --val-tokens train bit-identically to the text; a file that is not a shard is refused with
  *    an error naming it;
- *  - reducing gradient buckets during the backward pass (--overlap) changes nothing;
+ *  - reducing gradient buckets during the backward pass (--overlap) changes nothing, nor does
+ *    keeping the gradients in the model's memory (--private-grads) rather than shared memory;
  *  - only the main process prints the sampled text; a bf16 run trains too.
  * Usage: test_gpt_train <accelerate> <gpt> */
 #include <math.h>
@@ -207,6 +208,16 @@ int main(int argc, char **argv) {
   if (rr->status == 0) {
     double odiff = model_diff(ck, drop, &nt);
     CHECK(odiff == 0.0, "--overlap changes the parameters by %.3g", odiff);
+  }
+  /* --private-grads: the gradients in the model's own memory instead of memory the processes
+   * share (reduced in place by the shm backend): the same sums in the same order */
+  snprintf(e, sizeof e, "%s/private", root);
+  run_gpt(rr, 2, 2, e, data, "--private-grads", NULL, NULL);
+  snprintf(drop, sizeof drop, "%s/checkpoints/checkpoint_2", e);
+  CHECK(rr->status == 0, "private-grads run: %s", rr->err);
+  if (rr->status == 0) {
+    double pdiff = model_diff(ck, drop, &nt);
+    CHECK(pdiff == 0.0, "--private-grads changes the parameters by %.3g", pdiff);
   }
 
   /* bf16 trains as well */
