@@ -131,8 +131,9 @@ ACC_EXTERN acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, 
  * any offset), reads the other processes' data where it lies and writes the result straight
  * into every process's buffer, with no copies through the backend's segment (docs/backends.md,
  * "Registered buffers"). A collective: every process calls it, in the same order, with the same
- * bytes (a different size fails with ACC_ERR_MISMATCH on every process); it fails on every
- * process or on none. With one process, on a GPU, or with a backend that shares no memory (MPI,
+ * bytes (a different size fails with ACC_ERR_MISMATCH on every process). When the shared
+ * memory cannot be had (e.g. /dev/shm too small, as in a container's default 64 MB) every
+ * process gets ordinary memory and the main process logs a warning saying why. With one process, on a GPU, or with a backend that shares no memory (MPI,
  * gloo, several machines) it is acc_accelerator_alloc. Zeroed; free with acc_accelerator_free
  * (local). @since 0.2
  */

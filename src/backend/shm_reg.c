@@ -59,7 +59,9 @@ static int create_mine(shm_be *s, struct acc__shm_reg *g, char *name, size_t cap
   if (reg_name(s, g->id, s->me, name, cap) != 0) return ENAMETOOLONG;
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno;
-  int e = ftruncate(fd, (off_t)g->map_len) == 0 ? 0 : errno;
+  /* the pages are reserved now (ENOSPC when /dev/shm is too small), not at the first store into
+   * them, which would end the process with SIGBUS */
+  int e = posix_fallocate(fd, 0, (off_t)g->map_len);
   void *p = e ? MAP_FAILED : mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (!e && p == MAP_FAILED) e = errno;
   close(fd);
@@ -90,15 +92,15 @@ static int map_peer(shm_be *s, struct acc__shm_reg *g, int r, char *name, size_t
 static uint64_t *words(shm_be *s, int r, int p) { return (uint64_t *)acc__shm_slot(s, r, p); }
 static int parity_next(const shm_be *s) { return (int)((s->counter + 1) & 1); }
 
-/* Publishes ok with the next step, steps, and returns the first rank that published 0 (-1:
- * none) in *bad. */
-static acc_result agree(shm_be *s, int ok, int *bad) {
+/* Publishes this rank's errno (0: fine) with the next step, steps, and returns the first rank
+ * that published one (-1: none) in *bad and its errno in *bad_errno. */
+static acc_result agree(shm_be *s, int e, int *bad, int *bad_errno) {
   int p = parity_next(s);
-  words(s, s->me, p)[0] = (uint64_t)ok;
+  words(s, s->me, p)[0] = (uint64_t)e + 1;
   ACC_CHECK(acc__shm_step(s));
   *bad = -1;
   for (int r = 0; r < s->n && *bad < 0; r++)
-    if (words(s, r, p)[0] == 0) *bad = r;
+    if (words(s, r, p)[0] != 1) *bad = r, *bad_errno = (int)(words(s, r, p)[0] - 1);
   return ACC_OK;
 }
 
@@ -108,20 +110,18 @@ acc_result acc__shm_alloc_shared(acc__backend *be, size_t bytes, void **out) {
   long page = sysconf(_SC_PAGESIZE);
   size_t pg = page > 0 ? (size_t)page : 4096;
   struct acc__shm_reg g = {.id = ++s->reg_made, .bytes = bytes};
-  if (bytes > SIZE_MAX - pg)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "alloc_shared: %zu bytes is too large", bytes);
-  g.map_len = (bytes + pg - 1) / pg * pg;
+  g.map_len = bytes <= (size_t)INT64_MAX - pg ? (bytes + pg - 1) / pg * pg : 0;
   g.peer = acc__calloc((size_t)s->n, sizeof *g.peer);
   struct acc__shm_reg *grown = acc__realloc(s->regs, (s->nregs + 1) * sizeof *s->regs);
   if (grown) s->regs = grown;
-  char name[NAME_MAX + 64];
-  int e = !g.peer || !grown ? ENOMEM : create_mine(s, &g, name, sizeof name);
-  int bad = -1, bad_peer = -1;
-  acc_result rc = agree(s, e == 0, &bad);
+  char name[NAME_MAX + 64] = "";
+  int e = !g.map_len ? EFBIG : !g.peer || !grown ? ENOMEM : create_mine(s, &g, name, sizeof name);
+  int bad = -1, bad_peer = -1, be_errno = 0;
+  acc_result rc = agree(s, e, &bad, &be_errno);
   if (rc == ACC_OK && bad < 0) {
     for (int r = 0; r < s->n && e == 0; r++)
       if (r != s->me && (e = map_peer(s, &g, r, name, sizeof name)) != 0) bad_peer = r;
-    rc = agree(s, e == 0, &bad);
+    rc = agree(s, e, &bad, &be_errno);
   }
   char mine[NAME_MAX + 64];
   if (g.peer && g.peer[s->me] && reg_name(s, g.id, s->me, mine, sizeof mine) == 0) shm_unlink(mine);
@@ -132,21 +132,19 @@ acc_result acc__shm_alloc_shared(acc__backend *be, size_t bytes, void **out) {
   }
   if (g.peer) reg_unmap(s, &g);
   if (rc != ACC_OK) return rc;
-  if (bad == s->me && bad_peer >= 0)
-    return acc__error(ACC_ERR_SYSTEM,
-                      "alloc_shared: rank %d could not map rank %d's %zu bytes of shared memory "
-                      "(%s%s): %s",
+  /* the same result on every rank (not REMOTE: the group is intact): NOMEM when the first rank
+   * that failed ran out of room, else SYSTEM; each rank names its own failure, or that rank's */
+  acc_result code = be_errno == ENOSPC || be_errno == ENOMEM || be_errno == EFBIG ? ACC_ERR_NOMEM : ACC_ERR_SYSTEM;
+  const char *hint = code == ACC_ERR_NOMEM ? " (is /dev/shm full or too small? `df -h /dev/shm`)" : "";
+  if (e != 0 && bad_peer >= 0)
+    return acc__error(code, "alloc_shared: rank %d could not map rank %d's %zu bytes of shared memory (%s%s): %s",
                       s->rank_base + s->me, s->rank_base + bad_peer, bytes, name, s->where, strerror(e));
-  if (bad == s->me)
-    return acc__error(e == ENOMEM || e == ENOSPC ? ACC_ERR_NOMEM : ACC_ERR_SYSTEM,
-                      "alloc_shared: rank %d could not create %zu bytes of shared memory in /dev/shm%s "
-                      "(%s): %s%s",
-                      s->rank_base + s->me, bytes, s->where, name, strerror(e),
-                      e == ENOSPC || e == ENOMEM ? " (is /dev/shm full or too small? `df -h /dev/shm`)" : "");
-  return acc__error(ACC_ERR_SYSTEM, /* not REMOTE: the group is intact, every rank agrees */
-                    "alloc_shared: rank %d could not allocate or map %zu bytes of shared memory%s "
-                    "(its own error says why); no rank kept its allocation",
-                    s->rank_base + bad, bytes, s->where);
+  if (e != 0)
+    return acc__error(code, "alloc_shared: rank %d could not create %zu bytes of shared memory in /dev/shm%s (%s): %s%s",
+                      s->rank_base + s->me, bytes, s->where, name, strerror(e), hint);
+  return acc__error(code, "alloc_shared: rank %d could not create or map %zu bytes of shared memory in /dev/shm%s: "
+                    "%s%s; no rank kept its allocation",
+                    s->rank_base + bad, bytes, s->where, strerror(be_errno), hint);
 }
 
 int acc__shm_free_shared(acc__backend *be, void *p) {

@@ -73,7 +73,14 @@ acc_result acc_accelerator_alloc_shared(acc_accelerator *acc, size_t bytes, void
   if (bytes == 0) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_alloc_shared: 0 bytes");
   if (acc__devctx_offhost(d)) return acc_accelerator_alloc(acc, bytes, out); /* NCCL reads it */
   void *p = NULL;
-  ACC_CHECK(acc__comm_alloc_shared(acc->st, bytes, &p)); /* zeroed; NULL: nothing to share */
+  acc_result rc = acc__comm_alloc_shared(acc->st, bytes, &p); /* zeroed; NULL: nothing to share */
+  if (rc == ACC_ERR_NOMEM || rc == ACC_ERR_SYSTEM) {
+    /* failed on every process alike (the group is intact): ordinary memory, only slower */
+    acc__log(ACC_LOG_WARNING, "acc_accelerator_alloc_shared: %s; using ordinary memory instead (the "
+             "all-reduce then copies through the backend)", acc_last_error());
+    rc = ACC_OK;
+  }
+  ACC_CHECK(rc);
   if (!p) return acc_accelerator_alloc(acc, bytes, out);
   *out = p;
   return ACC_OK;

@@ -299,6 +299,14 @@ static void test_shared(acc_state *st, size_t big) {
       CHECK(0, "shared allocation not zeroed at byte %zu", i);
       break;
     }
+  if (shm) { /* more than /dev/shm holds: fails on every process alike, the group stays usable */
+    void *huge = (void *)1;
+    acc_result rc = acc__comm_alloc_shared(st, (size_t)1 << 50, &huge);
+    CHECK(rc == ACC_ERR_NOMEM && huge == NULL, "alloc_shared of 1 PiB: %s, %p (expected NOMEM, NULL): %s",
+          acc_result_string(rc), huge, acc_last_error());
+    CHECK(strstr(acc_last_error(), "/dev/shm") != NULL, "the error does not name /dev/shm: %s", acc_last_error());
+    CHECK_OK(acc_barrier(st));
+  }
   if (shm) test_no_segment_left(st); /* each process unlinked its file */
   for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
     acc_dtype dt = dtypes[k];
