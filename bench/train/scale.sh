@@ -4,6 +4,10 @@
 # default 5) and the table gives medians, so drifting load hits them alike:
 #   one          accelerate launch --num_processes 1 (default: prefetch thread when a core is spare)
 #   one_nopf     the same, --prefetch 0 (no loader thread: one core's worth of work)
+#   one_c0, one_c1  one_nopf bound to CPU 0 / CPU 1 (taskset): how fast each CPU is on its own.
+#                A 2-process job moves in step with its slower rank, so 2 x the slower CPU's
+#                rate / one's rate is its bound even with free communication ("lockstep bound"
+#                printed below when both ran)
 #   two          accelerate launch --num_processes 2 (the default configuration)
 #   two_bound    the same, --enable_cpu_affinity (local rank r on CPU r)
 #   two_priv     2 processes, --private-grads (gradients in the model's own memory: the copy
@@ -64,6 +68,8 @@ one_round() {
     case $c in
       one) run one $L --num_processes 1 "$ex" --quiet ;;
       one_nopf) run one_nopf $L --num_processes 1 "$ex" --quiet --prefetch 0 ;;
+      one_c0) run one_c0 taskset -c 0 $L --num_processes 1 "$ex" --quiet --prefetch 0 ;;
+      one_c1) run one_c1 taskset -c 1 $L --num_processes 1 "$ex" --quiet --prefetch 0 ;;
       two) run two $L --num_processes 2 "$ex" --quiet ;;
       two_priv) run two_priv $L --num_processes 2 "$ex" --quiet --private-grads ;;
       two_bound) run two_bound $L --num_processes 2 --enable_cpu_affinity "$ex" --quiet ;;
@@ -99,6 +105,12 @@ done
 if [ -f "$tmp/one.rate" ]; then
   one=$(median < "$tmp/one.rate")
   for c in $configs; do
-    [ "$c" = one ] || awk -v one="$one" -v x="$(median < "$tmp/$c.rate")" -v c="$c" 'BEGIN { printf "# %s / one: %.2fx (samples/s)\n", c, x / one }'
+    [ "$c" = one ] || awk -v one="$one" -v x="$(median < "$tmp/$c.rate")" -v c="$c" -v r="$(paste "$tmp/$c.rate" "$tmp/one.rate" | awk '{ print $1 / $2 }' | median)" \
+      'BEGIN { printf "# %s / one: %.2fx (medians), %.2fx (median of the rounds'"'"' ratios)\n", c, x / one, r }'
   done
+  if [ -f "$tmp/one_c0.rate" ] && [ -f "$tmp/one_c1.rate" ]; then
+    paste "$tmp/one_c0.rate" "$tmp/one_c1.rate" "$tmp/one.rate" |
+      awk '{ m = $1 < $2 ? $1 : $2; print 2 * m / $3 }' | median |
+      awk '{ printf "# lockstep bound (2 x the slower CPU / one, median of the rounds): %.2fx\n", $1 }'
+  fi
 fi
