@@ -1,11 +1,14 @@
 /* acc_bench_comm: latency and bandwidth of accelerate-c collectives (nccl-tests style table).
  * Run: accelerate launch --num_processes 2 acc_bench_comm [max_bytes]
  * Rank 0 prints: op, size, count (f32 elements), median time, algbw, busbw. Timings are per
- * call, measured on rank 0 after a barrier-free warm-up of the same calls. */
+ * call, measured on rank 0 after a barrier-free warm-up of the same calls.
+ * ACC_BENCH_SHARED=1: the all_reduce buffer is memory the processes share (acc__comm_alloc_shared,
+ * what acc_accelerator_alloc_shared gives), so the shm backend reduces it in place. */
 #include <sched.h>
 
 #include "accelerate.h"
 #include "bench_common.h"
+#include "comm/comm.h" /* acc__comm_alloc_shared */
 
 static acc_state *st;
 
@@ -31,7 +34,11 @@ int main(int argc, char **argv) {
     CPU_SET(rank % CPU_SETSIZE, &set);
     sched_setaffinity(0, sizeof set, &set);
   }
-  float *buf = calloc(maxb / 4 + 1, 4), *big = calloc((maxb / 4 + 1) * (size_t)n, 4);
+  float *buf = NULL, *big = calloc((maxb / 4 + 1) * (size_t)n, 4);
+  const char *shared = getenv("ACC_BENCH_SHARED");
+  int own_buf = !(shared && atoi(shared));
+  if (!own_buf && acc__comm_alloc_shared(st, (maxb / 4 + 1) * 4, (void **)&buf) != ACC_OK) goto fail;
+  if (!buf) buf = calloc(maxb / 4 + 1, 4), own_buf = 1;
   double *t = malloc(sizeof(double) * 2000);
   if (rank == 0) bench_header("accelerate-c shm", n);
   const char *ops[] = {"barrier", "all_reduce", "broadcast", "all_gather", "reduce_scatter"};
@@ -53,7 +60,9 @@ int main(int argc, char **argv) {
       if (o == 0) break;
     }
   }
-  free(buf), free(big), free(t);
+  if (own_buf) free(buf);
+  else acc__comm_free_shared(st, buf);
+  free(big), free(t);
   acc_state_destroy(st);
   return 0;
 fail:

@@ -7,6 +7,8 @@
 #   NP (2), ACC_BENCH_OPS (all_reduce,broadcast,all_gather), ACC_BENCH_MIN (4): what to run.
 #   B_BUILD: another build directory; its acc_bench_comm, with the default environment, takes the
 #   place of the single-copy arm (the "cma" column then compares two builds, e.g. before/after).
+#   SHARED_ARM=1: that arm is this build with ACC_BENCH_SHARED=1 (all_reduce of memory the
+#   processes share: registered buffers, reduced in place).
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -21,7 +23,9 @@ echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 i=0
 while [ "$i" -lt "$rounds" ]; do
   "$build/accelerate" launch --num_processes "$np" "$build/bench/comm/acc_bench_comm" "$max" >>"$out/acc.txt"
-  if [ -n "$B_BUILD" ]; then
+  if [ "${SHARED_ARM:-0}" = 1 ]; then
+    ACC_BENCH_SHARED=1 "$build/accelerate" launch --num_processes "$np" "$build/bench/comm/acc_bench_comm" "$max" >>"$out/cma.txt"
+  elif [ -n "$B_BUILD" ]; then
     "$build/accelerate" launch --num_processes "$np" "$B_BUILD/bench/comm/acc_bench_comm" "$max" >>"$out/cma.txt"
   else
     ACCELERATE_SHM_SINGLE_COPY=auto "$build/accelerate" launch --num_processes "$np" \
