@@ -14,6 +14,7 @@
 
 #include "acc_test.h"
 #include "backend/shm.h"
+#include "comm/comm.h" /* acc__comm_alloc_shared */
 #include "core/internal.h"
 
 #define MAXR 8
@@ -108,6 +109,26 @@ static void sc_kill_allreduce(int rank, int n) {
   }
   LOOP_UNTIL_FAIL(rank, 100000, acc_all_reduce(st, buf, buf, count, ACC_F32, ACC_SUM));
   free(buf);
+  acc_state_destroy(st);
+  (void)n;
+}
+
+/* The same with the buffer in memory the processes share (registered buffers): the in-place
+ * all_reduce reads and writes the dead rank's memory, and must fail the same way. */
+static void sc_kill_shared(int rank, int n) {
+  acc_state *st;
+  if (acc_state_create(&st, NULL) != ACC_OK) return send_report(rank, ACC_ERR_INTERNAL, 0, 0);
+  size_t count = 2u << 20;
+  float *buf = NULL;
+  if (acc__comm_alloc_shared(st, count * sizeof *buf, (void **)&buf) != ACC_OK || !buf)
+    return send_report(rank, ACC_ERR_INTERNAL, 0, 0);
+  if (rank == 1) {
+    signal(SIGVTALRM, on_vtalrm);
+    struct itimerval tv = {{0, 0}, {0, 30000}};
+    setitimer(ITIMER_VIRTUAL, &tv, NULL);
+  }
+  LOOP_UNTIL_FAIL(rank, 100000, acc_all_reduce(st, buf, buf, count, ACC_F32, ACC_SUM));
+  acc__comm_free_shared(st, buf);
   acc_state_destroy(st);
   (void)n;
 }
@@ -294,9 +315,10 @@ int main(int argc, char **argv) {
   report reps[MAXR];
   pid_t pids[MAXR];
   char want[256];
-  if (strcmp(sc, "kill_barrier") == 0 || strcmp(sc, "kill_allreduce") == 0) {
-    int ar = strcmp(sc, "kill_allreduce") == 0;
-    run_job(3, ar ? sc_kill_allreduce : sc_kill_barrier, NULL, reps, pids);
+  if (strcmp(sc, "kill_barrier") == 0 || strcmp(sc, "kill_allreduce") == 0 || strcmp(sc, "kill_shared") == 0) {
+    int ar = strcmp(sc, "kill_barrier") != 0;
+    run_job(3, strcmp(sc, "kill_shared") == 0 ? sc_kill_shared : ar ? sc_kill_allreduce : sc_kill_barrier, NULL,
+            reps, pids);
     CHECK(WIFSIGNALED(pids[1]) && WTERMSIG(pids[1]) == SIGKILL, "rank 1 should have been killed");
     for (int r = 0; r < 3; r += 2) {
       expect(&reps[r], ACC_ERR_REMOTE, "died before arriving", sc);
@@ -347,7 +369,7 @@ int main(int argc, char **argv) {
     run_job(2, sc_stale, env, reps, pids);
     for (int r = 0; r < 2; r++) expect(&reps[r], ACC_OK, NULL, sc);
   } else {
-    fprintf(stderr, "usage: test_failure kill_barrier|kill_allreduce|left|timeout|late_join|"
+    fprintf(stderr, "usage: test_failure kill_barrier|kill_allreduce|kill_shared|left|timeout|late_join|"
                     "debug_mismatch|stale_clean|stale_dead\n");
     return 2;
   }
