@@ -59,7 +59,7 @@ one_run() {
     "$tmp/out.txt" >> "$tmp/$name.share"
 }
 
-configs="c_1proc c_2proc c_2proc_zero1 c_2proc_overlap c_1proc_bf16 c_2proc_bf16 torch_1proc torch_2proc torch_1proc_bf16 torch_2proc_bf16"
+configs="c_1proc c_2proc c_2proc_private c_2proc_zero1 c_2proc_overlap c_1proc_bf16 c_2proc_bf16 torch_1proc torch_2proc torch_1proc_bf16 torch_2proc_bf16"
 baseline=${BASELINE:-}
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench/gpt: BASELINE=$baseline is not an executable" >&2; exit 1; }
 [ -z "$baseline" ] || configs="$configs base_1proc base_2proc"
@@ -77,6 +77,7 @@ i=0
 while [ $i -lt "$runs" ]; do
   one_run c_1proc $L --num_processes 1 "$gpt" $cargs --mixed-precision no
   one_run c_2proc $L --num_processes 2 "$gpt" $cargs --mixed-precision no
+  one_run c_2proc_private $L --num_processes 2 "$gpt" $cargs --mixed-precision no --private-grads
   one_run c_2proc_zero1 $L --num_processes 2 --zero_stage 1 "$gpt" $cargs --mixed-precision no
   one_run c_2proc_overlap $L --num_processes 2 "$gpt" $cargs --mixed-precision no --overlap --bucket-kb 2048
   one_run c_1proc_bf16 $L --num_processes 1 "$gpt" $cargs --mixed-precision bf16
