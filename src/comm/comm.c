@@ -470,8 +470,8 @@ acc_result acc_all_gather_bytes_at(acc_state *st, const void *send, size_t nbyte
   return leave(st, began, rc);
 }
 
-/* The plain entry points (no call site): for programs that take their address or cannot use the
- * macros of comm.h. The parentheses keep the macros from expanding. */
+/* ---- shared allocations (registered buffers) ---------------------------------------------- */
+
 acc_result acc__comm_alloc_shared_at(acc_state *st, size_t bytes, void **out, const char *file,
                                      int line) {
   ACC_PROF_SCOPE(ACC_PROF_COMM, "alloc_shared");
@@ -492,6 +492,8 @@ int acc__comm_free_shared(acc_state *st, void *p) {
   return st->be->ops->free_shared(st->be, p);
 }
 
+/* The plain entry points (no call site): for programs that take their address or cannot use the
+ * macros of comm.h. The parentheses keep the macros from expanding. */
 acc_result (acc_barrier)(acc_state *st) { return acc_barrier_at(st, NULL, 0); }
 
 acc_result (acc_broadcast)(acc_state *st, void *buf, size_t count, acc_dtype dtype, int root) {

@@ -5,7 +5,10 @@
  *    close to the mean computed here;
  *  - overlap=1 with grad_ready in reverse order (and in a scrambled order, and only some marked)
  *    gives the result of the non-overlapped reduction, bit for bit (runs under TSan: label tsan);
- *  - the mean is bit-identical on every rank; the same through the accelerator's grad_ready. */
+ *  - the mean is bit-identical on every rank; the same through the accelerator's grad_ready;
+ *  - gradients in memory from acc_accelerator_alloc_shared (reduced in place by the shm backend)
+ *    average to the same bits as private ones; an allocation /dev/shm cannot hold fails alike on
+ *    every rank and leaves the group usable. */
 #include <math.h>
 
 #include "acc_test.h"
@@ -183,6 +186,48 @@ static void test_accelerator_overlap(void) {
     CHECK(memcmp(all, all + r * TOTAL, sizeof results[1]) == 0, "accelerator: rank %d differs", r);
 }
 
+/* A 40 KB gradient (above the one-step size) in shared memory vs in malloc'ed memory. */
+static void test_accelerator_shared(void) {
+  enum { N = 10001 };
+  float *res[2];
+  for (int shared = 0; shared <= 1; shared++) {
+    acc_accelerator *acc;
+    REQUIRE_OK(acc_accelerator_create(&acc, NULL));
+    float *w = calloc(N, sizeof *w), *g = NULL;
+    if (shared)
+      REQUIRE_OK(acc_accelerator_alloc_shared(acc, N * sizeof *g, (void **)&g));
+    else
+      g = calloc(N, sizeof *g);
+    for (size_t k = 0; k < N; k++) CHECK(g[k] == 0.0f, "alloc_shared: not zeroed at %zu", k);
+    acc_model *m;
+    REQUIRE_OK(acc_model_create(&m));
+    int64_t shape[1] = {N};
+    REQUIRE_OK(acc_model_add_parameter(m, "w", w, g, 1, shape));
+    REQUIRE_OK(acc_accelerator_prepare_model(acc, m));
+    for (size_t k = 0; k < N; k++) g[k] = grad_value(rank, (int)(k % 5), k % 97);
+    REQUIRE_OK(acc_accelerator_backward(acc));
+    res[shared] = malloc(N * sizeof(float));
+    memcpy(res[shared], g, N * sizeof(float));
+    if (shared) {
+      void *huge = (void *)1;
+      acc_result rc = acc_accelerator_alloc_shared(acc, (size_t)1 << 50, &huge);
+      CHECK(rc == ACC_ERR_NOMEM && huge == NULL, "alloc_shared of 1 PiB: %s (expected NOMEM): %s",
+            acc_result_string(rc), acc_last_error());
+      float one = 1.0f;
+      REQUIRE_OK(acc_all_reduce(st, &one, &one, 1, ACC_F32, ACC_SUM));
+      CHECK(one == (float)nprocs, "the group after a failed shared allocation: %g", (double)one);
+      REQUIRE_OK(acc_accelerator_free(acc, g));
+    } else {
+      free(g);
+    }
+    acc_accelerator_destroy(acc);
+    acc_model_destroy(m);
+    free(w);
+  }
+  CHECK(memcmp(res[0], res[1], N * sizeof(float)) == 0, "shared gradients average to other bits");
+  free(res[0]), free(res[1]);
+}
+
 int main(void) {
   REQUIRE_OK(acc_state_create(&st, NULL));
   rank = acc_state_process_index(st);
@@ -191,6 +236,7 @@ int main(void) {
   test_bucket_counts();
   test_equal_results();
   test_accelerator_overlap();
+  test_accelerator_shared();
   acc_state_destroy(st);
   return acc_test_finish("accel_grad_sync");
 }
