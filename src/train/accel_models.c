@@ -303,6 +303,9 @@ acc_result acc__pmodel_check_grads(acc__pmodel *pm, const char *fn) {
     acc__grad_sync_destroy(pm->gs);
     pm->gs = gs;
     if (pm->zero == 2) acc__grad_sync_set_reducer(pm->gs, zero2_reduce_bucket, pm);
+    /* the comm hook holds for the new buckets too (it was dropped here before: gradients
+     * attached after prepare, as llm.c-style programs do, were averaged uncompressed) */
+    if (pm->compress != ACC_F32) ACC_CHECK(acc__grad_sync_set_compression(pm->gs, pm->compress));
   }
   pm->grad_gen = gen;
   pm->grads_checked = 1;

@@ -20,8 +20,8 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                              acc__accel_lp_dtype(acc)));
   if (typed) (void)acc__typed_params_out(model); /* host memory: cannot fail */
   if (acc->comm_hook == ACC_COMM_HOOK_NONE || !pm->gs) return ACC_OK;
-  acc_result rc = acc__grad_sync_set_compression(
-      pm->gs, acc->comm_hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16);
+  pm->compress = acc->comm_hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
+  acc_result rc = acc__grad_sync_set_compression(pm->gs, pm->compress);
   if (rc != ACC_OK) acc__pmodel_free(pm);
   return rc;
 }

@@ -7,6 +7,7 @@
  *    acc_all_reduce sums in that type, the sum is cast back to f32;
  *  - the result is the same on every rank, within the 16-bit type's precision of the f32 mean,
  *    and (at 2+ processes) not the f32 result (the compression happened);
+ *  - the same when the gradient buffers are attached after prepare_model (the buckets rebuilt);
  *  - at 1 process the gradients are untouched (no all-reduce, as Accelerate without DDP);
  *  - ACCELERATE_COMM_HOOK selects the hook when the option is unset; acc_accelerator_comm_hook
  *    reports it; an unknown value, an invalid option and a hook with zero_stage 1 are errors
@@ -65,8 +66,10 @@ static void by_hand(int hook, float *out) {
   free(h);
 }
 
-/* The gradients after one synchronizing backward with the given hook and layout. */
-static void train_step(int hook, size_t gap, size_t cap_floats, int overlap, float *out) {
+/* The gradients after one synchronizing backward with the given hook and layout. late: the
+ * gradient buffers are replaced after prepare_model (acc_model_set_grad, as a program that
+ * allocates its gradients in its first backward does), so the buckets are rebuilt. */
+static void train_step_late(int hook, size_t gap, size_t cap_floats, int overlap, int late, float *out) {
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.comm_hook = hook;
   ao.overlap_grad_sync = overlap;
@@ -77,6 +80,16 @@ static void train_step(int hook, size_t gap, size_t cap_floats, int overlap, flo
   gmodel g;
   gmodel_init(&g, gap);
   REQUIRE_OK(acc_accelerator_prepare_model(acc, g.m));
+  float *moved = NULL;
+  if (late) {
+    moved = calloc(TOTAL + NP * gap + 1, sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < NP; i++) {
+      g.grad[i] = moved + off;
+      REQUIRE_OK(acc_model_set_grad(g.m, (size_t)i, g.grad[i]));
+      off += numel[i] + gap;
+    }
+  }
   for (int step = 0; step < 2; step++) { /* the buffers are reused across steps */
     REQUIRE_OK(acc_accelerator_accumulate(acc));
     for (int i = NP - 1; i >= 0; i--) {
@@ -88,6 +101,11 @@ static void train_step(int hook, size_t gap, size_t cap_floats, int overlap, flo
   flat(&g, out);
   gmodel_free(&g);
   acc_accelerator_destroy(acc);
+  free(moved);
+}
+
+static void train_step(int hook, size_t gap, size_t cap_floats, int overlap, float *out) {
+  train_step_late(hook, gap, cap_floats, overlap, 0, out);
 }
 
 static void test_equal_to_by_hand(void) {
@@ -110,6 +128,10 @@ static void test_equal_to_by_hand(void) {
                 "compressing by hand, first [%zu] %a vs %a", hn, caps[c], gap, overlap, bad, TOTAL,
                 first, (double)got[first], (double)want[first]);
         }
+    /* gradients attached after prepare: the hook still applies to the rebuilt buckets */
+    train_step_late(hook, 0, caps[0], 0, 1, got);
+    CHECK(memcmp(got, want, sizeof(float) * TOTAL) == 0,
+          "%s: gradients attached after prepare_model are not compressed as by hand", hn);
     REQUIRE_OK(acc_all_gather(st, got, all, TOTAL, ACC_F32));
     for (int r = 1; r < nprocs; r++)
       CHECK(memcmp(all, all + (size_t)r * TOTAL, TOTAL * sizeof(float)) == 0, "%s: rank %d differs", hn, r);
