@@ -33,7 +33,11 @@ typedef struct acc_accelerator acc_accelerator;
 typedef enum acc_comm_hook {
   ACC_COMM_HOOK_NONE = 0, /* f32 all-reduce (the default) */
   ACC_COMM_HOOK_FP16 = 1, /* torch's fp16_compress_hook */
-  ACC_COMM_HOOK_BF16 = 2  /* torch's bf16_compress_hook */
+  ACC_COMM_HOOK_BF16 = 2, /* torch's bf16_compress_hook */
+  /* torch's powerSGD_hook (Accelerate's "power_sgd"): matrices travel as rank-r factors, with
+   * error feedback and warm start; r = ACCELERATE_POWERSGD_RANK (1), uncompressed for the first
+   * ACCELERATE_POWERSGD_START_ITER steps (1000). docs/mixed-precision.md. @since 0.2 */
+  ACC_COMM_HOOK_POWERSGD = 3
 } acc_comm_hook;
 
 /**

@@ -129,7 +129,7 @@ static const option_def options[] = {
     {"--gradient_accumulation_steps", NULL, INT, OFF(gradient_accumulation_steps), "none",
      "accepted, not used (DeepSpeed's; set acc_accelerator_options.gradient_accumulation_steps)"},
     {"--comm_hook", NULL, STR, OFF(comm_hook), "no",
-     "gradient all-reduce compression (torch DDP comm hook): no, fp16 or bf16; exported as "
+     "gradient all-reduce compression (torch DDP comm hook): no, fp16, bf16 or power_sgd; exported as "
      "ACCELERATE_COMM_HOOK (cfg comm_hook)"},
 };
 #define NOPTS (sizeof options / sizeof options[0])
@@ -445,9 +445,9 @@ static int validate(launch_args *a) {
     return usage_error("argument --mixed_precision: invalid choice: '%s' (choose from 'no', 'fp16', "
                        "'bf16'; fp8 is not supported by accelerate-c)%s", a->mixed_precision, "");
   if (a->comm_hook && strcmp(a->comm_hook, "no") != 0 && strcmp(a->comm_hook, "fp16") != 0 &&
-      strcmp(a->comm_hook, "bf16") != 0)
+      strcmp(a->comm_hook, "bf16") != 0 && strcmp(a->comm_hook, "power_sgd") != 0)
     return usage_error("argument --comm_hook (config comm_hook): invalid choice: '%s' (choose from "
-                       "'no', 'fp16', 'bf16')%s", a->comm_hook, "");
+                       "'no', 'fp16', 'bf16', 'power_sgd')%s", a->comm_hook, "");
   if (a->mpirun_hostfile) a->use_mpi = 1;
   return 0;
 }

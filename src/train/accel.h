@@ -82,7 +82,10 @@ struct acc_accelerator {
   void *metrics_buf;          /* gather_for_metrics' receive buffer, reused across calls */
   size_t metrics_cap;
   int zero; /* ZeRO stage 0, 1 or 2: each model's layout is in its acc__pmodel */
-  int comm_hook; /* acc_comm_hook: gradient buckets compressed to f16/bf16 for the all-reduce */
+  int comm_hook; /* acc_comm_hook: gradient buckets compressed to f16/bf16 for the all-reduce,
+                    or PowerSGD (src/train/powersgd.c) */
+  int psgd_rank;   /* PowerSGD: matrix approximation rank (ACCELERATE_POWERSGD_RANK) */
+  long psgd_start; /* PowerSGD: steps averaged uncompressed first (ACCELERATE_POWERSGD_START_ITER) */
   acc__pmodel *inflight; /* the model whose buckets grad_ready started reducing (overlap) */
   acc__devctx *dev; /* the device it trains on (src/device/devctx.c) */
   const acc__train_ops *ops; /* CPU or device variants of the training calls, chosen at create */

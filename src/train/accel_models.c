@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "train/accel_models.h"
+#include "train/powersgd.h"
 #include "train/model_internal.h"
 #include "backend/collcheck.h"
 #include "state/state.h"
@@ -268,6 +269,7 @@ acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t
 void acc__pmodel_free(acc__pmodel *pm) {
   if (!pm) return;
   acc__grad_sync_destroy(pm->gs);
+  acc__powersgd_destroy(pm->psgd);
   acc__free(pm->low_precision);
   acc__free(pm->zoff);
   acc__free(pm->zflat);
@@ -306,6 +308,7 @@ acc_result acc__pmodel_check_grads(acc__pmodel *pm, const char *fn) {
     /* the comm hook holds for the new buckets too (it was dropped here before: gradients
      * attached after prepare, as llm.c-style programs do, were averaged uncompressed) */
     if (pm->compress != ACC_F32) ACC_CHECK(acc__grad_sync_set_compression(pm->gs, pm->compress));
+    if (pm->psgd) acc__grad_sync_set_reducer(pm->gs, acc__powersgd_reduce_bucket, pm->psgd);
   }
   pm->grad_gen = gen;
   pm->grads_checked = 1;
@@ -316,7 +319,9 @@ acc_result acc__pmodel_sync(acc__pmodel *pm, acc_state *st, int fp16) {
   ACC_CHECK(acc__pmodel_check_grads(pm, "backward"));
   if (fp16) round_grads_f16(pm->model);
   if (pm->zero == 1) return zero1_reduce_grads(pm, st);
-  return acc__grad_sync_finish(pm->gs);
+  ACC_CHECK(acc__grad_sync_finish(pm->gs));
+  acc__powersgd_step_done(pm->psgd);
+  return ACC_OK;
 }
 
 acc_result acc__pmodel_grad_ready(acc__pmodel *pm, size_t index) {

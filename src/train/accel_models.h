@@ -30,6 +30,7 @@ typedef struct acc__pmodel {
   size_t bucket_cap;   /* kept to rebuild the buckets when gradients are attached later */
   int overlap;
   acc_dtype compress;  /* the comm hook's 16-bit type (ACC_F32: none), kept for the same reason */
+  struct acc__powersgd *psgd; /* the PowerSGD comm hook's state (train/powersgd.h), or NULL */
   uint64_t grad_gen;   /* the model's gradient generation the buckets were built for */
   int grads_checked;   /* every parameter that takes a gradient has one (checked at backward) */
   uint64_t lp_gen;     /* bumped at every rewrite of low_precision (acc_accelerator_low_precision_view) */

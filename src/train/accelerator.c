@@ -49,17 +49,28 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   if (hook == ACC_UNSET) {
     int v = 0;
     set = 0;
-    ACC_CHECK(acc__env_enum("ACCELERATE_COMM_HOOK", &v, &set)); /* no|fp16|bf16 = 0|1|2 */
+    ACC_CHECK(acc__env_enum("ACCELERATE_COMM_HOOK", &v, &set)); /* no|fp16|bf16|power_sgd = 0..3 */
     hook = set ? v : ACC_COMM_HOOK_NONE;
   }
-  if (hook < ACC_COMM_HOOK_NONE || hook > ACC_COMM_HOOK_BF16)
+  if (hook < ACC_COMM_HOOK_NONE || hook > ACC_COMM_HOOK_POWERSGD)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "comm_hook is %d: choose ACC_COMM_HOOK_NONE, _FP16 or _BF16", hook);
+                      "comm_hook is %d: choose ACC_COMM_HOOK_NONE, _FP16, _BF16 or _POWERSGD", hook);
+  static const char *const hook_names[] = {"no", "fp16", "bf16", "power_sgd"};
   if (hook != ACC_COMM_HOOK_NONE && zero != 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "comm_hook %s with zero_stage %ld: gradient compression applies to the "
                       "all-reduce of zero_stage 0 only; choose one of the two",
-                      hook == ACC_COMM_HOOK_FP16 ? "fp16" : "bf16", zero);
+                      hook_names[hook], zero);
+  long psgd_rank = 1, psgd_start = 1000; /* torch's PowerSGDState defaults */
+  if (hook == ACC_COMM_HOOK_POWERSGD) {
+    long v = 0;
+    set = 0;
+    ACC_CHECK(acc__env_int("ACCELERATE_POWERSGD_RANK", &v, &set));
+    if (set) psgd_rank = v;
+    set = 0;
+    ACC_CHECK(acc__env_int("ACCELERATE_POWERSGD_START_ITER", &v, &set));
+    if (set) psgd_start = v;
+  }
   acc_state_options so = ACC_STATE_OPTIONS_INIT;
   so.cpu = o.cpu;
   /* The process state reports the precision the accelerator runs (acc_state_describe); a state
@@ -94,6 +105,8 @@ acc_result acc_accelerator_create(acc_accelerator **out, const acc_accelerator_o
   acc->want_low_precision = o.low_precision_params && acc->mp != ACC_PRECISION_NO;
   acc->zero = zero;
   acc->comm_hook = hook;
+  acc->psgd_rank = (int)psgd_rank;
+  acc->psgd_start = psgd_start;
   if (acc->mp == ACC_PRECISION_FP16) {
     acc_result rc = acc_grad_scaler_create(&acc->scaler, o.scaler);
     if (rc != ACC_OK) {

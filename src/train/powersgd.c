@@ -1,0 +1,250 @@
+/* PowerSGD gradient compression (powersgd.h): torch's powerSGD_hook with its defaults
+ * (min_compression_rate 2, use_error_feedback, warm_start, orthogonalization_epsilon 0), one
+ * bucket at a time, three all-reduces per bucket (the uncompressed tensors, the P factors, the
+ * Q factors). The per-parameter state (Q, the error) is kept by parameter index, so it survives
+ * the buckets being rebuilt. */
+#include "train/powersgd.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/collcheck.h" /* acc__comm_origin */
+#include "comm/comm.h"
+
+#define PSGD_MIN_COMPRESSION_RATE 2.0 /* torch's default: compress when it saves at least 2x */
+#define PSGD_SEED 0x5053474453454544ull /* the same Q on every process */
+
+typedef struct psgd_param {
+  int kind;       /* 0 not looked at yet, 1 uncompressed, 2 compressed */
+  size_t n, m, r; /* rows (dimension 0), columns (the rest), rank */
+  float *q;       /* m x r, row-major (warm start) */
+  float *err;     /* n x m: this process's error of the last compressed step */
+} psgd_param;
+
+struct acc__powersgd {
+  acc_state *st;
+  acc_model *model;
+  int rank;
+  long start_iter, iter;
+  float inv_world;
+  psgd_param *pp;
+  size_t np;
+  float *buf; /* scratch: the uncompressed tensors, then the P factors, then the Q factors */
+  size_t buf_cap;
+};
+
+acc_result acc__powersgd_create(acc__powersgd **out, acc_state *st, acc_model *m, int rank,
+                                long start_iter) {
+  *out = NULL;
+  if (rank < 1 || start_iter < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "PowerSGD: rank %d and start iteration %ld (expected >= 1 and >= 0)",
+                      rank, start_iter);
+  acc__powersgd *p = acc__calloc(1, sizeof *p);
+  size_t np = acc_model_num_parameters(m);
+  if (p) p->pp = acc__calloc(np ? np : 1, sizeof *p->pp);
+  if (!p || !p->pp) {
+    acc__free(p);
+    return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate the state of %zu parameters", np);
+  }
+  p->st = st;
+  p->model = m;
+  p->rank = rank;
+  p->start_iter = start_iter;
+  p->np = np;
+  p->inv_world = 1.0f / (float)acc_state_num_processes(st);
+  *out = p;
+  return ACC_OK;
+}
+
+void acc__powersgd_destroy(acc__powersgd *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->np; i++) {
+    acc__free(p->pp[i].q);
+    acc__free(p->pp[i].err);
+  }
+  acc__free(p->pp);
+  acc__free(p->buf);
+  acc__free(p);
+}
+
+void acc__powersgd_step_done(acc__powersgd *p) {
+  if (p) p->iter++;
+}
+long acc__powersgd_iter(const acc__powersgd *p) { return p ? p->iter : 0; }
+
+static float *scratch(acc__powersgd *p, size_t floats) {
+  if (floats <= p->buf_cap) return p->buf;
+  float *b = acc__realloc(p->buf, floats * sizeof *b);
+  if (!b) return NULL;
+  p->buf = b;
+  p->buf_cap = floats;
+  return b;
+}
+
+/* Normal deviates from a counter-based generator (splitmix64 + Box-Muller): the same on every
+ * process for the same parameter. */
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static void randn(float *x, size_t n, uint64_t seed) {
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; i += 2) {
+    double u1 = ((double)(splitmix(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+    double u2 = (double)(splitmix(&s) >> 11) / 9007199254740992.0;
+    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    x[i] = (float)(rad * cos(th));
+    if (i + 1 < n) x[i + 1] = (float)(rad * sin(th));
+  }
+}
+
+/* Gram-Schmidt on the r columns of x (rows x r, row-major): each column divided by its norm (a
+ * zero column stays zero), then removed from the columns after it. */
+static void orthogonalize(float *x, size_t rows, size_t r) {
+  for (size_t c = 0; c < r; c++) {
+    double ss = 0;
+    for (size_t i = 0; i < rows; i++) ss += (double)x[i * r + c] * x[i * r + c];
+    float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    for (size_t i = 0; i < rows; i++) x[i * r + c] *= inv;
+    for (size_t c2 = c + 1; c2 < r; c2++) {
+      double dot = 0;
+      for (size_t i = 0; i < rows; i++) dot += (double)x[i * r + c] * x[i * r + c2];
+      for (size_t i = 0; i < rows; i++) x[i * r + c2] -= (float)dot * x[i * r + c];
+    }
+  }
+}
+
+/* Decides once how parameter i travels (torch's _should_compress), allocating its state. */
+static acc_result classify(acc__powersgd *p, size_t i) {
+  psgd_param *q = &p->pp[i];
+  if (q->kind) return ACC_OK;
+  const acc_param *a = acc_model_parameter(p->model, i);
+  q->kind = 1;
+  if (a->ndim < 2 || a->numel == 0) return ACC_OK;
+  q->n = (size_t)a->shape[0];
+  q->m = a->numel / q->n;
+  q->r = (size_t)p->rank;
+  if (q->r > q->n) q->r = q->n;
+  if (q->r > q->m) q->r = q->m;
+  if ((double)(q->n + q->m) * (double)q->r * PSGD_MIN_COMPRESSION_RATE >= (double)q->n * (double)q->m)
+    return ACC_OK;
+  q->q = acc__malloc(q->m * q->r * sizeof(float));
+  q->err = acc__calloc(a->numel, sizeof(float));
+  if (!q->q || !q->err) {
+    acc__free(q->q), acc__free(q->err);
+    q->q = q->err = NULL;
+    q->kind = 0;
+    return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate the state of parameter '%s' (%zu floats)",
+                      a->name, a->numel + q->m * q->r);
+  }
+  randn(q->q, q->m * q->r, PSGD_SEED ^ (uint64_t)i * 0x100000001b3ull);
+  q->kind = 2;
+  return ACC_OK;
+}
+
+/* The exact mean of the given parameters' gradients, packed into one all-reduce. */
+static acc_result mean_packed(acc__powersgd *p, const size_t *params, size_t count, int only_kind) {
+  size_t total = 0;
+  for (size_t k = 0; k < count; k++)
+    if (!only_kind || p->pp[params[k]].kind == only_kind) total += acc_model_parameter(p->model, params[k])->numel;
+  if (total == 0) return ACC_OK;
+  float *u = scratch(p, total);
+  if (!u) return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate %zu floats of scratch", total);
+  size_t off = 0;
+  for (size_t k = 0; k < count; k++) {
+    const acc_param *a = acc_model_parameter(p->model, params[k]);
+    if (only_kind && p->pp[params[k]].kind != only_kind) continue;
+    memcpy(u + off, a->grad, a->numel * sizeof(float));
+    off += a->numel;
+  }
+  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, 0);
+  ACC_CHECK(acc__all_reduce_scaled(p->st, u, total, p->inv_world));
+  off = 0;
+  for (size_t k = 0; k < count; k++) {
+    const acc_param *a = acc_model_parameter(p->model, params[k]);
+    if (only_kind && p->pp[params[k]].kind != only_kind) continue;
+    memcpy(a->grad, u + off, a->numel * sizeof(float));
+    off += a->numel;
+  }
+  return ACC_OK;
+}
+
+acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t count, size_t numel) {
+  acc__powersgd *p = ctx;
+  (void)numel;
+  if (p->iter < p->start_iter) return mean_packed(p, params, count, 0);
+  for (size_t k = 0; k < count; k++) ACC_CHECK(classify(p, params[k]));
+  ACC_CHECK(mean_packed(p, params, count, 1));
+  size_t np_ = 0, nq = 0; /* floats of the P and Q factors of this bucket */
+  for (size_t k = 0; k < count; k++) {
+    const psgd_param *q = &p->pp[params[k]];
+    if (q->kind == 2) np_ += q->n * q->r, nq += q->m * q->r;
+  }
+  if (np_ == 0) return ACC_OK;
+  float *buf = scratch(p, np_ + nq);
+  if (!buf) return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate %zu floats of scratch", np_ + nq);
+  float *P = buf, *Q = buf + np_;
+  /* M = gradient + error (in the gradient's memory); P = M Q with the warm-started Q */
+  size_t po = 0;
+  for (size_t k = 0; k < count; k++) {
+    psgd_param *q = &p->pp[params[k]];
+    if (q->kind != 2) continue;
+    float *M = acc_model_parameter(p->model, params[k])->grad;
+    size_t n = q->n, m = q->m, r = q->r;
+    for (size_t x = 0; x < n * m; x++) M[x] += q->err[x];
+    if (p->iter > p->start_iter) orthogonalize(q->q, m, r); /* the first time: fresh random */
+    for (size_t i = 0; i < n; i++)
+      for (size_t c = 0; c < r; c++) {
+        float s = 0;
+        const float *row = M + i * m, *qc = q->q;
+        for (size_t j = 0; j < m; j++) s += row[j] * qc[j * r + c];
+        P[po + i * r + c] = s;
+      }
+    po += n * r;
+  }
+  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, 1);
+  ACC_CHECK(acc_all_reduce(p->st, P, P, np_, ACC_F32, ACC_SUM));
+  /* orthogonalize P; Q = M^T P */
+  po = 0;
+  size_t qo = 0;
+  for (size_t k = 0; k < count; k++) {
+    psgd_param *q = &p->pp[params[k]];
+    if (q->kind != 2) continue;
+    const float *M = acc_model_parameter(p->model, params[k])->grad;
+    size_t n = q->n, m = q->m, r = q->r;
+    orthogonalize(P + po, n, r);
+    float *Qk = Q + qo;
+    memset(Qk, 0, m * r * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+      for (size_t c = 0; c < r; c++) {
+        float pic = P[po + i * r + c];
+        const float *row = M + i * m;
+        for (size_t j = 0; j < m; j++) Qk[j * r + c] += row[j] * pic;
+      }
+    po += n * r, qo += m * r;
+  }
+  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, 2);
+  ACC_CHECK(acc__all_reduce_scaled(p->st, Q, nq, p->inv_world));
+  /* the gradient becomes P Q^T, the error M - P Q^T; Q is kept for the next step */
+  po = qo = 0;
+  for (size_t k = 0; k < count; k++) {
+    psgd_param *q = &p->pp[params[k]];
+    if (q->kind != 2) continue;
+    float *M = acc_model_parameter(p->model, params[k])->grad;
+    size_t n = q->n, m = q->m, r = q->r;
+    memcpy(q->q, Q + qo, m * r * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+      float *row = M + i * m, *e = q->err + i * m;
+      for (size_t j = 0; j < m; j++) {
+        float a = 0;
+        for (size_t c = 0; c < r; c++) a += P[po + i * r + c] * q->q[j * r + c];
+        e[j] = row[j] - a;
+        row[j] = a;
+      }
+    }
+    po += n * r, qo += m * r;
+  }
+  return ACC_OK;
+}

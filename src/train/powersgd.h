@@ -1,0 +1,33 @@
+/* PowerSGD gradient compression (torch DDP's powerSGD_hook, Vogels et al. 2019), as a bucket
+ * reducer of the gradient buckets (train/grad_sync.h). Internal; docs/mixed-precision.md has the
+ * user's view ("Gradient compression"). */
+#ifndef ACC_TRAIN_POWERSGD_H
+#define ACC_TRAIN_POWERSGD_H
+
+#include "core/internal.h"
+
+typedef struct acc__powersgd acc__powersgd;
+
+/* State for model m's parameters: `rank` (matrix_approximation_rank, >= 1) and `start_iter`
+ * (start_powerSGD_iter: the first start_iter steps average uncompressed). Nothing is allocated
+ * per parameter before the first compressed step. */
+acc_result acc__powersgd_create(acc__powersgd **out, acc_state *st, acc_model *m, int rank,
+                                long start_iter);
+void acc__powersgd_destroy(acc__powersgd *p);
+
+/* The bucket reducer (acc__bucket_reduce_fn; ctx is the acc__powersgd): leaves in every gradient
+ * of the bucket the same approximation of the mean over processes on every process. Before
+ * start_iter, and for 1-D tensors and matrices that rank-r factors would not shrink by 2x
+ * (min_compression_rate 2), the exact mean. A matrix (dimension 0 x the rest) M, with this
+ * process's error of the last step added (error feedback): P = M Q (Q of the last step, re-
+ * orthogonalized: warm start; random the first time, the same on every process), P summed over
+ * processes and orthogonalized, Q = M^T P summed and divided by the number of processes, the
+ * gradient becomes P Q^T and the error M - P Q^T. Collective. */
+acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t count, size_t numel);
+
+/* After every bucket of a synchronizing backward: counts the step (start_iter). */
+void acc__powersgd_step_done(acc__powersgd *p);
+/* Steps counted so far (tests). */
+long acc__powersgd_iter(const acc__powersgd *p);
+
+#endif
