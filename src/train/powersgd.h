@@ -1,6 +1,6 @@
 /* PowerSGD gradient compression (torch DDP's powerSGD_hook, Vogels et al. 2019), as a bucket
  * reducer of the gradient buckets (train/grad_sync.h). Internal; docs/mixed-precision.md has the
- * user's view ("Gradient compression"). */
+ * user's view ("PowerSGD gradient compression"). */
 #ifndef ACC_TRAIN_POWERSGD_H
 #define ACC_TRAIN_POWERSGD_H
 
