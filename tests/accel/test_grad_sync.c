@@ -209,10 +209,12 @@ static void test_accelerator_shared(void) {
     res[shared] = malloc(N * sizeof(float));
     memcpy(res[shared], g, N * sizeof(float));
     if (shared) {
+#ifndef __SANITIZE_ADDRESS__ /* ASan aborts on the fallback's 1 PiB malloc instead of failing it */
       void *huge = (void *)1;
       acc_result rc = acc_accelerator_alloc_shared(acc, (size_t)1 << 50, &huge);
       CHECK(rc == ACC_ERR_NOMEM && huge == NULL, "alloc_shared of 1 PiB: %s (expected NOMEM): %s",
             acc_result_string(rc), acc_last_error());
+#endif
       float one = 1.0f;
       REQUIRE_OK(acc_all_reduce(st, &one, &one, 1, ACC_F32, ACC_SUM));
       CHECK(one == (float)nprocs, "the group after a failed shared allocation: %g", (double)one);
