@@ -9,7 +9,7 @@
 # Usage (root): bench/multinode/run.sh [build_dir]     RUNS=5 ROUNDS=3 MAXB=67108864 by default,
 # LINK_RATE=1gbit (say) limits the link between the two machines (see below); PIPE_AB=1 adds
 # a fourth run per round, the hierarchical backend without its pipeline (ACCELERATE_HIER_PIECE_BYTES=0)
-# (RUNS=0: no join time). The busbw programs are bench/multinode/busbw.c (busbw through the
+# (RUNS=0: no join time). TRAIN_HOOKS=1: the main job under each comm hook instead (below). The busbw programs are bench/multinode/busbw.c (busbw through the
 # library, mpi_busbw through plain Open MPI: the same timed loop).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -53,6 +53,33 @@ launch() { # ns machine_rank prog args...
   ip netns exec $ns "$ACC" launch --quiet --num_machines 2 --machine_rank $mr --num_processes 4 \
     --main_process_ip $IPA --main_process_port 29500 "$@"
 }
+
+# TRAIN_HOOKS=1: instead of the figures below, the Fashion-MNIST main job with one process per
+# machine (gloo between them) under each gradient comm hook (no, bf16, power_sgd from the first
+# step), interleaved, ROUNDS rounds: samples/s and test accuracy, medians. Shows what compression
+# buys on a link slower than memory (set LINK_RATE).
+if [ -n "${TRAIN_HOOKS:-}" ]; then
+  ex=$build/examples/fashion_mnist/fashion_mnist
+  train() { # hook out
+    for m in 1 0; do
+      ip netns exec $([ $m = 0 ] && echo $NSA || echo $NSB) env ACCELERATE_POWERSGD_START_ITER=0 \
+        "$ACC" launch --quiet --num_machines 2 --machine_rank $m --num_processes 2 \
+        --main_process_ip $IPA --main_process_port 29501 --comm_hook "$1" "$ex" --quiet >"$2.m$m" 2>&1 &
+    done
+    wait
+  }
+  echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); link: ${LINK_RATE:-not limited}; main job, 2 machines x 1 process"
+  for r in $(seq $ROUNDS); do
+    for h in no bf16 power_sgd; do train $h "$TMP/t-$h-$r"; done
+  done
+  printf '%-10s %12s %10s\n' hook samples/s accuracy
+  for h in no bf16 power_sgd; do
+    med() { sed -n "$1" "$TMP"/t-$h-*.m0 | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+    printf '%-10s %12s %10s\n' $h "$(med 's/^throughput: \([0-9.]*\) samples.*/\1/p')" "$(med 's/^test accuracy: \([0-9.]*\).*/\1/p')"
+  done
+  echo "# end: load $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 
 command -v mpirun >/dev/null || { echo "mpirun (Open MPI) not found"; exit 1; }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); link between the machines: ${LINK_RATE:-not limited}"

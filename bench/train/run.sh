@@ -28,7 +28,7 @@ one_run() {
   sed -n 's/.*, \([0-9.]*\) MiB peak resident.*/\1/p; s/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/out.txt" >> "$tmp/$name.rss"
 }
 L="$build/accelerate launch"
-configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_private_grads accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k accelerate_2_proc_bf16hook accelerate_2_proc_fp16hook"
+configs="baseline_no_library accelerate_1_process accelerate_2_processes accelerate_2_proc_private_grads accelerate_2_proc_prefetch2 accelerate_2_proc_bucket64k accelerate_2_proc_overlap64k accelerate_2_proc_bf16hook accelerate_2_proc_fp16hook accelerate_2_proc_powersgd"
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 i=0
 while [ $i -lt "$runs" ]; do
@@ -41,6 +41,7 @@ while [ $i -lt "$runs" ]; do
   one_run accelerate_2_proc_overlap64k $L --num_processes 2 "$ex" --epochs "$epochs" --quiet --bucket-kb 64 --overlap
   one_run accelerate_2_proc_bf16hook $L --num_processes 2 --comm_hook bf16 "$ex" --epochs "$epochs" --quiet
   one_run accelerate_2_proc_fp16hook $L --num_processes 2 --comm_hook fp16 "$ex" --epochs "$epochs" --quiet
+  ACCELERATE_POWERSGD_START_ITER=0 one_run accelerate_2_proc_powersgd $L --num_processes 2 --comm_hook power_sgd "$ex" --epochs "$epochs" --quiet
   i=$((i + 1))
 done
 
