@@ -1,7 +1,7 @@
 /* PowerSGD gradient compression (powersgd.h): torch's powerSGD_hook with its defaults
  * (min_compression_rate 2, use_error_feedback, warm_start, orthogonalization_epsilon 0), one
- * bucket at a time, three all-reduces per bucket (the uncompressed tensors, the P factors, the
- * Q factors). The per-parameter state (Q, the error) is kept by parameter index, so it survives
+ * bucket at a time, two all-reduces per bucket (the uncompressed tensors with the P factors,
+ * then the Q factors; torch makes three). The per-parameter state (Q, the error) is kept by parameter index, so it survives
  * the buckets being rebuilt. */
 #include "train/powersgd.h"
 
@@ -116,6 +116,20 @@ static void orthogonalize(float *x, size_t rows, size_t r) {
   }
 }
 
+/* sum over j < m of a[j] * b[j * stride], in 8 partial sums (a fixed order: the same bits on
+ * every run) so that the compiler can vectorize the unit-stride case. */
+static float dot_strided(const float *restrict a, const float *restrict b, size_t m, size_t stride) {
+  float part[8] = {0};
+  size_t j = 0;
+  if (stride == 1)
+    for (; j + 8 <= m; j += 8)
+      for (size_t l = 0; l < 8; l++) part[l] += a[j + l] * b[j + l];
+  float s = 0;
+  for (; j < m; j++) s += a[j] * b[j * stride];
+  for (size_t l = 0; l < 8; l++) s += part[l];
+  return s;
+}
+
 /* Decides once how parameter i travels (torch's _should_compress), allocating its state. */
 static acc_result classify(acc__powersgd *p, size_t i) {
   psgd_param *q = &p->pp[i];
@@ -144,30 +158,30 @@ static acc_result classify(acc__powersgd *p, size_t i) {
   return ACC_OK;
 }
 
-/* The exact mean of the given parameters' gradients, packed into one all-reduce. */
-static acc_result mean_packed(acc__powersgd *p, const size_t *params, size_t count, int only_kind) {
-  size_t total = 0;
-  for (size_t k = 0; k < count; k++)
-    if (!only_kind || p->pp[params[k]].kind == only_kind) total += acc_model_parameter(p->model, params[k])->numel;
-  if (total == 0) return ACC_OK;
-  float *u = scratch(p, total);
-  if (!u) return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate %zu floats of scratch", total);
+/* Copies the gradients of the bucket's parameters of kind `kind` (0: all) into u (dir 0), or u
+ * back into them (dir 1); returns the number of floats. u NULL: counts only. */
+static size_t pack(acc__powersgd *p, const size_t *params, size_t count, int kind, float *u, int dir) {
   size_t off = 0;
   for (size_t k = 0; k < count; k++) {
     const acc_param *a = acc_model_parameter(p->model, params[k]);
-    if (only_kind && p->pp[params[k]].kind != only_kind) continue;
-    memcpy(u + off, a->grad, a->numel * sizeof(float));
+    if (kind && p->pp[params[k]].kind != kind) continue;
+    if (u && dir == 0) memcpy(u + off, a->grad, a->numel * sizeof(float));
+    if (u && dir == 1) memcpy(a->grad, u + off, a->numel * sizeof(float));
     off += a->numel;
   }
+  return off;
+}
+
+/* The exact mean of the bucket's gradients (kind 0: all of them), in one all-reduce. */
+static acc_result mean_packed(acc__powersgd *p, const size_t *params, size_t count, int kind) {
+  size_t total = pack(p, params, count, kind, NULL, 0);
+  if (total == 0) return ACC_OK;
+  float *u = scratch(p, total);
+  if (!u) return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate %zu floats of scratch", total);
+  pack(p, params, count, kind, u, 0);
   acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, 0);
   ACC_CHECK(acc__all_reduce_scaled(p->st, u, total, p->inv_world));
-  off = 0;
-  for (size_t k = 0; k < count; k++) {
-    const acc_param *a = acc_model_parameter(p->model, params[k]);
-    if (only_kind && p->pp[params[k]].kind != only_kind) continue;
-    memcpy(a->grad, u + off, a->numel * sizeof(float));
-    off += a->numel;
-  }
+  pack(p, params, count, kind, u, 1);
   return ACC_OK;
 }
 
@@ -176,16 +190,18 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
   (void)numel;
   if (p->iter < p->start_iter) return mean_packed(p, params, count, 0);
   for (size_t k = 0; k < count; k++) ACC_CHECK(classify(p, params[k]));
-  ACC_CHECK(mean_packed(p, params, count, 1));
   size_t np_ = 0, nq = 0; /* floats of the P and Q factors of this bucket */
   for (size_t k = 0; k < count; k++) {
     const psgd_param *q = &p->pp[params[k]];
     if (q->kind == 2) np_ += q->n * q->r, nq += q->m * q->r;
   }
-  if (np_ == 0) return ACC_OK;
-  float *buf = scratch(p, np_ + nq);
-  if (!buf) return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate %zu floats of scratch", np_ + nq);
-  float *P = buf, *Q = buf + np_;
+  if (np_ == 0) return mean_packed(p, params, count, 1);
+  /* one all-reduce carries the exact tensors and the P factors (torch makes two): [U | P | Q] */
+  size_t nu = pack(p, params, count, 1, NULL, 0);
+  float *buf = scratch(p, nu + np_ + nq);
+  if (!buf) return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate %zu floats of scratch", nu + np_ + nq);
+  float *U = buf, *P = buf + nu, *Q = P + np_;
+  pack(p, params, count, 1, U, 0);
   /* M = gradient + error (in the gradient's memory); P = M Q with the warm-started Q */
   size_t po = 0;
   for (size_t k = 0; k < count; k++) {
@@ -196,16 +212,13 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
     for (size_t x = 0; x < n * m; x++) M[x] += q->err[x];
     if (p->iter > p->start_iter) orthogonalize(q->q, m, r); /* the first time: fresh random */
     for (size_t i = 0; i < n; i++)
-      for (size_t c = 0; c < r; c++) {
-        float s = 0;
-        const float *row = M + i * m, *qc = q->q;
-        for (size_t j = 0; j < m; j++) s += row[j] * qc[j * r + c];
-        P[po + i * r + c] = s;
-      }
+      for (size_t c = 0; c < r; c++) P[po + i * r + c] = dot_strided(M + i * m, q->q + c, m, r);
     po += n * r;
   }
   acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, 1);
-  ACC_CHECK(acc_all_reduce(p->st, P, P, np_, ACC_F32, ACC_SUM));
+  ACC_CHECK(acc_all_reduce(p->st, buf, buf, nu + np_, ACC_F32, ACC_SUM));
+  for (size_t x = 0; x < nu; x++) U[x] *= p->inv_world; /* the bits of acc__all_reduce_scaled */
+  pack(p, params, count, 1, U, 1);
   /* orthogonalize P; Q = M^T P */
   po = 0;
   size_t qo = 0;
@@ -236,10 +249,20 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
     size_t n = q->n, m = q->m, r = q->r;
     memcpy(q->q, Q + qo, m * r * sizeof(float));
     for (size_t i = 0; i < n; i++) {
-      float *row = M + i * m, *e = q->err + i * m;
+      float *restrict row = M + i * m, *restrict e = q->err + i * m;
+      const float *restrict qq = q->q;
+      if (r == 1) { /* the common case, in a loop the compiler vectorizes */
+        float pi = P[po + i];
+        for (size_t j = 0; j < m; j++) {
+          float a = pi * qq[j];
+          e[j] = row[j] - a;
+          row[j] = a;
+        }
+        continue;
+      }
       for (size_t j = 0; j < m; j++) {
         float a = 0;
-        for (size_t c = 0; c < r; c++) a += P[po + i * r + c] * q->q[j * r + c];
+        for (size_t c = 0; c < r; c++) a += P[po + i * r + c] * qq[j * r + c];
         e[j] = row[j] - a;
         row[j] = a;
       }
