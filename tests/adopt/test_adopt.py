@@ -10,9 +10,11 @@ one process, run directly and under `accelerate launch --num_processes 1`:
   - no extra thread, no CPU binding: the thread count and the allowed CPUs during the last step
     are the plain program's, also under the launcher;
   - the library's per-step calls neither fault memory in nor allocate per step: the steps after
-    the first take at most 8 page faults, minor and major together (re-touching the 1.6 MB
+    the first take at most 40 page faults, minor and major together (re-touching the 1.6 MB
     gradient buffer would take ~400; a major fault is code or data read from disk, which a fresh
-    build on a busy machine may still take, so it is not singled out);
+    build on a busy machine may still take, so it is not singled out; the kernel's own work
+    (reclaim, DAMON, compaction) gives even the plain program a few: 9 once under ASan in CI, so
+    the bound is not 8 any more);
   - the floating-point control word (MXCSR) is the plain program's.
 usage: test_adopt.py ACCELERATE PLAIN PORTED WORK_DIR [check-placement 0|1]"""
 import os, re, subprocess, sys
@@ -20,6 +22,7 @@ import os, re, subprocess, sys
 acc, plain, ported, work = sys.argv[1:5]
 placement = len(sys.argv) < 6 or sys.argv[5] == "1"
 failures = 0
+FAULTS = 40  # page faults the steps after the first may take (re-touching the gradients: ~400)
 
 
 def check(cond, msg):
@@ -70,9 +73,9 @@ for what, cmd in (("ported", [ported] + args),
               f"{what}: buffer page offsets {q['offsets']}, plain {p['offsets']} (the library moved them)")
     check(q["threads"] == p["threads"], f"{what}: {q['threads']} threads during the run, plain {p['threads']}")
     check(q["cpus"] == p["cpus"], f"{what}: allowed CPUs {q['cpus']}, plain {p['cpus']}")
-    check(q["minflt"] + q["majflt"] <= 8,
-          f"{what}: {q['minflt']} minor / {q['majflt']} major page faults after the first step (expected <= 8 in all)")
+    check(q["minflt"] + q["majflt"] <= FAULTS,
+          f"{what}: {q['minflt']} minor / {q['majflt']} major page faults after the first step (expected <= {FAULTS} in all)")
     check(q["mxcsr"] == p["mxcsr"], f"{what}: MXCSR {q['mxcsr']}, plain {p['mxcsr']}")
-check(p["minflt"] <= 8, f"plain: {p['minflt']} minor page faults after the first step (expected <= 8)")
+check(p["minflt"] <= FAULTS, f"plain: {p['minflt']} minor page faults after the first step (expected <= {FAULTS})")
 print("adopt: ok" if not failures else f"adopt: {failures} failure(s)")
 sys.exit(1 if failures else 0)
