@@ -137,9 +137,9 @@ ACC_EXTERN acc_result acc_accelerator_alloc(acc_accelerator *acc, size_t bytes, 
  * "Registered buffers"). A collective: every process calls it, in the same order, with the same
  * bytes (a different size fails with ACC_ERR_MISMATCH on every process). When the shared
  * memory cannot be had (e.g. /dev/shm too small, as in a container's default 64 MB) every
- * process gets ordinary memory and the main process logs a warning saying why. With one process, on a GPU, or with a backend that shares no memory (MPI,
- * gloo, several machines) it is acc_accelerator_alloc. Zeroed; free with acc_accelerator_free
- * (local). @since 0.2
+ * process gets ordinary memory and the main process logs a warning saying why. With one
+ * process, on a GPU, or with a backend that shares no memory (MPI, gloo, several machines) it
+ * is acc_accelerator_alloc. Zeroed; free with acc_accelerator_free (local). @since 0.2
  */
 ACC_EXTERN acc_result acc_accelerator_alloc_shared(acc_accelerator *acc, size_t bytes, void **out);
 /** Frees memory from acc_accelerator_alloc or acc_accelerator_alloc_shared. Accepts NULL. A
