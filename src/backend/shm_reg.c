@@ -5,9 +5,9 @@
  * Allocation (acc__shm_alloc_shared, a collective: every rank, same order, same size; comm.c
  * checks the call tags). Allocation number k (counted the same on every rank) is a file
  * "<segment name>-a<k>-r<rank>" in /dev/shm that its rank creates (O_EXCL, mode 0600) and maps.
- * Step 1: every rank has created its file (or published that it could not: a 0 in its slot).
- * Every rank then maps every peer's file. Step 2: every rank has mapped every peer's (1 in its
- * slot) or not (0). Each rank unlinks its own file after step 2, success or not: from then on no
+ * Step 1: every rank has created its file, or published in its slot the errno of why not.
+ * Every rank then maps every peer's file. Step 2: every rank has mapped every peer's, or
+ * published why not. Each rank unlinks its own file after step 2, success or not: from then on no
  * /dev/shm entry exists (a rank killed between the create and step 2 leaves one behind; the
  * name carries the job's unpredictable token). The outcome is the same on every rank: all
  * succeeded, or every rank unmaps and fails with a message naming the rank that could not.
@@ -16,12 +16,13 @@
  * one-step size once this machine made an allocation: the same on every rank). Before its first
  * step a rank stores in its slot the number of the allocation its buffer lies in and the offset
  * (number 0: not in place, or not in such memory). A slot of the step's parity, not the control
- * block: a rank rewrites it only after every rank has read it (shm_coll.c's buffer rule). After the step, when every rank named
- * the same allocation, each rank reduces its block of the message (elements [me * count / n,
- * (me + 1) * count / n)) from every rank's buffer, in rank order (the same bits as the copy path),
- * and writes it into its own buffer and, with non-temporal stores, into every peer's; a second
- * step and every buffer holds the whole result. Per rank: the message read once, written once.
- * Otherwise the copy path runs as before (one step later).
+ * block: a rank rewrites it only after every rank has read it (shm_coll.c's buffer rule). After
+ * the step, when every rank named the same allocation, each rank reduces its block of the
+ * message (elements [me * count / n, (me + 1) * count / n)) from every rank's buffer, in rank
+ * order (the same bits as the copy path), and writes it into its own buffer and, with
+ * non-temporal stores, into every peer's; a second step and every buffer holds the whole result.
+ * Per rank: the message read once, written once. Otherwise the copy path runs as before (one
+ * step later).
  *
  * Free (acc__shm_free_shared) is local: the rank unmaps its allocation and its mappings of the
  * peers' allocations with the same number (the memory lives until the last rank unmaps it).

@@ -1,8 +1,8 @@
 /* PowerSGD gradient compression (powersgd.h): torch's powerSGD_hook with its defaults
  * (min_compression_rate 2, use_error_feedback, warm_start, orthogonalization_epsilon 0), one
  * bucket at a time, two all-reduces per bucket (the uncompressed tensors with the P factors,
- * then the Q factors; torch makes three). The per-parameter state (Q, the error) is kept by parameter index, so it survives
- * the buckets being rebuilt. */
+ * then the Q factors; torch makes three). The per-parameter state (Q, the error) is kept by
+ * parameter index, so it survives the buckets being rebuilt. */
 #include "train/powersgd.h"
 
 #include <math.h>
