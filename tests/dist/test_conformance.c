@@ -9,7 +9,8 @@
  * The shm-only checks (no segment left in /dev/shm after the rendezvous or after a shared
  * allocation; an all_reduce of shared memory takes the in-place path) run only when the
  * backend is shm. Shared allocations (acc__comm_alloc_shared) run on every backend: where the
- * backend shares no memory the buffers are malloc'ed and the results are the same. ACCELERATE_BACKEND, when set, must be the backend the state picked (with more
+ * backend shares no memory the buffers are malloc'ed and the results are the same.
+ * ACCELERATE_BACKEND, when set, must be the backend the state picked (with more
  * than one process); ACC_TEST_NPROCS, when set, must be the number of processes.
  * Usage: test_dist_conformance [chunk_bytes]   (sets ACCELERATE_SHM_CHUNK_BYTES before joining;
  * the largest count is derived from it, so a small chunk also keeps the run fast) */
