@@ -159,39 +159,33 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
   return ACC_OK;
 }
 
-/* Once this machine's ranks made a shared allocation (the same on every rank), every all_reduce
- * above the one-step size first tries the in-place path of registered buffers (shm_reg.c). */
-static int try_registered(const shm_be *s, size_t bytes) {
-  return s->reg_made > 0 && bytes > SHM_SMALL_BYTES;
+/* all_reduce and its scaled form (scale NULL: none). Once this machine's ranks made a shared
+ * allocation (the same on every rank), every all_reduce above the one-step size first tries the
+ * in-place path of registered buffers (shm_reg.c); then single copy where it is on (which
+ * multiplies after its call), else the copy path. */
+static acc_result all_reduce(shm_be *s, const void *send, void *recv, size_t count, acc_dtype dt,
+                             acc_op op, const float *scale) {
+  int done = 0;
+  size_t bytes = count * acc_dtype_size(dt);
+  if (s->reg_made > 0 && bytes > SHM_SMALL_BYTES) {
+    ACC_CHECK(acc__shm_reg_all_reduce(s, send, recv, count, dt, op, scale, &done));
+    if (done) return ACC_OK;
+  }
+  if (!acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, bytes)) return reduce_common(s, send, recv, count, dt, op, -1, scale);
+  ACC_CHECK(acc__shm_cma_all_reduce(s, send, recv, count, dt, op));
+  if (scale)
+    for (size_t i = 0; i < count; i++) ((float *)recv)[i] *= *scale;
+  return ACC_OK;
 }
 
 acc_result acc__shm_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                                acc_dtype dtype, acc_op op) {
-  shm_be *s = (shm_be *)be;
-  int done = 0;
-  if (try_registered(s, count * acc_dtype_size(dtype))) {
-    ACC_CHECK(acc__shm_reg_all_reduce(s, send, recv, count, dtype, op, NULL, &done));
-    if (done) return ACC_OK;
-  }
-  if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * acc_dtype_size(dtype)))
-    return acc__shm_cma_all_reduce(s, send, recv, count, dtype, op);
-  return reduce_common((shm_be *)be, send, recv, count, dtype, op, -1, NULL);
+  return all_reduce((shm_be *)be, send, recv, count, dtype, op, NULL);
 }
 
 acc_result acc__shm_all_reduce_scaled_f32(acc__backend *be, const float *send, float *recv,
                                           size_t count, float scale) {
-  shm_be *s = (shm_be *)be;
-  int done = 0;
-  if (try_registered(s, count * sizeof(float))) {
-    ACC_CHECK(acc__shm_reg_all_reduce(s, send, recv, count, ACC_F32, ACC_SUM, &scale, &done));
-    if (done) return ACC_OK;
-  }
-  if (acc__shm_cma_use(s, ACC__SHM_CMA_REDUCE, count * sizeof(float))) {
-    ACC_CHECK(acc__shm_cma_all_reduce(s, send, recv, count, ACC_F32, ACC_SUM));
-    for (size_t i = 0; i < count; i++) recv[i] *= scale;
-    return ACC_OK;
-  }
-  return reduce_common(s, send, recv, count, ACC_F32, ACC_SUM, -1, &scale);
+  return all_reduce((shm_be *)be, send, recv, count, ACC_F32, ACC_SUM, &scale);
 }
 
 acc_result acc__shm_reduce(acc__backend *be, const void *send, void *recv, size_t count,

@@ -245,6 +245,24 @@ acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype
   return acc_precision_copy_params(pm->model, lp_dtype, pm->low_precision, acc_model_numel(pm->model));
 }
 
+/* What every set of buckets of this model gets, at prepare and whenever they are rebuilt: ZeRO
+ * stage 2's reducer or PowerSGD's, and the fp16/bf16 compression. */
+static acc_result configure_buckets(acc__pmodel *pm) {
+  if (pm->zero == 2) acc__grad_sync_set_reducer(pm->gs, zero2_reduce_bucket, pm);
+  if (pm->psgd) acc__grad_sync_set_reducer(pm->gs, acc__powersgd_reduce_bucket, pm->psgd);
+  if (pm->compress != ACC_F32) ACC_CHECK(acc__grad_sync_set_compression(pm->gs, pm->compress));
+  return ACC_OK;
+}
+
+acc_result acc__pmodel_use_comm_hook(acc__pmodel *pm, int hook, int psgd_rank, long psgd_start) {
+  if (hook == ACC_COMM_HOOK_NONE || !pm->gs) return ACC_OK;
+  if (hook == ACC_COMM_HOOK_POWERSGD)
+    ACC_CHECK(acc__powersgd_create(&pm->psgd, pm->st, pm->model, psgd_rank, psgd_start));
+  else
+    pm->compress = hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
+  return configure_buckets(pm);
+}
+
 acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t bucket_cap, int overlap,
                             int zero, acc_dtype lp_dtype) {
   memset(pm, 0, sizeof *pm);
@@ -257,7 +275,7 @@ acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t
   acc_result rc = broadcast_parameters(st, m, bucket_cap);
   if (rc == ACC_OK && zero) rc = zero_layout(pm, st, bucket_cap);
   if (rc == ACC_OK && zero != 1) rc = acc__grad_sync_create(&pm->gs, st, m, bucket_cap, overlap);
-  if (rc == ACC_OK && zero == 2) acc__grad_sync_set_reducer(pm->gs, zero2_reduce_bucket, pm);
+  if (rc == ACC_OK && pm->gs) rc = configure_buckets(pm);
   if (rc == ACC_OK && (lp_dtype == ACC_F16 || lp_dtype == ACC_BF16)) {
     pm->low_precision = acc__calloc(acc_model_numel(m) ? acc_model_numel(m) : 1, sizeof(uint16_t));
     rc = pm->low_precision ? acc__pmodel_refresh_low_precision(pm, lp_dtype) : ACC_ERR_NOMEM;
@@ -304,11 +322,9 @@ acc_result acc__pmodel_check_grads(acc__pmodel *pm, const char *fn) {
     ACC_CHECK(acc__grad_sync_create(&gs, pm->st, pm->model, pm->bucket_cap, pm->overlap));
     acc__grad_sync_destroy(pm->gs);
     pm->gs = gs;
-    if (pm->zero == 2) acc__grad_sync_set_reducer(pm->gs, zero2_reduce_bucket, pm);
-    /* the comm hook holds for the new buckets too (it was dropped here before: gradients
-     * attached after prepare, as llm.c-style programs do, were averaged uncompressed) */
-    if (pm->compress != ACC_F32) ACC_CHECK(acc__grad_sync_set_compression(pm->gs, pm->compress));
-    if (pm->psgd) acc__grad_sync_set_reducer(pm->gs, acc__powersgd_reduce_bucket, pm->psgd);
+    /* the same reducer and comm hook for the new buckets (the hook was dropped here before:
+     * gradients attached after prepare, as llm.c-style programs do, went uncompressed) */
+    ACC_CHECK(configure_buckets(pm));
   }
   pm->grad_gen = gen;
   pm->grads_checked = 1;

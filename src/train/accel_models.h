@@ -42,6 +42,9 @@ typedef struct acc__pmodel {
 acc_result acc__pmodel_init(acc__pmodel *pm, acc_state *st, acc_model *m, size_t bucket_cap, int overlap,
                             int zero, acc_dtype lp_dtype);
 void acc__pmodel_free(acc__pmodel *pm);
+/* The comm hook (acc_comm_hook) for this model's buckets, kept when they are rebuilt: fp16/bf16
+ * compression or PowerSGD (rank, start step); nothing for ACC_COMM_HOOK_NONE or ZeRO stage 1. */
+acc_result acc__pmodel_use_comm_hook(acc__pmodel *pm, int hook, int psgd_rank, long psgd_start);
 
 /* The gradient sync of one model after the program's backward pass (fp16: the gradients pass
  * through half precision first). Stage 0: the mean in every gradient. Stage 1 and 2: the mean of

@@ -81,23 +81,11 @@ static float *scratch(acc__powersgd *p, size_t floats) {
   return b;
 }
 
-/* Normal deviates from a counter-based generator (splitmix64 + Box-Muller): the same on every
- * process for the same parameter. */
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+/* Normal deviates from the library's generator, seeded per parameter: the same on every process. */
 static void randn(float *x, size_t n, uint64_t seed) {
-  uint64_t s = seed;
-  for (size_t i = 0; i < n; i += 2) {
-    double u1 = ((double)(splitmix(&s) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
-    double u2 = (double)(splitmix(&s) >> 11) / 9007199254740992.0;
-    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-    x[i] = (float)(rad * cos(th));
-    if (i + 1 < n) x[i + 1] = (float)(rad * sin(th));
-  }
+  acc_rng rng;
+  acc_rng_seed(&rng, seed);
+  for (size_t i = 0; i < n; i++) x[i] = (float)acc_rng_normal(&rng);
 }
 
 /* Gram-Schmidt on the r columns of x (rows x r, row-major): each column divided by its norm (a

@@ -3,7 +3,6 @@
 #include "accelerate.h"
 #include "train/accel.h"
 #include "train/model_internal.h"
-#include "train/powersgd.h"
 
 static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model *model) {
   const int typed = acc__typed_any(model);
@@ -20,15 +19,7 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
   ACC_CHECK(acc__pmodel_init(pm, acc->st, model, acc->bucket_cap, acc->overlap, acc->zero,
                              acc__accel_lp_dtype(acc)));
   if (typed) (void)acc__typed_params_out(model); /* host memory: cannot fail */
-  if (acc->comm_hook == ACC_COMM_HOOK_NONE || !pm->gs) return ACC_OK;
-  acc_result rc;
-  if (acc->comm_hook == ACC_COMM_HOOK_POWERSGD) {
-    rc = acc__powersgd_create(&pm->psgd, acc->st, model, acc->psgd_rank, acc->psgd_start);
-    if (rc == ACC_OK) acc__grad_sync_set_reducer(pm->gs, acc__powersgd_reduce_bucket, pm->psgd);
-  } else {
-    pm->compress = acc->comm_hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
-    rc = acc__grad_sync_set_compression(pm->gs, pm->compress);
-  }
+  acc_result rc = acc__pmodel_use_comm_hook(pm, acc->comm_hook, acc->psgd_rank, acc->psgd_start);
   if (rc != ACC_OK) acc__pmodel_free(pm);
   return rc;
 }
