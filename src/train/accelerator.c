@@ -395,7 +395,7 @@ acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, 
   ACC_PROF_SCOPE(ACC_PROF_DATA, "next_batch");
   ACC_CHECK(acc__accel_check(acc, "next_batch"));
   if (!dl || !out)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: %s is NULL", !dl ? "the loader (dl)" : "out");
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: NULL argument: %s is NULL", !dl ? "the loader (dl)" : "out");
   warn_unprepared(acc, dl);
   acc_result rc = acc_dataloader_next(dl, out);
   if (rc != ACC_OK) return rc;
