@@ -11,6 +11,7 @@
 #include "ckpt/load_snapshot.h"
 #include "core/log.h"
 #include "data/data_internal.h"
+#include "device/devio.h"
 #include "train/train.h"
 
 enum { BUFS = 2 }; /* optimizer state buffers per parameter (AdamW's two, SGD's one) */
@@ -29,11 +30,7 @@ typedef struct custom_snap {
 } custom_snap;
 
 struct acc__load_snapshot {
-  /* a model in device memory: a host copy taken through the device interface (host code never
-   * touches device memory), and its device; NULL: a model in host memory (load_state does not
-   * write it before the commit) */
-  acc_model **models;
-  acc__devctx **devs;
+  float **models; /* NULL: a model in host memory (load_state does not write it before the commit) */
   opt_snap *opts;
   int64_t *sched_step;
   double *sched_lrs; /* per scheduler: ACC__MAX_PREPARED group base lrs at most */
@@ -49,8 +46,7 @@ struct acc__load_snapshot {
 
 void acc__load_snapshot_free(acc__load_snapshot *s, const acc__accel_parts *p) {
   if (!s) return;
-  for (int i = 0; s->models && i < p->nmodels; i++) acc__dev_host_model_free(s->models[i]);
-  acc__free(s->devs);
+  for (int i = 0; s->models && i < p->nmodels; i++) acc__tmp_free(s->models[i]);
   for (int i = 0; s->opts && i < p->nopts; i++) {
     acc__free(s->opts[i].present);
     acc__free(s->opts[i].scalars);
@@ -66,11 +62,22 @@ void acc__load_snapshot_free(acc__load_snapshot *s, const acc__accel_parts *p) {
   acc__free(s);
 }
 
-/* A model in device memory: copied to the host through its device's stream (after the work
- * queued on it, e.g. the last optimizer step's kernels). */
-static acc_result take_model(acc_model **out, acc__devctx **dev, const acc_model *m) {
+static acc_result take_model(float **out, const acc_model *m) {
   if (acc__defer_model_on_host(m)) return ACC_OK;
-  return acc__dev_host_model(m, 0, out, dev);
+  size_t n = acc_model_numel(m), off = 0;
+  float *d = acc__tmp_alloc((n ? n : 1) * sizeof *d);
+  if (!d) return ACC_ERR_NOMEM;
+  for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
+    const acc_param *pa = acc_model_parameter(m, i);
+    acc_result rc = acc__devio_to_host(d + off, pa->data, pa->numel * sizeof *d); /* device */
+    if (rc != ACC_OK) {
+      acc__tmp_free(d);
+      return rc;
+    }
+    off += pa->numel;
+  }
+  *out = d;
+  return ACC_OK;
 }
 
 static acc_result take_opt(opt_snap *s, acc_optimizer *o, const acc_model *m) {
@@ -93,16 +100,15 @@ acc_result acc__load_snapshot_take(const acc__accel_parts *p, acc__load_snapshot
   acc_result rc = ACC_OK;
   const int nsch = p->nscheds;
   s->models = acc__calloc((size_t)p->nmodels + 1, sizeof *s->models);
-  s->devs = acc__calloc((size_t)p->nmodels + 1, sizeof *s->devs);
   s->opts = acc__calloc((size_t)p->nopts + 1, sizeof *s->opts);
   s->sched_step = acc__calloc((size_t)nsch + 1, sizeof *s->sched_step);
   s->sched_ngroups = acc__calloc((size_t)nsch + 1, sizeof *s->sched_ngroups);
   s->loaders = acc__calloc((size_t)p->nloaders + 1, sizeof *s->loaders);
-  if (!s->models || !s->devs || !s->opts || !s->sched_step || !s->sched_ngroups || !s->loaders) rc = ACC_ERR_NOMEM;
+  if (!s->models || !s->opts || !s->sched_step || !s->sched_ngroups || !s->loaders) rc = ACC_ERR_NOMEM;
   size_t total_groups = 0;
   for (int i = 0; rc == ACC_OK && i < nsch; i++) total_groups += acc_scheduler_group_count(p->scheds[i]);
   if (rc == ACC_OK && !(s->sched_lrs = acc__calloc(total_groups + 1, sizeof *s->sched_lrs))) rc = ACC_ERR_NOMEM;
-  for (int i = 0; rc == ACC_OK && i < p->nmodels; i++) rc = take_model(&s->models[i], &s->devs[i], p->models[i]);
+  for (int i = 0; rc == ACC_OK && i < p->nmodels; i++) rc = take_model(&s->models[i], p->models[i]);
   for (int i = 0; rc == ACC_OK && i < p->nopts; i++)
     rc = take_opt(&s->opts[i], p->opts[i], acc_optimizer_model(p->opts[i]));
   for (int i = 0, g0 = 0; rc == ACC_OK && i < nsch; i++) {
@@ -157,10 +163,13 @@ void acc__load_snapshot_restore(const acc__load_snapshot *s, const acc__accel_pa
   /* The message of the failure that made load_state give up is what the caller reports. */
   char *msg = acc__strdup(acc_last_error());
   for (int i = 0; i < p->nmodels; i++) {
-    if (!s->models[i] || !s->devs[i]) continue; /* in host memory: not written yet */
-    if (acc__dev_host_model_push(s->devs[i], s->models[i], p->models[i], 0) != ACC_OK)
-      acc__log(ACC_LOG_ERROR, "load_state: putting back the parameters of prepared model %d on the device failed: "
-               "%s", i, acc_last_error());
+    if (!s->models[i]) continue; /* in host memory: not written yet */
+    size_t off = 0;
+    for (size_t k = 0; k < acc_model_num_parameters(p->models[i]); k++) {
+      const acc_param *pa = acc_model_parameter(p->models[i], k);
+      (void)acc__devio_from_host(pa->data, s->models[i] + off, pa->numel * sizeof(float));
+      off += pa->numel;
+    }
   }
   /* Schedulers first: setting their state sets the optimizer's lr, which the optimizer's own
    * scalars then put back exactly. */
