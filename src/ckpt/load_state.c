@@ -91,6 +91,7 @@ static acc_result expect_count(const json_t *meta, const char *path, const char 
 typedef struct remap_note {
   int64_t saved_np; /* processes that saved the checkpoint */
   int saved_psgd;   /* checkpoint.json's "powersgd": models saved with PowerSGD state */
+  int said_per_process; /* the line already said that batches are counted per process */
   char text[1536];
 } remap_note;
 
@@ -368,10 +369,12 @@ static acc_result load_process(acc__accel_parts *p, const char *dir, remap_note 
       again = 0;
     }
     if (rank == 0) {
-      /* "per process" once, the rest in samples of the epoch (list batches for a list loader) */
-      note_add(note, "%sdata loader %d resumes epoch %lld after %lld batch%s per process (the %lld processes that "
-               "saved had read %lld each): ", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb,
-               nb == 1 ? "" : "es", (long long)saved_np, (long long)ds[i].batches);
+      /* "per process" once in the line, the rest in samples of the epoch (list batches for a
+       * loader over a list of batches) */
+      note_add(note, "%sdata loader %d resumes epoch %lld after %lld batch%s%s (the %lld processes that saved had "
+               "read %lld each): ", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb, nb == 1 ? "" : "es",
+               note->said_per_process ? "" : " per process", (long long)saved_np, (long long)ds[i].batches);
+      note->said_per_process = 1;
       if (nb * now_ru == global)
         note_add(note, "the same %lld samples of the epoch as saved", (long long)global);
       else
