@@ -490,7 +490,15 @@ int main(int argc, char **argv) {
   acc_test_rank = rank;
   const char *mode = argv[1];
   if (!strcmp(mode, "train") && argc >= 3) test_train(parse_strategy(argv[2]), argc > 3 ? argv[3] : NULL);
-  else if (!strcmp(mode, "save") && argc >= 5)
+  else if (!strcmp(mode, "train_env") && argc >= 3) {
+    /* the strategy from the environment the launcher exported; it must be argv[2] */
+    run r = {0};
+    CHECK_OK(make_run(&r, ACC_UNSET, 0, 0, 0));
+    CHECK(acc_fsdp_strategy(r.f) == parse_strategy(argv[2]), "the launcher's strategy reached the program as %d, "
+          "expected %s", acc_fsdp_strategy(r.f), argv[2]);
+    free_run(&r);
+    test_train(parse_strategy(argv[2]), NULL);
+  } else if (!strcmp(mode, "save") && argc >= 5)
     test_save(parse_strategy(argv[2]), !strcmp(argv[3], "FULL_STATE_DICT") ? ACC_FSDP_FULL_STATE_DICT : ACC_FSDP_SHARDED_STATE_DICT,
               argv[4]);
   else if (!strcmp(mode, "resume") && argc >= 4) test_resume(parse_strategy(argv[2]), argv[3], argc > 4 && !strcmp(argv[4], "exact"));
