@@ -89,6 +89,9 @@ typedef struct acc_fsdp_plugin {
   { sizeof(acc_fsdp_plugin), ACC_FSDP_PLUGIN_VERSION, ACC_UNSET, ACC_UNSET, ACC_UNSET, ACC_UNSET,     \
     ACC_UNSET, ACC_UNSET, ACC_UNSET, ACC_UNSET, ACC_UNSET }
 
+/** Fills p with the defaults of `version` (ACC_FSDP_PLUGIN_VERSION; for FFI). @since 0.3 */
+ACC_EXTERN acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version);
+
 /**
  * Creates the FSDP state of one flat parameter table over the accelerator's processes. `table`
  * has `count` rows (names unique, copied); `dtype` is the dtype of the gathered parameters and of

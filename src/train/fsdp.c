@@ -162,6 +162,17 @@ static acc_result resolve_plugin(acc_fsdp *f, const acc_fsdp_plugin *user) {
   return ACC_OK;
 }
 
+acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version) {
+  if (!p) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_plugin_init: p is NULL");
+  if (version == 0 || version > ACC_FSDP_PLUGIN_VERSION)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_fsdp_plugin_init: version %u is unknown (this library knows 1 to %u): the program was "
+                      "built against a newer header; upgrade the library", version, ACC_FSDP_PLUGIN_VERSION);
+  const acc_fsdp_plugin d = ACC_FSDP_PLUGIN_INIT;
+  *p = d;
+  return ACC_OK;
+}
+
 /* ---- create / units ------------------------------------------------------------------------ */
 
 acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, size_t count, acc_dtype dtype,
