@@ -646,6 +646,19 @@ static acc_result check_optimizer(const acc_fsdp *f, const acc_optimizer *opt, c
       return acc__error(ACC_ERR_MISMATCH, "acc_fsdp_load_state: '%s' holds the state of a%s optimizer, this one is %s",
                         dir, (int)s->sval[i] == 1 ? "n AdamW" : " SGD",
                         acc_optimizer_get_kind(opt) == ACC_OPTIMIZER_ADAMW ? "AdamW" : "SGD");
+  /* every scalar must be one this optimizer has: a failure after the commit would leave it half set */
+  size_t n = acc_optimizer_scalar_count(opt);
+  for (size_t i = 0; i < s->nscal; i++) {
+    int found = 0;
+    for (size_t j = 0; j < n && !found; j++) {
+      const char *name;
+      double v;
+      found = acc_optimizer_scalar_get(opt, j, &name, &v) == ACC_OK && strcmp(name, s->sname[i]) == 0;
+    }
+    if (!found)
+      return acc__error(ACC_ERR_MISMATCH, "acc_fsdp_load_state: '%s' holds optimizer scalar '%s', which this optimizer "
+                        "does not have (another optimizer configuration)", dir, s->sname[i]);
+  }
   (void)f;
   return ACC_OK;
 }
