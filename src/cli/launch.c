@@ -11,13 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/config_file.h"
+#include "cli/fsdp_flags.h"
 #include "device/placement.h"
 #include "core/env.h"
 #include "backend/rdzv.h"
@@ -48,8 +48,8 @@ typedef struct launch_args {
   const char *mpirun_hostfile;
   long mpirun_ccl;
   long zero_stage;
-  int use_fsdp; /* FSDP (docs/fsdp.md): --fsdp_* values as text, checked by fsdp_checks */
-  const char *fsdp_sharding_strategy, *fsdp_reshard_after_forward, *fsdp_backward_prefetch, *fsdp_forward_prefetch, *fsdp_state_dict_type, *fsdp_offload_params, *fsdp_auto_wrap_policy, *fsdp_min_num_params, *fsdp_sync_module_states, *fsdp_use_orig_params, *fsdp_cpu_ram_efficient_loading, *fsdp_transformer_layer_cls_to_wrap, *fsdp_version, *fsdp_activation_checkpointing;
+  int use_fsdp;                          /* FSDP (docs/fsdp.md, src/cli/fsdp_flags.c) */
+  const char *fsdp[ACC_CLI_FSDP_COUNT];   /* the --fsdp_* values as text */
   /* Hugging Face Accelerate's, accepted like their config keys: dynamo_backend is exported, the
    * others are not used */
   const char *dynamo_backend, *main_training_function;
@@ -127,29 +127,29 @@ static const option_def options[] = {
     {"--use_fsdp", NULL, FLAG, OFF(use_fsdp), "off",
      "fully sharded training (acc_fsdp, docs/fsdp.md): exports ACCELERATE_USE_FSDP=true and the FSDP_* "
      "variables of the --fsdp_* flags (cfg distributed_type: FSDP, fsdp_config)"},
-    {"--fsdp_sharding_strategy", NULL, STR, OFF(fsdp_sharding_strategy), "FULL_SHARD",
+    {"--fsdp_sharding_strategy", NULL, STR, OFF(fsdp[0]), "FULL_SHARD",
      "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (or 1-3): FSDP_SHARDING_STRATEGY"},
-    {"--fsdp_reshard_after_forward", NULL, STR, OFF(fsdp_reshard_after_forward), "from the strategy",
+    {"--fsdp_reshard_after_forward", NULL, STR, OFF(fsdp[1]), "from the strategy",
      "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling: FSDP_RESHARD_AFTER_FORWARD"},
-    {"--fsdp_backward_prefetch", NULL, STR, OFF(fsdp_backward_prefetch), "BACKWARD_PRE",
+    {"--fsdp_backward_prefetch", NULL, STR, OFF(fsdp[2]), "BACKWARD_PRE",
      "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH: FSDP_BACKWARD_PREFETCH"},
-    {"--fsdp_forward_prefetch", NULL, STR, OFF(fsdp_forward_prefetch), "false", "true|false: FSDP_FORWARD_PREFETCH"},
-    {"--fsdp_state_dict_type", NULL, STR, OFF(fsdp_state_dict_type), "SHARDED_STATE_DICT",
+    {"--fsdp_forward_prefetch", NULL, STR, OFF(fsdp[3]), "false", "true|false: FSDP_FORWARD_PREFETCH"},
+    {"--fsdp_state_dict_type", NULL, STR, OFF(fsdp[4]), "SHARDED_STATE_DICT",
      "SHARDED_STATE_DICT or FULL_STATE_DICT: FSDP_STATE_DICT_TYPE"},
-    {"--fsdp_offload_params", NULL, STR, OFF(fsdp_offload_params), "false", "true|false: FSDP_OFFLOAD_PARAMS"},
-    {"--fsdp_auto_wrap_policy", NULL, STR, OFF(fsdp_auto_wrap_policy), "NO_WRAP",
+    {"--fsdp_offload_params", NULL, STR, OFF(fsdp[5]), "false", "true|false: FSDP_OFFLOAD_PARAMS"},
+    {"--fsdp_auto_wrap_policy", NULL, STR, OFF(fsdp[6]), "NO_WRAP",
      "NO_WRAP or SIZE_BASED_WRAP, for a program that declares no units: FSDP_AUTO_WRAP_POLICY"},
-    {"--fsdp_min_num_params", NULL, STR, OFF(fsdp_min_num_params), "100000000",
+    {"--fsdp_min_num_params", NULL, STR, OFF(fsdp[7]), "100000000",
      "SIZE_BASED_WRAP's elements per unit: FSDP_MIN_NUM_PARAMS"},
-    {"--fsdp_sync_module_states", NULL, STR, OFF(fsdp_sync_module_states), "true",
+    {"--fsdp_sync_module_states", NULL, STR, OFF(fsdp[8]), "true",
      "true|false: start from process 0's parameters (FSDP_SYNC_MODULE_STATES)"},
-    {"--fsdp_use_orig_params", NULL, STR, OFF(fsdp_use_orig_params), "none", "accepted with a note (nothing to do in C)"},
-    {"--fsdp_cpu_ram_efficient_loading", NULL, STR, OFF(fsdp_cpu_ram_efficient_loading), "none",
+    {"--fsdp_use_orig_params", NULL, STR, OFF(fsdp[9]), "none", "accepted with a note (nothing to do in C)"},
+    {"--fsdp_cpu_ram_efficient_loading", NULL, STR, OFF(fsdp[10]), "none",
      "accepted with a note (nothing to do in C)"},
-    {"--fsdp_transformer_layer_cls_to_wrap", NULL, STR, OFF(fsdp_transformer_layer_cls_to_wrap), "none",
+    {"--fsdp_transformer_layer_cls_to_wrap", NULL, STR, OFF(fsdp[11]), "none",
      "accepted with a note: declare units with acc_fsdp_add_unit"},
-    {"--fsdp_version", NULL, STR, OFF(fsdp_version), "none", "1 or 2, accepted with a note"},
-    {"--fsdp_activation_checkpointing", NULL, STR, OFF(fsdp_activation_checkpointing), "none",
+    {"--fsdp_version", NULL, STR, OFF(fsdp[12]), "none", "1 or 2, accepted with a note"},
+    {"--fsdp_activation_checkpointing", NULL, STR, OFF(fsdp[13]), "none",
      "accepted with a note (activations are the program's)"},
     {"--dynamo_backend", NULL, STR, OFF(dynamo_backend), "no",
      "exported as ACCELERATE_DYNAMO_BACKEND, upper-case (nothing is compiled; cfg dynamo_config.dynamo_backend)"},
@@ -363,95 +363,11 @@ static int apply_config_file(launch_args *a) {
   if (a->zero_stage == UNSET && c->zero_stage.set) a->zero_stage = c->zero_stage.i;
   if (!a->comm_hook && c->comm_hook.set && c->comm_hook.s[0]) a->comm_hook = c->comm_hook.s;
   if (!a->use_fsdp && c->distributed_type.set && !strcmp(c->distributed_type.s, "FSDP")) a->use_fsdp = 1;
-#define FSDP_CFG(k) if (!a->k && c->k.set && c->k.s[0]) a->k = c->k.s
-  FSDP_CFG(fsdp_sharding_strategy); FSDP_CFG(fsdp_reshard_after_forward); FSDP_CFG(fsdp_backward_prefetch);
-  FSDP_CFG(fsdp_forward_prefetch); FSDP_CFG(fsdp_state_dict_type); FSDP_CFG(fsdp_offload_params);
-  FSDP_CFG(fsdp_auto_wrap_policy); FSDP_CFG(fsdp_min_num_params); FSDP_CFG(fsdp_sync_module_states);
-  FSDP_CFG(fsdp_use_orig_params); FSDP_CFG(fsdp_cpu_ram_efficient_loading);
-  FSDP_CFG(fsdp_transformer_layer_cls_to_wrap); FSDP_CFG(fsdp_version); FSDP_CFG(fsdp_activation_checkpointing);
-#undef FSDP_CFG
+  acc_cli_fsdp_from_cfg(a->fsdp, c);
   return 0;
 }
 
 /* ---- validation and environment ----------------------------------------------------------- */
-
-/* --fsdp_* (and fsdp_config): each value one the library honours, else a usage error naming the flag
- * and the choices; the keys that mean nothing for a C program get one line of note. Booleans are
- * normalized to true/false; FSDP2's reshard_after_forward may also name a strategy (FSDP1 configs). */
-static int fsdp_choice(const char **v, const char *flag, const char *const *choices, const char *list) {
-  if (!*v) return 0;
-  for (int i = 0; choices[i]; i++)
-    if (!strcasecmp(*v, choices[i])) {
-      *v = choices[i];
-      return 0;
-    }
-  char what[256];
-  snprintf(what, sizeof what, "%s '%s'", flag, *v);
-  return usage_error("%s is not a value accelerate-c can honour: use %s", what, list);
-}
-
-static int fsdp_bool(const char **v, const char *flag) {
-  if (!*v) return 0;
-  if (!strcasecmp(*v, "true") || !strcmp(*v, "1") || !strcasecmp(*v, "yes")) *v = "true";
-  else if (!strcasecmp(*v, "false") || !strcmp(*v, "0") || !strcasecmp(*v, "no")) *v = "false";
-  else return usage_error("%s '%s' is not true or false", flag, *v);
-  return 0;
-}
-
-static int fsdp_checks(launch_args *a) {
-  const int any = a->fsdp_sharding_strategy || a->fsdp_reshard_after_forward || a->fsdp_backward_prefetch ||
-                  a->fsdp_forward_prefetch || a->fsdp_state_dict_type || a->fsdp_offload_params ||
-                  a->fsdp_auto_wrap_policy || a->fsdp_min_num_params || a->fsdp_sync_module_states;
-  if (!a->use_fsdp) {
-    if (any && !(a->cfg && a->cfg->distributed_type.set))
-      fprintf(stderr, WHO ": note: --fsdp_* options take effect with --use_fsdp; they are not exported\n");
-    return 0;
-  }
-  static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "1", "2", "3", NULL};
-  static const char *const prefetch[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", NULL};
-  static const char *const sdt[] = {"SHARDED_STATE_DICT", "FULL_STATE_DICT", NULL};
-  static const char *const wrap[] = {"NO_WRAP", "SIZE_BASED_WRAP", NULL};
-  if (a->fsdp_sharding_strategy &&
-      (!strcasecmp(a->fsdp_sharding_strategy, "HYBRID_SHARD") || !strcasecmp(a->fsdp_sharding_strategy, "HYBRID_SHARD_ZERO2") ||
-       !strcmp(a->fsdp_sharding_strategy, "4") || !strcmp(a->fsdp_sharding_strategy, "5")))
-    return usage_error("--fsdp_sharding_strategy %s is not supported yet (no process subgroups per machine); use "
-                       "FULL_SHARD or SHARD_GRAD_OP%s", a->fsdp_sharding_strategy, "");
-  if (fsdp_choice(&a->fsdp_sharding_strategy, "--fsdp_sharding_strategy", strategies, "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD"))
-    return 2;
-  if (a->fsdp_reshard_after_forward && strcasecmp(a->fsdp_reshard_after_forward, "FULL_SHARD") &&
-      strcasecmp(a->fsdp_reshard_after_forward, "SHARD_GRAD_OP") && strcasecmp(a->fsdp_reshard_after_forward, "NO_SHARD") &&
-      fsdp_bool(&a->fsdp_reshard_after_forward, "--fsdp_reshard_after_forward"))
-    return 2;
-  if (fsdp_choice(&a->fsdp_backward_prefetch, "--fsdp_backward_prefetch", prefetch, "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH"))
-    return 2;
-  if (a->fsdp_state_dict_type && !strcasecmp(a->fsdp_state_dict_type, "LOCAL_STATE_DICT"))
-    return usage_error("--fsdp_state_dict_type LOCAL_STATE_DICT is not supported: SHARDED_STATE_DICT writes the same "
-                       "per-process files and resumes on any number of processes%s%s", "", "");
-  if (fsdp_choice(&a->fsdp_state_dict_type, "--fsdp_state_dict_type", sdt, "SHARDED_STATE_DICT or FULL_STATE_DICT")) return 2;
-  if (a->fsdp_auto_wrap_policy && !strcasecmp(a->fsdp_auto_wrap_policy, "TRANSFORMER_BASED_WRAP"))
-    return usage_error("--fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP needs layer classes a C program does not have: "
-                       "declare the units with acc_fsdp_add_unit (one per block)%s%s", "", "");
-  if (fsdp_choice(&a->fsdp_auto_wrap_policy, "--fsdp_auto_wrap_policy", wrap, "NO_WRAP or SIZE_BASED_WRAP")) return 2;
-  if (fsdp_bool(&a->fsdp_forward_prefetch, "--fsdp_forward_prefetch") ||
-      fsdp_bool(&a->fsdp_offload_params, "--fsdp_offload_params") ||
-      fsdp_bool(&a->fsdp_sync_module_states, "--fsdp_sync_module_states"))
-    return 2;
-  long mn = 0;
-  if (a->fsdp_min_num_params && (parse_long(a->fsdp_min_num_params, &mn) != 0 || mn < 1))
-    return usage_error("--fsdp_min_num_params '%s' is not a positive integer%s", a->fsdp_min_num_params, "");
-  if (a->fsdp_version && strcmp(a->fsdp_version, "1") && strcmp(a->fsdp_version, "2"))
-    return usage_error("--fsdp_version '%s' is not 1 or 2%s", a->fsdp_version, "");
-  const char *notes[][2] = {{"fsdp_use_orig_params", a->fsdp_use_orig_params},
-                            {"fsdp_cpu_ram_efficient_loading", a->fsdp_cpu_ram_efficient_loading},
-                            {"fsdp_transformer_layer_cls_to_wrap", a->fsdp_transformer_layer_cls_to_wrap},
-                            {"fsdp_version", a->fsdp_version},
-                            {"fsdp_activation_checkpointing", a->fsdp_activation_checkpointing}};
-  for (size_t i = 0; i < sizeof notes / sizeof notes[0]; i++)
-    if (notes[i][1] && !a->quiet)
-      fprintf(stderr, WHO ": note: %s=%s is accepted and means nothing for a C program (docs/fsdp.md)\n", notes[i][0],
-              notes[i][1]);
-  return 0;
-}
 
 
 /* --gpu_ids: distinct integers, each below this machine's GPU count when it can be known (the
@@ -525,7 +441,7 @@ static int validate(launch_args *a) {
   }
   if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
     return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
-  if (fsdp_checks(a) != 0) return 2;
+  if (acc_cli_fsdp_check(a->use_fsdp, a->fsdp, a->quiet, a->cfg && a->cfg->distributed_type.set) != 0) return 2;
   if (a->zero_stage != UNSET && (a->zero_stage < 0 || a->zero_stage > 2)) {
     snprintf(buf, sizeof buf, "%ld", a->zero_stage);
     return usage_error("--zero_stage (config zero_stage) must be 0, 1 or 2, got %s%s", buf, "");
@@ -708,17 +624,8 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
   if (a->comm_hook) rc |= env_set(e, "ACCELERATE_COMM_HOOK", a->comm_hook);
   if (a->use_fsdp) {
     rc |= env_set(e, "ACCELERATE_USE_FSDP", "true");
-#define FSDP_ENV(k, var) if (a->k) rc |= env_set(e, var, a->k)
-    FSDP_ENV(fsdp_sharding_strategy, "FSDP_SHARDING_STRATEGY");
-    FSDP_ENV(fsdp_reshard_after_forward, "FSDP_RESHARD_AFTER_FORWARD");
-    FSDP_ENV(fsdp_backward_prefetch, "FSDP_BACKWARD_PREFETCH");
-    FSDP_ENV(fsdp_forward_prefetch, "FSDP_FORWARD_PREFETCH");
-    FSDP_ENV(fsdp_state_dict_type, "FSDP_STATE_DICT_TYPE");
-    FSDP_ENV(fsdp_offload_params, "FSDP_OFFLOAD_PARAMS");
-    FSDP_ENV(fsdp_auto_wrap_policy, "FSDP_AUTO_WRAP_POLICY");
-    FSDP_ENV(fsdp_min_num_params, "FSDP_MIN_NUM_PARAMS");
-    FSDP_ENV(fsdp_sync_module_states, "FSDP_SYNC_MODULE_STATES");
-#undef FSDP_ENV
+    for (int k = 0; k < ACC_CLI_FSDP_COUNT; k++)
+      if (a->fsdp[k] && acc_cli_fsdp_vars[k]) rc |= env_set(e, acc_cli_fsdp_vars[k], a->fsdp[k]);
   }
   if (a->use_mpi && a->mpirun_ccl != UNSET) {
     snprintf(b, sizeof b, "%ld", a->mpirun_ccl);

@@ -509,6 +509,18 @@ acc_result acc_fsdp_memory_stats(const acc_fsdp *f, acc_fsdp_memory *out) {
   return ACC_OK;
 }
 
+void acc__fsdp_pool_free(acc_fsdp *f) {
+  for (size_t i = 0; i < f->npool; i++) acc__free(f->pool[i].p);
+  acc__free(f->pool);
+  f->pool = NULL;
+  f->npool = f->pool_in_use = 0;
+  for (size_t k = 0; k < f->nunits; k++) {
+    f->units[k].pbuf = f->units[k].gbuf = NULL;
+    f->units[k].prefetched = 0;
+    f->units[k].phase = ACC__FSDP_IDLE;
+  }
+}
+
 void acc_fsdp_destroy(acc_fsdp *f) {
   if (!f || f->magic != ACC__FSDP_MAGIC) return;
   acc__fsdp_pool_free(f);

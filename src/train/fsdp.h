@@ -65,7 +65,7 @@ acc_result acc__fsdp_check_ready(const acc_fsdp *f, const char *fn);
 int64_t acc__fsdp_origin(size_t unit, int kind);
 /* all-gathers unit u's full parameters into dst (buf_elems floats; only sharded strategies) */
 acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind);
-/* fsdp_unit.c: releases every pool buffer (between steps / before a load). */
+/* releases every pool buffer (between steps / before a load); every unit back to not started */
 void acc__fsdp_pool_free(acc_fsdp *f);
 
 #endif

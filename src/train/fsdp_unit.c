@@ -27,18 +27,6 @@ static size_t poison_broken(const float *p, size_t n) {
   return SIZE_MAX;
 }
 
-void acc__fsdp_pool_free(acc_fsdp *f) {
-  for (size_t i = 0; i < f->npool; i++) acc__free(f->pool[i].p);
-  acc__free(f->pool);
-  f->pool = NULL;
-  f->npool = f->pool_in_use = 0;
-  for (size_t k = 0; k < f->nunits; k++) {
-    f->units[k].pbuf = f->units[k].gbuf = NULL;
-    f->units[k].prefetched = 0;
-    f->units[k].phase = ACC__FSDP_IDLE;
-  }
-}
-
 static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const float *p) {
   for (size_t i = 0; i < f->npool; i++)
     if (f->pool[i].p == p) return &f->pool[i];
