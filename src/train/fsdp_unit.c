@@ -126,10 +126,13 @@ static void drop_params(acc_fsdp *f, size_t u) {
 /* Prefetch: unit `next`'s gather issued now (the backends block, so the copy is ready when the
  * unit's begin call comes; a backend with asynchronous collectives overlaps it with the current
  * unit's compute). Prefetch is in declaration order; a unit already held is left alone. */
-static acc_result prefetch(acc_fsdp *f, size_t next) {
+static acc_result prefetch(acc_fsdp *f, size_t next, int backward) {
   if (!f->sharded || next >= f->nunits) return ACC_OK;
   acc__fsdp_unit *un = &f->units[next];
-  if (un->pbuf || un->phase == ACC__FSDP_BWD) return ACC_OK;
+  /* only a unit still to run in this pass: in forward one not started, in backward one whose
+   * forward ended and whose backward has not begun (a unit already done would be gathered for
+   * nothing, and its copy would outlive the optimizer step) */
+  if (un->pbuf || un->phase != (backward ? ACC__FSDP_FWD_DONE : ACC__FSDP_IDLE)) return ACC_OK;
   ACC_CHECK(hold_params(f, next));
   un->prefetched = 1;
   return ACC_OK;
@@ -157,7 +160,7 @@ acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **p
   ACC_CHECK(hold_params(f, unit));
   un->prefetched = 0;
   un->phase = ACC__FSDP_FWD;
-  if (f->fwd_prefetch) ACC_CHECK(prefetch(f, unit + 1));
+  if (f->fwd_prefetch) ACC_CHECK(prefetch(f, unit + 1, 0));
   *params = un->pbuf;
   return ACC_OK;
 }
@@ -192,7 +195,7 @@ acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **
     memset(un->gbuf, 0, f->buf_elems * sizeof(float));
   }
   un->phase = ACC__FSDP_BWD;
-  if (f->bwd_prefetch == ACC_FSDP_BACKWARD_PRE && unit > 0) ACC_CHECK(prefetch(f, unit - 1));
+  if (f->bwd_prefetch == ACC_FSDP_BACKWARD_PRE && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
   *params = un->pbuf;
   *grads = un->gbuf;
   return ACC_OK;
@@ -261,7 +264,13 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
   un->gbuf = NULL;
   drop_params(f, unit);
   un->phase = ACC__FSDP_IDLE;
-  if (f->bwd_prefetch == ACC_FSDP_BACKWARD_POST && unit > 0) ACC_CHECK(prefetch(f, unit - 1));
+  if (f->bwd_prefetch == ACC_FSDP_BACKWARD_POST && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
+  /* the pass is over when no unit waits for its backward: a prefetched copy nobody took (a unit
+   * the program skipped) is dropped, so that none survives the optimizer step */
+  int open = 0;
+  for (size_t k = 0; k < f->nunits && !open; k++) open = f->units[k].phase != ACC__FSDP_IDLE;
+  for (size_t k = 0; k < f->nunits && !open; k++)
+    if (f->units[k].prefetched) drop_params(f, k);
   return ACC_OK;
 }
 
