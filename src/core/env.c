@@ -89,7 +89,7 @@ ROW("FSDP_FORWARD_PREFETCH", BOOL, 0, 0, NULL, "false", LIB | SETS, "FSDP: gathe
 ROW("FSDP_STATE_DICT_TYPE", ENUM, 0, 0, "FULL_STATE_DICT|LOCAL_STATE_DICT|SHARDED_STATE_DICT", "SHARDED_STATE_DICT", LIB | SETS, "FSDP: what acc_fsdp_save_state writes (LOCAL_STATE_DICT is refused: a sharded one resumes anywhere).")
 ROW("FSDP_OFFLOAD_PARAMS", BOOL, 0, 0, NULL, "false", LIB | SETS, "FSDP: keep the shards in host memory while training on a device (on the CPU they are there already).")
 ROW("FSDP_AUTO_WRAP_POLICY", ENUM, 0, 0, "NO_WRAP|SIZE_BASED_WRAP|TRANSFORMER_BASED_WRAP", "NO_WRAP", LIB | SETS, "FSDP: the units of a program that declares none (NO_WRAP: the whole table; SIZE_BASED_WRAP: rows grouped up to FSDP_MIN_NUM_PARAMS; TRANSFORMER_BASED_WRAP is refused: declare the units).")
-ROW("FSDP_MIN_NUM_PARAMS", INT, 1, 1e18, NULL, "100000000", LIB | SETS, "FSDP SIZE_BASED_WRAP: elements per unit.")
+ROW("FSDP_MIN_NUM_PARAMS", INT, 1, 2147483647.0, NULL, "100000000", LIB | SETS, "FSDP SIZE_BASED_WRAP: elements per unit.")
 ROW("FSDP_SYNC_MODULE_STATES", BOOL, 0, 0, NULL, "true", LIB | SETS, "FSDP: every process starts from process 0's parameters.")
 ROW("FSDP_VERSION", STRING, 0, 0, NULL, "", SETS, "Hugging Face configs' fsdp_version (1 or 2): accepted, means nothing for a C program (docs/fsdp.md maps FSDP2's reshard_after_forward).")
 ROW("FSDP_USE_ORIG_PARAMS", STRING, 0, 0, NULL, "", SETS, "Hugging Face configs' fsdp_use_orig_params: accepted, means nothing for a C program (units are row ranges of its own table).")
