@@ -29,6 +29,7 @@
 #include "accelerate/rng.h"
 #include "accelerate/data.h"
 #include "accelerate/accelerator.h"
+#include "accelerate/fsdp.h"
 #include "accelerate/checkpoint.h"
 #include "accelerate/program_state.h"
 #include "accelerate/obs.h"

@@ -150,6 +150,12 @@ void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) 
       snprintf(buf, cap, "next_batch_joined: %s",
                index == 0 ? "batch counts" : index == 1 ? "failing process" : "its error");
       return;
+    case ACC__ORIGIN_FSDP: {
+      static const char *const kinds[] = {"parameter all-gather", "gradient reduce-scatter", "gradient all-reduce",
+                                          "gradient norm", "prepare", "checkpoint", "?", "?"};
+      snprintf(buf, cap, "FSDP unit %lld %s", (long long)(index / 8), kinds[index % 8 < 0 ? 6 : index % 8]);
+      return;
+    }
     default: snprintf(buf, cap, "unknown origin %d", (int)origin); return;
   }
 }

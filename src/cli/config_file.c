@@ -36,6 +36,20 @@ static const key_def k_keys[] = {
     K(dynamo_use_fullgraph, "dynamo_config", ACC_CLI_BOOL),
     K(dynamo_use_regional_compilation, "dynamo_config", ACC_CLI_BOOL),
     K(enable_cpu_affinity, NULL, ACC_CLI_BOOL),
+    K(fsdp_activation_checkpointing, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_auto_wrap_policy, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_backward_prefetch, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_cpu_ram_efficient_loading, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_forward_prefetch, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_min_num_params, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_offload_params, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_reshard_after_forward, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_sharding_strategy, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_state_dict_type, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_sync_module_states, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_transformer_layer_cls_to_wrap, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_use_orig_params, "fsdp_config", ACC_CLI_STR),
+    K(fsdp_version, "fsdp_config", ACC_CLI_STR),
     K(gpu_ids, NULL, ACC_CLI_STR),
     K(machine_rank, NULL, ACC_CLI_INT),
     K(main_process_ip, NULL, ACC_CLI_STR),
@@ -60,7 +74,7 @@ static const key_def k_keys[] = {
 
 /* Keys of Accelerate's schema that do not apply to accelerate-c: accepted; a non-empty value
  * is reported once as ignored. */
-static const char *const k_ignored[] = {"fp8_config", "deepspeed_config", "fsdp_config",
+static const char *const k_ignored[] = {"fp8_config", "deepspeed_config",
                                         "parallelism_config", "megatron_lm_config", "command_file",
                                         "commands", "tpu_vm", NULL};
 
@@ -251,7 +265,7 @@ static const key_def *find_key(const char *parent, const char *name) {
 }
 
 static int is_nested_parent(const char *name) {
-  return !strcmp(name, "dynamo_config") || !strcmp(name, "mpirun_config");
+  return !strcmp(name, "dynamo_config") || !strcmp(name, "mpirun_config") || !strcmp(name, "fsdp_config");
 }
 
 static int is_empty(yaml_node_t *n) {
@@ -349,10 +363,10 @@ static acc_result finish(loader *L) {
     return acc__error(ACC_ERR_FORMAT, "%s: A `distributed_type` must be specified in the config file "
                       "(NO, MULTI_CPU or MULTI_GPU)", L->name);
   const char *dt = c->distributed_type.s;
-  if (strcmp(dt, "NO") && strcmp(dt, "MULTI_CPU") && strcmp(dt, "MULTI_GPU")) {
+  if (strcmp(dt, "NO") && strcmp(dt, "MULTI_CPU") && strcmp(dt, "MULTI_GPU") && strcmp(dt, "FSDP")) {
     node_line_key(L, NULL, "distributed_type", &line);
     return acc__error(ACC_ERR_FORMAT, "%s:%zu: key 'distributed_type' is '%s'; accelerate-c supports "
-                      "NO, MULTI_CPU and MULTI_GPU", L->name, line, dt);
+                      "NO, MULTI_CPU, MULTI_GPU and FSDP", L->name, line, dt);
   }
   if (!strcmp(dt, "NO") && !c->num_processes.set) {
     c->num_processes.set = 1;

@@ -66,6 +66,21 @@ typedef struct acc_cli_config {
   acc_cli_value use_cpu;
   acc_cli_value zero_stage; /* accelerate-c: ZeRO stage 0|1 (ACCELERATE_ZERO_STAGE) */
   acc_cli_value comm_hook;  /* accelerate-c: no|fp16|bf16 (ACCELERATE_COMM_HOOK) */
+  /* inside fsdp_config (docs/fsdp.md): every value as text; the launcher checks and exports them */
+  acc_cli_value fsdp_activation_checkpointing;
+  acc_cli_value fsdp_auto_wrap_policy;
+  acc_cli_value fsdp_backward_prefetch;
+  acc_cli_value fsdp_cpu_ram_efficient_loading;
+  acc_cli_value fsdp_forward_prefetch;
+  acc_cli_value fsdp_min_num_params;
+  acc_cli_value fsdp_offload_params;
+  acc_cli_value fsdp_reshard_after_forward;
+  acc_cli_value fsdp_sharding_strategy;
+  acc_cli_value fsdp_state_dict_type;
+  acc_cli_value fsdp_sync_module_states;
+  acc_cli_value fsdp_transformer_layer_cls_to_wrap;
+  acc_cli_value fsdp_use_orig_params;
+  acc_cli_value fsdp_version;
   /* keys Accelerate knows that accelerate-c accepts and ignores, and unknown keys, for the
    * one warning printed by load (comma-separated) */
   char ignored[1024];

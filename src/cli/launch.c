@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "cli/config_file.h"
+#include "cli/fsdp_flags.h"
 #include "device/placement.h"
 #include "core/env.h"
 #include "backend/rdzv.h"
@@ -47,6 +48,8 @@ typedef struct launch_args {
   const char *mpirun_hostfile;
   long mpirun_ccl;
   long zero_stage;
+  int use_fsdp;                          /* FSDP (docs/fsdp.md, src/cli/fsdp_flags.c) */
+  const char *fsdp[ACC_CLI_FSDP_COUNT];   /* the --fsdp_* values as text */
   /* Hugging Face Accelerate's, accepted like their config keys: dynamo_backend is exported, the
    * others are not used */
   const char *dynamo_backend, *main_training_function;
@@ -122,6 +125,33 @@ static const option_def options[] = {
     {"--zero_stage", NULL, INT, OFF(zero_stage), "none",
      "ZeRO stage: 0 off, 1 optimizer state sharded across processes, 2 also the averaged "
      "gradients; exported as ACCELERATE_ZERO_STAGE (cfg zero_stage)"},
+    {"--use_fsdp", NULL, FLAG, OFF(use_fsdp), "off",
+     "fully sharded training (acc_fsdp, docs/fsdp.md): exports ACCELERATE_USE_FSDP=true and the FSDP_* "
+     "variables of the --fsdp_* flags (cfg distributed_type: FSDP, fsdp_config)"},
+    {"--fsdp_sharding_strategy", NULL, STR, OFF(fsdp[0]), "FULL_SHARD",
+     "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (or 1-3): FSDP_SHARDING_STRATEGY"},
+    {"--fsdp_reshard_after_forward", NULL, STR, OFF(fsdp[1]), "from the strategy",
+     "true (FULL_SHARD) or false (SHARD_GRAD_OP), FSDP2's spelling: FSDP_RESHARD_AFTER_FORWARD"},
+    {"--fsdp_backward_prefetch", NULL, STR, OFF(fsdp[2]), "BACKWARD_PRE",
+     "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH: FSDP_BACKWARD_PREFETCH"},
+    {"--fsdp_forward_prefetch", NULL, STR, OFF(fsdp[3]), "false", "true|false: FSDP_FORWARD_PREFETCH"},
+    {"--fsdp_state_dict_type", NULL, STR, OFF(fsdp[4]), "SHARDED_STATE_DICT",
+     "SHARDED_STATE_DICT or FULL_STATE_DICT: FSDP_STATE_DICT_TYPE"},
+    {"--fsdp_offload_params", NULL, STR, OFF(fsdp[5]), "false", "true|false: FSDP_OFFLOAD_PARAMS"},
+    {"--fsdp_auto_wrap_policy", NULL, STR, OFF(fsdp[6]), "NO_WRAP",
+     "NO_WRAP or SIZE_BASED_WRAP, for a program that declares no units: FSDP_AUTO_WRAP_POLICY"},
+    {"--fsdp_min_num_params", NULL, STR, OFF(fsdp[7]), "100000000",
+     "SIZE_BASED_WRAP's elements per unit: FSDP_MIN_NUM_PARAMS"},
+    {"--fsdp_sync_module_states", NULL, STR, OFF(fsdp[8]), "true",
+     "true|false: start from process 0's parameters (FSDP_SYNC_MODULE_STATES)"},
+    {"--fsdp_use_orig_params", NULL, STR, OFF(fsdp[9]), "none", "accepted with a note (nothing to do in C)"},
+    {"--fsdp_cpu_ram_efficient_loading", NULL, STR, OFF(fsdp[10]), "none",
+     "accepted with a note (nothing to do in C)"},
+    {"--fsdp_transformer_layer_cls_to_wrap", NULL, STR, OFF(fsdp[11]), "none",
+     "accepted with a note: declare units with acc_fsdp_add_unit"},
+    {"--fsdp_version", NULL, STR, OFF(fsdp[12]), "none", "1 or 2, accepted with a note"},
+    {"--fsdp_activation_checkpointing", NULL, STR, OFF(fsdp[13]), "none",
+     "accepted with a note (activations are the program's)"},
     {"--dynamo_backend", NULL, STR, OFF(dynamo_backend), "no",
      "exported as ACCELERATE_DYNAMO_BACKEND, upper-case (nothing is compiled; cfg dynamo_config.dynamo_backend)"},
     {"--downcast_bf16", NULL, FLAG, OFF(downcast_bf16), "off", "accepted, not used (TPU; cfg downcast_bf16)"},
@@ -333,10 +363,13 @@ static int apply_config_file(launch_args *a) {
   if (a->mpirun_ccl == UNSET && c->mpirun_ccl.set) a->mpirun_ccl = c->mpirun_ccl.i;
   if (a->zero_stage == UNSET && c->zero_stage.set) a->zero_stage = c->zero_stage.i;
   if (!a->comm_hook && c->comm_hook.set && c->comm_hook.s[0]) a->comm_hook = c->comm_hook.s;
+  if (!a->use_fsdp && c->distributed_type.set && !strcmp(c->distributed_type.s, "FSDP")) a->use_fsdp = 1;
+  acc_cli_fsdp_from_cfg(a->fsdp, c);
   return 0;
 }
 
 /* ---- validation and environment ----------------------------------------------------------- */
+
 
 /* --gpu_ids: distinct integers, each below this machine's GPU count when it can be known (the
  * launcher's own CUDA_VISIBLE_DEVICES unset: the ids are then the machine's); --multi_gpu
@@ -409,6 +442,7 @@ static int validate(launch_args *a) {
   }
   if (a->mpirun_ccl != UNSET && a->mpirun_ccl < 1)
     return usage_error("--mpirun_ccl (mpirun_config.mpirun_ccl) must be at least 1%s%s", "", "");
+  if (acc_cli_fsdp_check(a->use_fsdp, a->fsdp, a->quiet, a->cfg && a->cfg->distributed_type.set) != 0) return 2;
   if (a->zero_stage != UNSET && (a->zero_stage < 0 || a->zero_stage > 2)) {
     snprintf(buf, sizeof buf, "%ld", a->zero_stage);
     return usage_error("--zero_stage (config zero_stage) must be 0, 1 or 2, got %s%s", buf, "");
@@ -589,6 +623,11 @@ static int common_env(const launch_args *a, long local, long port, envlist *e, i
     rc |= env_set(e, "ACCELERATE_ZERO_STAGE", b);
   }
   if (a->comm_hook) rc |= env_set(e, "ACCELERATE_COMM_HOOK", a->comm_hook);
+  if (a->use_fsdp) {
+    rc |= env_set(e, "ACCELERATE_USE_FSDP", "true");
+    for (int k = 0; k < ACC_CLI_FSDP_COUNT; k++)
+      if (a->fsdp[k] && acc_cli_fsdp_vars[k]) rc |= env_set(e, acc_cli_fsdp_vars[k], a->fsdp[k]);
+  }
   if (a->use_mpi && a->mpirun_ccl != UNSET) {
     snprintf(b, sizeof b, "%ld", a->mpirun_ccl);
     rc |= env_set(e, "CCL_WORKER_COUNT", b);

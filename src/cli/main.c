@@ -15,7 +15,8 @@ static void usage(FILE *f) {
           "  config   write the default config file (interactive), or `config default`\n"
           "  env      print the environment, for bug reports\n"
           "  test     check that distributed runs work with your config\n"
-          "  plot     draw the logged scalars of runs as an SVG/PNG (accelerate plot -h)\n",
+          "  plot     draw the logged scalars of runs as an SVG/PNG (accelerate plot -h)\n"
+          "  merge-weights  an FSDP sharded checkpoint into one model.safetensors\n",
           acc_version_string());
 }
 
@@ -39,6 +40,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "env") == 0) return acc_cli_env(argc - 1, argv + 1);
   if (strcmp(cmd, "test") == 0) return acc_cli_test(argc - 1, argv + 1);
   if (strcmp(cmd, "plot") == 0) return acc_cli_plot(argc - 1, argv + 1);
+  if (strcmp(cmd, "merge-weights") == 0 || strcmp(cmd, "merge_weights") == 0)
+    return acc_cli_merge_weights(argc - 1, argv + 1);
   if (strcmp(cmd, "__selftest") == 0) return acc_cli_selftest(argc - 1, argv + 1);
   fprintf(stderr, "accelerate: unknown command '%s'\n\n", cmd);
   usage(stderr);

@@ -1,0 +1,71 @@
+/* FSDP's internal state (src/train/fsdp.c, fsdp_unit.c), shared with its checkpoints
+ * (src/ckpt/fsdp_ckpt.c). Not API: include/accelerate/fsdp.h is. */
+#ifndef ACC_TRAIN_FSDP_H
+#define ACC_TRAIN_FSDP_H
+
+#include "core/internal.h"
+
+#define ACC__FSDP_MAGIC 0x46534450u /* "FSDP" */
+
+/* where a unit is in its step */
+enum { ACC__FSDP_IDLE = 0, ACC__FSDP_FWD, ACC__FSDP_FWD_DONE, ACC__FSDP_BWD };
+
+typedef struct acc__fsdp_unit {
+  char *name;
+  size_t first_row, num_rows;
+  size_t off;      /* element offset of the unit in the whole table */
+  size_t numel;    /* U: elements of the unit */
+  size_t shard;    /* S: elements each process owns (ceil(U / W) when sharded, U under NO_SHARD) */
+  size_t lo, hi;   /* this process's range of the unit's elements, [lo, hi) (hi - lo <= S) */
+  size_t shard_at; /* offset of this unit's shard in master / gshard */
+  int phase;       /* ACC__FSDP_* */
+  float *pbuf;     /* gathered parameters (pool buffer), NULL when not held */
+  float *gbuf;     /* gradient buffer while in backward (pool buffer or nosync) */
+  float *nosync;   /* full gradients kept under no_sync (numel), NULL otherwise */
+  int prefetched;  /* pbuf filled ahead by a prefetch, not yet taken by a begin call */
+} acc__fsdp_unit;
+
+typedef struct acc__fsdp_pool_buf {
+  float *p;
+  int in_use;
+  size_t owner; /* the unit that last held it (for the use-after-end message) */
+  int kind;     /* 0 parameters, 1 gradients (last use) */
+  int poisoned;
+} acc__fsdp_pool_buf;
+
+struct acc_fsdp {
+  uint32_t magic;
+  acc_state *st;
+  int rank, world;
+  int sharded;        /* FULL_SHARD or SHARD_GRAD_OP */
+  int strategy, reshard, bwd_prefetch, fwd_prefetch, sdt, offload, wrap, sync_states;
+  int64_t min_params;
+  acc_dtype dtype;
+  acc_param_spec *rows; /* copied table (names owned) */
+  size_t nrows;
+  size_t *row_numel, *row_off; /* elements of each row, its offset in the whole table */
+  size_t total;
+  acc__fsdp_unit *units;
+  size_t nunits, cap_units;
+  int prepared;
+  float *master, *gshard; /* this process's shards, sum of S over units */
+  size_t shard_total;
+  acc_model *model;       /* one parameter per unit over master / gshard */
+  acc__fsdp_pool_buf *pool;
+  size_t npool, pool_in_use, pool_peak;
+  size_t buf_elems;       /* elements of a pool buffer: the largest padded unit */
+  size_t nosync_bytes;
+  int no_sync;
+};
+
+acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);
+acc_result acc__fsdp_check_ready(const acc_fsdp *f, const char *fn);
+/* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce,
+ * 3 norm, 4 setup, 5 checkpoint) */
+int64_t acc__fsdp_origin(size_t unit, int kind);
+/* all-gathers unit u's full parameters into dst (buf_elems floats; only sharded strategies) */
+acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind);
+/* releases every pool buffer (between steps / before a load); every unit back to not started */
+void acc__fsdp_pool_free(acc_fsdp *f);
+
+#endif

@@ -1,0 +1,332 @@
+/* FSDP's per-step calls: the pool of unit buffers, the gather before a unit's forward and
+ * backward, the reduce-scatter after its backward, prefetch, no_sync and clipping over the shards.
+ * docs/fsdp.md, "Data path". */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "accelerate.h"
+#include "accelerate/fsdp.h"
+#include "backend/collcheck.h"
+#include "train/fsdp.h"
+
+/* A released buffer is filled with this quiet NaN: a program that reads it after the unit ended
+ * computes NaN, and one that writes it is caught when the buffer is taken again. */
+#define POISON 0x7fc0deadu
+
+static void poison(float *p, size_t n) {
+  uint32_t *w = (uint32_t *)p;
+  for (size_t i = 0; i < n; i++) w[i] = POISON;
+}
+
+static size_t poison_broken(const float *p, size_t n) {
+  const uint32_t *w = (const uint32_t *)p;
+  for (size_t i = 0; i < n; i++)
+    if (w[i] != POISON) return i;
+  return SIZE_MAX;
+}
+
+static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const float *p) {
+  for (size_t i = 0; i < f->npool; i++)
+    if (f->pool[i].p == p) return &f->pool[i];
+  return NULL;
+}
+
+/* Takes a free buffer (checking that nobody wrote it since it was released), or allocates one. */
+/* Every released buffer is checked (the pool holds a few) at each begin call: a late write is
+ * reported at the next unit call whichever buffer it hit. */
+static acc_result pool_check(acc_fsdp *f) {
+  for (size_t i = 0; i < f->npool; i++) {
+    acc__fsdp_pool_buf *b = &f->pool[i];
+    if (b->in_use || !b->poisoned) continue;
+    size_t at = poison_broken(b->p, f->buf_elems);
+    if (at != SIZE_MAX) {
+      poison(b->p, f->buf_elems); /* reported once */
+      return acc__error(ACC_ERR_INVALID_USAGE,
+                        "FSDP: the gathered %s buffer of unit '%s' was written after the unit ended (element %zu): "
+                        "the pointers acc_fsdp_unit_%s_begin returned are valid only until the unit's end call",
+                        b->kind ? "gradient" : "parameter", f->units[b->owner].name, at,
+                        b->kind ? "backward" : "forward");
+    }
+  }
+  return ACC_OK;
+}
+
+static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, float **out) {
+  for (size_t i = 0; i < f->npool; i++) {
+    acc__fsdp_pool_buf *b = &f->pool[i];
+    if (b->in_use) continue;
+    b->in_use = 1;
+    b->owner = unit;
+    b->kind = kind;
+    b->poisoned = 0;
+    f->pool_in_use++;
+    if (f->pool_in_use > f->pool_peak) f->pool_peak = f->pool_in_use;
+    *out = b->p;
+    return ACC_OK;
+  }
+  acc__fsdp_pool_buf *np = acc__realloc(f->pool, (f->npool + 1) * sizeof *np);
+  if (!np) return ACC_ERR_NOMEM;
+  f->pool = np;
+  float *p = acc__malloc((f->buf_elems ? f->buf_elems : 1) * sizeof(float));
+  if (!p) return ACC_ERR_NOMEM;
+  f->pool[f->npool++] = (acc__fsdp_pool_buf){p, 1, unit, kind, 0};
+  f->pool_in_use++;
+  if (f->pool_in_use > f->pool_peak) f->pool_peak = f->pool_in_use;
+  *out = p;
+  return ACC_OK;
+}
+
+static void pool_give(acc_fsdp *f, float *p) {
+  acc__fsdp_pool_buf *b = pool_find(f, p);
+  if (!b || !b->in_use) return;
+  poison(b->p, f->buf_elems);
+  b->poisoned = 1;
+  b->in_use = 0;
+  f->pool_in_use--;
+}
+
+acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind) {
+  const acc__fsdp_unit *un = &f->units[u];
+  (void)kind;
+  /* each process's block of dst is its shard: the all-gather in place */
+  float *mine = dst + un->shard * (size_t)f->rank;
+  memcpy(mine, f->master + un->shard_at, un->shard * sizeof(float));
+  acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
+  acc_result rc = acc_all_gather(f->st, mine, dst, un->shard, ACC_F32);
+  if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
+  return ACC_OK;
+}
+
+/* Unit u's parameters held in pbuf (gathered, prefetched or kept). */
+static acc_result hold_params(acc_fsdp *f, size_t u) {
+  acc__fsdp_unit *un = &f->units[u];
+  if (un->pbuf) return ACC_OK;
+  if (!f->sharded) {
+    un->pbuf = f->master + un->shard_at; /* NO_SHARD: the full parameters are the shard */
+    return ACC_OK;
+  }
+  ACC_CHECK(pool_take(f, u, 0, &un->pbuf));
+  acc_result rc = acc__fsdp_gather_unit(f, u, un->pbuf, 0);
+  if (rc != ACC_OK) {
+    pool_give(f, un->pbuf);
+    un->pbuf = NULL;
+  }
+  return rc;
+}
+
+static void drop_params(acc_fsdp *f, size_t u) {
+  acc__fsdp_unit *un = &f->units[u];
+  if (un->pbuf && f->sharded) pool_give(f, un->pbuf);
+  un->pbuf = NULL;
+  un->prefetched = 0;
+}
+
+/* Prefetch: unit `next`'s gather issued now (the backends block, so the copy is ready when the
+ * unit's begin call comes; a backend with asynchronous collectives overlaps it with the current
+ * unit's compute). Prefetch is in declaration order; a unit already held is left alone. */
+static acc_result prefetch(acc_fsdp *f, size_t next, int backward) {
+  if (!f->sharded || next >= f->nunits) return ACC_OK;
+  acc__fsdp_unit *un = &f->units[next];
+  /* only a unit still to run in this pass: in forward one not started, in backward one whose
+   * forward ended and whose backward has not begun (a unit already done would be gathered for
+   * nothing, and its copy would outlive the optimizer step) */
+  if (un->pbuf || un->phase != (backward ? ACC__FSDP_FWD_DONE : ACC__FSDP_IDLE)) return ACC_OK;
+  ACC_CHECK(hold_params(f, next));
+  un->prefetched = 1;
+  return ACC_OK;
+}
+
+static acc_result check_unit(const acc_fsdp *f, size_t unit, const char *fn) {
+  ACC_CHECK(acc__fsdp_check_ready(f, fn));
+  if (unit >= f->nunits)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: unit %zu is out of range (%zu units)", fn, unit, f->nunits);
+  return ACC_OK;
+}
+
+static const char *phase_name(int p) {
+  return p == ACC__FSDP_IDLE ? "not started" : p == ACC__FSDP_FWD ? "in forward" : p == ACC__FSDP_FWD_DONE ? "after forward" : "in backward";
+}
+
+acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **params) {
+  ACC_CHECK(check_unit(f, unit, "acc_fsdp_unit_forward_begin"));
+  if (!params) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_unit_forward_begin: params is NULL");
+  acc__fsdp_unit *un = &f->units[unit];
+  if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_fsdp_unit_forward_begin: unit '%s' is %s: end it first", un->name, phase_name(un->phase));
+  ACC_CHECK(pool_check(f));
+  ACC_CHECK(hold_params(f, unit));
+  un->prefetched = 0;
+  un->phase = ACC__FSDP_FWD;
+  if (f->fwd_prefetch) ACC_CHECK(prefetch(f, unit + 1, 0));
+  *params = un->pbuf;
+  return ACC_OK;
+}
+
+acc_result acc_fsdp_unit_forward_end(acc_fsdp *f, size_t unit) {
+  ACC_CHECK(check_unit(f, unit, "acc_fsdp_unit_forward_end"));
+  acc__fsdp_unit *un = &f->units[unit];
+  if (un->phase != ACC__FSDP_FWD)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_fsdp_unit_forward_end: unit '%s' is %s, not in forward (call acc_fsdp_unit_forward_begin)",
+                      un->name, phase_name(un->phase));
+  if (f->reshard) drop_params(f, unit);
+  un->phase = ACC__FSDP_FWD_DONE;
+  return ACC_OK;
+}
+
+acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **params, float **grads) {
+  ACC_CHECK(check_unit(f, unit, "acc_fsdp_unit_backward_begin"));
+  if (!params || !grads)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_unit_backward_begin: params or grads is NULL");
+  acc__fsdp_unit *un = &f->units[unit];
+  if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
+    return acc__error(ACC_ERR_INVALID_USAGE, "acc_fsdp_unit_backward_begin: unit '%s' is %s", un->name,
+                      phase_name(un->phase));
+  ACC_CHECK(pool_check(f));
+  ACC_CHECK(hold_params(f, unit));
+  un->prefetched = 0;
+  if (un->nosync) {
+    un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
+  } else {
+    ACC_CHECK(pool_take(f, unit, 1, &un->gbuf));
+    memset(un->gbuf, 0, f->buf_elems * sizeof(float));
+  }
+  un->phase = ACC__FSDP_BWD;
+  if (f->bwd_prefetch == ACC_FSDP_BACKWARD_PRE && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
+  *params = un->pbuf;
+  *grads = un->gbuf;
+  return ACC_OK;
+}
+
+/* The averaged gradient of unit u (gbuf, numel floats) added into this process's shard. */
+static acc_result reduce_unit(acc_fsdp *f, size_t u) {
+  acc__fsdp_unit *un = &f->units[u];
+  float *g = un->gbuf, *dst = f->gshard + un->shard_at;
+  const float scale = 1.0f / (float)f->world;
+  acc_result rc;
+  if (f->sharded) {
+    size_t padded = un->shard * (size_t)f->world;
+    float *send = g;
+    float *tmp = NULL;
+    if (padded > un->numel) {
+      if (g == un->nosync) {
+        tmp = acc__malloc(f->buf_elems * sizeof(float));
+        if (!tmp) return ACC_ERR_NOMEM;
+        memcpy(tmp, g, un->numel * sizeof(float));
+        send = tmp;
+      }
+      memset(send + un->numel, 0, (padded - un->numel) * sizeof(float));
+    }
+    float *out = send + un->shard * (size_t)f->rank; /* in place: this process's block */
+    acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
+    rc = acc_reduce_scatter(f->st, send, out, un->shard, ACC_F32, ACC_SUM);
+    if (rc == ACC_OK)
+      for (size_t i = 0; i < un->shard; i++) dst[i] += out[i] * scale;
+    acc__free(tmp);
+  } else {
+    acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+    rc = acc_all_reduce(f->st, g, g, un->numel, ACC_F32, ACC_SUM);
+    if (rc == ACC_OK)
+      for (size_t i = 0; i < un->numel; i++) dst[i] += g[i] * scale;
+  }
+  if (rc != ACC_OK) return acc__error_context(rc, "FSDP: reducing the gradients of unit '%s'", un->name);
+  return ACC_OK;
+}
+
+acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
+  ACC_CHECK(check_unit(f, unit, "acc_fsdp_unit_backward_end"));
+  acc__fsdp_unit *un = &f->units[unit];
+  if (un->phase != ACC__FSDP_BWD)
+    return acc__error(ACC_ERR_INVALID_USAGE,
+                      "acc_fsdp_unit_backward_end: unit '%s' is %s, not in backward (call acc_fsdp_unit_backward_begin)",
+                      un->name, phase_name(un->phase));
+  if (f->no_sync) {
+    if (!un->nosync) {
+      un->nosync = acc__malloc(f->buf_elems * sizeof(float));
+      if (!un->nosync) return ACC_ERR_NOMEM;
+      f->nosync_bytes += f->buf_elems * sizeof(float);
+      memcpy(un->nosync, un->gbuf, f->buf_elems * sizeof(float));
+      pool_give(f, un->gbuf);
+    }
+  } else {
+    ACC_CHECK(reduce_unit(f, unit));
+    if (un->gbuf == un->nosync) {
+      acc__free(un->nosync);
+      un->nosync = NULL;
+      f->nosync_bytes -= f->buf_elems * sizeof(float);
+    } else {
+      pool_give(f, un->gbuf);
+    }
+  }
+  un->gbuf = NULL;
+  drop_params(f, unit);
+  un->phase = ACC__FSDP_IDLE;
+  if (f->bwd_prefetch == ACC_FSDP_BACKWARD_POST && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
+  /* the pass is over when no unit waits for its backward: a prefetched copy nobody took (a unit
+   * the program skipped) is dropped, so that none survives the optimizer step */
+  int open = 0;
+  for (size_t k = 0; k < f->nunits && !open; k++) open = f->units[k].phase != ACC__FSDP_IDLE;
+  for (size_t k = 0; k < f->nunits && !open; k++)
+    if (f->units[k].prefetched) drop_params(f, k);
+  return ACC_OK;
+}
+
+acc_result acc_fsdp_reshard(acc_fsdp *f) {
+  ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_reshard"));
+  for (size_t k = 0; k < f->nunits; k++) {
+    acc__fsdp_unit *un = &f->units[k];
+    if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
+      return acc__error(ACC_ERR_INVALID_USAGE, "acc_fsdp_reshard: unit '%s' is %s: end it first", un->name,
+                        phase_name(un->phase));
+  }
+  for (size_t k = 0; k < f->nunits; k++) {
+    drop_params(f, k);
+    f->units[k].phase = ACC__FSDP_IDLE;
+  }
+  return ACC_OK;
+}
+
+acc_result acc_fsdp_set_no_sync(acc_fsdp *f, int on) {
+  ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_set_no_sync"));
+  f->no_sync = on ? 1 : 0;
+  return ACC_OK;
+}
+
+acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type, float *total_norm) {
+  ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_clip_grad_norm"));
+  int inf = isinf(norm_type) && norm_type > 0;
+  if (!inf && norm_type != 2.0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_clip_grad_norm: norm_type %g is not supported (2 or INFINITY)",
+                      norm_type);
+  if (!(max_norm >= 0.0f))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
+  /* this process's part: its range of each unit (padding left out; NO_SHARD: counted on process 0
+   * only, then shared, so the norm is never counted N times) */
+  double local = 0;
+  int count_here = f->sharded || f->rank == 0;
+  if (count_here)
+    for (size_t k = 0; k < f->nunits; k++) {
+      const acc__fsdp_unit *u = &f->units[k];
+      const float *g = f->gshard + u->shard_at;
+      for (size_t i = 0; i < u->hi - u->lo; i++) {
+        double v = g[i];
+        if (inf) local = fabs(v) > local || isnan(v) ? fabs(v) : local;
+        else local += v * v;
+      }
+    }
+  double total = local;
+  if (f->world > 1) {
+    acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(0, 3));
+    ACC_CHECK(acc_all_reduce(f->st, &local, &total, 1, ACC_F64, inf ? ACC_MAX : ACC_SUM));
+  }
+  /* the coefficient as acc_clip_grad_norm computes it (float), so NO_SHARD matches an unsharded run */
+  float norm = inf ? (float)total : (float)sqrt(total);
+  if (total_norm) *total_norm = norm;
+  float coef = max_norm / (norm + 1e-6f);
+  if (coef < 1.0f)
+    for (size_t i = 0; i < f->shard_total; i++) f->gshard[i] *= coef;
+  return ACC_OK;
+}
