@@ -25,6 +25,7 @@
  * shm_impl.h holds what they share.
  */
 #include "backend/shm_impl.h"
+#include "core/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -362,8 +363,7 @@ static acc_result read_env(shm_be *s) {
   s->stream_min = (size_t)smin;
   double t = SHM_RDZV_TIMEOUT_S;
   int set = 0;
-  ACC_CHECK(acc__env_double("ACCELERATE_RENDEZVOUS_TIMEOUT", &t, &set));
-  s->rdzv_var = "ACCELERATE_RENDEZVOUS_TIMEOUT";
+  ACC_CHECK(acc__env_rdzv_timeout(&t, &set, &s->rdzv_var));
   if (!set && s->timeout_s < t) {
     t = s->timeout_s; /* never wait longer than the collective timeout either */
     s->rdzv_var = "ACCELERATE_TIMEOUT";

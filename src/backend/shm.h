@@ -18,6 +18,19 @@
 #define ACC_SHM_RING_BYTES 4096
 
 /* Segment header (first bytes of the mapping). */
+/* The first page of a registered buffer's file (shm_reg.c: "<segment>-a<k>-r<rank>"), before its
+ * data: who created it, written right after the create, so that a file left by a process killed
+ * before it unlinked it is reclaimed like a segment (rdzv.c, same ownership and PID-namespace
+ * rules). */
+#define ACC_SHM_REG_MAGIC 0x6765722d63636121ull /* "!acc-reg" */
+typedef struct acc__shm_reg_owner {
+  uint64_t magic;
+  int32_t pid;
+  uint32_t reserved;
+  uint64_t start; /* /proc/<pid>/stat start time, against pid reuse */
+  uint64_t pidns; /* inode of /proc/self/ns/pid */
+} acc__shm_reg_owner;
+
 typedef struct acc__shm_header {
   uint64_t magic;
   uint32_t version;

@@ -100,6 +100,10 @@ int acc__store_local_addr(acc__store *s, char *buf, size_t cap);
 /* The one sentence for a connection to the store that was lost ("lost the rendezvous store at
  * host:port (...why...)"), for the client's errors and the launchers' reports. */
 void acc__store_lost_message(char *buf, size_t cap, const char *where);
+/* Copies n bytes of text that came through the store (a failure posted by another machine, a
+ * refusal) into buf, NUL-terminated, with control bytes and invalid UTF-8 escaped as \xNN, so
+ * that no client can send escape sequences to an operator's terminal. */
+void acc__store_printable(char *buf, size_t cap, const char *src, size_t n);
 /* The socket (readable when the server closed the connection). */
 int acc__store_fd(const acc__store *s);
 void acc__store_close(acc__store *s);

@@ -742,7 +742,7 @@ int acc_cli_launch(int argc, char **argv) {
   if (a.num_machines > 1) {
     double rt = 60.0;
     int set = 0;
-    if (acc__env_double("ACCELERATE_RDZV_TIMEOUT", &rt, &set) != ACC_OK) {
+    if (acc__env_rdzv_timeout(&rt, &set, NULL) != ACC_OK) {
       fprintf(stderr, WHO ": error: %s\n", acc_last_error());
       return 2;
     }

@@ -106,7 +106,7 @@ void acc__machines_first_failure(acc__machines *m, char *buf, size_t cap, double
   void *v = NULL;
   size_t n = 0;
   if (acc__store_get(m->post, m->failed, &v, &n, timeout_s) == ACC_OK)
-    snprintf(buf, cap, "%s", (char *)v);
+    acc__store_printable(buf, cap, v, n);
   acc__free(v);
   acc_clear_error();
 }

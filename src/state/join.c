@@ -21,7 +21,7 @@ static int g_machine = -1;
 static acc_result rdzv_timeout(double *out) {
   int set = 0;
   *out = 60.0;
-  return acc__env_double("ACCELERATE_RDZV_TIMEOUT", out, &set);
+  return acc__env_rdzv_timeout(out, &set, NULL);
 }
 
 acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
