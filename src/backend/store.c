@@ -25,7 +25,10 @@ struct acc__store {
   int pending; /* a GET sent by acc__store_get_start whose reply was not read */
   char where[300];
   char prefix[32]; /* prepended to every key (acc__store_set_prefix) */
+  int machine;     /* the machine rank the store gave a launcher without one, else -1 */
 };
+
+int acc__store_machine(const acc__store *s) { return s ? s->machine : -1; }
 
 void acc__store_failed_key(int generation, char *buf, size_t cap) {
   if (generation <= 0) snprintf(buf, cap, "%s", ACC_STORE_FAILED_KEY);
@@ -338,12 +341,17 @@ acc_result acc__store_connect(acc__store **out, const char *host, int port,
   }
   uint8_t st = 0;
   double left = deadline - acc__now();
-  acc_result rc = request(s, ACC_STORE_OP_HELLO, "", hello, (size_t)hn, &st, NULL, NULL,
+  void *given = NULL;
+  size_t gn = 0;
+  s->machine = -1;
+  acc_result rc = request(s, ACC_STORE_OP_HELLO, "", hello, (size_t)hn, &st, &given, &gn,
                           left > 5 ? left : 5, "this client (HELLO)");
   if (rc != ACC_OK) {
     acc__store_close(s);
     return rc;
   }
+  if (gn > 0) s->machine = atoi(given);
+  acc__free(given);
   *out = s;
   return ACC_OK;
 }

@@ -74,6 +74,9 @@ void acc__store_server_stop(acc__store_server *s, double timeout_s);
  * HELLO. Errors name host:port, the time tried and the last reason, or the server's refusal. */
 acc_result acc__store_connect(acc__store **out, const char *host, int port,
                               const acc__store_hello *hello, double timeout_s);
+/* A launcher that said machine_rank -1 (no --machine_rank, --rdzv_backend c10d) gets the next
+ * free machine rank from the store, in join order: that rank, else -1. */
+int acc__store_machine(const acc__store *s);
 acc_result acc__store_set(acc__store *s, const char *key, const void *val, size_t n);
 /* Waits until key exists (at most timeout_s; < 0: no limit) and returns a copy of its value
  * (acc__free it; NUL-terminated past n). A timeout leaves the connection unusable. */

@@ -343,6 +343,16 @@ static int on_hello(acc__store_server *s, client *c, char *v) {
                   f[2], s->run_id);
   }
   int job = kind == ACC_STORE_LAUNCHER || kind == ACC_STORE_PROCESS;
+  int assigned = kind == ACC_STORE_LAUNCHER && mr == -1 && nm == s->num_machines;
+  if (assigned) { /* no --machine_rank (--rdzv_backend c10d): the next free rank, in join order */
+    for (int k = 1; k < nm && mr < 0; k++)
+      if (!s->machine_seen[k]) mr = k;
+    if (mr < 0)
+      return refuse(s, c, 1,
+                    "a launcher without --machine_rank (%s) came after every machine rank "
+                    "1..%d was given: more launchers than --num_machines %d",
+                    c->peer, nm - 1, nm);
+  }
   if (strcmp(f[1], ACC_VERSION_STRING) != 0)
     return refuse(s, c, job,
                   "different library version: this %s (machine %d, %s) runs accelerate-c %.32s, "
@@ -387,6 +397,11 @@ static int on_hello(acc__store_server *s, client *c, char *v) {
   c->kind = kind;
   c->machine_rank = mr;
   c->rank = rank;
+  if (assigned) {
+    char v[16];
+    int vn = snprintf(v, sizeof v, "%d", mr);
+    return reply(s, c, ACC_STORE_ST_OK, v, (size_t)vn);
+  }
   return reply(s, c, ACC_STORE_ST_OK, NULL, 0);
 }
 

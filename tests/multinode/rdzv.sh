@@ -25,10 +25,18 @@
 #             uninterrupted run, bit for bit.
 #   hang:     PROG is mm_prog: rank 3 (machine 1) blocks before an all_reduce: hang reports on
 #             both machines, the collective times out, both launchers stop non-zero.
+#   term:     SIGTERM to machine 1's launcher: both launchers end non-zero and name it as the
+#             job's first failure (ecosystem 4, D4).
+#   partition: the link cut for good: both launchers end non-zero within 60 s (the default
+#             ACCELERATE_PARTITION_TIMEOUT), each naming the lost contact and when; then a
+#             10 s flap in another job is survived (D5).
+#   joinorder: --rdzv_backend c10d without --machine_rank: the launcher that owns
+#             --main_process_ip is machine 0, the other machine 1, result as on one machine (D2).
 #   errors:   wrong port, duplicate machine rank, mismatched counts (and --max_restarts),
 #             missing secret: the
 #             launcher of machine 1 fails with a message naming the problem, within the
-#             rendezvous timeout.
+#             rendezvous timeout; for a refused launcher of the job, machine 0 stops at once
+#             with the same sentence (R4-6).
 # Exit 77 (skip) only when the namespaces cannot be created.
 set -u
 MODE=$1
@@ -269,15 +277,123 @@ if [ "$MODE" = hang ]; then
   exit 0
 fi
 
+# wait_training OUT0 OUT1: polled, bounded
+wait_training() {
+  i=0
+  until grep -q "^training" "$1" && [ "$(ip netns pids "$NSB" | wc -l)" -ge 3 ]; do
+    i=$((i + 1))
+    [ $i -gt $((600 * M)) ] && { cat "$1" "$2"; fail "the job did not start within 60 s"; }
+    kill -0 $j0 2>/dev/null || { cat "$1" "$2"; fail "machine 0's job ended before it trained"; }
+    sleep 0.1
+  done
+}
+# wait_both LIMIT_S: both launchers exit within LIMIT_S seconds (polled); sets rc0 rc1 secs
+wait_both() {
+  t0=$(date +%s)
+  i=0
+  while kill -0 $j0 2>/dev/null || kill -0 $j1 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -gt $(($1 * 10 * M)) ] && { tail -5 "$TMP"/*.out; fail "a launcher still runs $1 s later"; }
+    sleep 0.1
+  done
+  wait $j0; rc0=$?
+  wait $j1; rc1=$?
+  secs=$(( $(date +%s) - t0 ))
+}
+
+if [ "$MODE" = term ]; then
+  # D4: SIGTERM to machine 1's launcher (scancel, preemption) is named as such on every machine
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  wait_training "$TMP/m0.out" "$TMP/m1.out"
+  # machine 1's launcher: the `accelerate` process of namespace B whose parent is not in it
+  victim=""
+  for p in $(ip netns pids "$NSB"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = accelerate ] && victim=$p
+  done
+  [ -n "$victim" ] || fail "no launcher in machine 1's namespace"
+  kill -TERM "$victim"
+  wait_both 60
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || fail "a launcher exited 0 ($rc0, $rc1)"
+  for f in "$TMP/m0.out" "$TMP/m1.out"; do
+    grep -Eq "the job's first failure: machine 1's launcher \(.*\) received SIGTERM at [0-9:]+ UTC" "$f" ||
+      fail "$f: the job's first failure is not machine 1's SIGTERM"
+  done
+  echo "PASS: SIGTERM to machine 1's launcher is named on both machines"
+  exit 0
+fi
+
+if [ "$MODE" = partition ]; then
+  # item 6 (D5): a permanent cut ends both launchers non-zero within 60 s by default, each
+  # naming the lost contact and its time; a 10 s flap is survived
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  wait_training "$TMP/m0.out" "$TMP/m1.out"
+  ip -n "$NSB" link set "$VB" down
+  wait_both 70
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  echo "after the cut: launchers exited with $rc0 and $rc1 within $secs s"
+  [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || fail "a launcher exited 0 after a permanent cut"
+  [ $secs -le $((60 * M)) ] || fail "the launchers needed $secs s (more than 60)"
+  grep -Eq "launcher of machine 1 \(.*\) lost its connection to the rendezvous store at [0-9:]+ UTC" "$TMP/m0.out" ||
+    fail "machine 0 does not name machine 1's lost connection and its time"
+  grep -Eq "lost the rendezvous store at $IPA:$PORT at [0-9:]+ UTC" "$TMP/m1.out" ||
+    fail "machine 1 does not say it lost the store (machine 0) and when"
+  # a 10 s flap: survived
+  ip -n "$NSB" link set "$VB" up
+  PORT=$((PORT + 1))
+  launch "$NSB" 1 "$TMP/f1.out" "$PROG" --epochs 2 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/f0.out" "$PROG" --epochs 2 --quiet &
+  j0=$!
+  wait_training "$TMP/f0.out" "$TMP/f1.out"
+  ip -n "$NSB" link set "$VB" down
+  sleep 10 # the outage itself, not a synchronization
+  ip -n "$NSB" link set "$VB" up
+  wait_both 200
+  cat "$TMP/f0.out"; echo "--- machine 1:"; cat "$TMP/f1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "a 10 s flap was not survived ($rc0, $rc1)"
+  echo "PASS: a permanent cut ended both launchers in $secs s naming the lost contact; a 10 s flap was survived"
+  exit 0
+fi
+
+if [ "$MODE" = joinorder ]; then
+  # D2: no --machine_rank, --rdzv_backend c10d: the launcher on the host that owns
+  # --main_process_ip is machine 0, the other joins as machine 1 (it starts first here)
+  c10d() {
+    timeout $((180 * M)) ip netns exec "$1" "$ACC" launch --num_machines 2 --num_processes 4 \
+      --rdzv_backend c10d --main_process_ip $IPA --main_process_port $PORT "$PROG" $ARGS >"$2" 2>&1
+  }
+  c10d "$NSB" "$TMP/m1.out" &
+  j1=$!
+  c10d "$NSA" "$TMP/m0.out"
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the launchers exited with $rc0 and $rc1"
+  grep -q "this launcher is machine 0 (it hosts the rendezvous store)" "$TMP/m0.out" || fail "machine A is not machine 0"
+  grep -q "this launcher is machine 1 (in the order the launchers joined)" "$TMP/m1.out" || fail "machine B is not machine 1"
+  one_machine
+  compare "$TMP/m0.out"
+  echo "PASS: --rdzv_backend c10d without --machine_rank: ranks by host and join order, same result"
+  exit 0
+fi
+
 if [ "$MODE" = errors ]; then
-  export ACCELERATE_RDZV_TIMEOUT=$((3 * M))
+  export ACCELERATE_RDZV_TIMEOUT=$((30 * M))
   # expect NAME OUTFILE PATTERN: machine 1's launcher failed with a message matching PATTERN
   expect() {
     grep -Eq "$3" "$2" || { cat "$2"; fail "$1: no message matching '$3'"; }
     echo "ok: $1: $(grep -E "$3" "$2" | head -1)"
   }
   # 1. wrong port: nobody listens; bounded retry, then an error naming host:port
-  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
+  ACCELERATE_RDZV_TIMEOUT=$((3 * M)) timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
     --main_process_ip $IPA --main_process_port 29555 "$PROG" >"$TMP/e1.out" 2>&1 &&
     fail "machine 1 joined a store that does not exist"
   expect "wrong port" "$TMP/e1.out" "cannot reach the rendezvous store at $IPA:29555 after"
@@ -311,6 +427,15 @@ if [ "$MODE" = errors ]; then
     timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch "$@" --main_process_ip $IPA --main_process_port $PORT \
       "$PROG" >"$out" 2>&1 && fail "$name: the launcher joined"
     expect "$name" "$out" "$pattern"
+    # machine 0 stops at once with the same sentence (red team 4, R4-6), not at its rendezvous
+    # timeout with a generic reason (polled, bounded)
+    n=0
+    while kill -0 $j0 2>/dev/null; do
+      n=$((n + 1))
+      [ $n -le $((100 * M)) ] || { cat "$TMP/m0.out"; fail "$name: machine 0 still runs 10 s after the refusal"; }
+      sleep 0.1
+    done
+    expect "$name (machine 0)" "$TMP/m0.out" "the rendezvous store refused a client \(HELLO\): .*$pattern"
     stop0
   }
 
