@@ -398,9 +398,9 @@ static int on_hello(acc__store_server *s, client *c, char *v) {
   c->machine_rank = mr;
   c->rank = rank;
   if (assigned) {
-    char v[16];
-    int vn = snprintf(v, sizeof v, "%d", mr);
-    return reply(s, c, ACC_STORE_ST_OK, v, (size_t)vn);
+    char given[16];
+    int gn = snprintf(given, sizeof given, "%d", mr);
+    return reply(s, c, ACC_STORE_ST_OK, given, (size_t)gn);
   }
   return reply(s, c, ACC_STORE_ST_OK, NULL, 0);
 }

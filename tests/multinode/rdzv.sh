@@ -25,6 +25,9 @@
 #             uninterrupted run, bit for bit.
 #   hang:     PROG is mm_prog: rank 3 (machine 1) blocks before an all_reduce: hang reports on
 #             both machines, the collective times out, both launchers stop non-zero.
+#   flood:    600 idle connections and 600 announcing 1 MiB frames (ACC_STORE_FLOOD, never a
+#             HELLO) against machine 0's store during a 2-machine run: the job runs, machine 0's
+#             launcher peaks within the store's 64 MiB budget + 16 MB (red team 4, R4-1).
 #   term:     SIGTERM to machine 1's launcher: both launchers end non-zero and name it as the
 #             job's first failure (ecosystem 4, D4).
 #   partition: the link cut for good: both launchers end non-zero within 60 s (the default
@@ -300,6 +303,46 @@ wait_both() {
   wait $j1; rc1=$?
   secs=$(( $(date +%s) - t0 ))
 }
+
+if [ "$MODE" = flood ]; then
+  # R4-1: 600 idle connections and 600 that announce 1 MiB frames (tests/multinode/store_flood.c,
+  # from machine 1's namespace, reconnecting what the store closes) during a real 2-machine run:
+  # the job runs, and machine 0's launcher stays within the store's budget (64 MiB) + 16 MB
+  [ -x "${ACC_STORE_FLOOD:-}" ] || fail "ACC_STORE_FLOOD (the store_flood program) is not set"
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" $ARGS &
+  j0=$!
+  lpid=""
+  i=0
+  while [ -z "$lpid" ]; do
+    for p in $(ip netns pids "$NSA"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = accelerate ] && lpid=$p; done
+    i=$((i + 1))
+    [ $i -gt $((300 * M)) ] && fail "machine 0's launcher did not start"
+    [ -z "$lpid" ] && sleep 0.1
+  done
+  ip netns exec "$NSB" "$ACC_STORE_FLOOD" idle $IPA $PORT 600 $((40 * M)) >"$TMP/fi.out" 2>&1 &
+  fi=$!
+  ip netns exec "$NSB" "$ACC_STORE_FLOOD" big $IPA $PORT 600 $((40 * M)) >"$TMP/fb.out" 2>&1 &
+  fb=$!
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" $ARGS &
+  j1=$!
+  hwm=0
+  while kill -0 $j0 2>/dev/null; do
+    h=$(awk '/^VmHWM/ { print $2 }' /proc/$lpid/status 2>/dev/null)
+    [ -n "$h" ] && [ "$h" -gt "$hwm" ] && hwm=$h
+    sleep 0.1
+  done
+  wait $j0; rc0=$?
+  wait $j1; rc1=$?
+  kill $fi $fb 2>/dev/null
+  wait $fi $fb 2>/dev/null
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"; cat "$TMP/fi.out" "$TMP/fb.out"
+  echo "machine 0's launcher: peak resident $hwm kB"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the job under the flood: launchers exited with $rc0 and $rc1"
+  grep -q "^test accuracy" "$TMP/m0.out" || fail "the job printed no accuracy"
+  [ "$hwm" -gt 0 ] && [ "$hwm" -le $((65536 + 16000)) ] || fail "machine 0's launcher peaked at $hwm kB (budget 64 MiB + 16 MB)"
+  echo "PASS: 600 idle and 600 1-MiB-frame connections during a 2-machine run: the job ran, the launcher peaked at $hwm kB"
+  exit 0
+fi
 
 if [ "$MODE" = term ]; then
   # D4: SIGTERM to machine 1's launcher (scancel, preemption) is named as such on every machine

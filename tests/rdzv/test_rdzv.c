@@ -188,6 +188,23 @@ static void rk_reg_stuck(int rank, int n) {
   (void)n;
 }
 
+/* Rank 1 ends on a library error of its own (here a refused call; across machines, a peer that
+ * closed its connection) and exits without acc_state_destroy while rank 0 waits in a barrier
+ * (ecosystem 4, D4/D9). */
+static void rk_exit_after_error(int rank, int n) {
+  acc_state *st = NULL;
+  acc_result rc = acc_state_create(&st, NULL);
+  if (rc != ACC_OK) return send_report(rank, rc, 0);
+  if (rank == 1) {
+    acc_all_reduce(st, NULL, NULL, 1, ACC_F32, ACC_SUM); /* fails: NULL buffers */
+    send_report(rank, acc__last_error_code(), 0);
+    exit(1);
+  }
+  rc = acc_barrier(st);
+  send_report(rank, rc, 0);
+  (void)n;
+}
+
 static void rk_create_only(int rank, int n) {
   acc_state *st = NULL;
   acc_result rc = acc_state_create(&st, NULL);
@@ -376,6 +393,14 @@ int main(int argc, char **argv) {
     CHECK(access(reg, F_OK) != 0, "%s: %s was not reclaimed", sc, reg);
     CHECK(leftovers(g_run_id, rdir) == 0, "%s: %d entries of the killed job are still there", sc,
           leftovers(g_run_id, rdir));
+  } else if (strcmp(sc, "exit_after_error") == 0) {
+    /* a rank that exited on an error of its own is named with that error, not as a rank that
+     * "died before arriving (killed, crashed, ...)" */
+    int rfd = start_ranks(g_run_id, 0, 2, 2, rk_exit_after_error, NULL, pids);
+    collect(rfd, reps, 2, pids, 2);
+    expect(&reps[0], ACC_ERR_REMOTE, "rank 1 (pid ", sc);
+    expect(&reps[0], ACC_ERR_REMOTE, "exited before arriving, after an error of its own: ", sc);
+    CHECK(strstr(reps[0].msg, "died before arriving") == NULL, "%s: rank 0 says: %s", sc, reps[0].msg);
   } else if (strcmp(sc, "phase_bounds") == 0) {
     /* regression for red-team D8: the spin and yield tunables are bounded, and a death is seen
      * promptly even when both phases are at their maximum */

@@ -9,6 +9,7 @@
  *  - a client that pipelines 64 GETs of a 1 MiB value and does not read is dropped, and another
  *    client is served meanwhile;
  *  - ADD overflow is an error, the memory budget refuses a SET, text from the store is escaped;
+ *  - launchers without a machine rank get one in join order (D2);
  *  - IPv6: the store listens on every address, "::1" and "[::1]" reach it; a resolver failure
  *    names the resolver's reason; ACCELERATE_RDZV_TIMEOUT and its alias. */
 #include <arpa/inet.h>
@@ -109,6 +110,24 @@ void refusals_end_the_job(void) {
   refused_posts(b, "the launcher of machine 0 says --max_restarts 3, machine 0 says 0");
   refused_posts(who(ACC_STORE_LAUNCHER, 1, -1), "two launchers with machine_rank 1");
   refused_posts(who(ACC_STORE_PROCESS, 1, 2), "two processes with rank 2");
+
+  /* D2: a launcher without a machine rank gets the next free one; one too many is refused */
+  {
+    acc__store_server *srv = NULL;
+    REQUIRE_OK(acc__store_server_start(&srv, "127.0.0.1", 0, &g_job));
+    int port = acc__store_server_port(srv);
+    acc__store *l0 = NULL, *la = NULL, *lb = NULL;
+    acc__store_hello h0 = who(ACC_STORE_LAUNCHER, 0, -1), hx = who(ACC_STORE_LAUNCHER, -1, -1);
+    REQUIRE_OK(acc__store_connect(&l0, "127.0.0.1", port, &h0, 10));
+    CHECK(acc__store_machine(l0) == -1, "a launcher with a rank is given none");
+    REQUIRE_OK(acc__store_connect(&la, "127.0.0.1", port, &hx, 10));
+    CHECK(acc__store_machine(la) == 1, "join order: machine %d", acc__store_machine(la));
+    CHECK_ERR(acc__store_connect(&lb, "127.0.0.1", port, &hx, 10), ACC_ERR_MISMATCH,
+              "more launchers than --num_machines 2");
+    acc__store_close(l0);
+    acc__store_close(la);
+    acc__store_server_stop(srv, 5);
+  }
 
   /* a stranger (wrong secret, other run id) cannot end the job */
   acc__store_server *srv = NULL;
