@@ -28,6 +28,9 @@
 #   flood:    600 idle connections and 600 announcing 1 MiB frames (ACC_STORE_FLOOD, never a
 #             HELLO) against machine 0's store during a 2-machine run: the job runs, machine 0's
 #             launcher peaks within the store's 64 MiB budget + 16 MB (red team 4, R4-1).
+#   killlauncher: kill -9 of machine 1's launcher: machine 0 names it as the first failure.
+#   torchrunkill: torchrun's environment, kill -9 of rank 3: no process calls a live rank
+#             "died before arriving" (D9).
 #   term:     SIGTERM to machine 1's launcher: both launchers end non-zero and name it as the
 #             job's first failure (ecosystem 4, D4).
 #   partition: the link cut for good: both launchers end non-zero within 60 s (the default
@@ -344,6 +347,61 @@ if [ "$MODE" = flood ]; then
   done
   [ "$hwm" -gt 0 ] && [ "$hwm" -le $((65536 + 16000)) ] || fail "machine 0's launcher peaked at $hwm kB (budget 64 MiB + 16 MB)"
   echo "PASS: 600 idle and 600 1-MiB-frame connections during a 2-machine run: the job ran, the launcher peaked at $hwm kB"
+  exit 0
+fi
+
+if [ "$MODE" = killlauncher ]; then
+  # item 7: kill -9 of machine 1's launcher: machine 0 names that launcher, not a healthy rank
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  wait_training "$TMP/m0.out" "$TMP/m1.out"
+  victim=""
+  for p in $(ip netns pids "$NSB"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = accelerate ] && victim=$p
+  done
+  [ -n "$victim" ] || fail "no launcher in machine 1's namespace"
+  kill -9 "$victim"
+  wait_both 60
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -ne 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
+  grep -Eq "the job's first failure: the launcher of machine 1 \(.*\) lost its connection to the rendezvous store" "$TMP/m0.out" ||
+    fail "machine 0 does not name machine 1's launcher as the first failure"
+  echo "PASS: kill -9 of machine 1's launcher is named on machine 0"
+  exit 0
+fi
+
+if [ "$MODE" = torchrunkill ]; then
+  # item 7 (D9): torchrun's environment, no launcher: kill -9 of rank 3 (machine 1); no process
+  # blames a live rank (or itself) as "died before arriving"
+  pids=""
+  for r in 0 1 2 3; do
+    ns=$NSA; g=0
+    [ $r -ge 2 ] && { ns=$NSB; g=1; }
+    ip netns exec "$ns" env MASTER_ADDR=$IPA MASTER_PORT=$PORT RANK=$r WORLD_SIZE=4 \
+      LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$g \
+      timeout $((120 * M)) "$PROG" --epochs 50 --quiet >"$TMP/r$r.out" 2>&1 &
+    pids="$pids $!"
+  done
+  i=0
+  victim=""
+  until [ -n "$victim" ] && grep -q "^training" "$TMP/r0.out"; do
+    for p in $(ip netns pids "$NSB"); do
+      tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "RANK=3" && victim=$p
+    done
+    i=$((i + 1))
+    [ $i -gt $((600 * M)) ] && { cat "$TMP"/r*.out; fail "the job did not start within 60 s"; }
+    sleep 0.1
+  done
+  kill -9 "$victim"
+  r=0
+  for p in $pids; do wait $p; echo "rank $r exited with status $?"; r=$((r + 1)); done
+  for r in 0 1 2 3; do echo "--- rank $r:"; cat "$TMP/r$r.out"; done
+  if grep -Eh "rank [0-2] \(pid [0-9]+\) died before arriving" "$TMP"/r*.out; then
+    fail "a live rank was blamed as dead (only rank 3 was killed)"
+  fi
+  echo "PASS: torchrun's environment, rank 3 killed: no live rank blamed as dead"
   exit 0
 fi
 
