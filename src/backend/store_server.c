@@ -560,6 +560,10 @@ static void on_readable(acc__store_server *s, client *c) {
     off += 4 + len;
   }
   if (c->fd < 0) return;
+  if (c->closing && c->out_n == c->out_off) { /* refused, and the reply is out */
+    drop(s, c);
+    return;
+  }
   memmove(c->in, c->in + off, c->in_n - off);
   c->in_n -= off;
   if (c->in_n == 0 && c->in_cap > 65536) release(s, &c->in, &c->in_cap);
