@@ -561,6 +561,11 @@ if [ "$MODE" = errors ]; then
   unset ACCELERATE_STORE_SECRET
   launch "$NSB" 1 "$TMP/e5.out" "$PROG" $ARGS && fail "machine 1 joined without the secret"
   expect "missing secret" "$TMP/e5.out" "wrong or missing shared secret"
+  # machine 0 goes on, and logs the stranger once with its address
+  launch "$NSB" 1 "$TMP/e5b.out" "$PROG" $ARGS && fail "machine 1 joined without the secret (2nd try)"
+  kill -0 $j0 2>/dev/null || { cat "$TMP/m0.out"; fail "a client without the secret ended machine 0's job"; }
+  [ "$(grep -c "rendezvous store: refused a client from $IPB:[0-9]* (wrong or missing shared secret); the job goes on" "$TMP/m0.out")" -eq 1 ] ||
+    { cat "$TMP/m0.out"; fail "machine 0 did not log the stranger exactly once"; }
   stop0
 
   # 5. another job (another --rdzv_id) on the same port
