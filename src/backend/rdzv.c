@@ -293,6 +293,21 @@ static int segment_is_stale(const char *path) {
   return stale;
 }
 
+/* A registered buffer's file of ours ("...-a<k>-r<rank>", shm_reg.c) whose creator is dead. */
+static int reg_file_is_stale(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  struct stat st;
+  acc__shm_reg_owner o;
+  int stale = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+      (size_t)st.st_size >= sizeof o && pread(fd, &o, sizeof o, 0) == (ssize_t)sizeof o &&
+      o.magic == ACC_SHM_REG_MAGIC && o.pid > 0)
+    stale = creator_dead((pid_t)o.pid, o.start, o.pidns);
+  close(fd);
+  return stale;
+}
+
 int acc__rdzv_reclaim(const char *runtime_dir) {
   int n = 0;
   DIR *d = opendir("/dev/shm");
@@ -302,7 +317,7 @@ int acc__rdzv_reclaim(const char *runtime_dir) {
       if (strncmp(e->d_name, "acc-", 4) != 0) continue;
       char path[PATH_MAX];
       snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-      if (segment_is_stale(path) && unlink(path) == 0) n++;
+      if ((segment_is_stale(path) || reg_file_is_stale(path)) && unlink(path) == 0) n++;
     }
     closedir(d);
   }

@@ -25,6 +25,7 @@
  * shm_impl.h holds what they share.
  */
 #include "backend/shm_impl.h"
+#include "core/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,9 +54,23 @@ static void sleep_s(double s) {
 
 /* ---- the backend object -------------------------------------------------------------------- */
 
+/* The process's live group, for its last words at exit (acc__shm_ctrl.exit_rc). */
+static shm_be *_Atomic g_live;
+
+static void last_words(void) {
+  shm_be *s = atomic_load(&g_live);
+  acc_result rc = acc__last_error_code();
+  if (!s || !s->ctrl || rc == ACC_OK) return;
+  acc__shm_ctrl *c = &s->ctrl[s->me];
+  snprintf(c->exit_msg, sizeof c->exit_msg, "%s", acc_last_error());
+  atomic_store_explicit(&c->exit_rc, (int32_t)rc, memory_order_release);
+}
+
 static void shm_destroy(acc__backend *be) {
   shm_be *s = (shm_be *)be;
   if (!s) return;
+  shm_be *expect = s;
+  atomic_compare_exchange_strong(&g_live, &expect, NULL);
   /* one-sided broadcasts not yet compared with every rank's: compare them now (shm_ring.c) */
   int mismatch = acc__shm_ring_final(s);
   if (s->registered) {
@@ -362,8 +377,7 @@ static acc_result read_env(shm_be *s) {
   s->stream_min = (size_t)smin;
   double t = SHM_RDZV_TIMEOUT_S;
   int set = 0;
-  ACC_CHECK(acc__env_double("ACCELERATE_RENDEZVOUS_TIMEOUT", &t, &set));
-  s->rdzv_var = "ACCELERATE_RENDEZVOUS_TIMEOUT";
+  ACC_CHECK(acc__env_rdzv_timeout(&t, &set, &s->rdzv_var));
   if (!set && s->timeout_s < t) {
     t = s->timeout_s; /* never wait longer than the collective timeout either */
     s->rdzv_var = "ACCELERATE_TIMEOUT";
@@ -467,6 +481,9 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
     return rc;
   }
   s->base.op_name = NULL;
+  static atomic_int armed;
+  if (!atomic_exchange(&armed, 1)) atexit(last_words);
+  atomic_store(&g_live, s);
   *out = &s->base;
   return ACC_OK;
 }

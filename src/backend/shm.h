@@ -11,13 +11,26 @@
 #include "backend/collcheck.h"
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 7u
+#define ACC_SHM_VERSION 8u
 #define ACC_SHM_LINE 64
 /* One-sided broadcasts (shm_ring.c): slots per rank and the largest message that uses them. */
 #define ACC_SHM_RING 16
 #define ACC_SHM_RING_BYTES 4096
 
 /* Segment header (first bytes of the mapping). */
+/* The first page of a registered buffer's file (shm_reg.c: "<segment>-a<k>-r<rank>"), before its
+ * data: who created it, written right after the create, so that a file left by a process killed
+ * before it unlinked it is reclaimed like a segment (rdzv.c, same ownership and PID-namespace
+ * rules). */
+#define ACC_SHM_REG_MAGIC 0x6765722d63636121ull /* "!acc-reg" */
+typedef struct acc__shm_reg_owner {
+  uint64_t magic;
+  int32_t pid;
+  uint32_t reserved;
+  uint64_t start; /* /proc/<pid>/stat start time, against pid reuse */
+  uint64_t pidns; /* inode of /proc/self/ns/pid */
+} acc__shm_reg_owner;
+
 typedef struct acc__shm_header {
   uint64_t magic;
   uint32_t version;
@@ -84,6 +97,11 @@ typedef struct acc__shm_ctrl {
   _Atomic uint64_t bcnt[2];
   _Atomic uint64_t bdigs[ACC_SHM_RING];
   acc__call_rec bcall[ACC_SHM_RING];
+  /* A rank that exits without acc_state_destroy after a library error writes that error here
+   * at exit (exit_msg, then exit_rc, release): the others then name the error it ended on
+   * instead of calling it dead ("a peer closed the connection" is not "killed"). */
+  _Alignas(ACC_SHM_LINE) _Atomic int32_t exit_rc;
+  char exit_msg[256];
 } acc__shm_ctrl;
 
 /* A one-sided broadcast slot: the root of broadcast b writes data (or inl), len and its call tag into its

@@ -9,7 +9,8 @@
  * Every rank then maps every peer's file. Step 2: every rank has mapped every peer's, or
  * published why not. Each rank unlinks its own file after step 2, success or not: from then on no
  * /dev/shm entry exists (a rank killed between the create and step 2 leaves one behind; the
- * name carries the job's unpredictable token). The outcome is the same on every rank: all
+ * name carries the job's unpredictable token; its first page names its creator, so the next job's
+ * reclaim removes it once that process is dead, as for the segment: rdzv.c). The outcome is the same on every rank: all
  * succeeded, or every rank unmaps and fails with a message naming the rank that could not.
  *
  * The all_reduce (acc__shm_reg_all_reduce, shm_coll.c calls it for every all_reduce above the
@@ -28,6 +29,7 @@
  * peers' allocations with the same number (the memory lives until the last rank unmaps it).
  */
 #include "backend/shm_impl.h"
+#include "backend/rdzv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,15 +57,27 @@ static void reg_unmap(shm_be *s, struct acc__shm_reg *g) {
   acc__free(g->peer);
 }
 
-/* Creates and maps this rank's file; 0 or an errno. */
+static size_t page_size(void) {
+  long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? (size_t)page : 4096;
+}
+
+/* Creates and maps this rank's file; 0 or an errno. The file is one page naming its creator
+ * (acc__shm_reg_owner, written first: a kill from then on leaves a file the next job's reclaim
+ * recognizes), then the data. */
 static int create_mine(shm_be *s, struct acc__shm_reg *g, char *name, size_t cap) {
   if (reg_name(s, g->id, s->me, name, cap) != 0) return ENAMETOOLONG;
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno;
+  acc__shm_reg_owner o = {ACC_SHM_REG_MAGIC, (int32_t)getpid(), 0, acc__proc_start_time(getpid()),
+                          acc__pid_namespace()};
+  size_t pg = page_size();
+  int e = pwrite(fd, &o, sizeof o, 0) == (ssize_t)sizeof o ? 0 : errno ? errno : EIO;
   /* the pages are reserved now (ENOSPC when /dev/shm is too small), not at the first store into
    * them, which would end the process with SIGBUS */
-  int e = posix_fallocate(fd, 0, (off_t)g->map_len);
-  void *p = e ? MAP_FAILED : mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (!e) e = posix_fallocate(fd, 0, (off_t)(pg + g->map_len));
+  void *p = e ? MAP_FAILED
+              : mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)pg);
   if (!e && p == MAP_FAILED) e = errno;
   close(fd);
   if (e) {
@@ -80,8 +94,10 @@ static int map_peer(shm_be *s, struct acc__shm_reg *g, int r, char *name, size_t
   int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return errno;
   struct stat st;
-  int e = fstat(fd, &st) != 0 ? errno : (size_t)st.st_size != g->map_len ? EINVAL : 0;
-  void *p = e ? MAP_FAILED : mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  size_t pg = page_size();
+  int e = fstat(fd, &st) != 0 ? errno : (size_t)st.st_size != pg + g->map_len ? EINVAL : 0;
+  void *p = e ? MAP_FAILED
+              : mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)pg);
   if (!e && p == MAP_FAILED) e = errno;
   close(fd);
   if (!e) g->peer[r] = p;

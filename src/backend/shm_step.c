@@ -160,6 +160,17 @@ static acc_result check_peers(shm_be *s, uint64_t target) {
                         s->me + s->rank_base, s->where, r + s->rank_base, pid,
                         ps == PEER_DEAD ? "died (killed or crashed)" : "left the process group",
                         arrived, missing);
+    int exit_rc = atomic_load_explicit(&s->ctrl[r].exit_rc, memory_order_acquire);
+    if (ps == PEER_DEAD && exit_rc != 0) {
+      char why[sizeof s->ctrl[r].exit_msg];
+      memcpy(why, s->ctrl[r].exit_msg, sizeof why);
+      why[sizeof why - 1] = 0;
+      return acc__error(ACC_ERR_REMOTE,
+                        "%s (collective #%llu) on rank %d%s: rank %d (pid %d) exited before "
+                        "arriving, after an error of its own: %s; arrived: %s, missing: %s",
+                        what(s), (unsigned long long)s->base.op_seq, s->me + s->rank_base,
+                        s->where, r + s->rank_base, pid, why, arrived, missing);
+    }
     if (ps == PEER_DEAD)
       return acc__error(ACC_ERR_REMOTE,
                         "%s (collective #%llu) on rank %d%s: rank %d (pid %d) died before arriving "

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -24,7 +25,10 @@ struct acc__store {
   int pending; /* a GET sent by acc__store_get_start whose reply was not read */
   char where[300];
   char prefix[32]; /* prepended to every key (acc__store_set_prefix) */
+  int machine;     /* the machine rank the store gave a launcher without one, else -1 */
 };
+
+int acc__store_machine(const acc__store *s) { return s ? s->machine : -1; }
 
 void acc__store_failed_key(int generation, char *buf, size_t cap) {
   if (generation <= 0) snprintf(buf, cap, "%s", ACC_STORE_FAILED_KEY);
@@ -91,13 +95,76 @@ int acc__store_send_frame(int fd, uint8_t head, const char *key, size_t klen, co
   return r;
 }
 
+void acc__store_keepalive(int fd, double t) {
+  if (t <= 0) return;
+  int idle = (int)(t / 3), intvl = (int)(t / 6), cnt = 6;
+  if (idle < 1) idle = 1;
+  if (intvl < 1) intvl = 1;
+  unsigned ut = (unsigned)(t * 1000.0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
+}
+
+acc_result acc__store_partition_timeout(double *out) {
+  *out = 30.0;
+  int set = 0;
+  return acc__env_double("ACCELERATE_PARTITION_TIMEOUT", out, &set);
+}
+
+void acc__store_peer_name(const struct sockaddr_storage *ss, unsigned len, char *buf, size_t cap) {
+  char h[INET6_ADDRSTRLEN + 8] = "?", p[16] = "?";
+  getnameinfo((const struct sockaddr *)ss, (socklen_t)len, h, sizeof h, p, sizeof p,
+              NI_NUMERICHOST | NI_NUMERICSERV);
+  if (strncmp(h, "::ffff:", 7) == 0 && strchr(h + 7, '.')) snprintf(buf, cap, "%s:%s", h + 7, p);
+  else if (strchr(h, ':')) snprintf(buf, cap, "[%s]:%s", h, p);
+  else snprintf(buf, cap, "%s:%s", h, p);
+}
+
+void acc__store_printable(char *buf, size_t cap, const char *src, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *u = (const unsigned char *)src;
+  size_t o = 0;
+  if (!cap) return;
+  for (size_t i = 0; i < n && o + 1 < cap;) {
+    unsigned c = u[i];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    int ok = len > 0 && i + len <= n && (c >= 0x20 || len > 1) && c != 0x7f;
+    for (size_t j = 1; ok && j < len; j++) ok = (u[i + j] & 0xc0) == 0x80;
+    if (ok && len == 2 && c == 0xc2 && u[i + 1] < 0xa0) ok = 0; /* C1 controls */
+    if (ok && len == 2 && c < 0xc2) ok = 0;                     /* overlong */
+    if (ok) {
+      if (o + len >= cap) break;
+      memcpy(buf + o, u + i, len);
+      o += len;
+      i += len;
+    } else {
+      if (o + 4 >= cap) break;
+      buf[o++] = '\\';
+      buf[o++] = 'x';
+      buf[o++] = hex[c >> 4];
+      buf[o++] = hex[c & 15];
+      i++;
+    }
+  }
+  buf[o] = 0;
+}
+
 /* ---- client -------------------------------------------------------------------------------- */
 
 void acc__store_lost_message(char *buf, size_t cap, const char *where) {
+  time_t t = time(NULL);
+  struct tm tm;
+  char ts[32];
+  gmtime_r(&t, &tm);
+  strftime(ts, sizeof ts, "%H:%M:%S UTC", &tm);
   snprintf(buf, cap,
-           "lost the rendezvous store at %s (its host, machine 0's launcher or rank 0, exited or "
-           "was killed, or the network between the machines failed)",
-           where);
+           "lost the rendezvous store at %s at %s (its host, machine 0's launcher or rank 0, "
+           "exited or was killed, or the network between the machines failed)",
+           where, ts);
 }
 
 static acc_result broken_error(acc__store *s, const char *what, int r) {
@@ -152,8 +219,7 @@ static acc_result request(acc__store *s, uint8_t op, const char *key, const void
   size_t vl = len - 1;
   if (*status == ACC_STORE_ST_ERR) {
     char msg[1024];
-    snprintf(msg, sizeof msg, "%.*s", (int)(vl < sizeof msg - 1 ? vl : sizeof msg - 1),
-             (char *)b + 1);
+    acc__store_printable(msg, sizeof msg, (char *)b + 1, vl);
     acc__free(b);
     return acc__error(ACC_ERR_MISMATCH, "rendezvous store at %s refused %s: %s", s->where,
                       what, msg);
@@ -169,15 +235,18 @@ static acc_result request(acc__store *s, uint8_t op, const char *key, const void
   return ACC_OK;
 }
 
-static int connect_once(const char *host, int port, int *err, double deadline) {
+/* *err: an errno, or (*gai set) a getaddrinfo code. */
+static int connect_once(const char *host, int port, int *err, int *gai, double deadline) {
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   int g = getaddrinfo(host, ps, &hints, &res);
+  *gai = 0;
   if (g != 0) {
-    *err = -g; /* negative: a resolver error */
+    *err = g;
+    *gai = 1;
     return -1;
   }
   int fd = -1;
@@ -225,11 +294,21 @@ acc_result acc__store_connect(acc__store **out, const char *host, int port,
   if (!host || !*host || port <= 0 || port > 65535)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "rendezvous store: invalid address '%s:%d'",
                       host ? host : "", port);
+  double part = 0;
+  ACC_CHECK(acc__store_partition_timeout(&part));
+  /* "[::1]" (a bracketed IPv6 address, as in URLs) is "::1" */
+  char bare[256];
+  size_t hl = strlen(host);
+  if (host[0] == '[' && hl > 2 && host[hl - 1] == ']' && hl - 2 < sizeof bare) {
+    snprintf(bare, sizeof bare, "%.*s", (int)(hl - 2), host + 1);
+  } else {
+    snprintf(bare, sizeof bare, "%s", host);
+  }
   double t0 = acc__now(), deadline = t0 + timeout_s;
-  int err = 0, fd = -1;
+  int err = 0, gai = 0, fd = -1;
   double pause = 0.005;
   for (;;) {
-    fd = connect_once(host, port, &err, deadline);
+    fd = connect_once(bare, port, &err, &gai, deadline);
     if (fd >= 0 || acc__now() >= deadline) break;
     /* The server may not listen yet (the other machines' launchers start in any order): retry
      * with a growing pause, bounded by the deadline. */
@@ -242,7 +321,8 @@ acc_result acc__store_connect(acc__store **out, const char *host, int port,
                       "cannot reach the rendezvous store at %s:%d after %.1f s (%s): is machine "
                       "0's `accelerate launch` (or rank 0) running, and are --main_process_ip / "
                       "--main_process_port (MASTER_ADDR / MASTER_PORT) right?",
-                      host, port, acc__now() - t0, err < 0 ? gai_strerror(-err) : strerror(err));
+                      host, port, acc__now() - t0, gai ? gai_strerror(err) : strerror(err));
+  acc__store_keepalive(fd, part);
   acc__store *s = acc__calloc(1, sizeof *s);
   if (!s) {
     close(fd);
@@ -261,12 +341,17 @@ acc_result acc__store_connect(acc__store **out, const char *host, int port,
   }
   uint8_t st = 0;
   double left = deadline - acc__now();
-  acc_result rc = request(s, ACC_STORE_OP_HELLO, "", hello, (size_t)hn, &st, NULL, NULL,
+  void *given = NULL;
+  size_t gn = 0;
+  s->machine = -1;
+  acc_result rc = request(s, ACC_STORE_OP_HELLO, "", hello, (size_t)hn, &st, &given, &gn,
                           left > 5 ? left : 5, "this client (HELLO)");
   if (rc != ACC_OK) {
     acc__store_close(s);
     return rc;
   }
+  if (gn > 0) s->machine = atoi(given);
+  acc__free(given);
   *out = s;
   return ACC_OK;
 }
@@ -345,7 +430,7 @@ int acc__store_get_finish(acc__store *s, char *msg, size_t cap) {
     s->broken = 1;
     return -1;
   }
-  snprintf(msg, cap, "%s", v);
+  acc__store_printable(msg, cap, v, n);
   free(v);
   return st == ACC_STORE_ST_OK ? 1 : -1;
 }

@@ -74,6 +74,9 @@ void acc__store_server_stop(acc__store_server *s, double timeout_s);
  * HELLO. Errors name host:port, the time tried and the last reason, or the server's refusal. */
 acc_result acc__store_connect(acc__store **out, const char *host, int port,
                               const acc__store_hello *hello, double timeout_s);
+/* A launcher that said machine_rank -1 (no --machine_rank, --rdzv_backend c10d) gets the next
+ * free machine rank from the store, in join order: that rank, else -1. */
+int acc__store_machine(const acc__store *s);
 acc_result acc__store_set(acc__store *s, const char *key, const void *val, size_t n);
 /* Waits until key exists (at most timeout_s; < 0: no limit) and returns a copy of its value
  * (acc__free it; NUL-terminated past n). A timeout leaves the connection unusable. */
@@ -100,6 +103,10 @@ int acc__store_local_addr(acc__store *s, char *buf, size_t cap);
 /* The one sentence for a connection to the store that was lost ("lost the rendezvous store at
  * host:port (...why...)"), for the client's errors and the launchers' reports. */
 void acc__store_lost_message(char *buf, size_t cap, const char *where);
+/* Copies n bytes of text that came through the store (a failure posted by another machine, a
+ * refusal) into buf, NUL-terminated, with control bytes and invalid UTF-8 escaped as \xNN, so
+ * that no client can send escape sequences to an operator's terminal. */
+void acc__store_printable(char *buf, size_t cap, const char *src, size_t n);
 /* The socket (readable when the server closed the connection). */
 int acc__store_fd(const acc__store *s);
 void acc__store_close(acc__store *s);

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/internal.h"
+
 #define ACC_STORE_PROTO "accelerate-store-2" /* 2: HELLO carries the launch attempt */
 
 enum {
@@ -24,5 +26,14 @@ int acc__store_io(int fd, void *buf, size_t n, int writing, double deadline);
 /* Writes one frame: u32 length, head byte, then (key != NULL) u16 key length and key, then val. */
 int acc__store_send_frame(int fd, uint8_t head, const char *key, size_t klen, const void *val,
                           size_t vlen, double deadline);
+
+struct sockaddr_storage;
+/* TCP keepalive and TCP_USER_TIMEOUT on a store connection, so that a partition (a peer that
+ * vanished without closing) ends it within about seconds (ACCELERATE_PARTITION_TIMEOUT; 0: off). */
+void acc__store_keepalive(int fd, double seconds);
+/* ACCELERATE_PARTITION_TIMEOUT, range-checked (default 30). */
+acc_result acc__store_partition_timeout(double *out);
+/* "host:port" of a peer: numeric, an IPv4-mapped IPv6 address as IPv4, IPv6 as "[addr]:port". */
+void acc__store_peer_name(const struct sockaddr_storage *ss, unsigned len, char *buf, size_t cap);
 
 #endif

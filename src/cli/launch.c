@@ -24,11 +24,13 @@
 #include "cli/mpirun.h"
 #include "launch/machines.h"
 #include "launch/spawn.h"
+#include "state/slurm.h"
 
 extern char **environ;
 
 #define WHO "accelerate launch"
 #define UNSET LONG_MIN /* integer option not given */
+#define JOIN_ORDER (-1L) /* no --machine_rank, --rdzv_backend c10d: the store gives one */
 
 typedef struct launch_args {
   const char *config_file;
@@ -109,7 +111,7 @@ static const option_def options[] = {
      "comma list of local ranks whose stdout and stderr reach the console, e.g. 0 (as torchrun's "
      "option of the same name; --log_dir files still get every rank)"},
     {"--role", NULL, STR, OFF(role), "default", "accepted and ignored (torchrun worker role)"},
-    {"--rdzv_backend", NULL, STR, OFF(rdzv_backend), "static", "accepted and ignored (rendezvous is static)"},
+    {"--rdzv_backend", NULL, STR, OFF(rdzv_backend), "static", "static: every launcher gives --machine_rank; c10d (or any other): a launcher without --machine_rank gets one at the join (SLURM_NODEID under srun, else join order)"},
     {"--rdzv_conf", NULL, STR, OFF(rdzv_conf), "\"\"", "accepted and ignored"},
     {"--rdzv_id", NULL, STR, OFF(rdzv_id), "default",
      "several machines: the job's rendezvous id; every machine's launcher must give the same "
@@ -421,6 +423,18 @@ static int validate(launch_args *a) {
   if (grc) return grc;
   if (a->num_processes == UNSET) a->num_processes = 1;
   if (a->num_machines == UNSET) a->num_machines = 1;
+  if (a->machine_rank == UNSET && a->num_machines > 1 && !a->use_mpi) {
+    /* no --machine_rank (Hugging Face's `srun accelerate launch ... --rdzv_backend c10d`):
+     * under an srun task, the node's index; else, with a dynamic rendezvous backend, join
+     * order (docs/multi-machine.md) */
+    long node = 0;
+    int set = 0;
+    if (acc__slurm_is_task() && acc__env_int("SLURM_NODEID", &node, &set) == ACC_OK && set)
+      a->machine_rank = node;
+    else if (a->rdzv_backend && strcmp(a->rdzv_backend, "static") != 0)
+      a->machine_rank = JOIN_ORDER;
+    acc_clear_error();
+  }
   if (a->machine_rank == UNSET) a->machine_rank = 0;
   if (a->main_process_port == UNSET) a->main_process_port = 29500;
   if (a->monitor_interval != a->monitor_interval) a->monitor_interval = 0.1; /* NaN = unset */
@@ -433,7 +447,8 @@ static int validate(launch_args *a) {
     snprintf(buf, sizeof buf, "%ld", a->max_restarts);
     return usage_error("--max_restarts %s is out of range (0..2147483647, as ACCELERATE_RESTART_COUNT)%s", buf, "");
   }
-  if (a->machine_rank < 0) return usage_error("--machine_rank must be >= 0%s%s", "", "");
+  if (a->machine_rank < 0 && a->machine_rank != JOIN_ORDER)
+    return usage_error("--machine_rank must be >= 0%s%s", "", "");
   if (a->main_process_port < 0) return usage_error("--main_process_port must be 0..65535%s%s", "", "");
   if (a->num_cpu_threads_per_process != UNSET &&
       (a->num_cpu_threads_per_process < 1 || a->num_cpu_threads_per_process > 65536)) {
@@ -782,7 +797,7 @@ int acc_cli_launch(int argc, char **argv) {
   if (a.num_machines > 1) {
     double rt = 60.0;
     int set = 0;
-    if (acc__env_double("ACCELERATE_RDZV_TIMEOUT", &rt, &set) != ACC_OK) {
+    if (acc__env_rdzv_timeout(&rt, &set, NULL) != ACC_OK) {
       fprintf(stderr, WHO ": error: %s\n", acc_last_error());
       return 2;
     }
@@ -792,9 +807,20 @@ int acc_cli_launch(int argc, char **argv) {
                              (int)a.num_machines, (int)a.num_processes, a.rdzv_id,
                              (int)a.max_restarts, rt, a.quiet, WHO};
     if (acc__machines_join(&mm, &mo) != ACC_OK) {
-      fprintf(stderr, WHO ": machine %ld could not join the job: %s\n", a.machine_rank,
-              acc_last_error());
+      if (a.machine_rank == JOIN_ORDER)
+        fprintf(stderr, WHO ": this launcher (no --machine_rank) could not join the job: %s\n",
+                acc_last_error());
+      else
+        fprintf(stderr, WHO ": machine %ld could not join the job: %s\n", a.machine_rank,
+                acc_last_error());
       return 1;
+    }
+    if (a.machine_rank == JOIN_ORDER) {
+      a.machine_rank = acc__machines_rank(mm);
+      if (!a.quiet)
+        fprintf(stderr, WHO ": no --machine_rank: this launcher is machine %ld (%s)\n",
+                a.machine_rank, a.machine_rank == 0 ? "it hosts the rendezvous store"
+                                                    : "in the order the launchers joined");
     }
   }
 

@@ -32,11 +32,12 @@ ROW("LOCAL_WORLD_SIZE", INT, 1, SIZES, NULL, "WORLD_SIZE", LIB | SETS | EXT, "Nu
 ROW("ACCELERATE_NUM_MACHINES", INT, 1, SIZES, NULL, "WORLD_SIZE / LOCAL_WORLD_SIZE", LIB | SETS, "Number of machines of the job.")
 ROW("ACCELERATE_MACHINE_RANK", INT, 0, RANKS, NULL, "0", SETS, "Rank of this machine.")
 ROW("ACCELERATE_RESTART_COUNT", INT, 0, 2147483647.0, NULL, "0", SETS, "How many times accelerate launch restarted the job (--max_restarts).")
-ROW("MASTER_ADDR", STRING, 0, 0, NULL, "127.0.0.1", SETS | EXT, "Address of the main machine (--main_process_ip).")
+ROW("MASTER_ADDR", STRING, 0, 0, NULL, "127.0.0.1", SETS | EXT, "Address of the main machine (--main_process_ip): IPv4, IPv6 (::1 or [::1]) or a host name; under srun --mpi=none across nodes, unset: the first host of SLURM_STEP_NODELIST.")
 ROW("MASTER_PORT", INT, 1, 65535, NULL, "29500", SETS | EXT | LIB, "Port of the main machine (--main_process_port); under torchrun, part of the job id.")
 /* ---- several machines: the rendezvous store (docs/multi-machine.md) ---- */
 ROW("ACCELERATE_RDZV_ID", STRING, 0, 0, NULL, "default", LIB | SETS | CLI, "Rendezvous id of the job (--rdzv_id): every launcher and process of one job must give the same; a client of another job on the same port is refused.")
-ROW("ACCELERATE_RDZV_TIMEOUT", DOUBLE, 0.1, 86400.0, NULL, "60", LIB | CLI, "Seconds to reach the rendezvous store and for every process to join it.")
+ROW("ACCELERATE_RDZV_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB | CLI, "Seconds every join may take: reaching the rendezvous store and every process joining it (several machines), and the processes of a machine meeting in shared memory (ACCELERATE_RENDEZVOUS_TIMEOUT is an alias; both set to different values is an error).")
+ROW("ACCELERATE_PARTITION_TIMEOUT", DOUBLE, 0, 86400.0, NULL, "30", LIB | CLI, "Seconds after which a connection to the rendezvous store whose peer stopped answering (a network partition, a machine that vanished) counts as lost, and the job fails naming the machine (TCP keepalive and TCP_USER_TIMEOUT); a shorter outage is survived; 0 turns it off. Independent of ACCELERATE_TIMEOUT.")
 ROW("ACCELERATE_STORE_SECRET", STRING, 0, 0, NULL, "", LIB | CLI, "Shared secret of the rendezvous store: the store refuses clients that do not send the same one.")
 ROW("ACCELERATE_STORE_SECRET_FILE", STRING, 0, 0, NULL, "", LIB | CLI, "A file (mode 600) whose first line is the store's shared secret, when ACCELERATE_STORE_SECRET is unset.")
 ROW("GROUP_RANK", INT, 0, RANKS, NULL, "RANK / LOCAL_WORLD_SIZE", LIB | EXT, "torchrun: rank of this machine (several machines without accelerate launch).")
@@ -61,13 +62,16 @@ ROW("PMIX_RANK", STRING, 0, 0, NULL, "", LIB | EXT, "PMIx (srun --mpi=pmix): its
 ROW("SLURM_PROCID", INT, 0, RANKS, NULL, "", LIB | EXT, "Slurm (srun): global rank; with a SLURM_STEP_ID of an srun step, Slurm's variables win over PMI_RANK/PMI_SIZE; without one (the batch script), the program runs as one process with a warning.")
 ROW("SLURM_STEP_NUM_TASKS", INT, 1, SIZES, NULL, "SLURM_NTASKS", LIB | EXT, "Slurm: number of tasks of the srun step (the world size).")
 ROW("SLURM_NTASKS", INT, 1, SIZES, NULL, "", LIB | EXT, "Slurm: number of tasks of the job, when the step's count is not set.")
-ROW("SLURM_NODEID", INT, 0, RANKS, NULL, "0", LIB | EXT, "Slurm: index of this node in the step; picks this node's entry of SLURM_STEP_TASKS_PER_NODE.")
+ROW("SLURM_NODEID", INT, 0, RANKS, NULL, "0", LIB | EXT | CLI, "Slurm: index of this node in the step; picks this node's entry of SLURM_STEP_TASKS_PER_NODE; the machine rank under srun --mpi=none across nodes, and of an accelerate launch without --machine_rank that runs as an srun task.")
 ROW("SLURM_STEP_NUM_NODES", INT, 1, SIZES, NULL, "length of SLURM_STEP_TASKS_PER_NODE", LIB | EXT, "Slurm: number of nodes of the srun step (the number of machines).")
 ROW("SLURM_LOCALID", INT, 0, RANKS, NULL, "global rank", LIB | EXT, "Slurm: rank on this machine.")
 ROW("SLURM_NTASKS_PER_NODE", INT, 1, SIZES, NULL, "", LIB | EXT, "Slurm: processes per machine, when neither SLURM_STEP_TASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set.")
 ROW("SLURM_STEP_TASKS_PER_NODE", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: processes per machine of the step, as \"4(x2),3\" (entry SLURM_NODEID is this machine's).")
 ROW("SLURM_TASKS_PER_NODE", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: processes per machine of the job, same format.")
 ROW("SLURM_NNODES", INT, 1, SIZES, NULL, "1", LIB | EXT, "Slurm: number of machines, when no per-machine count is set.")
+ROW("SLURM_STEP_NODELIST", STRING, 0, 0, NULL, "SLURM_JOB_NODELIST", LIB | EXT, "Slurm: the step's hosts; under srun --mpi=none across nodes without MASTER_ADDR, the first one hosts the rendezvous store (task 0 runs there).")
+ROW("SLURM_JOB_NODELIST", STRING, 0, 0, NULL, "SLURM_NODELIST", LIB | EXT, "Slurm: the job's hosts, when the step's are not set.")
+ROW("SLURM_NODELIST", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: the job's hosts (older name).")
 ROW("SLURM_JOB_ID", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: job id, part of the job id.")
 ROW("SLURM_STEP_ID", STRING, 0, 0, NULL, "", LIB | EXT, "Slurm: step id, part of the job id; a number below 4294967280 marks an srun task (Slurm's variables win over PMI's), unset or another value the batch script.")
 /* ---- behaviour ---- */
@@ -104,7 +108,7 @@ ROW("ACCELERATE_MPI_FLAVOR", ENUM, 0, 0, "openmpi|mpich", "from the launcher", L
 ROW("ACCELERATE_BACKEND", ENUM, 0, 0, "auto|single|shm|mpi|gloo|hierarchical", "auto", LIB, "Communication backend when the program does not choose one.")
 ROW("ACCELERATE_DEVICE_NCCL", ENUM, 0, 0, "auto|always|never", "auto", LIB, "Gradient averaging of a model trained on a GPU: auto uses NCCL when there are several processes, each with its own GPU, and the CUDA module has NCCL (else the host-staged path through the CPU backend); always uses NCCL or fails saying why, also at one process (a one-rank communicator, for tests); never always uses the host-staged path.")
 ROW("ACCELERATE_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "1800", LIB, "Seconds a collective waits for the other processes before it fails; the only bound on a stopped or hung peer.")
-ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB, "Seconds the processes wait for each other to join at start-up.")
+ROW("ACCELERATE_RENDEZVOUS_TIMEOUT", DOUBLE, 0.001, 31536000, NULL, "60", LIB | CLI, "Alias of ACCELERATE_RDZV_TIMEOUT (both set to different values is an error).")
 ROW("ACCELERATE_HANG_REPORT_S", DOUBLE, 0, 31536000, NULL, "60", LIB, "Seconds a collective waits before every waiting process prints one line naming the processes not arrived and what each is doing; 0: off.")
 ROW("ACCELERATE_SHM_CHUNK_BYTES", INT, 4096, 67108864, NULL, "524288", LIB, "Bytes per step of the shared-memory backend (a multiple of 64).")
 ROW("ACCELERATE_SHM_STREAM_MIN_BYTES", INT, 0, 2147483647.0, NULL, "0", LIB, "Shared-memory backend: collectives of at least this many bytes write into the shared segment with non-temporal stores (whole cache lines to memory, without first taking them back from the other processes' caches); smaller ones, and any copy under 2 KiB, with ordinary stores. Measured faster at every size from 4 KiB on a 2-vCPU AMD EPYC guest (docs/PERFORMANCE.md), hence 0 (always); 2147483647: never. Each process uses its own value.")
@@ -258,6 +262,23 @@ acc_result acc__env_double(const char *name, double *out, int *was_set) {
   if (!v) return ACC_OK;
   ACC_CHECK(acc__env_parse_double(row, v, out));
   *was_set = 1;
+  return ACC_OK;
+}
+
+acc_result acc__env_rdzv_timeout(double *out, int *was_set, const char **name) {
+  double a = *out, b = *out;
+  int sa = 0, sb = 0;
+  ACC_CHECK(acc__env_double("ACCELERATE_RDZV_TIMEOUT", &a, &sa));
+  ACC_CHECK(acc__env_double("ACCELERATE_RENDEZVOUS_TIMEOUT", &b, &sb));
+  if (sa && sb && a != b)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "ACCELERATE_RDZV_TIMEOUT=%s and ACCELERATE_RENDEZVOUS_TIMEOUT=%s are both "
+                      "set and differ: they are one setting (the second is an alias), set one",
+                      getenv("ACCELERATE_RDZV_TIMEOUT"), getenv("ACCELERATE_RENDEZVOUS_TIMEOUT"));
+  *was_set = sa || sb;
+  if (name) *name = sb && !sa ? "ACCELERATE_RENDEZVOUS_TIMEOUT" : "ACCELERATE_RDZV_TIMEOUT";
+  if (sa) *out = a;
+  else if (sb) *out = b;
   return ACC_OK;
 }
 

@@ -46,6 +46,10 @@ const acc__env_var *acc__env_find(const char *name);
 const char *acc__env_str(const char *name);
 /* An enum variable: *index receives the position of the value among the row's choices;
  * *was_set = 0 and *index untouched when unset or empty. */
+/* The one bound of every join (ACCELERATE_RDZV_TIMEOUT, or its alias
+ * ACCELERATE_RENDEZVOUS_TIMEOUT; both set to different values is an error). *out keeps its
+ * value when neither is set; *name (may be NULL) gets the variable to name in messages. */
+acc_result acc__env_rdzv_timeout(double *out, int *was_set, const char **name);
 acc_result acc__env_enum(const char *name, int *index, int *was_set);
 
 /* Parsers of one value against a row (used by the readers and by the unit tests). */

@@ -1,5 +1,8 @@
 /* A launcher's part of a job on several machines (src/launch/machines.h). */
+#include <errno.h>
+#include <netdb.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +23,24 @@ struct acc__machines {
   char failed[64];   /* the failure key of this attempt */
 };
 
+/* 1 when host names an address of this machine (a socket binds to it). */
+static int host_is_local(const char *host) {
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  if (!host || getaddrinfo(host, "0", &hints, &res) != 0) return 0;
+  int local = 0;
+  for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return local;
+}
+
+int acc__machines_rank(const acc__machines *m) { return m ? m->o.machine_rank : -1; }
+
 acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o) {
   *out = NULL;
   char secret[256];
@@ -31,8 +52,22 @@ acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o) 
   acc__store_hello h = {o->run_id, secret, ACC_STORE_LAUNCHER, o->machine_rank,
                         o->num_machines, o->world_size, -1, 0, o->max_restarts};
   acc_result rc = ACC_OK;
-  if (o->machine_rank == 0) rc = acc__store_server_start(&m->server, NULL, o->port, &h);
+  if (o->machine_rank < 0 && host_is_local(o->host)) {
+    /* no --machine_rank: the launcher on the host that owns --main_process_ip hosts the store
+     * and is machine 0; when the port is taken, another launcher of this host got there first */
+    h.machine_rank = 0;
+    rc = acc__store_server_start(&m->server, NULL, o->port, &h);
+    if (rc != ACC_OK && strstr(acc_last_error(), strerror(EADDRINUSE))) {
+      acc_clear_error();
+      rc = ACC_OK;
+      h.machine_rank = -1;
+    }
+  } else if (o->machine_rank == 0) {
+    rc = acc__store_server_start(&m->server, NULL, o->port, &h);
+  }
   if (rc == ACC_OK) rc = acc__store_connect(&m->live, o->host, o->port, &h, o->timeout_s);
+  if (rc == ACC_OK && h.machine_rank < 0) h.machine_rank = acc__store_machine(m->live);
+  m->o.machine_rank = h.machine_rank;
   acc__store_hello t = h;
   t.kind = ACC_STORE_TOOL;
   if (rc == ACC_OK) rc = acc__store_connect(&m->post, o->host, o->port, &t, o->timeout_s);
@@ -73,6 +108,24 @@ static void on_failure(void *ctx, int rank, int signaled, const char *message) {
   acc_clear_error();
 }
 
+/* This launcher was told to stop (SIGTERM from scancel, a preemption, Ctrl-C): posted at once,
+ * before the signal reaches the ranks, so that every machine names it rather than the ranks
+ * whose peers then vanished. */
+static void on_interrupt(void *ctx, int sig) {
+  acc__machines *m = ctx;
+  if (m->posted) return;
+  m->posted = 1;
+  char msg[512], ts[32];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(ts, sizeof ts, "%H:%M:%S UTC", &tm);
+  snprintf(msg, sizeof msg, "machine %d's launcher (%s) received %s at %s and stopped its ranks",
+           m->o.machine_rank, m->host, acc__signal_name(sig), ts);
+  acc__store_set(m->post, m->failed, msg, strlen(msg));
+  acc_clear_error();
+}
+
 static void lost(const acc__machines *m, char *msg, size_t cap) {
   char where[300];
   snprintf(where, sizeof where, "%s:%d", m->o.host, m->o.port);
@@ -96,6 +149,7 @@ static int on_stop(void *ctx, char *msg, size_t cap) {
 void acc__machines_hook(acc__machines *m, acc__spawn_opts *so) {
   m->posted = 0;
   so->on_failure = on_failure;
+  so->on_interrupt = on_interrupt;
   so->on_stop = on_stop;
   so->hook_ctx = m;
   so->stop_fd = acc__store_fd(m->live);
@@ -106,7 +160,7 @@ void acc__machines_first_failure(acc__machines *m, char *buf, size_t cap, double
   void *v = NULL;
   size_t n = 0;
   if (acc__store_get(m->post, m->failed, &v, &n, timeout_s) == ACC_OK)
-    snprintf(buf, cap, "%s", (char *)v);
+    acc__store_printable(buf, cap, v, n);
   acc__free(v);
   acc_clear_error();
 }

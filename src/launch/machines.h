@@ -23,8 +23,12 @@ typedef struct acc__machines_opts {
   const char *who;
 } acc__machines_opts;
 
-/* Hosts (machine 0) and joins the store. */
+/* Hosts (machine 0) and joins the store. machine_rank -1 (no --machine_rank, --rdzv_backend
+ * c10d): the launcher on the host that owns `host` hosts the store and is machine 0, the others
+ * get 1, 2, ... in join order (acc__machines_rank). */
 acc_result acc__machines_join(acc__machines **out, const acc__machines_opts *o);
+/* This launcher's machine rank (given, or from the join). */
+int acc__machines_rank(const acc__machines *m);
 /* Fills the spawn hooks (on_failure, stop_fd, on_stop) of one run of the group. */
 void acc__machines_hook(acc__machines *m, acc__spawn_opts *so);
 /* The job's first failure as the store knows it ("" when none), waiting at most timeout_s. */

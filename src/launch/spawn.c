@@ -255,6 +255,7 @@ static void on_signal(monitor *m, int sig) {
     return;
   }
   m->res->interrupted = sig;
+  if (m->o->on_interrupt) m->o->on_interrupt(m->o->hook_ctx, sig);
   if (!m->o->quiet)
     fprintf(stderr, "%s: received %s; forwarding it to %d rank%s\n", m->o->who,
             acc__signal_name(sig), m->alive, m->alive == 1 ? "" : "s");

@@ -53,6 +53,10 @@ typedef struct acc__spawn_opts {
    * becomes readable, on_stop fills msg and returns 1 to stop the group as failed (status 1,
    * failed_rank -1, message msg), 0 to keep running (stop_fd is no longer watched). */
   void (*on_failure)(void *ctx, int rank, int signaled, const char *message);
+  /* on_interrupt (optional) is called once, when the launcher itself receives a signal, before
+   * it forwards it: the other machines learn that this launcher was told to stop, not that a
+   * rank failed. */
+  void (*on_interrupt)(void *ctx, int sig);
   int stop_fd;
   int (*on_stop)(void *ctx, char *msg, size_t cap);
   void *hook_ctx;

@@ -10,6 +10,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "state/join.h"
+#include "state/slurm.h"
 
 static acc__store *g_store;
 static acc__store_server *g_server;
@@ -21,7 +22,7 @@ static int g_machine = -1;
 static acc_result rdzv_timeout(double *out) {
   int set = 0;
   *out = 60.0;
-  return acc__env_double("ACCELERATE_RDZV_TIMEOUT", out, &set);
+  return acc__env_rdzv_timeout(out, &set, NULL);
 }
 
 acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
@@ -33,14 +34,26 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
   if (!host || !*host) host = "127.0.0.1";
   long port = 29500, machine = -1;
   int set = 0, ours = strcmp(e->launcher, "accelerate") == 0;
+  int slurm = acc__slurm_store_bootstrap(e); /* srun --mpi=none across nodes */
+  static char slurm_host[256], slurm_run[96];
+  if (slurm) {
+    acc__slurm_store_host(slurm_host, sizeof slurm_host);
+    host = slurm_host;
+  }
   ACC_CHECK(acc__env_int("MASTER_PORT", &port, &set));
   /* torchrun's own agent listens on MASTER_PORT: its processes use the next port */
   const char *te = acc__env_str("TORCHELASTIC_RUN_ID");
   if (!ours && te && *te) port++;
-  ACC_CHECK(acc__env_int(ours ? "ACCELERATE_MACHINE_RANK" : "GROUP_RANK", &machine, &set));
+  ACC_CHECK(acc__env_int(ours ? "ACCELERATE_MACHINE_RANK" : slurm ? "SLURM_NODEID" : "GROUP_RANK",
+                         &machine, &set));
   if (!set) machine = e->rank / e->local_size;
   const char *run_id = acc__env_str("ACCELERATE_RDZV_ID");
   if ((!run_id || !*run_id) && te && *te) run_id = te;
+  if ((!run_id || !*run_id) && slurm) { /* one store per job step */
+    const char *j = acc__env_str("SLURM_JOB_ID"), *st = acc__env_str("SLURM_STEP_ID");
+    snprintf(slurm_run, sizeof slurm_run, "slurm-%s.%s", j ? j : "x", st ? st : "x");
+    run_id = slurm_run;
+  }
   if (!run_id || !*run_id) run_id = "default";
   /* A restarted group (accelerate launch --max_restarts across machines): this attempt's keys
    * live under "r<attempt>/", apart from those of the attempts before it. */
@@ -84,7 +97,7 @@ acc_result acc__state_join(const acc__env_info *e, acc__proc_info *info) {
     /* The processes of one machine were not started by one parent (the job id's usual
      * separator): name the machine's shared-memory group after the store's address, which one
      * job holds at a time, and the machine. */
-    char raw[160];
+    char raw[512];
     snprintf(raw, sizeof raw, "store-%s-%ld-%s-m%ld", host, port, run_id, machine);
     size_t j = 0;
     for (size_t i = 0; raw[i] && j + 1 < sizeof g_job_id; i++) {

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "core/env.h"
+#include "state/mpi_pick.h"
 #include "state/slurm.h"
+#include "state/state.h"
 
 /* SLURM_STEP_ID of a real srun step: a number below Slurm's reserved ids (0xfffffff0 and up:
  * the batch script, the extern and interactive steps, which newer Slurm versions may export). */
@@ -139,4 +141,39 @@ const char *acc__slurm_pmi(void) {
   v = acc__env_str("PMI_RANK");
   if (v && *v) return "pmi2";
   return "none";
+}
+
+int acc__slurm_store_bootstrap(const acc__env_info *e) {
+  if (strcmp(e->launcher, "slurm") != 0 || e->num_machines < 2) return 0;
+  const char *why = "";
+  return acc__mpi_flavor(e, &why) == NULL; /* no PMI: srun --mpi=none */
+}
+
+int acc__slurm_uniform_tasks(void) {
+  const char *v = acc__env_str("SLURM_STEP_TASKS_PER_NODE");
+  if (!v || !*v) v = acc__env_str("SLURM_TASKS_PER_NODE");
+  return v && *v && !strchr(v, ',');
+}
+
+void acc__slurm_store_host(char *buf, size_t cap) {
+  const char *v = acc__env_str("MASTER_ADDR");
+  if (v && *v) {
+    snprintf(buf, cap, "%s", v);
+    return;
+  }
+  v = acc__env_str("SLURM_STEP_NODELIST");
+  if (!v || !*v) v = acc__env_str("SLURM_JOB_NODELIST");
+  if (!v || !*v) v = acc__env_str("SLURM_NODELIST");
+  if (!v || !*v) {
+    snprintf(buf, cap, "127.0.0.1");
+    return;
+  }
+  /* the first host of a Slurm host list: "n[01-04,07],m7" -> "n01" */
+  size_t o = 0, i = 0;
+  while (v[i] && v[i] != ',' && v[i] != '[' && o + 1 < cap) buf[o++] = v[i++];
+  if (v[i] == '[') {
+    i++;
+    while (v[i] && v[i] != '-' && v[i] != ',' && v[i] != ']' && o + 1 < cap) buf[o++] = v[i++];
+  }
+  buf[o] = 0;
 }

@@ -22,4 +22,15 @@ acc_result acc__slurm_detect(long *rank, long *size, long *lrank, long *lsize, l
 /* The PMI that srun's mpi plugin gave the task: "pmix" (PMIX_RANK), "pmi2" (PMI_RANK) or "none". */
 const char *acc__slurm_pmi(void);
 
+/* srun --mpi=none (no PMI) across nodes: the processes join through the rendezvous store
+ * (rank 0 hosts it) and gloo, from SLURM_PROCID/NTASKS/LOCALID/NODEID (docs/slurm-and-mpi.md). */
+struct acc__env_info;
+int acc__slurm_store_bootstrap(const struct acc__env_info *e);
+/* 1 when every node of the step runs as many tasks (SLURM_STEP_TASKS_PER_NODE, else
+ * SLURM_TASKS_PER_NODE, is one "N" or "N(xM)" entry). */
+int acc__slurm_uniform_tasks(void);
+/* The store's address under srun --mpi=none: MASTER_ADDR, else the first host of
+ * SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST: "n[01-04],m7" -> "n01"), into buf. */
+void acc__slurm_store_host(char *buf, size_t cap);
+
 #endif

@@ -328,6 +328,10 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
     if (e->local_size != e->size || !e->local_known) {
       if (e->local_known && !mpi_launcher && strcmp(e->launcher, "slurm") != 0) {
         kind = ACC_BACKEND_HIERARCHICAL;
+      } else if (e->local_known && acc__slurm_store_bootstrap(e)) {
+        /* srun --mpi=none across nodes (ecosystem 4, D10): the store and gloo, from Slurm's
+         * variables; hierarchical when every node runs as many tasks */
+        kind = acc__slurm_uniform_tasks() ? ACC_BACKEND_HIERARCHICAL : ACC_BACKEND_GLOO;
       } else {
         kind = ACC_BACKEND_MPI;
         if (!e->local_known) {
@@ -367,11 +371,12 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
       return create_mpi(st, e, &info);
     case ACC_BACKEND_GLOO:
     case ACC_BACKEND_HIERARCHICAL:
-      if (mpi_launcher || strcmp(e->launcher, "slurm") == 0)
+      if (mpi_launcher || (strcmp(e->launcher, "slurm") == 0 && !acc__slurm_store_bootstrap(e)))
         return acc__error(ACC_ERR_NOT_SUPPORTED,
                           "the gloo backend joins through MASTER_ADDR/MASTER_PORT (accelerate "
-                          "launch per machine, or torchrun's environment), not under %s",
-                          e->launcher);
+                          "launch per machine, torchrun's environment, srun --mpi=none), not "
+                          "under %s%s",
+                          e->launcher, strcmp(e->launcher, "slurm") == 0 ? " with a PMI" : "");
       if (kind == ACC_BACKEND_HIERARCHICAL && e->num_machines < 2)
         return acc__error(ACC_ERR_INVALID_ARGUMENT,
                           "the hierarchical backend needs several machines; this job runs on one "

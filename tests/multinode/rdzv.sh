@@ -25,10 +25,24 @@
 #             uninterrupted run, bit for bit.
 #   hang:     PROG is mm_prog: rank 3 (machine 1) blocks before an all_reduce: hang reports on
 #             both machines, the collective times out, both launchers stop non-zero.
+#   flood:    600 idle connections and 600 announcing 1 MiB frames (ACC_STORE_FLOOD, never a
+#             HELLO) against machine 0's store during a 2-machine run: the job runs, machine 0's
+#             launcher peaks within the store's 64 MiB budget + 16 MB (red team 4, R4-1).
+#   killlauncher: kill -9 of machine 1's launcher: machine 0 names it as the first failure.
+#   torchrunkill: torchrun's environment, kill -9 of rank 3: no process calls a live rank
+#             "died before arriving" (D9).
+#   term:     SIGTERM to machine 1's launcher: both launchers end non-zero and name it as the
+#             job's first failure (ecosystem 4, D4).
+#   partition: the link cut for good: both launchers end non-zero within 60 s (the default
+#             ACCELERATE_PARTITION_TIMEOUT), each naming the lost contact and when; then a
+#             10 s flap in another job is survived (D5).
+#   joinorder: --rdzv_backend c10d without --machine_rank: the launcher that owns
+#             --main_process_ip is machine 0, the other machine 1, result as on one machine (D2).
 #   errors:   wrong port, duplicate machine rank, mismatched counts (and --max_restarts),
 #             missing secret: the
 #             launcher of machine 1 fails with a message naming the problem, within the
-#             rendezvous timeout.
+#             rendezvous timeout; for a refused launcher of the job, machine 0 stops at once
+#             with the same sentence (R4-6).
 # Exit 77 (skip) only when the namespaces cannot be created.
 set -u
 MODE=$1
@@ -269,15 +283,222 @@ if [ "$MODE" = hang ]; then
   exit 0
 fi
 
+# wait_training OUT0 OUT1: polled, bounded
+wait_training() {
+  i=0
+  until grep -q "^training" "$1" && [ "$(ip netns pids "$NSB" | wc -l)" -ge 3 ]; do
+    i=$((i + 1))
+    [ $i -gt $((600 * M)) ] && { cat "$1" "$2"; fail "the job did not start within 60 s"; }
+    kill -0 $j0 2>/dev/null || { cat "$1" "$2"; fail "machine 0's job ended before it trained"; }
+    sleep 0.1
+  done
+}
+# wait_both LIMIT_S: both launchers exit within LIMIT_S seconds (polled); sets rc0 rc1 secs
+wait_both() {
+  t0=$(date +%s)
+  i=0
+  while kill -0 $j0 2>/dev/null || kill -0 $j1 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -gt $(($1 * 10 * M)) ] && { tail -5 "$TMP"/*.out; fail "a launcher still runs $1 s later"; }
+    sleep 0.1
+  done
+  wait $j0; rc0=$?
+  wait $j1; rc1=$?
+  secs=$(( $(date +%s) - t0 ))
+}
+
+if [ "$MODE" = flood ]; then
+  # R4-1: 600 idle connections and 600 that announce 1 MiB frames (tests/multinode/store_flood.c,
+  # from machine 1's namespace, reconnecting what the store closes) during a real 2-machine run:
+  # the job runs, and machine 0's launcher stays within the store's budget (64 MiB) + 16 MB
+  [ -x "${ACC_STORE_FLOOD:-}" ] || fail "ACC_STORE_FLOOD (the store_flood program) is not set"
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" $ARGS &
+  j0=$!
+  lpid=""
+  i=0
+  while [ -z "$lpid" ]; do
+    for p in $(ip netns pids "$NSA"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = accelerate ] && lpid=$p; done
+    i=$((i + 1))
+    [ $i -gt $((300 * M)) ] && fail "machine 0's launcher did not start"
+    [ -z "$lpid" ] && sleep 0.1
+  done
+  ip netns exec "$NSB" "$ACC_STORE_FLOOD" idle $IPA $PORT 600 $((12 * M)) >"$TMP/fi.out" 2>&1 &
+  fi=$!
+  ip netns exec "$NSB" "$ACC_STORE_FLOOD" big $IPA $PORT 600 $((12 * M)) >"$TMP/fb.out" 2>&1 &
+  fb=$!
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" $ARGS &
+  j1=$!
+  hwm=0
+  while kill -0 $j0 2>/dev/null; do
+    h=$(awk '/^VmHWM/ { print $2 }' /proc/$lpid/status 2>/dev/null)
+    [ -n "$h" ] && [ "$h" -gt "$hwm" ] && hwm=$h
+    sleep 0.1
+  done
+  wait $j0; rc0=$?
+  wait $j1; rc1=$?
+  wait $fi $fb
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"; cat "$TMP/fi.out" "$TMP/fb.out"
+  echo "machine 0's launcher: peak resident $hwm kB"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the job under the flood: launchers exited with $rc0 and $rc1"
+  grep -q "^test accuracy" "$TMP/m0.out" || fail "the job printed no accuracy"
+  for f in fi fb; do # the flood really held its connections (the store closed some: deadline, frame)
+    grep -Eq "opened ([6-9][0-9][0-9]|[0-9]{4,}) connections, the store closed [1-9]" "$TMP/$f.out" ||
+      fail "the flood did not run as planned: $(cat "$TMP/$f.out")"
+  done
+  [ "$hwm" -gt 0 ] && [ "$hwm" -le $((65536 + 16000)) ] || fail "machine 0's launcher peaked at $hwm kB (budget 64 MiB + 16 MB)"
+  echo "PASS: 600 idle and 600 1-MiB-frame connections during a 2-machine run: the job ran, the launcher peaked at $hwm kB"
+  exit 0
+fi
+
+if [ "$MODE" = killlauncher ]; then
+  # item 7: kill -9 of machine 1's launcher: machine 0 names that launcher, not a healthy rank
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  wait_training "$TMP/m0.out" "$TMP/m1.out"
+  victim=""
+  for p in $(ip netns pids "$NSB"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = accelerate ] && victim=$p
+  done
+  [ -n "$victim" ] || fail "no launcher in machine 1's namespace"
+  kill -9 "$victim"
+  wait_both 60
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -ne 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
+  grep -Eq "the job's first failure: the launcher of machine 1 \(.*\) lost its connection to the rendezvous store" "$TMP/m0.out" ||
+    fail "machine 0 does not name machine 1's launcher as the first failure"
+  echo "PASS: kill -9 of machine 1's launcher is named on machine 0"
+  exit 0
+fi
+
+if [ "$MODE" = torchrunkill ]; then
+  # item 7 (D9): torchrun's environment, no launcher: kill -9 of rank 3 (machine 1); no process
+  # blames a live rank (or itself) as "died before arriving"
+  pids=""
+  for r in 0 1 2 3; do
+    ns=$NSA; g=0
+    [ $r -ge 2 ] && { ns=$NSB; g=1; }
+    ip netns exec "$ns" env MASTER_ADDR=$IPA MASTER_PORT=$PORT RANK=$r WORLD_SIZE=4 \
+      LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$g \
+      timeout $((120 * M)) "$PROG" --epochs 50 --quiet >"$TMP/r$r.out" 2>&1 &
+    pids="$pids $!"
+  done
+  i=0
+  victim=""
+  until [ -n "$victim" ] && grep -q "^training" "$TMP/r0.out"; do
+    for p in $(ip netns pids "$NSB"); do
+      tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "RANK=3" && victim=$p
+    done
+    i=$((i + 1))
+    [ $i -gt $((600 * M)) ] && { cat "$TMP"/r*.out; fail "the job did not start within 60 s"; }
+    sleep 0.1
+  done
+  kill -9 "$victim"
+  r=0
+  for p in $pids; do wait $p; echo "rank $r exited with status $?"; r=$((r + 1)); done
+  for r in 0 1 2 3; do echo "--- rank $r:"; cat "$TMP/r$r.out"; done
+  if grep -Eh "rank [0-2] \(pid [0-9]+\) died before arriving" "$TMP"/r*.out; then
+    fail "a live rank was blamed as dead (only rank 3 was killed)"
+  fi
+  echo "PASS: torchrun's environment, rank 3 killed: no live rank blamed as dead"
+  exit 0
+fi
+
+if [ "$MODE" = term ]; then
+  # D4: SIGTERM to machine 1's launcher (scancel, preemption) is named as such on every machine
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  wait_training "$TMP/m0.out" "$TMP/m1.out"
+  # machine 1's launcher: the `accelerate` process of namespace B whose parent is not in it
+  victim=""
+  for p in $(ip netns pids "$NSB"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = accelerate ] && victim=$p
+  done
+  [ -n "$victim" ] || fail "no launcher in machine 1's namespace"
+  kill -TERM "$victim"
+  wait_both 60
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || fail "a launcher exited 0 ($rc0, $rc1)"
+  for f in "$TMP/m0.out" "$TMP/m1.out"; do
+    grep -Eq "the job's first failure: machine 1's launcher \(.*\) received SIGTERM at [0-9:]+ UTC" "$f" ||
+      fail "$f: the job's first failure is not machine 1's SIGTERM"
+  done
+  echo "PASS: SIGTERM to machine 1's launcher is named on both machines"
+  exit 0
+fi
+
+if [ "$MODE" = partition ]; then
+  # item 6 (D5): a permanent cut ends both launchers non-zero within 60 s by default, each
+  # naming the lost contact and its time; a 10 s flap is survived
+  launch "$NSB" 1 "$TMP/m1.out" "$PROG" --epochs 50 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/m0.out" "$PROG" --epochs 50 --quiet &
+  j0=$!
+  wait_training "$TMP/m0.out" "$TMP/m1.out"
+  ip -n "$NSB" link set "$VB" down
+  wait_both 70
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  echo "after the cut: launchers exited with $rc0 and $rc1 within $secs s"
+  [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || fail "a launcher exited 0 after a permanent cut"
+  [ $secs -le $((60 * M)) ] || fail "the launchers needed $secs s (more than 60)"
+  grep -Eq "launcher of machine 1 \(.*\) lost its connection to the rendezvous store at [0-9:]+ UTC" "$TMP/m0.out" ||
+    fail "machine 0 does not name machine 1's lost connection and its time"
+  grep -Eq "lost the rendezvous store at $IPA:$PORT at [0-9:]+ UTC" "$TMP/m1.out" ||
+    fail "machine 1 does not say it lost the store (machine 0) and when"
+  cut_secs=$secs
+  # a 10 s flap: survived
+  ip -n "$NSB" link set "$VB" up
+  PORT=$((PORT + 1))
+  launch "$NSB" 1 "$TMP/f1.out" "$PROG" --epochs 2 --quiet &
+  j1=$!
+  launch "$NSA" 0 "$TMP/f0.out" "$PROG" --epochs 2 --quiet &
+  j0=$!
+  wait_training "$TMP/f0.out" "$TMP/f1.out"
+  ip -n "$NSB" link set "$VB" down
+  sleep 10 # the outage itself, not a synchronization
+  ip -n "$NSB" link set "$VB" up
+  wait_both 200
+  cat "$TMP/f0.out"; echo "--- machine 1:"; cat "$TMP/f1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "a 10 s flap was not survived ($rc0, $rc1)"
+  echo "PASS: a permanent cut ended both launchers in $cut_secs s naming the lost contact; a 10 s flap was survived"
+  exit 0
+fi
+
+if [ "$MODE" = joinorder ]; then
+  # D2: no --machine_rank, --rdzv_backend c10d: the launcher on the host that owns
+  # --main_process_ip is machine 0, the other joins as machine 1 (it starts first here)
+  c10d() {
+    timeout $((180 * M)) ip netns exec "$1" "$ACC" launch --num_machines 2 --num_processes 4 \
+      --rdzv_backend c10d --main_process_ip $IPA --main_process_port $PORT "$PROG" $ARGS >"$2" 2>&1
+  }
+  c10d "$NSB" "$TMP/m1.out" &
+  j1=$!
+  c10d "$NSA" "$TMP/m0.out"
+  rc0=$?
+  wait $j1
+  rc1=$?
+  cat "$TMP/m0.out"; echo "--- machine 1:"; cat "$TMP/m1.out"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the launchers exited with $rc0 and $rc1"
+  grep -q "this launcher is machine 0 (it hosts the rendezvous store)" "$TMP/m0.out" || fail "machine A is not machine 0"
+  grep -q "this launcher is machine 1 (in the order the launchers joined)" "$TMP/m1.out" || fail "machine B is not machine 1"
+  one_machine
+  compare "$TMP/m0.out"
+  echo "PASS: --rdzv_backend c10d without --machine_rank: ranks by host and join order, same result"
+  exit 0
+fi
+
 if [ "$MODE" = errors ]; then
-  export ACCELERATE_RDZV_TIMEOUT=$((3 * M))
+  export ACCELERATE_RDZV_TIMEOUT=$((30 * M))
   # expect NAME OUTFILE PATTERN: machine 1's launcher failed with a message matching PATTERN
   expect() {
     grep -Eq "$3" "$2" || { cat "$2"; fail "$1: no message matching '$3'"; }
     echo "ok: $1: $(grep -E "$3" "$2" | head -1)"
   }
   # 1. wrong port: nobody listens; bounded retry, then an error naming host:port
-  timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
+  ACCELERATE_RDZV_TIMEOUT=$((3 * M)) timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch --num_machines 2 --machine_rank 1 --num_processes 4 \
     --main_process_ip $IPA --main_process_port 29555 "$PROG" >"$TMP/e1.out" 2>&1 &&
     fail "machine 1 joined a store that does not exist"
   expect "wrong port" "$TMP/e1.out" "cannot reach the rendezvous store at $IPA:29555 after"
@@ -311,6 +532,15 @@ if [ "$MODE" = errors ]; then
     timeout $((60 * M)) ip netns exec "$NSB" "$ACC" launch "$@" --main_process_ip $IPA --main_process_port $PORT \
       "$PROG" >"$out" 2>&1 && fail "$name: the launcher joined"
     expect "$name" "$out" "$pattern"
+    # machine 0 stops at once with the same sentence (red team 4, R4-6), not at its rendezvous
+    # timeout with a generic reason (polled, bounded)
+    n=0
+    while kill -0 $j0 2>/dev/null; do
+      n=$((n + 1))
+      [ $n -le $((100 * M)) ] || { cat "$TMP/m0.out"; fail "$name: machine 0 still runs 10 s after the refusal"; }
+      sleep 0.1
+    done
+    expect "$name (machine 0)" "$TMP/m0.out" "the rendezvous store refused a client \(HELLO\): .*$pattern"
     stop0
   }
 
@@ -331,6 +561,11 @@ if [ "$MODE" = errors ]; then
   unset ACCELERATE_STORE_SECRET
   launch "$NSB" 1 "$TMP/e5.out" "$PROG" $ARGS && fail "machine 1 joined without the secret"
   expect "missing secret" "$TMP/e5.out" "wrong or missing shared secret"
+  # machine 0 goes on, and logs the stranger once with its address
+  launch "$NSB" 1 "$TMP/e5b.out" "$PROG" $ARGS && fail "machine 1 joined without the secret (2nd try)"
+  kill -0 $j0 2>/dev/null || { cat "$TMP/m0.out"; fail "a client without the secret ended machine 0's job"; }
+  [ "$(grep -c "rendezvous store: refused a client from $IPB:[0-9]* (wrong or missing shared secret); the job goes on" "$TMP/m0.out")" -eq 1 ] ||
+    { cat "$TMP/m0.out"; fail "machine 0 did not log the stranger exactly once"; }
   stop0
 
   # 5. another job (another --rdzv_id) on the same port

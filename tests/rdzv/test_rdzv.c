@@ -175,6 +175,36 @@ static void rk_kill_in_loop(int rank, int n) {
   (void)n;
 }
 
+/* Rank 0 creates a registered buffer's file and waits in the allocation for rank 1, which never
+ * comes: both are killed there (red team 4, R4-4). */
+static void rk_reg_stuck(int rank, int n) {
+  acc_accelerator *acc = NULL;
+  acc_result rc = acc_accelerator_create(&acc, NULL);
+  if (rc != ACC_OK) return send_report(rank, rc, 0);
+  if (rank == 1) pause();
+  void *p = NULL;
+  rc = acc_accelerator_alloc_shared(acc, (size_t)1 << 20, &p);
+  send_report(rank, rc, 0);
+  (void)n;
+}
+
+/* Rank 1 ends on a library error of its own (here a refused call; across machines, a peer that
+ * closed its connection) and exits without acc_state_destroy while rank 0 waits in a barrier
+ * (ecosystem 4, D4/D9). */
+static void rk_exit_after_error(int rank, int n) {
+  acc_state *st = NULL;
+  acc_result rc = acc_state_create(&st, NULL);
+  if (rc != ACC_OK) return send_report(rank, rc, 0);
+  if (rank == 1) {
+    acc_all_reduce(st, NULL, NULL, 1, ACC_F32, ACC_SUM); /* fails: NULL buffers */
+    send_report(rank, acc__last_error_code(), 0);
+    exit(1);
+  }
+  rc = acc_barrier(st);
+  send_report(rank, rc, 0);
+  (void)n;
+}
+
 static void rk_create_only(int rank, int n) {
   acc_state *st = NULL;
   acc_result rc = acc_state_create(&st, NULL);
@@ -331,6 +361,46 @@ int main(int argc, char **argv) {
     for (int r = 0; r < 2; r++) expect(&reps[r], ACC_OK, NULL, sc);
     CHECK(leftovers(g_run_id, rdir) == 0, "%s: %d entries of the killed job are still there", sc,
           leftovers(g_run_id, rdir));
+  } else if (strcmp(sc, "reg_kill") == 0) {
+    /* red team 4, R4-4: a registered buffer's file left by a SIGKILL is reclaimed by the next
+     * job, like the segment */
+    int rfd = start_ranks(g_run_id, 0, 2, 2, rk_reg_stuck, NULL, pids);
+    char reg[300] = "";
+    double t0 = acc__now();
+    while (!reg[0] && acc__now() - t0 < 20.0 * k) {
+      DIR *d = opendir("/dev/shm");
+      struct dirent *e;
+      while (d && (e = readdir(d)))
+        if (strstr(e->d_name, g_run_id) && strstr(e->d_name, "-a1-r0"))
+          snprintf(reg, sizeof reg, "/dev/shm/%s", e->d_name);
+      if (d) closedir(d);
+      if (!reg[0]) usleep(1000);
+    }
+    CHECK(reg[0] != 0, "%s: rank 0 never created its registered buffer's file", sc);
+    /* the file is complete once it has its size (the owner page is written before) */
+    struct stat sb;
+    while (reg[0] && acc__now() - t0 < 20.0 * k && (stat(reg, &sb) != 0 || sb.st_size < (1 << 20)))
+      usleep(1000);
+    kill(pids[0], SIGKILL);
+    kill(pids[1], SIGKILL);
+    collect(rfd, reps, 2, pids, 2);
+    CHECK(access(reg, F_OK) == 0, "%s: the killed rank's file %s is not there", sc, reg);
+    char next[80];
+    snprintf(next, sizeof next, "%s-next", g_run_id);
+    rfd = start_ranks(next, 0, 2, 2, rk_ok, NULL, pids);
+    collect(rfd, reps, 2, pids, 2);
+    for (int r = 0; r < 2; r++) expect(&reps[r], ACC_OK, NULL, sc);
+    CHECK(access(reg, F_OK) != 0, "%s: %s was not reclaimed", sc, reg);
+    CHECK(leftovers(g_run_id, rdir) == 0, "%s: %d entries of the killed job are still there", sc,
+          leftovers(g_run_id, rdir));
+  } else if (strcmp(sc, "exit_after_error") == 0) {
+    /* a rank that exited on an error of its own is named with that error, not as a rank that
+     * "died before arriving (killed, crashed, ...)" */
+    int rfd = start_ranks(g_run_id, 0, 2, 2, rk_exit_after_error, NULL, pids);
+    collect(rfd, reps, 2, pids, 2);
+    expect(&reps[0], ACC_ERR_REMOTE, "rank 1 (pid ", sc);
+    expect(&reps[0], ACC_ERR_REMOTE, "exited before arriving, after an error of its own: ", sc);
+    CHECK(strstr(reps[0].msg, "died before arriving") == NULL, "%s: rank 0 says: %s", sc, reps[0].msg);
   } else if (strcmp(sc, "phase_bounds") == 0) {
     /* regression for red-team D8: the spin and yield tunables are bounded, and a death is seen
      * promptly even when both phases are at their maximum */

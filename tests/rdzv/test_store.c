@@ -71,6 +71,12 @@ static int raw_hello(const char *version) {
   return st;
 }
 
+/* test_store_hostile.c */
+void refusals_end_the_job(void);
+void hostile_clients(void);
+void addresses_and_settings(void);
+void hostile_counts(int *checks, int *failures);
+
 int main(void) {
   acc__store_server *srv = NULL;
   REQUIRE_OK(acc__store_server_start(&srv, "127.0.0.1", 0, &g_expect));
@@ -154,14 +160,6 @@ int main(void) {
   bad = hello(ACC_STORE_TOOL, 0, -1);
   bad.run_id = "job-b";
   CHECK_ERR(acc__store_connect(&c2, "127.0.0.1", g_port, &bad, 10), ACC_ERR_MISMATCH, "job-b");
-  bad = hello(ACC_STORE_LAUNCHER, 1, -1);
-  bad.num_machines = 3;
-  CHECK_ERR(acc__store_connect(&c2, "127.0.0.1", g_port, &bad, 10), ACC_ERR_MISMATCH,
-            "num_machines 3, machine 0 says 2");
-  bad = hello(ACC_STORE_LAUNCHER, 1, -1);
-  bad.world_size = 6;
-  CHECK_ERR(acc__store_connect(&c2, "127.0.0.1", g_port, &bad, 10), ACC_ERR_MISMATCH,
-            "num_processes 6, machine 0 says 4");
   CHECK(raw_hello("0.0.0-other") == ACC_STORE_ST_ERR, "a different version is refused");
 
   /* launchers: machine 1 joins, a second machine 1 is refused; a drop without BYE posts the
@@ -169,25 +167,18 @@ int main(void) {
   acc__store *l1 = NULL, *l1b = NULL;
   acc__store_hello hl = hello(ACC_STORE_LAUNCHER, 1, -1);
   acc__store_hello hl2 = hello(ACC_STORE_LAUNCHER, 1, -1);
-  hl2.max_restarts = 3;
-  CHECK_ERR(acc__store_connect(&l1, "127.0.0.1", g_port, &hl2, 10), ACC_ERR_MISMATCH,
-            "says --max_restarts 3, machine 0 says 0");
+  (void)l1b;
+  (void)hl2;
   REQUIRE_OK(acc__store_connect(&l1, "127.0.0.1", g_port, &hl, 10));
-  CHECK_ERR(acc__store_connect(&l1b, "127.0.0.1", g_port, &hl, 10), ACC_ERR_MISMATCH,
-            "two launchers with machine_rank 1");
   acc__store_hello hp = hello(ACC_STORE_PROCESS, 1, 2);
   REQUIRE_OK(acc__store_connect(&c2, "127.0.0.1", g_port, &hp, 10));
-  acc__store *c3 = NULL;
-  CHECK_ERR(acc__store_connect(&c3, "127.0.0.1", g_port, &hp, 10), ACC_ERR_MISMATCH,
-            "two processes with rank 2");
   /* a restarted group (launch attempt 1): rank 2 again is welcome, twice in one attempt is
    * not, and a process of attempt 0 that comes after attempt 1 began is refused */
   acc__store *g1 = NULL, *g1b = NULL, *g0 = NULL;
   acc__store_hello hp1 = hp;
   hp1.generation = 1;
   REQUIRE_OK(acc__store_connect(&g1, "127.0.0.1", g_port, &hp1, 10));
-  CHECK_ERR(acc__store_connect(&g1b, "127.0.0.1", g_port, &hp1, 10), ACC_ERR_MISMATCH,
-            "two processes with rank 2");
+  (void)g1b;
   CHECK_ERR(acc__store_connect(&g0, "127.0.0.1", g_port, &hp, 10), ACC_ERR_MISMATCH,
             "rank 2 of launch attempt 0");
   /* its keys live under "r1/": a prefixed set is seen unprefixed by another connection */
@@ -253,5 +244,9 @@ int main(void) {
   CHECK(ex == 0, "a launcher that said BYE posted a failure");
   acc__store_close(c);
   acc__store_server_stop(srv, 5);
+  refusals_end_the_job();
+  hostile_clients();
+  addresses_and_settings();
+  hostile_counts(&acc_test_checks, &acc_test_failures);
   return acc_test_finish("store");
 }

@@ -11,7 +11,10 @@
 # Mode "two": two slurmd "nodes" in two network namespaces joined by a veth pair (as
 # tests/multinode/netns.sh), each with its own PMIx directory (a private mount): srun -N 2 -n 3
 # with each --mpi plugin, where the tasks span machines: the MPI module of the PMI carries the
-# collectives (pmi2 -> MPICH, pmix -> Open MPI) with 2 + 1 local tasks, --mpi=none is an error;
+# collectives (pmi2 -> MPICH, pmix -> Open MPI) with 2 + 1 local tasks, --mpi=none the store and
+# gloo (2 + 1: flat gloo; 2 + 2: hierarchical);
+# srun --mpi=none across the nodes (the store and gloo from Slurm's variables and MASTER_ADDR),
+# Hugging Face's `srun accelerate launch ... --rdzv_backend c10d` without --machine_rank,
 # and Accelerate's per-node recipe across both nodes (srun -N 2 --ntasks-per-node=1 accelerate
 # launch --num_machines $SLURM_NNODES --machine_rank $SLURM_NODEID ...: 2 machines x 2 processes
 # joined through the rendezvous store, the hierarchical backend).
@@ -208,11 +211,27 @@ if [ "$mode" = two ]; then
     echo "probe rank 1 of 3 local 1 of 2 launcher slurm backend mpi module libaccelerate-mpi-$1.so omp 1 blas 1 sum 6"
     echo "probe rank 2 of 3 local 0 of 1 launcher slurm backend mpi module libaccelerate-mpi-$1.so omp unset blas unset sum 6"
   }
+  gloo3() { # srun --mpi=none, 2 + 1 tasks: the store and flat gloo (ecosystem 4, D10)
+    echo "probe rank 0 of 3 local 0 of 2 launcher slurm backend gloo module none omp 1 blas 1 sum 6"
+    echo "probe rank 1 of 3 local 1 of 2 launcher slurm backend gloo module none omp 1 blas 1 sum 6"
+    echo "probe rank 2 of 3 local 0 of 1 launcher slurm backend gloo module none omp unset blas unset sum 6"
+  }
+  hier4() { # 2 + 2: hierarchical (launcher $1)
+    for r in 0 1 2 3; do
+      echo "probe rank $r of 4 local $((r % 2)) of 2 launcher $1 backend hierarchical module none omp 1 blas 1 sum 10"
+    done
+  }
   for m in none pmi2 pmix; do
     if ! echo "$plugins" | grep -qw "$m"; then echo "note: srun has no --mpi=$m plugin, not run"; continue; fi
-    run "two_srun_$m" srun -N 2 -n 3 --mpi="$m" "$probe"
+    if [ $m = none ]; then # the store's address: MASTER_ADDR (the node names do not resolve here)
+      run "two_srun_$m" env MASTER_ADDR="$A1" MASTER_PORT=29513 srun -N 2 -n 3 --mpi="$m" "$probe"
+    else
+      run "two_srun_$m" srun -N 2 -n 3 --mpi="$m" "$probe"
+    fi
     case $m in
-      none) expect_error "two_srun_$m" "--mpi=pmix" ;;
+      none) expect_lines "two_srun_$m" "$(gloo3)"
+            run two_srun_none_even env MASTER_ADDR="$A1" MASTER_PORT=29514 srun -N 2 --ntasks-per-node=2 --mpi=none "$probe"
+            expect_lines two_srun_none_even "$(hier4 slurm)" ;;
       pmi2) [ -e "$moddir/libaccelerate-mpi-mpich.so" ] && expect_lines "two_srun_$m" "$(spread mpich)" ;;
       pmix) [ -e "$moddir/libaccelerate-mpi-openmpi.so" ] && expect_lines "two_srun_$m" "$(spread openmpi)" ;;
     esac
@@ -240,6 +259,11 @@ if [ "$mode" = two ]; then
   # one launcher on each node (not both on one)
   [ "$(grep '^recipe on' "$T/two_recipe.out" | sort | tr '\n' ' ')" = "recipe on n1 machine_rank 0 recipe on n2 machine_rank 1 " ] ||
     fail "two_recipe: expected one launcher on n1 (machine 0) and one on n2 (machine 1), got: $(grep '^recipe on' "$T/two_recipe.out" | tr '\n' ' ')"
+  # Hugging Face's examples/slurm/submit_multinode.sh line as written (ecosystem 4, D2): no
+  # --machine_rank, --rdzv_backend c10d; the machine rank is SLURM_NODEID
+  run two_hf srun -N 2 --ntasks-per-node=1 "$cli" launch --num_processes 4 --num_machines 2 \
+    --rdzv_backend c10d --main_process_ip "$A1" --main_process_port 29512 "$probe"
+  expect_lines two_hf "$(hier4 accelerate)"
   [ $fails = 0 ] && echo PASS || { echo "FAILED: $fails"; exit 1; }
   exit 0
 fi
