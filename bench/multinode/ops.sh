@@ -93,6 +93,7 @@ for ppn in $PPN; do
 done
 med() { # dir impl op size -> median time (us) over the rounds
   for f in "$1/$2".[0-9]*; do
+    [ -f "$f" ] || continue
     case $f in *.m[01]|*.r[0-9]*) continue ;; esac
     awk -v o="$3" -v s="$4" '$1 == o && $2 == s { print $4 }' "$f"
   done | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
