@@ -203,6 +203,46 @@ static int round_to(float *x, size_t n, acc_dtype dt, uint16_t *scratch) {
   return 0;
 }
 
+/* One training micro-step of the CPU kernels (forward, loss, backward; the hits when logging),
+ * run by acc_accelerator_host_kernel: a plain call on the CPU, the fake twin of a kernel launch
+ * on the tests' fake device, whose memory host code reaches only there. */
+typedef struct cpu_step {
+  mlp *net;
+  const float *x;
+  const int32_t *y;
+  int bs;
+  float scale;
+  int count;
+  float loss;
+  int64_t correct;
+  int failed;
+} cpu_step;
+
+static void train_kernel(void *arg) {
+  cpu_step *k = arg;
+  k->failed = mlp_forward(k->net, k->x, k->bs) || mlp_loss(k->net, k->y, k->bs, &k->loss) ||
+              mlp_backward(k->net, k->x, k->y, k->bs, k->scale);
+  if (!k->failed && k->count) k->correct = mlp_count_correct(k->net, k->y, k->bs);
+}
+
+/* One evaluation batch: which predictions hit. */
+typedef struct eval_step {
+  mlp *net;
+  const float *x;
+  const int32_t *y;
+  int bs;
+  uint8_t *hit;
+  int failed;
+} eval_step;
+
+static void eval_kernel(void *arg) {
+  eval_step *k = arg;
+  int32_t pred[256];
+  if ((k->failed = mlp_forward(k->net, k->x, k->bs) != 0)) return;
+  mlp_predict(k->net, k->bs, pred);
+  for (int i = 0; i < k->bs; i++) k->hit[i] = pred[i] == k->y[i];
+}
+
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o)) return 2;
@@ -224,8 +264,9 @@ int main(int argc, char **argv) {
   acc_accelerator *acc;
   TRY(acc_accelerator_create(&acc, &ao));
   /* On a device: parameters, gradients and batches in device memory. On CUDA our kernels and
-   * cuBLAS run on the accelerator's stream; on the fake device of the tests (host-addressable
-   * memory) the CPU kernels run on that memory once the stream is synchronized. */
+   * cuBLAS run on the accelerator's stream; on the fake device of the tests (memory host code
+   * cannot touch, like a GPU's) the CPU kernels run inside acc_accelerator_host_kernel, the fake
+   * twin of a kernel launch. */
   const acc_device_type dev = acc_accelerator_device_type(acc);
   const int on_dev = dev != ACC_DEVICE_CPU;
 #ifndef FMNIST_HAVE_CUDA
@@ -424,7 +465,6 @@ int main(int argc, char **argv) {
         continue; /* the loss is summed on the device, read at the end of the epoch */
 #endif
       }
-      if (on_dev) TRY(acc_accelerator_synchronize(acc)); /* the fake device: host kernels */
       const float *x = on_dev ? b->device_fields[0] : b->fields[0];
       const int32_t *y = on_dev ? b->device_fields[1] : b->fields[1];
       if (round_to((float *)b->fields[0], (size_t)bs * 784, compute, scratch)) {
@@ -432,13 +472,16 @@ int main(int argc, char **argv) {
         return 1;
       }
       TRY(acc_accelerator_accumulate(acc));
-      float loss = 0;
-      if (mlp_forward(net, x, bs) || mlp_loss(net, y, bs, &loss) ||
-          mlp_backward(net, x, y, bs, acc_accelerator_backward_scale(acc))) {
+      /* the CPU kernels: a plain call on the CPU, a host kernel on the fake device */
+      cpu_step k = {net, x, y, bs, acc_accelerator_backward_scale(acc), o.log_with != NULL, 0, 0,
+                    0};
+      TRY(acc_accelerator_host_kernel(acc, train_kernel, &k));
+      if (k.failed) {
         fprintf(stderr, "fashion_mnist: %s\n", mlp_last_error());
         return 1;
       }
-      if (o.log_with) win_correct += mlp_count_correct(net, y, bs);
+      const float loss = k.loss;
+      if (o.log_with) win_correct += k.correct;
       TRY(acc_accelerator_backward(acc));
       if (o.clip > 0 && acc_accelerator_sync_gradients(acc)) TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, NULL));
       TRY(acc_accelerator_optimizer_step(acc, opt));
@@ -504,12 +547,10 @@ int main(int argc, char **argv) {
     }
 #endif
     if (hits == hit) {
-      if (on_dev) TRY(acc_accelerator_synchronize(acc));
-      if (mlp_forward(net, on_dev ? b->device_fields[0] : b->fields[0], bs)) return 1;
-      int32_t pred[256];
-      mlp_predict(net, bs, pred);
-      const int32_t *y = on_dev ? b->device_fields[1] : b->fields[1];
-      for (int i = 0; i < bs; i++) hit[i] = pred[i] == y[i];
+      eval_step k = {net, on_dev ? b->device_fields[0] : b->fields[0],
+                     on_dev ? b->device_fields[1] : b->fields[1], bs, hit, 0};
+      TRY(acc_accelerator_host_kernel(acc, eval_kernel, &k));
+      if (k.failed) return 1;
     }
     int64_t kept = 0;
     TRY(acc_accelerator_gather_for_metrics(acc, hits, bs, 1, ACC_U8, all_hits,

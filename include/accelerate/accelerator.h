@@ -151,6 +151,19 @@ ACC_EXTERN acc_result acc_accelerator_free(acc_accelerator *acc, void *p);
  * @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *src,
                                              size_t bytes, acc_copy_kind kind);
+/**
+ * Runs fn(arg) on the host as a kernel of the accelerator's device: the fake twin of a kernel
+ * launch, for programs and tests that compute with CPU code on the fake test device. On the fake
+ * device (ACCELERATE_TEST_DEVICE=fake) its memory is otherwise unreachable from host code, as a
+ * GPU's is (a host load or store through a pointer from acc_accelerator_alloc dies by SIGSEGV);
+ * this call runs everything queued first, opens the device's memory to host code while fn runs,
+ * and closes it again when fn returns. On the CPU it is a plain call fn(arg). On a GPU it is
+ * ACC_ERR_NOT_SUPPORTED: host code never reaches GPU memory; launch a real kernel on
+ * acc_accelerator_stream. fn may queue device work (copies, kernels) through the accelerator.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_host_kernel(acc_accelerator *acc, void (*fn)(void *arg),
+                                                  void *arg);
 /** 1 when p points into memory of the accelerator's device (always 1 on the CPU). @since 0.1 */
 ACC_EXTERN int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p);
 /**

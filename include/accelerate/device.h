@@ -20,9 +20,10 @@ typedef enum acc_device_type {
   ACC_DEVICE_CPU = 0,  /* host memory; the program's kernels are CPU code */
   ACC_DEVICE_CUDA = 1, /* CUDA GPU cuda:<ordinal> (memory from cudaMalloc or acc_accelerator_alloc) */
   ACC_DEVICE_AUTO = 2, /* option only: CUDA when a GPU is present and --cpu is not given, else CPU */
-  ACC_DEVICE_FAKE = 3  /* testing only (ACCELERATE_TEST_DEVICE=fake): host memory behind a GPU's
-                          rules (explicit copies, stream order checked); the program's CPU kernels
-                          may read and write it after acc_accelerator_synchronize */
+  ACC_DEVICE_FAKE = 3  /* testing only (ACCELERATE_TEST_DEVICE=fake): a GPU's rules on the host
+                          (explicit copies, stream order checked, device memory unreachable from
+                          host code: a host access dies by SIGSEGV); the program's CPU kernels
+                          reach it only inside acc_accelerator_host_kernel */
 } acc_device_type;
 
 typedef enum acc_copy_kind {

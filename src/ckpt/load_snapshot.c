@@ -11,6 +11,7 @@
 #include "ckpt/load_snapshot.h"
 #include "core/log.h"
 #include "data/data_internal.h"
+#include "device/devio.h"
 #include "train/train.h"
 
 enum { BUFS = 2 }; /* optimizer state buffers per parameter (AdamW's two, SGD's one) */
@@ -68,7 +69,11 @@ static acc_result take_model(float **out, const acc_model *m) {
   if (!d) return ACC_ERR_NOMEM;
   for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
     const acc_param *pa = acc_model_parameter(m, i);
-    memcpy(d + off, pa->data, pa->numel * sizeof *d);
+    acc_result rc = acc__devio_to_host(d + off, pa->data, pa->numel * sizeof *d); /* device */
+    if (rc != ACC_OK) {
+      acc__tmp_free(d);
+      return rc;
+    }
     off += pa->numel;
   }
   *out = d;
@@ -162,7 +167,7 @@ void acc__load_snapshot_restore(const acc__load_snapshot *s, const acc__accel_pa
     size_t off = 0;
     for (size_t k = 0; k < acc_model_num_parameters(p->models[i]); k++) {
       const acc_param *pa = acc_model_parameter(p->models[i], k);
-      memcpy(pa->data, s->models[i] + off, pa->numel * sizeof(float));
+      (void)acc__devio_from_host(pa->data, s->models[i] + off, pa->numel * sizeof(float));
       off += pa->numel;
     }
   }

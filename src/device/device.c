@@ -180,6 +180,21 @@ acc_result acc__device_memset(acc__device *d, void *dst, int value, size_t bytes
   return done(d, d->ops->memset(d->ctx, dst, value, bytes, s), "memset");
 }
 
+acc_result acc__device_host_kernel(acc__device *d, void (*fn)(void *), void *arg) {
+  ACC_CHECK(check_dev(d, "acc__device_host_kernel"));
+  if (!fn) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__device_host_kernel: fn is NULL");
+  if (!d->ops->host_kernel)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "%s: host code cannot reach this device's memory; run a device kernel on "
+                      "acc_accelerator_stream instead, or copy with acc_accelerator_memcpy",
+                      d->name);
+  return done(d, d->ops->host_kernel(d->ctx, fn, arg), "host kernel");
+}
+
+size_t acc__device_queued(acc__device *d) {
+  return d && d->kind == ACC__DEVICE_FAKE ? acc__fake_queued(d->ctx) : 0;
+}
+
 void acc__sgd_args_set(acc__sgd_args *a, double lr, double momentum, double dampening,
                        int nesterov, double weight_decay, int first) {
   a->wd = (float)weight_decay;

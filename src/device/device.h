@@ -107,6 +107,14 @@ acc_result acc__device_clamp(acc__device *d, float *d_buf, size_t n, float clip,
 /* d_buf[i] rounded to the nearest fp16 value, kept in fp32 (fp16 gradients). */
 acc_result acc__device_round_f16(acc__device *d, float *d_buf, size_t n, acc__dstream *s);
 
+/* Runs fn(arg) as a host "kernel" of the device (device_ops.h, host_kernel): on the cpu device
+ * a plain call; on the fake device after all queued work, with device memory open to host code
+ * while fn runs; on CUDA ACC_ERR_NOT_SUPPORTED (host code cannot reach GPU memory). */
+acc_result acc__device_host_kernel(acc__device *d, void (*fn)(void *), void *arg);
+
+/* Tests: the operations queued on the fake device and not yet run (0 on the other devices). */
+size_t acc__device_queued(acc__device *d);
+
 /* The device's ops table and context (for the NCCL members, which have no wrapper here). */
 const acc__device_ops *acc__device_ops_of(const acc__device *d, void **ctx);
 

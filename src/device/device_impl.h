@@ -6,5 +6,7 @@
 
 extern const acc__device_ops acc__device_cpu_ops;
 extern const acc__device_ops acc__device_fake_ops;
+/* Operations queued on the fake device and not yet run (ctx: its context). */
+size_t acc__fake_queued(void *ctx);
 
 #endif

@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 5u
+#define ACC__DEVICE_ABI_VERSION 6u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -130,6 +130,12 @@ typedef struct acc__device_ops {
   /* dst[i] = src[i] widened to fp32 (dtype ACC_BF16 or ACC_F16): exact, the bits of
    * acc_bf16_to_f32 / acc_f16_to_f32. The reverse direction is `cast`. */
   int (*widen)(void *ctx, float *dst, const uint16_t *src, size_t n, int dtype, void *s);
+  /* ---- ABI 6 ---- */
+  /* Runs fn(arg) on the host as the device's kernel: after everything queued, with the device's
+   * memory readable and writable by host code for the duration of the call (cpu: fn(arg); fake:
+   * its memory is otherwise unreachable from host code). NULL: host code can never reach the
+   * device's memory (CUDA). */
+  int (*host_kernel)(void *ctx, void (*fn)(void *), void *arg);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */

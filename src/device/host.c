@@ -2,8 +2,14 @@
  *
  * cpu:  host memory is device memory; every operation runs at once on the calling thread.
  * fake: behaves like a GPU without one, so code written against the device layer can be tested in
- *       CPU-only CI. Device memory comes from its own mmap'ed, tracked arena; every pointer
- *       argument is checked against it (a host pointer where device memory is expected, or the
+ *       CPU-only CI. Device memory is unreachable from host code, as on a GPU: each allocation is
+ *       one memory file mapped twice, the address handed out (the "device pointer") mapped
+ *       PROT_NONE, so a host load or store through it dies by SIGSEGV, and a second, private
+ *       read-write view that only the fake device's own copies and kernels use (device pointers
+ *       are translated to it when an operation is queued). acc__device_fake_host_kernel is the
+ *       fake twin of a kernel launch: it opens the device pointers to host code for the duration
+ *       of one call (tests, and the examples' fake paths, compute that way). Every pointer
+ *       argument is checked against the tracked allocations (a host pointer where device memory is expected, or the
  *       reverse, or a range running past its allocation, is refused with a message naming the
  *       operation and the argument). Operations queue per stream and run only when the program
  *       synchronizes (stream or event sync, event query, a stream waiting on an event, free,
@@ -17,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "device/device_impl.h"
 #include "device/kernels.h"
@@ -220,7 +227,8 @@ typedef struct fevent {
 } fevent;
 
 typedef struct alloc_rec {
-  char *base;
+  char *base;   /* the device pointer: PROT_NONE outside acc__device_fake_host_kernel */
+  char *view;   /* the same pages, read-write: what the fake device's operations touch */
   size_t size, mapped;
 } alloc_rec;
 
@@ -232,6 +240,7 @@ typedef struct fake {
   uint64_t used_ids; /* bit i: stream id i is in use */
   uint64_t next_seq;
   uint64_t host_know[MAX_STREAMS];
+  int kernel_depth; /* host kernels running (acc__device_fake_host_kernel) */
 } fake;
 
 static void learn(uint64_t *dst, const uint64_t *src) {
@@ -252,6 +261,18 @@ static void prune(fake *f) {
 }
 
 static fstream *stream_of(fake *f, void *s) { return s ? (fstream *)s : &f->def; }
+
+/* p translated to the read-write view when it points into an allocation; host pointers as
+ * they are. */
+static void *xl(const fake *f, const void *p) {
+  const char *c = p;
+  if (!c) return NULL;
+  for (size_t i = 0; i < f->nallocs; i++)
+    if (c >= f->allocs[i].base &&
+        c < f->allocs[i].base + (f->allocs[i].size ? f->allocs[i].size : 1))
+      return f->allocs[i].view + (c - f->allocs[i].base);
+  return (void *)c;
+}
 
 static const alloc_rec *find_alloc(const fake *f, const void *p) {
   const char *c = p;
@@ -383,6 +404,42 @@ static acc_result check_order(fake *f, const fop *o, fstream *s) {
   return ACC_OK;
 }
 
+static size_t page_round(size_t bytes) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  if (bytes == 0) return pg;
+  if (bytes > SIZE_MAX - pg) return 0;
+  return (bytes + pg - 1) / pg * pg;
+}
+
+/* One shared anonymous mapping (the read-write view) and a second mapping of the same pages
+ * (mremap with old size 0), made PROT_NONE: the device pointer. */
+static int fake_map(size_t bytes, size_t *mapped, char **base, char **view) {
+  size_t len = page_round(bytes);
+  if (!len) {
+    errno = ENOMEM;
+    return -1;
+  }
+  void *v = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (v == MAP_FAILED) return -1;
+  void *b = mremap(v, 0, len, MREMAP_MAYMOVE);
+  if (b == MAP_FAILED || mprotect(b, len, PROT_NONE) != 0) {
+    int e = errno;
+    if (b != MAP_FAILED) munmap(b, len);
+    munmap(v, len);
+    errno = e;
+    return -1;
+  }
+  *mapped = len;
+  *base = b;
+  *view = v;
+  return 0;
+}
+
+static void fake_unmap(const alloc_rec *a) {
+  munmap(a->base, a->mapped);
+  munmap(a->view, a->mapped);
+}
+
 /* ---- the ops table shared by cpu and fake --------------------------------------------------- */
 
 typedef struct hostdev {
@@ -428,7 +485,7 @@ static void h_close(void *ctx) {
   if (!h) return;
   if (h->fake) {
     run_all(&h->f);
-    for (size_t i = 0; i < h->f.nallocs; i++) munmap(h->f.allocs[i].base, h->f.allocs[i].mapped);
+    for (size_t i = 0; i < h->f.nallocs; i++) fake_unmap(&h->f.allocs[i]);
     free(h->f.allocs);
     fstream *s = h->f.def.next_stream;
     free_history(&h->f.def);
@@ -449,9 +506,9 @@ static int h_alloc(void *ctx, size_t bytes, void **p) {
     *p = acc__malloc(bytes ? bytes : 1);
     return *p ? ACC_OK : ACC_ERR_NOMEM;
   }
-  size_t mapped = bytes ? bytes : 1;
-  void *m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED)
+  size_t mapped = 0;
+  char *base = NULL, *view = NULL;
+  if (fake_map(bytes, &mapped, &base, &view) != 0)
     return acc__error(ACC_ERR_NOMEM, "fake device: cannot allocate %zu bytes of device memory: %s",
                       bytes, strerror(errno));
   pthread_mutex_lock(&h->f.mu);
@@ -460,15 +517,17 @@ static int h_alloc(void *ctx, size_t bytes, void **p) {
     alloc_rec *n = acc__realloc(h->f.allocs, cap * sizeof *n);
     if (!n) {
       pthread_mutex_unlock(&h->f.mu);
-      munmap(m, mapped);
+      fake_unmap(&(alloc_rec){base, view, bytes, mapped});
       return ACC_ERR_NOMEM;
     }
     h->f.allocs = n;
     h->f.cap = cap;
   }
-  h->f.allocs[h->f.nallocs++] = (alloc_rec){m, bytes, mapped};
+  h->f.allocs[h->f.nallocs++] = (alloc_rec){base, view, bytes, mapped};
+  /* inside a host kernel, device memory is open to the host: this allocation too */
+  if (h->f.kernel_depth) mprotect(base, mapped, PROT_READ | PROT_WRITE);
   pthread_mutex_unlock(&h->f.mu);
-  *p = m;
+  *p = base;
   return ACC_OK;
 }
 
@@ -483,7 +542,7 @@ static int h_free(void *ctx, void *p) {
   run_all(&h->f); /* like cudaFree: the device finishes its work first */
   for (size_t i = 0; i < h->f.nallocs; i++)
     if (h->f.allocs[i].base == p) {
-      munmap(p, h->f.allocs[i].mapped);
+      fake_unmap(&h->f.allocs[i]);
       h->f.allocs[i] = h->f.allocs[--h->f.nallocs];
       pthread_mutex_unlock(&h->f.mu);
       return ACC_OK;
@@ -496,6 +555,31 @@ static int h_free(void *ctx, void *p) {
   return acc__error(ACC_ERR_INVALID_ARGUMENT,
                     "fake device: free: %p is not device memory (a host pointer, or freed twice)",
                     p);
+}
+
+/* The fake twin of a kernel launch: everything queued runs first (the host kernel comes after
+ * all of the device's work, and everything queued later after it), device memory is open to the
+ * host while fn runs, then unreachable again. Calls may nest and come from several threads; the
+ * memory closes when the last one returns. */
+static int h_host_kernel(void *ctx, void (*fn)(void *), void *arg) {
+  hostdev *h = ctx;
+  if (!h->fake) {
+    fn(arg);
+    return ACC_OK;
+  }
+  pthread_mutex_lock(&h->f.mu);
+  run_all(&h->f);
+  if (h->f.kernel_depth++ == 0)
+    for (size_t i = 0; i < h->f.nallocs; i++)
+      mprotect(h->f.allocs[i].base, h->f.allocs[i].mapped, PROT_READ | PROT_WRITE);
+  pthread_mutex_unlock(&h->f.mu);
+  fn(arg);
+  pthread_mutex_lock(&h->f.mu);
+  if (--h->f.kernel_depth == 0)
+    for (size_t i = 0; i < h->f.nallocs; i++)
+      mprotect(h->f.allocs[i].base, h->f.allocs[i].mapped, PROT_NONE);
+  pthread_mutex_unlock(&h->f.mu);
+  return ACC_OK;
 }
 
 static int h_is_device_ptr(void *ctx, const void *p, int *yes) {
@@ -620,6 +704,34 @@ static int h_event_query(void *ctx, void *e, int *done) {
   return ACC_OK;
 }
 
+/* The pointer arguments of a queued operation, turned into the read-write views it runs on (its
+ * ranges keep the device addresses, for the order checks). */
+#define XL(field) ((field) = xl(f, (field)))
+static void translate(const fake *f, fop *o) {
+  switch (o->type) {
+    case OP_COPY: XL(o->u.copy.dst); XL(o->u.copy.src); break;
+    case OP_MEMSET: XL(o->u.set.dst); break;
+    case OP_SGD:
+      XL(o->u.sgd.w); XL(o->u.sgd.g); XL(o->u.sgd.buf); XL(o->u.sgd.grad_scale);
+      XL(o->u.sgd.skip_if);
+      break;
+    case OP_ADAMW:
+      XL(o->u.adamw.w); XL(o->u.adamw.g); XL(o->u.adamw.m); XL(o->u.adamw.v);
+      XL(o->u.adamw.grad_scale); XL(o->u.adamw.skip_if);
+      break;
+    case OP_UNSCALE: XL(o->u.unscale.g); XL(o->u.unscale.flag); break;
+    case OP_NORMP: XL(o->u.normp.g); XL(o->u.normp.partials); break;
+    case OP_NORMF: XL(o->u.normf.partials); XL(o->u.normf.norm); XL(o->u.normf.coef); break;
+    case OP_SCALE: XL(o->u.scale.buf); XL(o->u.scale.coef); break;
+    case OP_CAST: XL(o->u.cast.dst); XL(o->u.cast.src); break;
+    case OP_CLAMP:
+    case OP_ROUND16: XL(o->u.clamp.buf); break;
+    case OP_WIDEN: XL(o->u.widen.dst); XL(o->u.widen.src); break;
+    default: break;
+  }
+}
+#undef XL
+
 /* Checks o's ranges (device or host as marked), then runs it (cpu) or queues it (fake). */
 static int submit(hostdev *h, fop *o, const int *is_dev, void *s) {
   if (!h->fake) {
@@ -652,6 +764,7 @@ static int submit(hostdev *h, fop *o, const int *is_dev, void *s) {
     return ACC_ERR_NOMEM;
   }
   *q = *o;
+  translate(&h->f, q);
   q->seq = ++h->f.next_seq;
   q->next = NULL;
   if (st->tail) st->tail->next = q;
@@ -806,6 +919,16 @@ static int h_widen(void *ctx, float *dst, const uint16_t *src, size_t n, int dty
   return submit(ctx, &o, dev, s);
 }
 
+size_t acc__fake_queued(void *ctx) {
+  hostdev *h = ctx;
+  size_t n = 0;
+  pthread_mutex_lock(&h->f.mu);
+  for (const fstream *s = &h->f.def; s; s = s->next_stream)
+    for (const fop *q = s->head; q; q = q->next) n++;
+  pthread_mutex_unlock(&h->f.mu);
+  return n;
+}
+
 static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
 
 #define HOST_OPS(NAME, OPEN)                                                                   \
@@ -813,7 +936,8 @@ static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
    h_alloc, h_free, h_is_device_ptr, h_stream_create, h_stream_destroy, h_stream_sync,        \
    h_event_create, h_event_destroy, h_event_record, h_stream_wait, h_event_sync, h_event_query, \
    h_copy, h_memset, h_sgd, h_adamw, h_unscale, h_norm_partials, h_norm_finish, h_scale, h_cast, \
-   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL, h_widen}
+   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL, h_widen,       \
+   h_host_kernel}
 
 const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu);
 const acc__device_ops acc__device_fake_ops = HOST_OPS("fake", h_open_fake);

@@ -110,6 +110,13 @@ acc_result acc_accelerator_memcpy(acc_accelerator *acc, void *dst, const void *s
   return acc__dstream_sync(d->dev, d->stream);
 }
 
+acc_result acc_accelerator_host_kernel(acc_accelerator *acc, void (*fn)(void *), void *arg) {
+  acc__devctx *d = NULL;
+  ACC_CHECK(dev_or_error(acc, "acc_accelerator_host_kernel", &d));
+  if (!fn) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_accelerator_host_kernel: fn is NULL");
+  return acc__device_host_kernel(d->dev, fn, arg);
+}
+
 int acc_accelerator_is_device_pointer(acc_accelerator *acc, const void *p) {
   acc__devctx *d = dev_of(acc, "acc_accelerator_is_device_pointer");
   if (!d || !p) return 0;

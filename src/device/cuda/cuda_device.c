@@ -262,6 +262,7 @@ static const acc__device_ops ops = {
     NULL, NULL,
 #endif
     widen,
+    NULL, /* host_kernel: host code never reaches GPU memory */
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {
