@@ -46,13 +46,13 @@ run() { # impl ppn out
   PORT=$((PORT + 1))
   case $impl in
     torch)
-      r=0
-      while [ $r -lt $np ]; do
-        ns=$NSA dev=$VA; [ $r -ge "$ppn" ] && ns=$NSB dev=$VB
-        ip netns exec "$ns" env GLOO_SOCKET_IFNAME=$dev MASTER_ADDR=$IPA MASTER_PORT=$PORT RANK=$r WORLD_SIZE=$np \
-          LOCAL_RANK=$((r % ppn)) /usr/bin/python3 "$root/bench/multinode/torch_busbw.py" "$MAXB" \
-          >"$out.r$r" 2>&1 &
-        r=$((r + 1))
+      rk=0
+      while [ $rk -lt $np ]; do
+        ns=$NSA dev=$VA; [ $rk -ge "$ppn" ] && ns=$NSB dev=$VB
+        ip netns exec "$ns" env GLOO_SOCKET_IFNAME=$dev MASTER_ADDR=$IPA MASTER_PORT=$PORT RANK=$rk WORLD_SIZE=$np \
+          LOCAL_RANK=$((rk % ppn)) /usr/bin/python3 "$root/bench/multinode/torch_busbw.py" "$MAXB" \
+          >"$out.r$rk" 2>&1 &
+        rk=$((rk + 1))
       done
       wait
       cp "$out.r0" "$out" ;;
@@ -86,7 +86,7 @@ for ppn in $PPN; do
     set -- $IMPLS
     k=$(( r % $# )) # rotate the order from round to round
     while [ $k -gt 0 ]; do x=$1; shift; set -- "$@" "$x"; k=$((k - 1)); done
-    for impl in "$@"; do run "$impl" "$ppn" "$TMP/p$ppn/$impl.$r"; done
+    for impl in "$@"; do run "$impl" "$ppn" "$TMP/p$ppn/$impl.$r"; done # (run keeps r)
     echo "# $ppn per machine, round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)"
     r=$((r + 1))
   done
