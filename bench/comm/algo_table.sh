@@ -5,7 +5,9 @@
 # stream), one of the default, and one of `mpirun -np N` (interleaved). Prints per op and size
 # the median time of each, the fastest algorithm, the ratio default / Open MPI (> 1: ours
 # faster), then per op the measured limit of the cheap algorithm (the largest size up to which
-# onestep / slots was never slower) beside the compiled table (acc_bench_comm --table).
+# onestep / slots was never slower) beside the compiled table (acc_bench_comm --table). Above
+# the chunk (512 KiB) a forced onestep all_reduce runs by blocks (its message no longer fits a
+# slot): those rows say "same".
 # Usage: bench/comm/algo_table.sh [build_dir]
 #   NPS ("4 8 16"), ROUNDS (1), MAX (67108864: largest size in bytes), ACC_BENCH_BIND (1: rank r on
 #   CPU r, like mpirun's --bind-to core).
@@ -49,7 +51,7 @@ for np in $nps; do
   printf '%-11s %10s %10s %10s %10s %10s %-8s %8s\n' op "size(B)" alg1 alg2 auto mpi best auto/mpi
   for op in all_reduce all_gather; do
     if [ "$op" = all_reduce ]; then a1=onestep a2=blocks; else a1=slots a2=stream; fi
-    awk -v op="$op" -v a1="$a1" -v a2="$a2" -v np="$np" '
+    awk -v op="$op" -v a1="$a1" -v a2="$a2" -v np="$np" -v chunk="${ACCELERATE_SHM_CHUNK_BYTES:-524288}" '
       function med(k,   n, i, j, t, v) { n = cnt[k]; if (!n) return 0
         for (i = 1; i <= n; i++) v[i] = val[k, i]
         for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
@@ -63,7 +65,8 @@ for np in $nps; do
         for (i = 1; i <= m; i++) { s = list[i]
           x = med(a1 " " s); y = med(a2 " " s); au = med("auto " s); mp = med("mpi " s)
           best = (x <= y) ? a1 : a2
-          if (!broken && x <= y) limit = s; else broken = 1
+          if (op == "all_reduce" && s > chunk) best = "same" # onestep needs the message in a slot
+          else if (!broken && x <= y) limit = s; else broken = 1
           printf "%-11s %10d %10.3f %10.3f %10.3f %10.3f %-8s %7.2fx\n", op, s, x, y, au, mp, best, (au > 0 ? mp / au : 0) }
         printf "measured %-10s max_procs %-4d: %s up to %s bytes, then %s\n", op, np, a1, (limit < 0 ? "none" : limit), a2 }
     ' "$d/$a1" "$d/$a2" "$d/auto" "$d/mpi"
