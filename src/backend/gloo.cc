@@ -8,7 +8,8 @@
 // Mismatch detection (checks_tags 1: this file compares the call tags, comm.c does not). Every
 // collective starts with a header exchange: each rank sends every peer one message of its own
 // (slot kHdrPrefix + the exchange's number) holding the call tag and, when the collective is small
-// enough ((n - 1) x its bytes <= kInline), the collective's data itself. The receives of each
+// enough ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2), the collective's
+// data itself. The receives of each
 // exchange are posted at the start of the one before (two sets of buffers), so the peers' sends
 // go out at once (gloo's tcp transport sends an unbound buffer straight away only when the
 // receiver is known to wait for it; otherwise it first asks, a round trip): the exchange costs
@@ -19,7 +20,11 @@
 // (all_reduce, reduce and reduce_scatter reduce in rank order, so every rank gets the same bits),
 // larger ones run gloo's collective. A message is never larger than the receive posted for it
 // (gloo fails a larger one in its I/O thread), whatever the peers called: headers are fixed-size
-// and payloads at most kInline.
+// and payloads at most the capacity. Between 2 processes (one per machine, or the leaders of two
+// machines) the exchange moves no more bytes than gloo's own algorithms would, in one message
+// instead of their steps, hence the larger capacity there; with more processes each rank sends
+// its data to every peer, so only small collectives ride along. The buffers are allocated
+// without being written, so their pages cost memory only once a collective of that size ran.
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -105,6 +110,7 @@ struct Hdr {
 };
 constexpr size_t kHdr = sizeof(Hdr);
 constexpr size_t kInline = 64 * 1024;
+constexpr size_t kInline2 = 1024 * 1024; // 2 processes
 constexpr uint8_t kHdrPrefix = 0xac;
 
 struct GlooBe {
@@ -115,12 +121,13 @@ struct GlooBe {
   uint32_t tag = 0;
   std::vector<char> scratch;
   char name[32];
-  // header exchanges: number of the last one, receive buffers [parity][peer] (kHdr + kInline
+  // header exchanges: number of the last one, receive buffers [parity][peer] (kHdr + cap
   // each), the send buffer
   uint64_t hseq = 0;
-  std::vector<char> hin[2];
+  size_t cap = 0; // payload capacity of one message: kInline, or kInline2 for 2 processes
+  std::unique_ptr<char[]> hin[2];
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inb[2];
-  std::vector<char> hout;
+  std::unique_ptr<char[]> hout;
   std::unique_ptr<gloo::transport::UnboundBuffer> outb;
 };
 
@@ -132,18 +139,18 @@ uint64_t hslot(uint64_t seq) { return (uint64_t)gloo::Slot::build(kHdrPrefix, (u
 void hx_post(GlooBe *g, uint64_t seq) {
   int p = (int)(seq & 1);
   for (int r = 0; r < g->base.size; r++)
-    if (r != g->base.rank) g->inb[p][r]->recv(r, hslot(seq), 0, kHdr + kInline);
+    if (r != g->base.rank) g->inb[p][r]->recv(r, hslot(seq), 0, kHdr + g->cap);
 }
 
 // Rank r's message of the exchange just made (r != me), or this rank's own.
 const char *hmsg(GlooBe *g, int r) {
-  if (r == g->base.rank) return g->hout.data();
-  return g->hin[g->hseq & 1].data() + (size_t)r * (kHdr + kInline);
+  if (r == g->base.rank) return g->hout.get();
+  return g->hin[g->hseq & 1].get() + (size_t)r * (kHdr + g->cap);
 }
 const char *hpayload(GlooBe *g, int r) { return hmsg(g, r) + kHdr; }
 
 // Whether a collective moving `bytes` to each peer rides in the exchange.
-bool small(GlooBe *g, size_t bytes) { return bytes * (size_t)(g->base.size - 1) <= kInline; }
+bool small(GlooBe *g, size_t bytes) { return bytes * (size_t)(g->base.size - 1) <= g->cap; }
 
 acc_result gloo_error(acc__backend *be, const char *what, const std::exception &e);
 
@@ -180,8 +187,8 @@ acc_result hx(GlooBe *g, const void *data, size_t len, int to) {
   Hdr h = {c ? c->tag : 0, seq, len, 0};
   try {
     hx_post(g, seq + 1);
-    memcpy(g->hout.data(), &h, kHdr);
-    if (len) memcpy(g->hout.data() + kHdr, data, len);
+    memcpy(g->hout.get(), &h, kHdr);
+    if (len) memcpy(g->hout.get() + kHdr, data, len);
     for (int r = 0; r < g->base.size; r++)
       if (r != g->base.rank) g->outb->send(r, hslot(seq), 0, kHdr + (to < 0 || r == to ? len : 0));
     for (int r = 0; r < g->base.size; r++)
@@ -547,14 +554,15 @@ extern "C" acc_result acc__backend_gloo_create(acc__backend **out, const acc__pr
     gloo::rendezvous::PrefixStore ps(prefix ? prefix : "gloo", store);
     g->ctx->connectFullMesh(ps, g->dev);
     // the header exchanges' buffers, and the receives of the first
-    const size_t n = (size_t)info->size, cap = kHdr + kInline;
-    g->hout.resize(cap);
-    g->outb = g->ctx->createUnboundBuffer(g->hout.data(), cap);
+    g->cap = info->size == 2 ? kInline2 : kInline;
+    const size_t n = (size_t)info->size, cap = kHdr + g->cap;
+    g->hout.reset(new char[cap]);
+    g->outb = g->ctx->createUnboundBuffer(g->hout.get(), cap);
     for (int p = 0; p < 2; p++) {
-      g->hin[p].resize(n * cap);
+      g->hin[p].reset(new char[n * cap]);
       g->inb[p].resize(n);
       for (size_t r = 0; r < n; r++)
-        g->inb[p][r] = g->ctx->createUnboundBuffer(g->hin[p].data() + r * cap, cap);
+        g->inb[p][r] = g->ctx->createUnboundBuffer(g->hin[p].get() + r * cap, cap);
     }
     hx_post(g, 1);
   } catch (const std::exception &e) {
