@@ -78,6 +78,33 @@ static inline int acc_test_count(const char *s, const char *needle) {
   return n;
 }
 
+/* Device-vs-CPU equality (docs/gpu.md, "NaN"): the same bits, except that any NaN equals any NaN
+ * (a GPU writes its canonical NaN 0x7fffffff where x86 writes 0xffc00000 for an invalid
+ * operation; which NaN comes out is not part of any result). */
+static inline int acc_test_same_f32(float a, float b) {
+  if (memcmp(&a, &b, sizeof a) == 0) return 1;
+  return a != a && b != b;
+}
+
+/* The rule over n floats; *at: the first element that differs. */
+static inline int acc_test_same_f32_n(const float *a, const float *b, size_t n, size_t *at) {
+  for (size_t i = 0; i < n; i++)
+    if (!acc_test_same_f32(a[i], b[i])) {
+      if (at) *at = i;
+      return 0;
+    }
+  return 1;
+}
+
+/* The rule for bf16 (bf16 != 0) or fp16 bit patterns. */
+static inline int acc_test_same_half(const unsigned short *a, const unsigned short *b, size_t n,
+                                     int bf16) {
+  const unsigned inf = bf16 ? 0x7f80u : 0x7c00u;
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i] && !((a[i] & 0x7fffu) > inf && (b[i] & 0x7fffu) > inf)) return 0;
+  return 1;
+}
+
 static inline int acc_test_finish(const char *name) {
   ACC_TEST_RANK_PREFIX();
   fprintf(stderr, "%s: %d checks, %d failed\n", name, acc_test_checks, acc_test_failures);

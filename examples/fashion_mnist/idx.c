@@ -1,5 +1,6 @@
 /* IDX reader on top of zlib's gz* functions (which also read uncompressed files). */
 #include "idx.h"
+#include "../pkg_hint.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -34,11 +35,11 @@ static int open_gz(const char *path, gzFile *out) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
     int e = errno ? errno : ENOMEM;
+    char hint[160];
     if (e == ENOENT)
-      return fail("cannot open %s: %s. Install the data set with `apt-get install "
-                  "dataset-fashion-mnist`, or pass --data DIR to read the files from another "
-                  "directory",
-                  path, strerror(e));
+      return fail("cannot open %s: %s. Install the data set with %s, or pass --data DIR to read the files "
+                  "from another directory",
+                  path, strerror(e), pkg_install_hint("dataset-fashion-mnist", path, hint, sizeof hint));
     return fail("cannot open %s: %s", path, strerror(e));
   }
   gzbuffer(f, 1u << 17);

@@ -72,7 +72,7 @@ static void usage(FILE *f) {
           "  --max-steps N         stop after N optimizer steps (for quick runs)\n"
           "  --output-dir DIR      where checkpoints go: DIR/checkpoints/checkpoint_<i> (3 kept)\n"
           "  --save-every N        save the whole training state every N optimizer steps\n"
-          "  --resume              continue from the latest checkpoint in --output-dir\n"
+          "  --resume              continue from the latest checkpoint in --output-dir (none yet: start afresh)\n"
           "  --log-with LIST       trackers, comma-separated: tensorboard, jsonl, csv, all (none)\n"
           "  --logging-dir DIR     where runs are written (runs)\n"
           "  --run-name NAME       the run's directory under --logging-dir (fashion_mnist-<time>)\n"
@@ -371,10 +371,20 @@ int main(int argc, char **argv) {
     TRY(acc_accelerator_set_project_config(acc, &po));
   }
   if (o.resume) {
+    /* No checkpoint yet (a first attempt under --max_restarts, killed before its first save, or
+     * a first run with --resume always on): start from the beginning and say so. */
     char *from = NULL;
-    TRY(acc_accelerator_load_state(acc, NULL, &from));
-    acc_print(st, "resumed from %s (step %lld, epoch %lld)\n", from, (long long)counters.steps,
-              (long long)acc_dataloader_epoch(train_dl) + 1);
+    const acc_result lr = acc_accelerator_load_state(acc, NULL, &from);
+    if (lr == ACC_ERR_NOT_FOUND) {
+      acc_print(st, "--resume: no checkpoint in %s/checkpoints yet; starting from the beginning\n", o.output_dir);
+    } else {
+      if (lr != ACC_OK) {
+        fprintf(stderr, "fashion_mnist: acc_accelerator_load_state(acc, NULL, &from) failed: %s\n", acc_last_error());
+        return 1;
+      }
+      acc_print(st, "resumed from %s (step %lld, epoch %lld)\n", from, (long long)counters.steps,
+                (long long)acc_dataloader_epoch(train_dl) + 1);
+    }
     acc_free(from);
   }
   const acc_dtype compute = acc_accelerator_autocast_dtype(acc);
@@ -436,12 +446,14 @@ int main(int argc, char **argv) {
     snprintf(label, sizeof label, "epoch %d/%d", epoch + 1, o.epochs);
     if (show) TRY(acc_progress_create(&bar, st, label, (uint64_t)acc_dataloader_len(train_dl), NULL));
     double t0 = now_s(), c0 = cpu_s(), loss_sum = 0;
-    int64_t nb = 0;
+    int64_t nb = 0, first_index = -1; /* the first batch of this epoch run here: > 0 after a resume */
+    const int64_t first_step = steps + 1;
     const acc_batch *b;
     for (;;) {
       TRY(acc_accelerator_next_batch(acc, train_dl, &b));
       if (!b) break;
       if (stop) break; /* the loader may be left mid-epoch: destroying it stops its thread */
+      if (first_index < 0) first_index = b->index;
       const int bs = (int)b->size;
       if (dev == ACC_DEVICE_CUDA) {
 #ifdef FMNIST_HAVE_CUDA
@@ -524,7 +536,11 @@ int main(int argc, char **argv) {
     acc_progress_destroy(bar);
     float mean_loss = nb ? (float)(loss_sum / (double)nb) : 0.0f;
     TRY(acc_accelerator_all_reduce(acc, &mean_loss, &mean_loss, 1, ACC_F32, ACC_MEAN));
-    acc_print(st, "epoch %d: mean training loss %.4f\n", epoch + 1, mean_loss);
+    if (first_index > 0) /* resumed mid-epoch: the mean is over the steps run since */
+      acc_print(st, "epoch %d: mean training loss %.4f (steps %lld-%lld only: the epoch resumed after step %lld)\n",
+                epoch + 1, mean_loss, (long long)first_step, (long long)steps, (long long)first_step - 1);
+    else
+      acc_print(st, "epoch %d: mean training loss %.4f\n", epoch + 1, mean_loss);
   }
 
   /* 5. Evaluation over exactly the 10,000 test images. */

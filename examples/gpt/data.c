@@ -1,5 +1,6 @@
 /* Reading and windowing the training text. */
 #include "data.h"
+#include "../pkg_hint.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -32,10 +33,13 @@ int text_load(const char *path, int val_percent, size_t window_bytes, text_corpu
   if (val_percent < 1 || val_percent > 50)
     return fail("text_load: validation share %d%% is outside 1..50", val_percent);
   gzFile f = gzopen(path, "rb");
-  if (!f)
-    return fail("cannot open %s: %s. Install the text with `apt-get install jargon-text`, or pass "
-                "--data FILE to train on another file",
-                path, errno ? strerror(errno) : "out of memory");
+  if (!f) {
+    const int e = errno; /* before pkg_install_hint's fopen */
+    char hint[160];
+    pkg_install_hint("jargon-text", path, hint, sizeof hint);
+    return fail("cannot open %s: %s. Install the text with %s, or pass --data FILE to train on another file",
+                path, e ? strerror(e) : "out of memory", hint);
+  }
   size_t cap = 1 << 20, len = 0;
   uint8_t *buf = malloc(cap);
   for (;;) {

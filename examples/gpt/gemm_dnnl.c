@@ -10,7 +10,13 @@
  * oneDNN's threads: Debian builds it on OpenMP. Unless OMP_NUM_THREADS is set, it gets as many
  * threads as OpenBLAS uses (OPENBLAS_NUM_THREADS, which `accelerate launch` sets to 1 for several
  * processes per machine), set through omp_set_num_threads and openblas_get_num_threads found at
- * run time, so the example does not link OpenMP itself. */
+ * run time, so the example does not link OpenMP itself.
+ *
+ * A shape oneDNN has no bf16 matmul for on this CPU (oneDNN 2.6 on an AVX2-only CPU has none for
+ * some transposes and sizes, e.g. A^T B^T M 7 N 5 K 513) is remembered and computed by the
+ * example's own bf16 kernel (gemm_bf16.c: the same arithmetic, rounded operands and float32
+ * sums); the first such shape is said once on stderr (by the main process), and
+ * gemm_dnnl_describe counts them. */
 #define _GNU_SOURCE
 #include "gemm_dnnl.h"
 
@@ -19,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_bf16.h"
 #include "vectorized.h"
 
 VECTORIZED void gemm_to_bf16(uint16_t *out, const float *in, size_t n) {
@@ -34,6 +41,7 @@ VECTORIZED void gemm_to_bf16(uint16_t *out, const float *in, size_t n) {
 #ifndef GPT_HAVE_DNNL
 
 int gemm_dnnl_available(void) { return 0; }
+int gemm_dnnl_fallback_shapes(void) { return 0; }
 const char *gemm_dnnl_describe(void) { return "built without oneDNN (install libdnnl-dev and reconfigure)"; }
 int gemm_dnnl_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
@@ -59,6 +67,7 @@ typedef struct entry {
   float alpha, beta;
   dnnl_primitive_t prim;
   dnnl_memory_t a, b, c;
+  int none; /* oneDNN has no bf16 matmul for this shape here: the example's own kernel computes it */
   char impl[64];
 } entry;
 
@@ -72,6 +81,11 @@ static struct {
   size_t acap, bcap;
   char describe[256];
   const char *last_impl;
+  int fallbacks;      /* shapes computed by gemm_bf16 instead */
+  float *fa, *fb;     /* their operands widened back to float */
+  size_t facap, fbcap;
+  void *scratch;      /* gemm_bf16's, for up to scratch_n columns */
+  int scratch_n;
 } g;
 
 static int init(void) {
@@ -103,11 +117,17 @@ static int init(void) {
 
 int gemm_dnnl_available(void) { return init() == 1; }
 
+int gemm_dnnl_fallback_shapes(void) { return g.fallbacks; }
+
 const char *gemm_dnnl_describe(void) {
-  static char out[400];
+  static char out[600];
   if (init() != 1) return g.describe;
-  if (!g.last_impl) return g.describe;
-  snprintf(out, sizeof out, "%s, last product: %s", g.describe, g.last_impl);
+  int n = snprintf(out, sizeof out, "%s", g.describe);
+  if (g.last_impl && n >= 0 && (size_t)n < sizeof out)
+    n += snprintf(out + n, sizeof out - (size_t)n, ", last product: %s", g.last_impl);
+  if (g.fallbacks && n >= 0 && (size_t)n < sizeof out)
+    snprintf(out + n, sizeof out - (size_t)n, "; %d product shape(s) without a oneDNN bf16 matmul here through the "
+             "example's own bf16 kernel (%s)", g.fallbacks, gemm_bf16_kernel());
   return out;
 }
 
@@ -134,7 +154,7 @@ static entry *lookup(int ta, int tb, int M, int N, int K, float alpha, int lda, 
     g.next_evict = (g.next_evict + 1) % CACHE;
     entry_free(e);
   }
-  *e = (entry){ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, NULL, NULL, NULL, NULL, ""};
+  *e = (entry){ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, NULL, NULL, NULL, NULL, 0, ""};
   dnnl_memory_desc_t amd, bmd, cmd;
   dnnl_dims_t adims = {M, K}, bdims = {K, N}, cdims = {M, N};
   dnnl_dims_t astr = {ta ? 1 : lda, ta ? lda : 1}, bstr = {tb ? 1 : ldb, tb ? ldb : 1}, cstr = {ldc, 1};
@@ -164,16 +184,57 @@ static entry *lookup(int ta, int tb, int M, int N, int K, float alpha, int lda, 
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (ops) dnnl_post_ops_destroy(ops);
   if (attr) dnnl_primitive_attr_destroy(attr);
-  if (!ok) {
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(g.describe, sizeof g.describe,
-             "oneDNN %d.%d.%d: no bf16 matmul for %s%s M %d N %d K %d (lda %d, ldb %d, ldc %d)", v->major,
-             v->minor, v->patch, ta ? "A^T " : "A ", tb ? "B^T" : "B", M, N, K, lda, ldb, ldc);
+  if (!ok) { /* kept, marked: the example's own kernel computes this shape from now on */
     entry_free(e);
-    if (e == &g.cache[g.used - 1]) g.used--;
-    return NULL;
+    *e = (entry){ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, NULL, NULL, NULL, NULL, 1, "gemm_bf16"};
+    if (g.fallbacks++ == 0) {
+      const char *rank = getenv("RANK");
+      const dnnl_version_t *v = dnnl_version();
+      if (!rank || strcmp(rank, "0") == 0)
+        fprintf(stderr, "gpt: oneDNN %d.%d.%d has no bf16 matmul on this CPU for %s%s M %d N %d K %d (lda %d, ldb %d, "
+                "ldc %d): such products use the example's own bf16 kernel (%s, the same arithmetic) instead (said "
+                "once)\n", v->major, v->minor, v->patch, ta ? "A^T " : "A ", tb ? "B^T" : "B", M, N, K, lda, ldb,
+                ldc, gemm_bf16_kernel());
+    }
   }
   return e;
+}
+
+/* bf16 bit patterns (rows x cols, leading dimension ld) widened to float, dense: exact. */
+static float *widen(float **buf, size_t *cap, const uint16_t *A, int rows, int cols, int ld) {
+  size_t n = (size_t)rows * (size_t)cols;
+  if (n > *cap) {
+    free(*buf);
+    *buf = malloc(n * sizeof **buf);
+    *cap = *buf ? n : 0;
+    if (!*buf) return NULL;
+  }
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      const uint32_t u = (uint32_t)A[(size_t)r * ld + c] << 16;
+      memcpy(*buf + (size_t)r * cols + c, &u, sizeof u);
+    }
+  return *buf;
+}
+
+/* A shape without a oneDNN primitive: gemm_bf16 on the operands widened back to float (rounding
+ * them to bf16 again changes nothing). */
+static int fallback_pre(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                        const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  float *a = widen(&g.fa, &g.facap, A, ar, ac, lda), *b = a ? widen(&g.fb, &g.fbcap, B, br, bc, ldb) : NULL;
+  if (N > g.scratch_n) {
+    free(g.scratch);
+    const size_t bytes = (gemm_bf16_scratch_bytes(N) + 63) / 64 * 64;
+    g.scratch = aligned_alloc(64, bytes);
+    g.scratch_n = g.scratch ? N : 0;
+  }
+  if (!a || !b || !g.scratch) {
+    snprintf(g.describe, sizeof g.describe, "oneDNN fallback: out of memory for the operands");
+    return -1;
+  }
+  gemm_bf16(ta, tb, M, N, K, alpha, a, ac, b, bc, beta, C, ldc, g.scratch);
+  return 0;
 }
 
 int gemm_dnnl_bf16_pre(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
@@ -181,6 +242,10 @@ int gemm_dnnl_bf16_pre(int ta, int tb, int M, int N, int K, float alpha, const u
   if (M <= 0 || N <= 0 || K <= 0 || init() != 1) return M <= 0 || N <= 0 ? 0 : -1;
   entry *e = lookup(ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
   if (!e) return -1;
+  if (e->none) {
+    g.last_impl = e->impl;
+    return fallback_pre(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
   if (dnnl_memory_set_data_handle(e->a, (void *)A) != dnnl_success ||
       dnnl_memory_set_data_handle(e->b, (void *)B) != dnnl_success ||
       dnnl_memory_set_data_handle(e->c, C) != dnnl_success)

@@ -10,7 +10,9 @@
  * converts to float32 and uses its AVX-512 / AVX2 kernels.
  *
  * Without oneDNN every function below fails (returns -1) and gemm_dnnl_available() is 0; the
- * callers then keep the OpenBLAS float32 products. Not thread-safe: one caller thread. */
+ * callers then keep the OpenBLAS float32 products. A shape oneDNN cannot do on this CPU (oneDNN
+ * 2.6 on AVX2-only CPUs lacks some) is computed by gemm_bf16 instead, said once on stderr.
+ * Not thread-safe: one caller thread. */
 #ifndef GPT_GEMM_DNNL_H
 #define GPT_GEMM_DNNL_H
 
@@ -23,6 +25,10 @@ extern "C" {
 
 /** 1 when built with oneDNN and its CPU engine could be created (checked once). */
 int gemm_dnnl_available(void);
+
+/** Product shapes oneDNN has no bf16 matmul for on this CPU, computed by the example's own bf16
+ *  kernel (gemm_bf16.h) instead; the first one is said once on stderr. 0 without oneDNN. */
+int gemm_dnnl_fallback_shapes(void);
 
 /** "oneDNN <version>, <implementation of the last product>" (e.g. "brg:avx512_core_bf16"), or
  *  why it is not available. Never NULL. */

@@ -76,7 +76,7 @@ static void usage(FILE *f) {
           "  --val-windows N     validation windows used (128; 0: all)\n"
           "  --output-dir DIR    where checkpoints go: DIR/checkpoints/checkpoint_<i> (3 kept)\n"
           "  --save-every N      save the whole training state every N optimizer steps\n"
-          "  --resume            continue from the latest checkpoint in --output-dir\n"
+          "  --resume            continue from the latest checkpoint in --output-dir (none yet: start afresh)\n"
           "  --sample-bytes N    bytes of text sampled at the end by the main process (300)\n"
           "  --temperature X     sampling temperature (0.8)\n"
           "  --log-every N       print the training loss every N steps (10)\n"
@@ -472,10 +472,22 @@ int main(int argc, char **argv) {
     po.total_limit = 3;
     TRY(acc_accelerator_set_project_config(acc, &po));
   }
+  int resumed = 0;
   if (o.resume) {
+    /* No checkpoint yet (a first attempt under --max_restarts, killed before its first save):
+     * start from the beginning and say so. */
     char *from = NULL;
-    TRY(acc_accelerator_load_state(acc, NULL, &from));
-    acc_print(st, "resumed from %s at step %lld\n", from, (long long)counters.steps);
+    const acc_result lr = acc_accelerator_load_state(acc, NULL, &from);
+    if (lr == ACC_ERR_NOT_FOUND) {
+      acc_print(st, "--resume: no checkpoint in %s/checkpoints yet; starting from the beginning\n", o.output_dir);
+    } else {
+      if (lr != ACC_OK) {
+        fprintf(stderr, "gpt: acc_accelerator_load_state(acc, NULL, &from) failed: %s\n", acc_last_error());
+        return 1;
+      }
+      resumed = 1;
+      acc_print(st, "resumed from %s at step %lld\n", from, (long long)counters.steps);
+    }
     acc_free(from);
   }
 
@@ -508,7 +520,7 @@ int main(int argc, char **argv) {
   float *gathered = malloc((size_t)gathered_cap * sizeof *gathered);
   if (!row_loss || !gathered) return 1;
   double val;
-  if (!o.resume) {
+  if (!resumed) {
     if (evaluate(acc, val_dl, net, T, row_loss, gathered, gathered_cap, &val)) return 1;
     acc_print(st, "step 0: validation loss %.4f\n", val);
   }

@@ -31,7 +31,10 @@ typedef struct acc_named_buffer {
  * of an allocated buffer, or a saved tensor for an unknown name is an error naming file, tensor,
  * expected and found. The buffers must hold the same values on every process (the state of an
  * optimizer that steps the averaged gradients): they are then valid at any process count, and a
- * checkpoint resumes on another number of processes. Under ZeRO (zero_stage >= 1) registration
+ * checkpoint resumes on another number of processes. A buffer may be host memory or memory of
+ * the device the accelerator trains on (acc_accelerator_alloc): device buffers are staged
+ * through host memory with the device's copies (a host buffer of the buffer's size, for the
+ * time of the save or load); a NULL buffer is allocated in host memory. Under ZeRO (zero_stage >= 1) registration
  * is refused: only the library's optimizer state is sharded. The stem (a file name without
  * extension: letters, digits, '_', '-', '.') must be unique per accelerator. Not collective;
  * register the same groups on every process. Names and stem are copied.

@@ -101,7 +101,7 @@ static acc_result open_module(const char *path, const char *name, const acc__mod
   return ACC_OK;
 }
 
-#define MAX_DIRS 4
+#define MAX_DIRS 6
 typedef struct dir_list {
   char dir[MAX_DIRS][PATH_MAX];
   int n;
@@ -113,6 +113,24 @@ static void add_dir(dir_list *l, const char *a, const char *b) {
   if (len > 0 && len < PATH_MAX) l->n++; /* a path too long for the system is skipped */
 }
 
+/* The build tree this library was compiled in, when the code runs from it: the object holding it
+ * (libaccelerate.so, or a program linked with libaccelerate.a: an example, a test, a benchmark)
+ * lies inside that tree. Then the modules of the same build are the ones to load. An installed
+ * library (outside the tree) never looks there: it finds the installed modules. */
+static int in_build_tree(const char *self, char *build, size_t cap) {
+#ifdef ACC_MODULE_BUILD_DIR
+  char real[PATH_MAX];
+  if (!self[0] || !realpath(ACC_MODULE_BUILD_DIR, real)) return 0;
+  size_t n = strlen(real);
+  if (strncmp(self, real, n) != 0 || (self[n] != '/' && self[n] != '\0')) return 0;
+  snprintf(build, cap, "%s", real);
+  return 1;
+#else
+  (void)self, (void)build, (void)cap;
+  return 0;
+#endif
+}
+
 acc_result acc__module_find(const char *name, const char *hint, char *path, size_t cap) {
   char file[64];
   snprintf(file, sizeof file, "libaccelerate-%s.so", name);
@@ -121,8 +139,9 @@ acc_result acc__module_find(const char *name, const char *hint, char *path, size
   if (env && env[0]) {
     add_dir(&dirs, env, "");
   } else {
-    char self[PATH_MAX];
+    char self[PATH_MAX], build[PATH_MAX];
     self_dir(self, sizeof self);
+    if (in_build_tree(self, build, sizeof build)) add_dir(&dirs, build, "");
     if (self[0]) {
       add_dir(&dirs, self, "/accelerate");
       add_dir(&dirs, self, "");

@@ -73,9 +73,10 @@ typedef const acc__module_ops *(*acc__module_entry_fn)(const acc__module_host *h
 
 /* Loads the module called name ("mpi-mpich" -> libaccelerate-mpi-mpich.so) once per process and returns its
  * ops table. Search order: the directory in ACCELERATE_MODULE_DIR when set (and only there);
- * otherwise <dir>/accelerate/ and <dir>/ where <dir> holds the loaded libaccelerate (or the
- * program, for the static library), then <dir>/../<libdir>/accelerate/, then the install
- * directory. Errors (ACC_ERR_NOT_SUPPORTED) name every path tried, dlerror()'s text, and
+ * otherwise the build directory the library was compiled in when the code runs from inside that
+ * tree (a program of the build linked with libaccelerate.a, or the build's libaccelerate.so),
+ * then <dir>/accelerate/ and <dir>/ where <dir> holds the loaded libaccelerate (or the program,
+ * for the static library), then <dir>/../<libdir>/accelerate/, then the install directory. Errors (ACC_ERR_NOT_SUPPORTED) name every path tried, dlerror()'s text, and
  * `hint` (what to install). Thread-safe. */
 acc_result acc__module_load(const char *name, const char *hint, const acc__module_ops **out);
 

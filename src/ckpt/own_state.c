@@ -18,6 +18,7 @@
 #include "ckpt/accel_state.h"
 #include "ckpt/load_defer.h"
 #include "core/fs.h"
+#include "device/devio.h"
 
 typedef struct own_buf {
   char *name;
@@ -102,20 +103,36 @@ static void reg_free(void *p) {
 
 /* ---- the hooks ---------------------------------------------------------------------------- */
 
+/* Buffers in device memory (of a device an accelerator of this process trains on, devio.h) are
+ * staged through host memory with the device's copies: host code never reads them. */
 static acc_result save_group(const own_group *g, const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
   acc_tensor_view *v = acc__calloc(g->n ? g->n : 1, sizeof *v);
-  if (!v) return ACC_ERR_NOMEM;
+  void **host = acc__calloc(g->n ? g->n : 1, sizeof *host);
+  acc_result rc = v && host ? ACC_OK : ACC_ERR_NOMEM;
   size_t k = 0;
-  for (size_t i = 0; i < g->n; i++) {
+  for (size_t i = 0; rc == ACC_OK && i < g->n; i++) {
     const own_buf *b = &g->bufs[i];
     if (!*b->data) continue; /* not allocated yet: left out */
-    v[k] = (acc_tensor_view){.name = b->name, .dtype = b->dtype, .ndim = 1, .data = *b->data};
+    const void *data = *b->data;
+    if (acc__devio_find(data)) {
+      size_t bytes = b->count * acc_dtype_size(b->dtype);
+      if (!(host[i] = acc__tmp_alloc(bytes))) {
+        rc = acc__error(ACC_ERR_NOMEM, "save_state: no host memory to stage the program's device buffer "
+                        "'%s' of '%s' (%zu bytes)", b->name, g->stem, bytes);
+        break;
+      }
+      rc = acc__devio_to_host(host[i], data, bytes);
+      data = host[i];
+    }
+    v[k] = (acc_tensor_view){.name = b->name, .dtype = b->dtype, .ndim = 1, .data = (void *)data};
     v[k].shape[0] = (int64_t)b->count;
     k++;
   }
-  acc_result rc = acc_safetensors_write(path, v, k, NULL, NULL, 0);
+  if (rc == ACC_OK) rc = acc_safetensors_write(path, v, k, NULL, NULL, 0);
+  for (size_t i = 0; host && i < g->n; i++) acc__tmp_free(host[i]);
+  acc__free(host);
   acc__free(v);
   return rc;
 }
@@ -363,7 +380,18 @@ acc_result acc__own_state_read_in(acc__accel_ckpt *c) {
     const own_bytes *sp = &r->staged[k];
     own_buf *b = slot_buf(r, k);
     if (!sp->present || !sp->len || !*b->data) continue;
-    acc_result rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
+    acc_result rc;
+    if (acc__devio_find(*b->data)) { /* device memory: read into host memory, then copy */
+      void *h = acc__tmp_alloc(sp->len);
+      if (!h) return acc__error(ACC_ERR_NOMEM, "load_state: no host memory to stage the program's device "
+                                "buffer '%s' (%zu bytes)", b->name, sp->len);
+      rc = acc__safetensors_pread(sp->file, &sp->view, h);
+      if (rc == ACC_OK) rc = acc__devio_from_host(*b->data, h, sp->len);
+      acc__tmp_free(h);
+      if (rc != ACC_OK) return rc;
+      continue;
+    }
+    rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
     if (rc != ACC_OK)
       return acc__error_context(rc, "load_state: the checkpoint changed while it was loading (the program's buffer "
                                 "'%s')", b->name);

@@ -315,6 +315,44 @@ static acc_result parse_tensor(acc_safetensors *f, const char *name, json_t *obj
   return t->name ? ACC_OK : ACC_ERR_NOMEM;
 }
 
+/* The format requires the tensors, sorted by offset, to cover the data section exactly: each one
+ * begins where the previous one ends (an empty tensor too) and the last one ends at the end of the
+ * file. A hole, an overlap or trailing bytes mean a damaged file, two interleaved writes or a
+ * polyglot file; the reference reader refuses all three, and so does this one. */
+static acc_result check_tiling(const acc_safetensors *f, uint64_t data_len) {
+  const char *label = f->label;
+  uint64_t at = 0;
+  const st_tensor *prev = NULL;
+  for (size_t i = 0; i < f->n; i++) {
+    const st_tensor *t = &f->t[i];
+    if (t->begin < at)
+      return acc__error(ACC_ERR_FORMAT, "safetensors file '%s': tensor '%s' (bytes %llu..%llu) overlaps tensor '%s' "
+                        "(which ends at %llu)", label, t->name, (unsigned long long)t->begin,
+                        (unsigned long long)t->end, prev->name, (unsigned long long)at);
+    if (t->begin > at)
+      return acc__error(ACC_ERR_FORMAT, "safetensors file '%s': bytes %llu..%llu of the data section belong to no "
+                        "tensor (a hole %s, before tensor '%s' at data_offsets [%llu, %llu]); the format requires "
+                        "the tensors to cover the data section without holes (a damaged file or two interleaved "
+                        "writes?)", label, (unsigned long long)at, (unsigned long long)t->begin,
+                        prev ? "between tensors" : "at the start", t->name, (unsigned long long)t->begin,
+                        (unsigned long long)t->end);
+    at = t->end;
+    prev = t;
+  }
+  if (at != data_len) {
+    if (!prev)
+      return acc__error(ACC_ERR_FORMAT, "safetensors file '%s' has no tensors but %llu bytes after its header "
+                        "(bytes 0..%llu of the data section); the format allows no trailing bytes", label,
+                        (unsigned long long)data_len, (unsigned long long)data_len);
+    return acc__error(ACC_ERR_FORMAT, "safetensors file '%s': %llu trailing bytes (%llu..%llu of the data section) "
+                      "after the last tensor '%s' (data_offsets [%llu, %llu]); the format requires the data section "
+                      "to end with its last tensor (a damaged file or two interleaved writes?)", label,
+                      (unsigned long long)(data_len - at), (unsigned long long)at, (unsigned long long)data_len,
+                      prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end);
+  }
+  return ACC_OK;
+}
+
 static acc_result st_parse(acc_safetensors *f) {
   const char *label = f->label;
   if (f->size < 8)
@@ -368,21 +406,7 @@ static acc_result st_parse(acc_safetensors *f) {
     f->n++;
   }
   if (f->n > 1) qsort(f->t, f->n, sizeof *f->t, tensor_cmp);
-  /* No two non-empty tensors may share bytes. */
-  uint64_t max_end = 0;
-  const char *owner = NULL;
-  for (size_t i = 0; i < f->n; i++) {
-    st_tensor *t = &f->t[i];
-    if (t->begin == t->end) continue;
-    if (owner && t->begin < max_end) {
-      rc = acc__error(ACC_ERR_FORMAT, "safetensors file '%s': tensor '%s' (bytes %llu..%llu) overlaps tensor '%s' "
-                      "(which ends at %llu)", label, t->name, (unsigned long long)t->begin,
-                      (unsigned long long)t->end, owner, (unsigned long long)max_end);
-      goto done;
-    }
-    max_end = t->end;
-    owner = t->name;
-  }
+  rc = check_tiling(f, data_len);
 done:
   json_decref(root);
   return rc;

@@ -190,11 +190,15 @@ static int questionnaire(asker *a, acc_cli_cfg *c) {
       ASK(r = ask_yes_no(a, "Are all the machines on the same local network? Answer `no` if nodes are "
                          "on the cloud and/or on different network hosts", 1));
       set_int(&c->same_network, r);
-      if (!r) {
-        ASK(ask_str(a, "What rendezvous backend will you use? ('static', 'c10d', ...)", "static", buf,
-                    sizeof buf));
-        set_str(&c->rdzv_backend, buf);
+      /* Asked whatever the network (Accelerate asks it only for `no`): it decides how machines
+       * get their ranks (docs/cli.md). Only what launch accepts is written. */
+      for (;;) {
+        ASK(ask_str(a, "What rendezvous backend will you use? ('static': every machine gives its rank; 'c10d': "
+                    "machines without a rank get one in the order they join)", "static", buf, sizeof buf));
+        if (!strcmp(buf, "static") || !strcmp(buf, "c10d")) break;
+        fprintf(a->out, "Please enter static or c10d (accelerate-c has no other rendezvous backend).\n");
       }
+      set_str(&c->rdzv_backend, buf);
     }
     ASK(r = ask_yes_no(a, "Should distributed operations be checked while running for errors? This can "
                        "avoid timeout issues but will be slower.", 0));
@@ -216,11 +220,22 @@ static int questionnaire(asker *a, acc_cli_cfg *c) {
   set_int(&c->use_cpu, use_cpu);
   set_int(&c->num_processes, 1);
   if (type != 0) {
-    const char *q = type == 2 ? "How many GPU(s) should be used for distributed training?"
-                              : "How many processes should be used for distributed training?";
+    const long machines = c->num_machines.i;
+    char q[200];
+    snprintf(q, sizeof q, "How many %s should be used for distributed training%s?", type == 2 ? "GPU(s)" : "processes",
+             machines > 1 ? " (in total, over all the machines)" : "");
+    /* The total over all machines, so a multiple of their number (launch refuses anything else):
+     * by default one process per machine, or the GPUs of this machine on each. */
+    const long per_machine = type == 2 && ngpus > 1 ? ngpus : 1;
     for (;;) {
-      ASK(ask_int(a, q, type == 2 && ngpus > 1 ? ngpus : 1, 1, 1 << 20, &v));
-      if (type == 2 && v == 1 && c->num_machines.i == 1) {
+      ASK(ask_int(a, q, per_machine * machines, 1, 1 << 20, &v));
+      if (v % machines != 0) {
+        fprintf(a->out, "The number of processes is the total over the %ld machines and must be a multiple of %ld "
+                        "(for example %ld or %ld). Please enter another number.\n", machines, machines, machines,
+                        2 * machines);
+        continue;
+      }
+      if (type == 2 && v == 1 && machines == 1) {
         fprintf(a->out, "Specified distributed type MULTI_GPU but only using 1 GPU on a single "
                         "machine. Please select `No distributed training` for the type of machine "
                         "you are using, or use more GPUs.\n");

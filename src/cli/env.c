@@ -106,7 +106,7 @@ int acc_cli_env(int argc, char **argv) {
   fprintf(out, "- `Accelerate` version: accelerate-c %s\n", acc_version_string());
   if (uname(&u) == 0)
     fprintf(out, "- Platform: %s-%s-%s (%s)\n", u.sysname, u.release, u.machine, u.version);
-  fprintf(out, "- `accelerate` bash location: %s\n", n > 0 ? self : "unknown");
+  fprintf(out, "- `accelerate` executable: %s\n", n > 0 ? self : "unknown"); /* a C program, not a script */
 #ifdef __VERSION__
   fprintf(out, "- C compiler: %s\n", __VERSION__);
 #endif
@@ -129,7 +129,17 @@ int acc_cli_env(int argc, char **argv) {
                      : cuda_mod->nccl_init ? "yes (CUDA module)"
                                            : "no (CUDA module built without NCCL)";
   acc_clear_error();
-  fprintf(out, "- Backends: single, shm, MPI: %s, NCCL: %s\n", mpi, nccl);
+  /* gloo: what a job across machines without MPI needs; the hierarchical backend (shm inside a
+   * machine, gloo between machines, the default there) comes with it. Found, not loaded. */
+  char gloo[4096 + 96];
+  if (acc__module_find("gloo", "", mpath, sizeof mpath) == ACC_OK)
+    snprintf(gloo, sizeof gloo, "yes (%s)", mpath);
+  else
+    snprintf(gloo, sizeof gloo, "no (module not installed: no runs across machines without MPI)");
+  const int have_gloo = gloo[0] == 'y';
+  acc_clear_error();
+  fprintf(out, "- Backends: single, shm, gloo: %s, hierarchical (shm + gloo across machines): %s, MPI: %s, NCCL: %s\n",
+          gloo, have_gloo ? "yes" : "no (needs the gloo module)", mpi, nccl);
   print_cuda(out);
   fprintf(out, "- CPUs: %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);

@@ -85,7 +85,8 @@ static const option_def options[] = {
     {"--num_processes", NULL, INT, OFF(num_processes), "1", "total processes across all machines"},
     {"--num_machines", NULL, INT, OFF(num_machines), "1", "number of machines"},
     {"--machine_rank", NULL, INT, OFF(machine_rank), "0", "rank of this machine (0..num_machines-1)"},
-    {"--main_process_ip", NULL, STR, OFF(main_process_ip), "127.0.0.1", "address of rank 0's machine (MASTER_ADDR)"},
+    {"--main_process_ip", NULL, STR, OFF(main_process_ip), "127.0.0.1 on one machine; required with --num_machines > 1",
+     "address of rank 0's machine (MASTER_ADDR)"},
     {"--main_process_port", NULL, INT, OFF(main_process_port), "29500", "MASTER_PORT; 0 picks a free port"},
     {"--num_cpu_threads_per_process", NULL, INT, OFF(num_cpu_threads_per_process), "1 when >1 local process",
      "OMP_NUM_THREADS / OPENBLAS_NUM_THREADS for each process"},
@@ -102,8 +103,8 @@ static const option_def options[] = {
     {"--log_dir", NULL, STR, OFF(log_dir), "none",
      "write each rank's output to DIR/rank<i>.stdout.log and .stderr.log (also shown with --tee)"},
     {"--local_ranks_filter", NULL, STR, OFF(local_ranks_filter), "all",
-     "comma list of local ranks whose stdout and stderr reach the console, e.g. 0 (torchrun's "
-     "--local-ranks-filter; --log_dir files still get every rank)"},
+     "comma list of local ranks whose stdout and stderr reach the console, e.g. 0 (as torchrun's "
+     "option of the same name; --log_dir files still get every rank)"},
     {"--role", NULL, STR, OFF(role), "default", "accepted and ignored (torchrun worker role)"},
     {"--rdzv_backend", NULL, STR, OFF(rdzv_backend), "static", "accepted and ignored (rendezvous is static)"},
     {"--rdzv_conf", NULL, STR, OFF(rdzv_conf), "\"\"", "accepted and ignored"},
@@ -138,8 +139,8 @@ static void print_help(FILE *f) {
   fprintf(f,
           "usage: accelerate launch [options] program [program args...]\n\n"
           "Runs program on N processes with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-          "MASTER_ADDR, MASTER_PORT and the ACCELERATE_* variables set. Options accept hyphens\n"
-          "or underscores (--num-processes 2, --num_processes=2); \"--\" ends the options.\n\n"
+          "MASTER_ADDR, MASTER_PORT and the ACCELERATE_* variables set. Each option is also\n"
+          "accepted with hyphens for underscores, and as --option=value; \"--\" ends the options.\n\n"
           "options:\n  -h, --help  show this help and exit\n");
   for (size_t i = 0; i < NOPTS; i++) {
     const option_def *o = &options[i];

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "accelerate.h"
 #include "cli/cli.h"
@@ -11,10 +12,11 @@
 static void usage(FILE *f) {
   fprintf(
       f,
-      "usage: accelerate plot RUN_DIR... [-o OUT.svg] [--no-png]\n\n"
+      "usage: accelerate plot RUN_DIR|RUN_DIR/run.jsonl... [-o OUT.svg] [--no-png]\n\n"
       "Draws loss, accuracy, learning rate, throughput and every other number logged by the\n"
       "jsonl tracker (RUN_DIR/run.jsonl) against the step, one panel per metric, the runs\n"
-      "overlaid. Writes OUT.svg (default: curves.svg in the first RUN_DIR) and OUT.png through\n"
+      "overlaid. A run is its directory or its .jsonl file. Writes OUT.svg (default: curves.svg\n"
+      "next to the first run's run.jsonl) and OUT.png through\n"
       "rsvg-convert when it is installed (Debian: librsvg2-bin).\n");
 }
 
@@ -55,8 +57,14 @@ int acc_cli_plot(int argc, char **argv) {
   char svg[4096], pngp[4200];
   if (out)
     snprintf(svg, sizeof svg, "%s", out);
-  else
-    snprintf(svg, sizeof svg, "%s/curves.svg", runs[0]);
+  else { /* next to the log: in RUN_DIR, or in the folder of RUN_DIR/run.jsonl */
+    struct stat sb;
+    const char *slash = strrchr(runs[0], '/');
+    if (stat(runs[0], &sb) == 0 && !S_ISDIR(sb.st_mode))
+      snprintf(svg, sizeof svg, "%.*scurves.svg", slash ? (int)(slash - runs[0] + 1) : 0, runs[0]);
+    else
+      snprintf(svg, sizeof svg, "%s/curves.svg", runs[0]);
+  }
   size_t l = strlen(svg);
   if (l > 4 && strcmp(svg + l - 4, ".svg") == 0)
     snprintf(pngp, sizeof pngp, "%.*s.png", (int)(l - 4), svg);

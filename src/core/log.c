@@ -30,6 +30,8 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static acc_logger *loggers;
 static pthread_mutex_t term_mu = PTHREAD_MUTEX_INITIALIZER;
 static int sink_fd = -1;  /* -1: not opened yet */
+static char sink_path[4096]; /* the expanded ACCELERATE_LOG_FILE, when sink_fd is that file */
+static int sink_lost_said;   /* a failed write to the log file was reported on stderr */
 static int env_level = 0; /* 0: not read yet; -1: invalid */
 
 static void (*overlay_hide)(void), (*overlay_show)(void); /* under term_mu */
@@ -245,19 +247,37 @@ static int sink(void) {
     return sink_fd;
   }
   sink_fd = fd;
+  snprintf(sink_path, sizeof sink_path, "%s", path);
   return sink_fd;
 }
 
-static void write_all(int fd, const char *p, size_t n) {
+/* 0, or the errno of the write that failed. */
+static int write_all(int fd, const char *p, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return;
+      return errno;
     }
     p += w;
     n -= (size_t)w;
   }
+  return 0;
+}
+
+/* Under term_mu: a line that could not be written to the log file (disk full, /dev/full, an I/O
+ * error) is not lost silently: the first such failure of this process is said on stderr, with the
+ * line itself. Later failures stay quiet (a full disk would otherwise double every line). */
+static void report_lost(int err, const char *line, size_t n) {
+  if (sink_lost_said) return;
+  sink_lost_said = 1;
+  char msg[4400];
+  int m = snprintf(msg, sizeof msg, "accelerate: cannot write to ACCELERATE_LOG_FILE \"%s\": %s; log lines of this "
+                   "process are being lost (said once). The first lost line:\n", sink_path, strerror(err));
+  if (overlay_hide) overlay_hide();
+  if (m > 0) (void)write_all(STDERR_FILENO, msg, (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1);
+  (void)write_all(STDERR_FILENO, line, n);
+  if (overlay_show) overlay_show();
 }
 
 void acc__log_emit(const acc_logger *lg, int level, int rank, const char *fmt, va_list ap) {
@@ -292,7 +312,8 @@ void acc__log_emit(const acc_logger *lg, int level, int rank, const char *fmt, v
   acc__term_lock();
   int fd = sink();
   if (fd == STDERR_FILENO && overlay_hide) overlay_hide();
-  write_all(fd, line, total);
+  int err = write_all(fd, line, total);
+  if (err && fd != STDERR_FILENO) report_lost(err, line, total);
   if (fd == STDERR_FILENO && overlay_show) overlay_show();
   acc__term_unlock();
   if (line != stack) free(line);

@@ -52,6 +52,8 @@ int64_t acc__batch_shard_last_round_real(const acc_batch_shard *sh);
  * of batches counts the list's batches (num_processes, or 1 with split_batches). load_state maps
  * a loader position saved by N processes onto M processes with it. */
 int64_t acc__dataloader_round_units(const acc_dataloader *dl);
+/* The number of processes the loader shards over (its options' shard.num_processes). */
+int acc__dataloader_num_processes(const acc_dataloader *dl);
 /* Batches per epoch of this process before any skipping; -1 when unknown (iterable, no length). */
 int64_t acc__dataloader_full_len(const acc_dataloader *dl);
 

@@ -395,6 +395,10 @@ void acc__dataloader_set_owner(acc_dataloader *dl, void (*forget)(void *owner, a
 
 void acc__dataloader_own_dataset(acc_dataloader *dl) { dl->owns_ds = 1; }
 
+int acc__dataloader_num_processes(const acc_dataloader *dl) {
+  return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->np : 1;
+}
+
 void acc_dataloader_destroy(acc_dataloader *dl) {
   if (!acc__handle_ok(dl, ACC__HANDLE_DATALOADER)) return;
   if (dl->owns_ds) {

@@ -112,7 +112,9 @@ static acc_result load_run(const char *dir, run *r) {
   char path[4200];
   struct stat sb;
   size_t len = strlen(dir);
-  if (len > 6 && strcmp(dir + len - 6, ".jsonl") == 0)
+  /* A run directory, or the log file itself (runs/r/run.jsonl, or any other regular file). */
+  int is_file = (len > 6 && strcmp(dir + len - 6, ".jsonl") == 0) || (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode));
+  if (is_file)
     snprintf(path, sizeof path, "%s", dir);
   else
     snprintf(path, sizeof path, "%s/run.jsonl", dir);
@@ -122,11 +124,17 @@ static acc_result load_run(const char *dir, run *r) {
                       stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)
                           ? " (is this a run written by the jsonl tracker?)"
                           : "");
-  /* the label: the run directory's name */
+  /* the label: the run directory's name (for DIR/run.jsonl too; another file: its name) */
   char label[256];
   snprintf(label, sizeof label, "%s", dir);
   size_t l = strlen(label);
   while (l > 1 && label[l - 1] == '/') label[--l] = '\0';
+  if (is_file && l >= 10 && strcmp(label + l - 9, "run.jsonl") == 0 && label[l - 10] == '/') {
+    l -= 10;
+    while (l > 1 && label[l - 1] == '/') l--;
+    label[l] = '\0';
+    if (l == 0) snprintf(label, sizeof label, ".");
+  }
   const char *slash = strrchr(label, '/');
   r->label = strdup(slash && slash[1] ? slash + 1 : label);
   r->path = strdup(label);

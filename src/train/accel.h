@@ -76,6 +76,7 @@ struct acc_accelerator {
   int end_of_dataloader;      /* the active loader's current batch is its last */
   acc_dataloader *joined;     /* next_batch_joined: this process ran out of this loader's epoch */
   acc_dataloader **loaders;   /* prepared loaders, for save_state / load_state */
+  int warned_unprepared;      /* next_batch said once that a loader was never prepared */
   int nloaders, cap_loaders;
   acc__accel_ckpt *ckpt;      /* checkpointing state (src/ckpt/accel_state.c), */
   void (*ckpt_free)(acc__accel_ckpt *); /* and its destructor, set by its creator */

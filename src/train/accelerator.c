@@ -377,10 +377,26 @@ acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc) {
   return acc__handle_ok(acc, ACC__HANDLE_ACCELERATOR) ? acc->ckpt : NULL;
 }
 
+/* A loader made with acc_dataloader_create (not prepared, not sharded by hand) in a run of several
+ * processes gives every process the whole data set: training "works" with duplicated data and no
+ * speed-up. Legal (the same on purpose, e.g. an evaluation every process runs in full), so a
+ * warning, once per accelerator, from the main process. */
+static void warn_unprepared(acc_accelerator *acc, const acc_dataloader *dl) {
+  if (acc->warned_unprepared || acc__accel_find_ptr((void *const *)acc->loaders, acc->nloaders, dl) >= 0) return;
+  const int np = acc_state_num_processes(acc->st);
+  if (np <= 1 || acc__dataloader_num_processes(dl) > 1) return;
+  acc->warned_unprepared = 1;
+  acc__log(ACC_LOG_WARNING, "next_batch: this data loader was not prepared by the accelerator and the run has %d "
+           "processes, so every process iterates the whole data set (the same batches on each, no speed-up); create "
+           "it with acc_accelerator_prepare_dataloader instead of acc_dataloader_create (said once)", np);
+}
+
 acc_result acc_accelerator_next_batch(acc_accelerator *acc, acc_dataloader *dl, const acc_batch **out) {
   ACC_PROF_SCOPE(ACC_PROF_DATA, "next_batch");
   ACC_CHECK(acc__accel_check(acc, "next_batch"));
-  if (!dl || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: NULL argument");
+  if (!dl || !out)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch: NULL argument: %s is NULL", !dl ? "the loader (dl)" : "out");
+  warn_unprepared(acc, dl);
   acc_result rc = acc_dataloader_next(dl, out);
   if (rc != ACC_OK) return rc;
   if (*out) {
@@ -398,6 +414,7 @@ acc_result acc_accelerator_next_batch_joined(acc_accelerator *acc, acc_dataloade
   ACC_CHECK(acc__accel_check(acc, "next_batch_joined"));
   if (!dl || !out || !more)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "next_batch_joined: NULL argument");
+  warn_unprepared(acc, dl);
   *out = NULL;
   *more = 0;
   const acc_batch *b = NULL;

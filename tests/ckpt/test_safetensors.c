@@ -169,6 +169,36 @@ static void test_malformed(const char *dir) {
   expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
              "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}", 12,
              "tensor 'b' (bytes 4..12) overlaps tensor 'a' (which ends at 8)");
+  /* R4-7: the tensors must tile the data section exactly: no hole, no overlap, no trailing bytes. */
+  expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+             "bytes 0..4 of the data section belong to no tensor (a hole at the start, before tensor 'w' at "
+             "data_offsets [4, 12])");
+  expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+             "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[5,7]}}", 7,
+             "bytes 2..5 of the data section belong to no tensor (a hole between tensors, before tensor 'b' at "
+             "data_offsets [5, 7])");
+  expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 6,
+             "4 trailing bytes (2..6 of the data section) after the last tensor 'a' (data_offsets [0, 2])");
+  expect_bad("{\"__metadata__\":{\"format\":\"pt\"}}", 3, "has no tensors but 3 bytes after its header");
+  expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+             "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,4]}}", 8,
+             "tensor 'e' (bytes 4..4) overlaps tensor 'a' (which ends at 8)");
+  expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+             "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, "overlaps tensor 'a'");
+  { /* out of order in the header but tiling, with empty tensors at the seams: accepted */
+    const char *h = "{\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[2,5]},"
+                    "\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[5,5]},"
+                    "\"e\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                    "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}  ";
+    size_t hl = strlen(h);
+    unsigned char buf[512] = {0};
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(buf + 8, h, hl);
+    CHECK_OK(acc_safetensors_open_memory(&f, buf, 8 + hl + 5, "tiled"));
+    CHECK(f && acc_safetensors_count(f) == 4, "tiled file: %zu tensors", f ? acc_safetensors_count(f) : 0);
+    acc_safetensors_close(f);
+    f = NULL;
+  }
   expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
              "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, "duplicate object key");
   expect_bad("{\"__metadata__\":{\"x\":1}}", 0, "metadata entry 'x' is not a string");
@@ -191,6 +221,16 @@ static void test_malformed(const char *dir) {
   fclose(out);
   free(raw);
   CHECK_ERR(acc_safetensors_open(&f, path), ACC_ERR_FORMAT, "tensor 'x': data_offsets end 16 is beyond the data section");
+  /* A valid file with bytes appended (two writes interleaved) is refused, naming the file. */
+  snprintf(path, sizeof path, "%s/trailing.safetensors", dir);
+  CHECK_OK(acc_safetensors_write(path, &t, 1, NULL, NULL, 0));
+  out = fopen(path, "ab");
+  fwrite("JUNK", 1, 4, out);
+  fclose(out);
+  CHECK_ERR(acc_safetensors_open(&f, path), ACC_ERR_FORMAT, "4 trailing bytes (16..20 of the data section) after "
+            "the last tensor 'x'");
+  CHECK(strstr(acc_last_error(), "trailing.safetensors") != NULL, "message lacks the path: %s", acc_last_error());
+  snprintf(path, sizeof path, "%s/trunc.safetensors", dir);
   out = fopen(path, "wb");
   fclose(out);
   CHECK_ERR(acc_safetensors_open(&f, path), ACC_ERR_FORMAT, "is 0 bytes, shorter than the 8-byte header length");

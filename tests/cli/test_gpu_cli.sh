@@ -19,7 +19,7 @@ ACCELERATE_TEST_FAKE_GPUS=3 CUDA_VISIBLE_DEVICES=2,0 "$ACC" env >"$T/env" 2>&1 |
 has "$T/env" "- CUDA: (fake GPUs: ACCELERATE_TEST_FAKE_GPUS): 2 GPUs (CUDA_VISIBLE_DEVICES=2,0)"
 has "$T/env" "	cuda:0: fake GPU 2, 16.0 GiB, compute capability 0.0, PCI 00000000:03:00.0"
 has "$T/env" "	cuda:1: fake GPU 0, 16.0 GiB, compute capability 0.0, PCI 00000000:01:00.0"
-has "$T/env" "- Backends: single, shm, MPI: "
+has "$T/env" "- Backends: single, shm, gloo: "
 grep -q "training does not use GPUs" "$T/env" && fail "env still says GPUs are not used"
 
 # 2. config: the GPUs are listed, "how many" defaults to their count, a bad id list is asked again

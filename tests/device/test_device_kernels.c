@@ -45,9 +45,10 @@ static void down(void *h, const void *d, size_t bytes) {
   REQUIRE_OK(acc__dstream_sync(dev, NULL));
 }
 
+/* The same bits, any NaN equal to any NaN (acc_test_same_f32, docs/gpu.md). */
 static int same_bits(const float *a, const float *b, size_t n, const char *what) {
   for (size_t i = 0; i < n; i++)
-    if (memcmp(&a[i], &b[i], 4) != 0) {
+    if (!acc_test_same_f32(a[i], b[i])) {
       CHECK(0, "%s: element %zu differs: device %.9g, cpu %.9g", what, i, (double)a[i],
             (double)b[i]);
       return 0;
@@ -289,7 +290,7 @@ static void test_cast(void) {
     if (k) acc_f32_to_f16(want, src, N);
     else acc_f32_to_bf16(want, src, N);
     for (size_t i = 0; i < N; i++)
-      if (got[i] != want[i]) {
+      if (!acc_test_same_half(&got[i], &want[i], 1, !k)) {
         uint32_t u;
         memcpy(&u, &src[i], 4);
         CHECK(0, "%s cast of 0x%08x: device 0x%04x, cpu 0x%04x", acc_dtype_name(t), u, got[i],
@@ -319,7 +320,8 @@ static void test_widen(void) {
     down(got, dst, sizeof got);
     if (k) acc_f16_to_f32(want, src, N);
     else acc_bf16_to_f32(want, src, N);
-    CHECK(memcmp(got, want, sizeof got) == 0, "%s widen differs from the CPU bits", acc_dtype_name(t));
+    CHECK(acc_test_same_f32_n(got, want, N, NULL), "%s widen differs from the CPU bits",
+          acc_dtype_name(t));
     CHECK_OK(acc__device_cast(dev, dsrc, dst, N, t, NULL));
     down(back, dsrc, sizeof back);
     int bad = 0;
@@ -356,7 +358,7 @@ static void test_clamp_round(void) {
   REQUIRE_OK(acc_model_add_parameter(m, "g", want, want, 1, shape));
   REQUIRE_OK(acc_clip_grad_value(m, 0.05f));
   acc_model_destroy(m);
-  CHECK(memcmp(got, want, sizeof got) == 0, "clamp: the bits of acc_clip_grad_value");
+  CHECK(acc_test_same_f32_n(got, want, N, NULL), "clamp: the bits of acc_clip_grad_value");
   CHECK_ERR(acc__device_clamp(dev, d, N, -1.0f, NULL), ACC_ERR_INVALID_ARGUMENT, "clip -1");
   upload(d, src, sizeof src);
   CHECK_OK(acc__device_round_f16(dev, d, N, NULL));
@@ -364,7 +366,7 @@ static void test_clamp_round(void) {
   acc_f32_to_f16(half, src, N);
   acc_f16_to_f32(want, half, N);
   for (size_t i = 0; i < N; i++)
-    if (memcmp(&got[i], &want[i], 4) != 0) {
+    if (!acc_test_same_f32(got[i], want[i])) {
       CHECK(0, "round_f16 of %.9g: device %.9g, cpu %.9g", (double)src[i], (double)got[i],
             (double)want[i]);
       break;
@@ -412,7 +414,7 @@ static void test_streams(void) {
   for (size_t k = 0; k < N; k++) acc__k_adamw(&r, 1.0f, k);
   same_bits(got, w, N, "adamw on a compute stream");
   acc_f32_to_bf16(want, w, N);
-  CHECK(memcmp(half, want, sizeof half) == 0, "bf16 cast on a compute stream differs");
+  CHECK(acc_test_same_half(half, want, N, 1), "bf16 cast on a compute stream differs");
   int done = 0;
   CHECK_OK(acc__devent_query(dev, finished, &done));
   CHECK(done == 1, "event not complete after its synchronization");

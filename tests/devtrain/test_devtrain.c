@@ -11,6 +11,10 @@
  *   test_devtrain equiv <config>     CPU run vs fake-device run, bit for bit
  *   test_devtrain refuse             host memory in a device model is refused
  *   test_devtrain ckpt <config> <dir> save on one side, resume on the other, bit for bit
+ *   test_devtrain state <config> <dir> on the fake device: the program's buffers (host and
+ *                                    device) and objects through save/load_state, a failed load
+ *                                    leaving everything as it was, save_model and
+ *                                    load_checkpoint_in_model of the device model
  * With a last argument `cuda` the device run is on a GPU (ACC_DEVICE_CUDA): the host passes
  * stage the parameters and gradients through acc_accelerator_memcpy (parameters and gradients to
  * the host, forward and backward there, gradients back), so no kernel of the test's own is
@@ -393,7 +397,7 @@ static void state_of(run *r, snap *s, const char *dir) {
 }
 
 static int close_to(float a, float b, double rel) {
-  if (memcmp(&a, &b, sizeof a) == 0) return 1;
+  if (acc_test_same_f32(a, b)) return 1; /* the same bits, or two NaNs (docs/gpu.md) */
   if (!(rel > 0) || isnan(a) || isnan(b)) return 0;
   return fabs((double)a - (double)b) <= rel * fmax(fabs((double)a), fabs((double)b)) + 1e-6;
 }
@@ -425,7 +429,7 @@ static void compare(const char *what, const snap *a, const snap *b) {
         "%s: optimizer state differs (%zu vs %zu floats)", what, a->nstate, b->nstate);
   int low_ok = 1;
   for (size_t k = 0; k < np; k++)
-    if (a->low[k] != b->low[k] &&
+    if (!acc_test_same_half(&a->low[k], &b->low[k], 1, 1) &&
         !(tol_rel > 0 && close_to(bf16_to_f32(a->low[k]), bf16_to_f32(b->low[k]), 1.0 / 64)))
       low_ok = 0;
   CHECK(low_ok, "%s: low-precision copy differs", what);
@@ -595,6 +599,105 @@ static void ckpt(const cfg *c, const char *dir) {
   tol_rel = keep;
 }
 
+/* ---- state: the rest of the training state on the strict fake device -------------------- */
+
+/* A per-process object: a counter that differs per process. */
+static acc_result obj_save(void *obj, void *buf, size_t cap, size_t *len) {
+  *len = sizeof(int64_t);
+  if (buf && cap >= sizeof(int64_t)) memcpy(buf, obj, sizeof(int64_t));
+  return ACC_OK;
+}
+static acc_result obj_load(void *obj, const void *data, size_t len) {
+  if (len != sizeof(int64_t)) return ACC_ERR_MISMATCH;
+  memcpy(obj, data, len);
+  return ACC_OK;
+}
+
+static void params_of(run *r, float *out) {
+  size_t off = 0;
+  for (int i = 0; i < NP; i++) {
+    REQUIRE_OK(acc_accelerator_memcpy(r->acc, out + off, r->data[i], numels[i] * sizeof(float),
+                                      ACC_COPY_DEVICE_TO_HOST));
+    off += numels[i];
+  }
+}
+
+/* On the fake device (whose memory host code cannot touch): the program's own buffers, in host
+ * and in device memory, and a per-process object go through save_state / load_state; a
+ * load_state that fails half-way leaves the device parameters, the optimizer and the program's
+ * buffers exactly as they were; acc_save_model writes the device model and
+ * acc_load_checkpoint_in_model reads a file into it. */
+static void state_test(const cfg *c, const char *dir) {
+  enum { K = 4, NB = 16 };
+  run r;
+  run_open(&r, c, 1);
+  double hostbuf[NB];
+  float *devbuf = NULL, back[NB], init[NB];
+  for (int i = 0; i < NB; i++) hostbuf[i] = 0.25 * i, init[i] = (float)i - 3.0f;
+  REQUIRE_OK(acc_accelerator_alloc(r.acc, sizeof init, (void **)&devbuf));
+  REQUIRE_OK(acc_accelerator_memcpy(r.acc, devbuf, init, sizeof init, ACC_COPY_HOST_TO_DEVICE));
+  void *hp = hostbuf, *dp = devbuf;
+  acc_named_buffer bufs[2] = {{"host", ACC_F64, &hp, NB, NULL}, {"dev", ACC_F32, &dp, NB, NULL}};
+  REQUIRE_OK(acc_accelerator_register_buffers(r.acc, "own", bufs, 2));
+  int64_t counter = 100 + rank;
+  REQUIRE_OK(acc_accelerator_register_for_checkpointing_per_process(r.acc, &counter, obj_save,
+                                                                    obj_load));
+  for (int s = 0; s < K * c->gas; s++) REQUIRE_OK(run_step(&r));
+  char d[1024], bad[1100];
+  snprintf(d, sizeof d, "%s/state_%s", dir, c->name);
+  REQUIRE_OK(acc_accelerator_save_state(r.acc, d, NULL));
+  static float saved[H * D + H + O * H + O], now[H * D + H + O * H + O], after[H * D + H + O * H + O];
+  params_of(&r, saved);
+  /* change everything, then load: everything comes back */
+  for (int s = 0; s < K * c->gas; s++) REQUIRE_OK(run_step(&r));
+  for (int i = 0; i < NB; i++) hostbuf[i] = -1.0, back[i] = 42.0f;
+  REQUIRE_OK(acc_accelerator_memcpy(r.acc, devbuf, back, sizeof back, ACC_COPY_HOST_TO_DEVICE));
+  counter = -5;
+  REQUIRE_OK(acc_accelerator_load_state(r.acc, d, NULL));
+  params_of(&r, now);
+  CHECK(memcmp(saved, now, sizeof now) == 0, "%s: load_state put the device parameters back", c->name);
+  REQUIRE_OK(acc_accelerator_memcpy(r.acc, back, devbuf, sizeof back, ACC_COPY_DEVICE_TO_HOST));
+  CHECK(memcmp(back, init, sizeof back) == 0, "%s: the program's device buffer came back", c->name);
+  CHECK(hostbuf[3] == 0.75 && counter == 100 + rank, "%s: host buffer %g, object %lld", c->name,
+        hostbuf[3], (long long)counter);
+  /* a load that fails half-way (the optimizer file is damaged, after the model was read) */
+  for (int s = 0; s < c->gas; s++) REQUIRE_OK(run_step(&r));
+  params_of(&r, now);
+  const int64_t step_before = acc_optimizer_step_count(r.opt);
+  for (int i = 0; i < NB; i++) back[i] = 7.0f;
+  REQUIRE_OK(acc_accelerator_memcpy(r.acc, devbuf, back, sizeof back, ACC_COPY_HOST_TO_DEVICE));
+  counter = 9;
+  snprintf(bad, sizeof bad, "%s/state_%s_bad", dir, c->name);
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && printf 'not a safetensors file' > '%s'/optimizer.safetensors", bad,
+           d, bad, bad);
+  REQUIRE_OK(acc_accelerator_wait_for_everyone(r.acc));
+  if (rank == 0) REQUIRE_OK(system(cmd) == 0 ? ACC_OK : ACC_ERR_IO);
+  REQUIRE_OK(acc_accelerator_wait_for_everyone(r.acc));
+  CHECK(acc_accelerator_load_state(r.acc, bad, NULL) != ACC_OK, "%s: a damaged checkpoint loads",
+        c->name);
+  params_of(&r, after);
+  CHECK(memcmp(now, after, sizeof now) == 0, "%s: a failed load left the device parameters", c->name);
+  CHECK(acc_optimizer_step_count(r.opt) == step_before,
+        "%s: a failed load left the optimizer step (%lld vs %lld)", c->name,
+        (long long)acc_optimizer_step_count(r.opt), (long long)step_before);
+  REQUIRE_OK(acc_accelerator_memcpy(r.acc, back, devbuf, sizeof back, ACC_COPY_DEVICE_TO_HOST));
+  CHECK(back[0] == 7.0f && back[NB - 1] == 7.0f && counter == 9,
+        "%s: a failed load left the program's buffer and object", c->name);
+  REQUIRE_OK(run_step(&r)); /* and training goes on */
+  /* save_model of the device model, read back into it after a change */
+  char md[1100];
+  snprintf(md, sizeof md, "%s/model_%s", dir, c->name);
+  params_of(&r, now);
+  REQUIRE_OK(acc_save_model(acc_accelerator_state(r.acc), r.model, md, 0, ACC_F32));
+  for (int s = 0; s < c->gas; s++) REQUIRE_OK(run_step(&r));
+  REQUIRE_OK(acc_load_checkpoint_in_model(r.model, md, NULL, NULL));
+  params_of(&r, after);
+  CHECK(memcmp(now, after, sizeof now) == 0, "%s: save_model / load_checkpoint_in_model of the device "
+        "model", c->name);
+  run_close(&r);
+}
+
 /* bigbatch: 2 processes write their parameters; 1 process with both processes' data in one
  * batch compares with them (within the tolerance: the sums are in another order). */
 static void bigbatch(const cfg *c, const char *dir) {
@@ -724,6 +827,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "ckpt")) ckpt(c, argv[3]);
     else if (!strcmp(argv[1], "bigbatch")) bigbatch(c, argv[3]);
     else if (!strcmp(argv[1], "kill")) kill_test(c, argv[3]);
+    else if (!strcmp(argv[1], "state")) state_test(c, argv[3]);
     else return 2;
   } else {
     fprintf(stderr, "unknown mode or config\n");

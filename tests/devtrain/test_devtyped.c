@@ -75,6 +75,7 @@ typedef struct snap {
   size_t nstate;
   int64_t opt_step;
   float scale;
+  acc_dtype dtype;
 } snap;
 
 static float to_f32(uint16_t v, acc_dtype dt) { return dt == ACC_BF16 ? acc__bf16_to_f32(v) : acc__f16_to_f32(v); }
@@ -231,13 +232,17 @@ static void take(run *r, snap *s, const char *dir) {
   }
   s->opt_step = acc_optimizer_step_count(r->opt);
   s->scale = acc_grad_scaler_scale(acc_accelerator_grad_scaler(r->acc));
+  s->dtype = r->c->dtype;
 }
 
 static void compare(const char *what, const snap *a, const snap *b) {
-  CHECK(memcmp(a->master, b->master, sizeof a->master) == 0, "%s: the float32 master weights differ", what);
-  CHECK(memcmp(a->w, b->w, sizeof a->w) == 0, "%s: the program's parameters differ", what);
-  CHECK(memcmp(a->g, b->g, sizeof a->g) == 0, "%s: the program's averaged gradients differ", what);
-  CHECK(a->nstate == b->nstate && a->nstate > 0 && memcmp(a->state, b->state, a->nstate * sizeof(float)) == 0,
+  /* the same bits, any NaN equal to any NaN (docs/gpu.md) */
+  CHECK(acc_test_same_f32_n(a->master, b->master, sizeof a->master / sizeof(float), NULL),
+        "%s: the float32 master weights differ", what);
+  const int bf = a->dtype == ACC_BF16;
+  CHECK(acc_test_same_half(a->w, b->w, NW, bf), "%s: the program's parameters differ", what);
+  CHECK(acc_test_same_half(a->g, b->g, NW, bf), "%s: the program's averaged gradients differ", what);
+  CHECK(a->nstate == b->nstate && a->nstate > 0 && acc_test_same_f32_n(a->state, b->state, a->nstate, NULL),
         "%s: the optimizer state differs (%zu vs %zu floats)", what, a->nstate, b->nstate);
   CHECK(a->opt_step == b->opt_step, "%s: step count %lld vs %lld", what, (long long)a->opt_step,
         (long long)b->opt_step);

@@ -1,5 +1,6 @@
 /* IDX reader: hand-made files (gzip and plain) with exact expected values and error texts. */
 #include <stdint.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -159,6 +160,30 @@ static void test_errors(void) {
   CHECK(idx_load_images(p, &im) == -1, "missing fails");
   CHECK(strcmp(idx_last_error(), expected) == 0, "missing:\n  got      \"%s\"\n  expected \"%s\"",
         idx_last_error(), expected);
+  /* The same file listed by dpkg as a file of the installed package (DPKG_ADMINDIR, as dpkg
+   * reads it): plain `apt-get install` would do nothing, so the advice says --reinstall. */
+  char admin[1200], list[1300];
+  snprintf(admin, sizeof admin, "%s/dpkg", dir);
+  snprintf(list, sizeof list, "%s/info", admin);
+  mkdir(admin, 0755);
+  mkdir(list, 0755);
+  snprintf(list, sizeof list, "%s/info/dataset-fashion-mnist.list", admin);
+  FILE *lf = fopen(list, "w");
+  CHECK(lf != NULL, "cannot write %s", list);
+  if (lf) {
+    fprintf(lf, "/.\n%s\n", p);
+    fclose(lf);
+  }
+  setenv("DPKG_ADMINDIR", admin, 1);
+  CHECK(idx_load_images(p, &im) == -1, "missing fails");
+  CHECK(strstr(idx_last_error(), "Install the data set with `apt-get install --reinstall dataset-fashion-mnist` (the "
+                "package is installed but this file of it is gone), or pass --data DIR") != NULL,
+        "no --reinstall advice for a file of an installed package: %s", idx_last_error());
+  unsetenv("DPKG_ADMINDIR");
+  unlink(list);
+  snprintf(list, sizeof list, "%s/info", admin);
+  rmdir(list);
+  rmdir(admin);
   int32_t *l = (int32_t *)&im, cnt = 5;
   CHECK(idx_load_labels(p, &l, &cnt) == -1 && l == NULL && cnt == 0, "missing labels");
   CHECK(strcmp(idx_last_error(), expected) == 0, "missing labels text: %s", idx_last_error());

@@ -3,6 +3,7 @@
  *  - 2 processes x batch 2 give the same parameters after 3 optimizer steps (with gradient
  *    accumulation, parameter groups, clipping and the cosine schedule) as 1 process x batch 4,
  *    with shuffling on, and the same validation loss (every validation window counted once);
+ *  - --resume with no checkpoint yet starts from the beginning, says so, and ends as the plain run;
  *  - a run resumed from the checkpoint of step 2 ends bit-identical to the uninterrupted run, and
  *    one resumed at the other process count (1 x 4 from 2 x 2's checkpoint) ends equal to it;
  *  - the text's llm.c shards written by --write-tokens and given back with --train-tokens /
@@ -149,6 +150,20 @@ int main(int argc, char **argv) {
   double rdiff = model_diff(ck, drop, &nt);
   CHECK(rdiff == 0.0, "resumed run differs from the uninterrupted one by %.3g", rdiff);
   CHECK(val_loss(rr->out, 3) == v2, "resumed validation loss %.6f vs %.6f", val_loss(rr->out, 3), v2);
+
+  /* --resume with no checkpoint yet (the first attempt under --max_restarts): starts from the
+   * beginning, says so, and ends as the run without --resume */
+  char fr[512];
+  snprintf(fr, sizeof fr, "%s/fresh_resume", root);
+  run_gpt(rr, 2, 2, fr, data, "--resume", NULL, NULL);
+  CHECK(rr->status == 0 && strstr(rr->out, "--resume: no checkpoint in ") &&
+            strstr(rr->out, "/checkpoints yet; starting from the beginning"),
+        "--resume without a checkpoint: %s %s", rr->out, rr->err);
+  if (rr->status == 0) {
+    snprintf(drop, sizeof drop, "%s/checkpoints/checkpoint_2", fr);
+    CHECK(model_diff(ck, drop, &nt) == 0.0, "a fresh --resume run differs from the uninterrupted one");
+    CHECK(val_loss(rr->out, 0) == v0, "a fresh --resume run skips the step-0 validation");
+  }
 
   /* resumed at the other process count: 1 process x batch 4 from the checkpoint of 2 x 2 (the
    * loader position and the schedule map to the new count; the sums differ in order only) */

@@ -17,6 +17,14 @@ grep -q '>a</text>' "$work/ab.svg" && grep -q '>b</text>' "$work/ab.svg" || { ec
 [ "$(grep -c '<polyline' "$work/ab.svg")" -eq 4 ] || { echo "FAIL expected 4 curves"; exit 1; }
 "$cli" plot "$work/a" --no-png > /dev/null
 [ -s "$work/a/curves.svg" ] || { echo "FAIL default output $work/a/curves.svg"; exit 1; }
+# The log file itself (issue 31): plotted, the SVG next to it, labelled with the run's folder.
+rm -f "$work/b/curves.svg"
+out=$("$cli" plot "$work/b/run.jsonl" --no-png) || { echo "FAIL plot of run.jsonl: $out"; exit 1; }
+[ "$out" = "wrote $work/b/curves.svg" ] && [ -s "$work/b/curves.svg" ] || { echo "FAIL run.jsonl output: $out"; exit 1; }
+grep -q '>b</text>' "$work/b/curves.svg" || { echo "FAIL run.jsonl legend is not the run's folder"; exit 1; }
+cp "$work/a/run.jsonl" "$work/other.log"
+out=$(cd "$work" && "$cli" plot other.log --no-png) || { echo "FAIL plot of other.log: $out"; exit 1; }
+[ "$out" = "wrote curves.svg" ] && [ -s "$work/curves.svg" ] || { echo "FAIL other.log output: $out"; exit 1; }
 set +e
 "$cli" plot > /dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || { echo "FAIL no run: exit $rc, expected 2"; exit 1; }

@@ -8,6 +8,8 @@
  *  env:    ACCELERATE_LOG_LEVEL (set by ctest) decides the level unless the program sets one.
  *  badenv: an invalid ACCELERATE_LOG_LEVEL is an error naming the variable.
  *  badfile: an ACCELERATE_LOG_FILE that cannot be created: a message naming it, then stderr.
+ *  fullfile: ACCELERATE_LOG_FILE=/dev/full: every write fails; stderr says so once, with the
+ *    first lost line (issue 31).
  * Regression for newuser review R10 (no logging facility). */
 #include <unistd.h>
 
@@ -115,6 +117,32 @@ static void order_mode(const char *base) {
 int main(int argc, char **argv) {
   REQUIRE_OK(argc >= 2 ? ACC_OK : ACC_ERR_INVALID_ARGUMENT);
   const char *mode = argv[1];
+  if (strcmp(mode, "fullfile") == 0) { /* every write to the log file fails (ENOSPC): said once */
+    char tmpl[] = "/tmp/acc_logger_stderr_XXXXXX";
+    int fd = mkstemp(tmpl);
+    REQUIRE_OK(fd >= 0 && dup2(fd, 2) == 2 ? ACC_OK : ACC_ERR_SYSTEM); /* capture stderr */
+    setenv("ACCELERATE_LOG_FILE", "/dev/full", 1);
+    acc_logger *lg;
+    REQUIRE_OK(acc_get_logger("f", ACC_LOG_INFO, &lg));
+    acc_log(lg, ACC_LOG_INFO, "first lost line");
+    acc_log(lg, ACC_LOG_INFO, "second lost line");
+    CHECK_OK(acc_log_ex(lg, ACC_LOG_WARNING, ACC_LOG_ALL_PROCESSES, "third lost line"));
+    FILE *f = fopen(tmpl, "r");
+    char buf[4096] = "";
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+    unlink(tmpl);
+    const char *say = "cannot write to ACCELERATE_LOG_FILE \"/dev/full\": No space left on device; log lines of "
+                      "this process are being lost (said once)";
+    const char *at = strstr(buf, say);
+    CHECK(at != NULL, "no notice on stderr: '%s'", buf);
+    CHECK(at && strstr(at + 1, say) == NULL, "the notice is repeated: '%s'", buf);
+    CHECK(strstr(buf, "INFO f: first lost line\n") != NULL, "the first lost line is not shown: '%s'", buf);
+    CHECK(strstr(buf, "second lost line") == NULL && strstr(buf, "third lost line") == NULL,
+          "later lost lines reached stderr: '%s'", buf);
+    return acc_test_finish("obs_logger_fullfile");
+  }
   if (strcmp(mode, "badfile") == 0) {
     char tmpl[] = "/tmp/acc_logger_stderr_XXXXXX";
     int fd = mkstemp(tmpl);

@@ -18,13 +18,13 @@ printf '#!/bin/sh\nexit 1\n' > "$T/bin/dpkg-query"
 printf '#!/bin/sh\necho 0\n' > "$T/bin/id"
 chmod +x "$T/bin/"*
 fail=0
-FAKE_DIR=$T ACC_APT_LOCK_RETRY_S=0.1 PATH="$T/bin:$PATH" bash "$src/scripts/deps.sh" > "$T/out" 2>&1
+FAKE_DIR=$T ACC_APT_LOG=$T/apt.log ACC_APT_LOCK_RETRY_S=0.1 PATH="$T/bin:$PATH" bash "$src/scripts/deps.sh" > "$T/out" 2>&1
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: deps.sh exited $rc while the lock was held twice"; cat "$T/out"; fail=1; }
 grep -q "holds the package lock; waiting up to" "$T/out" || { echo "FAIL: no waiting message"; cat "$T/out"; fail=1; }
 [ "$(cat "$T/count")" = 4 ] || { echo "FAIL: apt-get called $(cat "$T/count") times (expected 4)"; fail=1; }
 rm -f "$T/count"
-FAKE_DIR=$T ACC_APT_LOCK_TIMEOUT=0 PATH="$T/bin:$PATH" bash "$src/scripts/deps.sh" > "$T/out2" 2>&1 &&
+FAKE_DIR=$T ACC_APT_LOG=$T/apt.log ACC_APT_LOCK_TIMEOUT=0 PATH="$T/bin:$PATH" bash "$src/scripts/deps.sh" > "$T/out2" 2>&1 &&
   { echo "FAIL: deps.sh succeeded with a limit of 0 s"; fail=1; }
 [ $fail -eq 0 ] && echo "deps lock: all checks passed"
 exit $fail
