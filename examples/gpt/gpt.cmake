@@ -23,6 +23,12 @@ if(NOT TARGET gptcore)
     target_link_libraries(${t} PUBLIC ZLIB::ZLIB m ${CMAKE_DL_LIBS})
   endforeach()
   target_compile_definitions(gptcore_plain PRIVATE GPT_NO_CLONES)
+  # GPT_CLONES=avx2: the elementwise loops without their AVX-512 versions (an AVX2-only CPU's code
+  # on an AVX-512 machine, for bench/gpt; docs/PERFORMANCE.md)
+  set(GPT_CLONES "all" CACHE STRING "elementwise clones of the GPT example: all, or avx2 (no AVX-512)")
+  if(GPT_CLONES STREQUAL "avx2")
+    target_compile_definitions(gptcore PRIVATE GPT_CLONES_AVX2)
+  endif()
   # ThreadSanitizer crashes in the ifunc resolvers that target_clones generates (they run before
   # its runtime is set up): under TSan both libraries keep the baseline loops only.
   if(ACC_SANITIZER STREQUAL "tsan")

@@ -2,6 +2,9 @@
  * [batch * T, width], row-major. Matrix products go through gemm_f32(): cblas_sgemm with USE_CBLAS,
  * else plain loops that the compiler vectorizes; in bf16 mode with oneDNN, those of the linear
  * layers through gemm_dnnl_bf16_pre (linear_fwd, linear_bwd). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime's thread CPU clock (gpt_profile) */
+#endif
 #include "model.h"
 #include "gemm_dnnl.h"
 
@@ -10,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef USE_CBLAS
 #include <cblas.h>
@@ -60,7 +64,30 @@ struct gpt {
   int B, T, have_probs;
   gpt_grad_hook hook;
   void *hook_payload;
+  double *prof; /* gpt_profile: seconds per operation, or NULL */
 };
+
+/* ---- the per-operation profile (gpt_profile) ------------------------------------------------ */
+
+static const char *const op_names[GPT_OP_COUNT] = {"embedding", "layernorm", "qkv", "attention", "attn.proj",
+                                                   "mlp.fc", "gelu", "mlp.proj", "residual", "logits",
+                                                   "softmax+loss"};
+const char *gpt_op_name(int op) { return op >= 0 && op < GPT_OP_COUNT ? op_names[op] : "?"; }
+void gpt_profile(gpt *m, double *sec) {
+  if (m) m->prof = sec;
+}
+static double thread_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+/* Runs the code given, adding its thread CPU time to operation op (bwd: of the backward) when profiling. */
+#define PROF(m, op, bwd, ...)                                                                   \
+  do {                                                                                          \
+    double prof_t0_ = (m)->prof ? thread_seconds() : 0.0;                                       \
+    __VA_ARGS__;                                                                                \
+    if ((m)->prof) (m)->prof[(bwd) ? GPT_OP_COUNT + (op) : (op)] += thread_seconds() - prof_t0_; \
+  } while (0)
 
 static _Thread_local char gpt_err[512];
 const char *gpt_last_error(void) { return gpt_err; }
@@ -586,37 +613,66 @@ int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) 
     for (int t = 0; t < T; t++) {
       int32_t tok = tokens[(size_t)b * stride + (size_t)t];
       if (tok < 0 || tok >= V) return fail("gpt_forward: token %d at (%d, %d) is outside the vocabulary of %d", tok, b, t, V);
-      float *x = m->x[0] + ((size_t)b * T + (size_t)t) * C;
-      const float *e = wte + (size_t)tok * C, *p = wpe + (size_t)t * C;
-      for (int k = 0; k < C; k++) x[k] = e[k] + p[k];
     }
+  PROF(m, GPT_OP_EMBED, 0, {
+    for (int b = 0; b < batch; b++)
+      for (int t = 0; t < T; t++) {
+        float *x = m->x[0] + ((size_t)b * T + (size_t)t) * C;
+        const float *e = wte + (size_t)tokens[(size_t)b * stride + (size_t)t] * C, *p = wpe + (size_t)t * C;
+        for (int k = 0; k < C; k++) x[k] = e[k] + p[k];
+      }
+  });
   const size_t NC = (size_t)N * C;
   for (int l = 0; l < L; l++) {
     layer_acts *a = &m->acts[l];
     const float *x = m->x[l];
     float *xo = m->x[l + 1];
-    layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, tensor(m, P, l, LN1_W), tensor(m, P, l, LN1_B), N, C);
-    if (m->bf16) round_bf16(a->ln1_out, NC);
-    linear_fwd(m, a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
-    if (m->bf16) round_bf16(a->qkv, 3 * NC);
-    attention_fwd(m, a->atty, a->att, a->qkv, batch, T);
-    if (m->bf16) round_bf16(a->atty, NC);
-    linear_fwd(m, a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
-    if (m->bf16) round_bf16(a->res2, NC);
-    for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
-    layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, tensor(m, P, l, LN2_W), tensor(m, P, l, LN2_B), N, C);
-    if (m->bf16) round_bf16(a->ln2_out, NC);
-    linear_fwd(m, a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
-    if (m->bf16) round_bf16(a->fch, 4 * NC);
-    gelu_fwd(a->fcg, a->fch, 4 * NC);
-    if (m->bf16) round_bf16(a->fcg, 4 * NC);
-    linear_fwd(m, xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
-    if (m->bf16) round_bf16(xo, NC);
-    for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
+    PROF(m, GPT_OP_LAYERNORM, 0, {
+      layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, tensor(m, P, l, LN1_W), tensor(m, P, l, LN1_B), N, C);
+      if (m->bf16) round_bf16(a->ln1_out, NC);
+    });
+    PROF(m, GPT_OP_QKV, 0, {
+      linear_fwd(m, a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
+      if (m->bf16) round_bf16(a->qkv, 3 * NC);
+    });
+    PROF(m, GPT_OP_ATTENTION, 0, {
+      attention_fwd(m, a->atty, a->att, a->qkv, batch, T);
+      if (m->bf16) round_bf16(a->atty, NC);
+    });
+    PROF(m, GPT_OP_ATTN_PROJ, 0, {
+      linear_fwd(m, a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
+      if (m->bf16) round_bf16(a->res2, NC);
+    });
+    PROF(m, GPT_OP_RESIDUAL, 0, {
+      for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
+    });
+    PROF(m, GPT_OP_LAYERNORM, 0, {
+      layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, tensor(m, P, l, LN2_W), tensor(m, P, l, LN2_B),
+                    N, C);
+      if (m->bf16) round_bf16(a->ln2_out, NC);
+    });
+    PROF(m, GPT_OP_FC, 0, {
+      linear_fwd(m, a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
+      if (m->bf16) round_bf16(a->fch, 4 * NC);
+    });
+    PROF(m, GPT_OP_GELU, 0, {
+      gelu_fwd(a->fcg, a->fch, 4 * NC);
+      if (m->bf16) round_bf16(a->fcg, 4 * NC);
+    });
+    PROF(m, GPT_OP_MLP_PROJ, 0, {
+      linear_fwd(m, xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
+      if (m->bf16) round_bf16(xo, NC);
+    });
+    PROF(m, GPT_OP_RESIDUAL, 0, {
+      for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
+    });
   }
   const gpt_tensor *lnf = &m->tensors[2 + PER_BLOCK * L];
-  layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], P + lnf[0].offset, P + lnf[1].offset, N, C);
-  if (m->bf16) round_bf16(m->lnf_out, NC);
+  PROF(m, GPT_OP_LAYERNORM, 0, {
+    layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], P + lnf[0].offset, P + lnf[1].offset, N, C);
+    if (m->bf16) round_bf16(m->lnf_out, NC);
+  });
+  const double prof_t0 = m->prof ? thread_seconds() : 0.0;
   {
     const uint16_t *ah = m->lp ? to_half(&m->lp_a, &m->lp_acap, m->lnf_out, NC) : NULL;
     const uint16_t *wh = ah ? weight_half(m, W + m->tensors[0].offset) : NULL;
@@ -625,6 +681,7 @@ int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) 
       gemm_f32(0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
   }
   if (m->bf16) round_bf16(m->logits, (size_t)N * V);
+  if (m->prof) m->prof[GPT_OP_LOGITS] += thread_seconds() - prof_t0;
   m->tokens = tokens;
   m->stride = stride;
   m->B = batch;
@@ -654,6 +711,7 @@ int gpt_loss(gpt *m, const int32_t *targets, size_t stride, float *loss, float *
   if (!m->B || m->have_probs) return fail("gpt_loss: call gpt_forward first (once per gpt_loss)");
   if (stride != m->stride) return fail("gpt_loss: stride %zu differs from the forward's %zu", stride, m->stride);
   const int V = m->cfg.vocab_size, T = m->T;
+  const double prof_t0 = m->prof ? thread_seconds() : 0.0;
   double total = 0.0;
   for (int b = 0; b < m->B; b++) {
     double seq = 0.0;
@@ -668,6 +726,7 @@ int gpt_loss(gpt *m, const int32_t *targets, size_t stride, float *loss, float *
     total += seq;
   }
   *loss = (float)(total / ((double)m->B * T));
+  if (m->prof) m->prof[GPT_OP_LOSS] += thread_seconds() - prof_t0;
   m->targets = targets;
   m->have_probs = 1;
   return 0;
@@ -682,38 +741,57 @@ int gpt_backward(gpt *m, float scale) {
   float *G = m->grads;
   /* d(mean loss)/d(logits) = (softmax - onehot) / N, in place over the probabilities */
   const float k = scale / (float)N;
-  for (int b = 0; b < m->B; b++)
-    for (int t = 0; t < T; t++) {
-      float *d = m->logits + ((size_t)b * T + (size_t)t) * V;
-      d[m->targets[(size_t)b * m->stride + (size_t)t]] -= 1.0f;
-      for (int c = 0; c < V; c++) d[c] *= k;
-    }
+  PROF(m, GPT_OP_LOSS, 1, {
+    for (int b = 0; b < m->B; b++)
+      for (int t = 0; t < T; t++) {
+        float *d = m->logits + ((size_t)b * T + (size_t)t) * V;
+        d[m->targets[(size_t)b * m->stride + (size_t)t]] -= 1.0f;
+        for (int c = 0; c < V; c++) d[c] *= k;
+      }
+  });
   /* tied output projection: logits = ln_f_out tok_emb^T */
-  linear_bwd(m, m->dln, G + m->tensors[0].offset, NULL, m->logits, m->lnf_out, W + m->tensors[0].offset, N, C, V);
+  PROF(m, GPT_OP_LOGITS, 1, {
+    linear_bwd(m, m->dln, G + m->tensors[0].offset, NULL, m->logits, m->lnf_out, W + m->tensors[0].offset, N, C, V);
+  });
   const int f = 2 + PER_BLOCK * L;
-  memset(m->dx, 0, NC * sizeof *m->dx);
-  layernorm_bwd(m->dx, G + m->tensors[f].offset, G + m->tensors[f + 1].offset, m->dln, m->x[L],
-                m->lnf_mean, m->lnf_rstd, P + m->tensors[f].offset, N, C);
+  PROF(m, GPT_OP_LAYERNORM, 1, {
+    memset(m->dx, 0, NC * sizeof *m->dx);
+    layernorm_bwd(m->dx, G + m->tensors[f].offset, G + m->tensors[f + 1].offset, m->dln, m->x[L], m->lnf_mean,
+                  m->lnf_rstd, P + m->tensors[f].offset, N, C);
+  });
   if (m->hook) m->hook(f, 2, m->hook_payload);
   for (int l = L - 1; l >= 0; l--) {
     layer_acts *a = &m->acts[l];
     float *g = G + m->tensors[2 + PER_BLOCK * l].offset, *gt[PER_BLOCK];
     for (int j = 0; j < PER_BLOCK; j++) gt[j] = g + (m->tensors[2 + PER_BLOCK * l + j].offset - m->tensors[2 + PER_BLOCK * l].offset);
     /* x_out = res2 + mlp(ln2(res2)): dx flows to res2 unchanged, plus the MLP's share */
-    linear_bwd(m, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
-    gelu_bwd(m->d4, a->fch, 4 * NC);
-    linear_bwd(m, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
-    layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd,
-                  tensor(m, P, l, LN2_W), N, C);
+    PROF(m, GPT_OP_MLP_PROJ, 1, {
+      linear_bwd(m, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
+    });
+    PROF(m, GPT_OP_GELU, 1, gelu_bwd(m->d4, a->fch, 4 * NC));
+    PROF(m, GPT_OP_FC, 1, {
+      linear_bwd(m, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
+    });
+    PROF(m, GPT_OP_LAYERNORM, 1, {
+      layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd, tensor(m, P, l, LN2_W),
+                    N, C);
+    });
     /* res2 = x + proj(attention(ln1(x))) */
-    linear_bwd(m, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
-    attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T);
-    linear_bwd(m, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
-    layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd,
-                  tensor(m, P, l, LN1_W), N, C);
+    PROF(m, GPT_OP_ATTN_PROJ, 1, {
+      linear_bwd(m, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
+    });
+    PROF(m, GPT_OP_ATTENTION, 1, attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T));
+    PROF(m, GPT_OP_QKV, 1, {
+      linear_bwd(m, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
+    });
+    PROF(m, GPT_OP_LAYERNORM, 1, {
+      layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd, tensor(m, P, l, LN1_W),
+                    N, C);
+    });
     if (m->hook) m->hook(2 + PER_BLOCK * l, PER_BLOCK, m->hook_payload);
   }
   float *dwte = G + m->tensors[0].offset, *dwpe = G + m->tensors[1].offset;
+  const double prof_t0 = m->prof ? thread_seconds() : 0.0;
   for (int b = 0; b < m->B; b++)
     for (int t = 0; t < T; t++) {
       const float *d = m->dx + ((size_t)b * T + (size_t)t) * C;
@@ -723,6 +801,7 @@ int gpt_backward(gpt *m, float scale) {
         p[c] += d[c];
       }
     }
+  if (m->prof) m->prof[GPT_OP_COUNT + GPT_OP_EMBED] += thread_seconds() - prof_t0;
   if (m->hook) m->hook(0, 2, m->hook_payload);
   m->have_probs = 0;
   return 0;

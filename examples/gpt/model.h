@@ -92,6 +92,18 @@ void gpt_set_bf16_half(gpt *m, const uint16_t *half);
  *  variable GPT_BF16_DNNL=0, the rounded operands go to float32 sgemm. Borrowed. */
 const char *gpt_bf16_backend(const gpt *m);
 
+/** Operations of a training step, as gpt_profile counts them (forward and backward apart). */
+enum {
+  GPT_OP_EMBED, GPT_OP_LAYERNORM, GPT_OP_QKV, GPT_OP_ATTENTION, GPT_OP_ATTN_PROJ, GPT_OP_FC, GPT_OP_GELU,
+  GPT_OP_MLP_PROJ, GPT_OP_RESIDUAL, GPT_OP_LOGITS, GPT_OP_LOSS, GPT_OP_COUNT
+};
+/** The name of operation op ("qkv", "attention", ...). */
+const char *gpt_op_name(int op);
+/** Per-operation profile (bench/gpt/ops_bench.c): with sec non-NULL (2 x GPT_OP_COUNT doubles,
+ *  forward at [op], backward at [GPT_OP_COUNT + op]) every later forward, loss and backward adds
+ *  each operation's thread CPU seconds there; NULL turns it off (the default). */
+void gpt_profile(gpt *m, double *sec);
+
 /**
  * Forward pass of batch sequences of T tokens (1 <= T <= block_size): token t of sequence b is
  * tokens[b * stride + t], in 0..vocab_size-1 (the int32 inputs of acc_dataset_create_tokens).

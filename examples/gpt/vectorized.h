@@ -6,6 +6,11 @@
 #define GPT_VECTORIZED_H
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(GPT_NO_CLONES) && defined(GPT_CLONES_AVX2)
+/* -DGPT_CLONES=avx2 at configure time: no AVX-512 clone, so that a CPU with AVX-512 runs what an
+ * AVX2-only CPU runs (bench/gpt: measuring the AVX2 case on an AVX-512 machine) */
+#define VECTORIZED __attribute__((target_clones("avx2", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(GPT_NO_CLONES)
 #define VECTORIZED __attribute__((target_clones("avx512f", "avx2", "default")))
 #else

@@ -98,7 +98,8 @@ typedef enum acc_dtype {
   ACC_I32 = 4,
   ACC_I64 = 5,
   ACC_U8 = 6,
-  ACC_DTYPE_COUNT_ = 7
+  ACC_U64 = 7, /* @since 0.3: an RNG state, a counter that must not wrap (numpy's uint64) */
+  ACC_DTYPE_COUNT_ = 8
 } acc_dtype;
 
 /** Size in bytes of one element; 0 for an unknown dtype. @since 0.1 */

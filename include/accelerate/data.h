@@ -74,7 +74,7 @@ typedef enum acc_token_format {
   ACC_TOKENS_U32 = 2   /* raw little-endian uint32 tokens, no header */
 } acc_token_format;
 
-#define ACC_TOKEN_OPTIONS_VERSION 1u
+#define ACC_TOKEN_OPTIONS_VERSION 2u
 /** Options of acc_dataset_create_tokens. Initialize with ACC_TOKEN_OPTIONS_INIT. @since 0.2 */
 typedef struct acc_token_options {
   size_t size;             /* sizeof(acc_token_options), set by the INIT macro */
@@ -82,16 +82,23 @@ typedef struct acc_token_options {
   int64_t seq_len;         /* T (required, >= 1): a sample is a window of T + 1 tokens */
   acc_token_format format;
   int64_t vocab_size;      /* > 0: a token >= vocab_size fails the batch, naming file and position */
+  /* ---- version 2 (@since 0.3) ---- */
+  int64_t stride;          /* tokens between the starts of consecutive windows; 0: seq_len (windows
+                              overlap by one token: window i's last token is window i+1's first) */
+  int64_t max_windows;     /* > 0: only the first max_windows windows (a fixed validation set);
+                              0: all of them */
 } acc_token_options;
-#define ACC_TOKEN_OPTIONS_INIT { sizeof(acc_token_options), ACC_TOKEN_OPTIONS_VERSION, 0, ACC_TOKENS_LLMC, 0 }
+#define ACC_TOKEN_OPTIONS_INIT \
+  { sizeof(acc_token_options), ACC_TOKEN_OPTIONS_VERSION, 0, ACC_TOKENS_LLMC, 0, 0, 0 }
 /** Fills opts with the defaults of `version` (for FFI). @since 0.2 */
 ACC_EXTERN acc_result acc_token_options_init(acc_token_options *opts, uint32_t version);
 
 /**
  * A map-style dataset of token windows over one or more token files (a language model's
- * training stream). Sample i is window i: T + 1 consecutive tokens starting at token i x T of
- * the concatenated files, never crossing from one file into the next (each file of n tokens
- * gives (n - 1) / T windows). It has two fields of T x ACC_I32 each: `inputs` (tokens 0..T-1 of
+ * training stream). Sample i is window i: T + 1 consecutive tokens starting at token i x S of
+ * the concatenated files (S the stride, T by default), never crossing from one file into the next
+ * (each file of n >= T + 1 tokens gives (n - T - 1) / S + 1 windows: (n - 1) / T when S is T);
+ * with max_windows only the first max_windows of them. It has two fields of T x ACC_I32 each: `inputs` (tokens 0..T-1 of
  * the window) and `targets` (tokens 1..T), so a batch of B samples is the B x T inputs and the
  * B x T targets of an llm.c-style trainer. Prepared like any map-style dataset, the library's
  * loader shards it over processes, shuffles it with its seeded sampler and resumes it mid-epoch
@@ -220,7 +227,7 @@ typedef int (*acc_collate_fn)(const void *const *samples, int64_t n, int num_fie
                               void *const *batch_fields, const size_t *batch_capacity,
                               size_t *batch_bytes, void *payload);
 
-#define ACC_DATALOADER_OPTIONS_VERSION 3u
+#define ACC_DATALOADER_OPTIONS_VERSION 4u
 
 /**
  * Broadcast used by a dispatching loader: copies `bytes` bytes of process 0's buf into buf on
@@ -264,11 +271,17 @@ typedef struct acc_dataloader_options {
    * copied one batch ahead on a copy stream and handed to the accelerator's compute stream.
    * 0: host batches only. Ignored by loaders not prepared by such an accelerator. */
   int device_placement;
+  /* ---- version 4 (@since 0.3) ---- */
+  /* 1: the loader takes the dataset over from this call on: acc_dataloader_destroy destroys it,
+   * and a create/prepare that fails destroys it before returning, so the program never frees it
+   * (acc_dataset_create_tokens + prepare_dataloader without a leak on any path). 0 (default): the
+   * program destroys the dataset after every loader over it. */
+  int take_dataset;
 } acc_dataloader_options;
 
 #define ACC_DATALOADER_OPTIONS_INIT                                                           \
   { sizeof(acc_dataloader_options), ACC_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0,                \
-    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 1 }
+    ACC_SHARD_CONFIG_INIT, 2, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 1, 0 }
 
 /** Fills opts with the defaults (for FFI; C code can use ACC_DATALOADER_OPTIONS_INIT). version 1
  * @since 0.1

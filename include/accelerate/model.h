@@ -54,6 +54,18 @@ typedef struct acc_param_spec {
 } acc_param_spec;
 
 /**
+ * Completes a parameter table from the trainer's own array of tensor sizes (llm.c's
+ * param_sizes[]), so that only names and the dimensions that matter are written: a row with ndim 0
+ * becomes the 1-D shape [sizes[i]]; in a row with a shape, one dimension may be -1 and becomes
+ * sizes[i] divided by the product of the others. Every row must then hold exactly sizes[i]
+ * elements, else ACC_ERR_INVALID_ARGUMENT naming the row, its shape and the size, and the table is
+ * left as it was. E.g. {{"wte", 2, {Vp, -1}}, {"ln1w", 2, {L, -1}}, {"lnfb"}} with sizes
+ * {Vp * C, L * C, C} gives [Vp, C], [L, C], [C].
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_param_table_from_sizes(acc_param_spec *table, size_t count, const size_t *sizes);
+
+/**
  * Registers the `count` parameters of `table`, laid end to end in one buffer: row r's data starts
  * at `params` plus the elements of rows 0..r-1 (the layout of a trainer that keeps all its
  * parameters in one allocation), and its gradient at the same offset in `grads`. `grads` may be

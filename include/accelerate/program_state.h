@@ -80,6 +80,72 @@ ACC_EXTERN acc_result acc_accelerator_prepare_flat(acc_accelerator *acc, const a
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_tokens(acc_accelerator *acc, const char *const *paths, int num_paths,
                                                      int64_t seq_len, int64_t batch_size, acc_dataloader **out);
+
+#define ACC_TOKEN_LOADER_OPTIONS_VERSION 1u
+/** How acc_accelerator_prepare_tokens_opts reads token files. Initialize with
+ * ACC_TOKEN_LOADER_OPTIONS_INIT, then set what differs: windows in file order are
+ * `acc_token_loader_options o = ACC_TOKEN_LOADER_OPTIONS_INIT; o.window = T; o.shuffle = 0;`.
+ * @since 0.3 */
+typedef struct acc_token_loader_options {
+  size_t size;          /* sizeof(acc_token_loader_options), set by the INIT macro */
+  uint32_t version;     /* ACC_TOKEN_LOADER_OPTIONS_VERSION */
+  int64_t window;       /* T (required, >= 1): a sample is T inputs and the T targets after them */
+  int64_t stride;       /* tokens between the starts of consecutive windows; 0 (default): window */
+  int shuffle;          /* 1 (default): the library's seeded sampler; 0: windows in file order */
+  uint64_t seed;        /* the sampler's seed (process 0's; default 0); epoch e uses seed + e */
+  int drop_last;        /* 1 (default): full batches only; 0: the last batch may be short */
+  int64_t max_windows;  /* > 0: only the first max_windows windows (a fixed validation set) */
+  acc_token_format format; /* ACC_TOKENS_LLMC (default), _U16 or _U32 */
+  int64_t vocab_size;   /* > 0: a token >= vocab_size fails the batch naming file and position */
+} acc_token_loader_options;
+#define ACC_TOKEN_LOADER_OPTIONS_INIT \
+  { sizeof(acc_token_loader_options), ACC_TOKEN_LOADER_OPTIONS_VERSION, 0, 0, 1, 0, 1, 0, ACC_TOKENS_LLMC, 0 }
+/** Fills opts with the defaults of `version` (for FFI). @since 0.3 */
+ACC_EXTERN acc_result acc_token_loader_options_init(acc_token_loader_options *opts, uint32_t version);
+
+/**
+ * acc_accelerator_prepare_tokens with every choice in opts (window, stride, shuffle, seed,
+ * drop_last, max_windows, format, vocab_size): batch_size windows per process. The loader owns
+ * its dataset (acc_dataloader_destroy destroys both). Collective.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_tokens_opts(acc_accelerator *acc, const char *const *paths,
+                                                          int num_paths, int64_t batch_size,
+                                                          const acc_token_loader_options *opts,
+                                                          acc_dataloader **out);
+
+/**
+ * A fixed validation set: the first `windows` windows of seq_len + 1 tokens of the token files,
+ * in file order, batch_size per process (the last batch may be short): each process reads its
+ * share, and every evaluation (acc_accelerator_evaluate_tokens) reads the same windows again.
+ * The loader owns its dataset. Fewer windows in the files than asked is ACC_ERR_INVALID_ARGUMENT
+ * naming the first file and both counts. Collective.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_tokens_eval(acc_accelerator *acc, const char *const *paths,
+                                                          int num_paths, int64_t seq_len, int64_t batch_size,
+                                                          int64_t windows, acc_dataloader **out);
+
+/** The program's loss of each window of a batch: rows windows of T tokens (inputs, targets, B x T
+ * ints as acc_accelerator_next_tokens gives them), one loss per window into losses[0..rows) (the
+ * mean over its T positions, as llm.c's mean_loss is over B x T). Not ACC_OK: the pass fails. */
+typedef acc_result (*acc_token_eval_fn)(void *ctx, const int *inputs, const int *targets, int64_t rows,
+                                        float *losses);
+
+/**
+ * One evaluation pass over a token loader (acc_accelerator_prepare_tokens_eval): one epoch of it
+ * from its first batch, fn on every batch of this process, the losses of every process gathered
+ * with gather_for_metrics semantics (each window exactly once: the duplicates that pad the last
+ * round are dropped), and their mean (double sums in window order of each round) in *mean_loss on
+ * every process; *count (may be NULL) receives the windows counted. A loader in the middle of an
+ * epoch is ACC_ERR_INVALID_USAGE (its position would shift the set). A failing fn fails the call on
+ * every process, naming the process. Collective.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_evaluate_tokens(acc_accelerator *acc, acc_dataloader *dl,
+                                                      acc_token_eval_fn fn, void *ctx, double *mean_loss,
+                                                      int64_t *count);
+
 /**
  * The next batch of a token loader as an llm.c-style trainer wants it: *inputs and *targets point
  * at B x T ints, valid until the next call. At the end of an epoch the next epoch starts (the

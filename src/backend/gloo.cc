@@ -238,7 +238,8 @@ gloo::AllreduceOptions::Func reducer(acc_dtype dtype, acc_op op) {
 size_t esize(acc_dtype d) {
   switch (d) {
     case ACC_F64:
-    case ACC_I64: return 8;
+    case ACC_I64:
+    case ACC_U64: return 8;
     case ACC_F32:
     case ACC_I32: return 4;
     case ACC_U8: return 1;
@@ -494,6 +495,7 @@ acc_result op_reduce_scatter(acc__backend *be, const void *send, void *recv, siz
       case ACC_I32: rs_run<uint32_t, ACC_I32>(g, send, recv, count, op); break;
       case ACC_I64: rs_run<uint64_t, ACC_I64>(g, send, recv, count, op); break;
       case ACC_U8: rs_run<uint8_t, ACC_U8>(g, send, recv, count, op); break;
+      case ACC_U64: rs_run<uint64_t, ACC_U64>(g, send, recv, count, op); break;
       default:
         return fail(ACC_ERR_INVALID_ARGUMENT, "gloo backend: reduce_scatter: unknown dtype %d",
                     (int)dtype);

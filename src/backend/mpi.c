@@ -169,6 +169,7 @@ static void map_types(mpi_backend *m, acc_dtype dtype, acc_op op, MPI_Datatype *
     case ACC_I32: *t = MPI_INT32_T; break;
     case ACC_I64: *t = MPI_INT64_T; break;
     case ACC_U8: *t = MPI_UINT8_T; break;
+    case ACC_U64: *t = MPI_UINT64_T; break;
     case ACC_F16: *t = m->f16_type; *o = m->half_ops[0][op_index(op)]; return;
     case ACC_BF16: *t = m->bf16_type; *o = m->half_ops[1][op_index(op)]; return;
     default: *t = MPI_BYTE; break;

@@ -61,6 +61,7 @@ size_t acc_dtype_size(acc_dtype dtype) {
     case ACC_I32: return 4;
     case ACC_I64: return 8;
     case ACC_U8: return 1;
+    case ACC_U64: return 8;
     default: return 0;
   }
 }

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "ckpt/accel_state.h"
+#include "ckpt/psgd_state.h"
 #include "ckpt/load_defer.h"
 #include "ckpt/load_snapshot.h"
 #include "core/fs.h"
@@ -89,6 +90,8 @@ static acc_result expect_count(const json_t *meta, const char *path, const char 
 /* What a resume on another number of processes changed, for the one line process 0 logs. */
 typedef struct remap_note {
   int64_t saved_np; /* processes that saved the checkpoint */
+  int saved_psgd;   /* checkpoint.json's "powersgd": models saved with PowerSGD state */
+  int said_per_process; /* the line already said that batches are counted per process */
   char text[1536];
 } remap_note;
 
@@ -129,6 +132,11 @@ static acc_result check_meta(acc__accel_parts *p, const char *dir, remap_note *n
                       "count is set (acc_accelerator_set_strict_process_count): resume with --num_processes %lld",
                       dir, (long long)nprocs, now, now == 1 ? "is" : "are", (long long)nprocs);
     if (rc == ACC_OK) note->saved_np = nprocs;
+    json_t *ps = json_object_get(m, "powersgd"); /* absent before the hook's state was saved */
+    if (rc == ACC_OK && ps && (!json_is_integer(ps) || json_integer_value(ps) < 0 ||
+                               json_integer_value(ps) > ACC__MAX_PREPARED))
+      rc = acc__error(ACC_ERR_FORMAT, "'%s': \"powersgd\" must be an integer 0..%d", path, ACC__MAX_PREPARED);
+    if (rc == ACC_OK) note->saved_psgd = ps ? (int)json_integer_value(ps) : 0;
     if (rc == ACC_OK) rc = expect_count(m, path, "models", p->nmodels, "model(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "optimizers", p->nopts, "optimizer(s)");
     if (rc == ACC_OK) rc = expect_count(m, path, "schedulers", p->nscheds, "scheduler(s)");
@@ -361,12 +369,17 @@ static acc_result load_process(acc__accel_parts *p, const char *dir, remap_note 
       again = 0;
     }
     if (rank == 0) {
-      note_add(note, "%sdata loader %d (epoch %lld) continues at batch %lld per process instead of %lld (global "
-               "position %lld%s", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb,
-               (long long)ds[i].batches, (long long)(nb * now_ru), nb * now_ru == global ? ", unchanged)" : "");
-      if (nb * now_ru != global)
-        note_add(note, " instead of %lld: not a multiple of %lld, so %lld sample(s)/list batch(es) of the epoch "
-                 "are seen a second time)", (long long)global, (long long)now_ru, (long long)again);
+      /* "per process" once in the line, the rest in samples of the epoch (list batches for a
+       * loader over a list of batches) */
+      note_add(note, "%sdata loader %d resumes epoch %lld after %lld batch%s%s (the %lld processes that saved had "
+               "read %lld each): ", i ? "; " : "", i, (long long)ds[i].epoch, (long long)nb, nb == 1 ? "" : "es",
+               note->said_per_process ? "" : " per process", (long long)saved_np, (long long)ds[i].batches);
+      note->said_per_process = 1;
+      if (nb * now_ru == global)
+        note_add(note, "the same %lld samples of the epoch as saved", (long long)global);
+      else
+        note_add(note, "%lld of the %lld samples read before the save, so the last %lld are read again",
+                 (long long)(nb * now_ru), (long long)global, (long long)again);
     }
     ds[i].batches = nb;
   }
@@ -453,7 +466,8 @@ static acc_result check_positions(acc__accel_parts *p, const char *dir) {
   return rc;
 }
 
-static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *note, acc__defer *d) {
+static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *note, acc__defer *d,
+                           acc__psgd_staged *psgd) {
   ACC_CHECK(check_meta(p, dir, note));
   for (int i = 0; i < p->nmodels; i++) {
     char *path = acc__state_file_name(dir, "model", i, ".safetensors");
@@ -516,6 +530,8 @@ static acc_result load_all(acc__accel_parts *p, const char *dir, remap_note *not
   acc__accel_ckpt *c = *p->ckpt;
   for (int i = 0; c && i < c->ncustom; i++) ACC_CHECK(load_custom(&c->custom[i], dir, i));
   ACC_CHECK(load_process(p, dir, note));
+  /* the comm hook's state, staged: swapped in once every process agreed */
+  ACC_CHECK(acc__psgd_state_stage(p, dir, note->saved_np, note->saved_psgd, psgd));
   /* last: the program's buffers and per-process objects its pre-hook staged (own_state.c) */
   return acc__own_state_commit(c);
 }
@@ -556,7 +572,9 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   acc__defer *defer = NULL; /* the model and optimizer tensors, read in once everything agreed */
   rc = acc__defer_new(&defer);
   if (rc == ACC_OK) rc = acc__load_snapshot_take(&p, &snap);
-  acc_result lrc = rc == ACC_OK ? load_all(&p, dir, &note, defer) : rc;
+  acc__psgd_staged psgd;
+  memset(&psgd, 0, sizeof psgd);
+  acc_result lrc = rc == ACC_OK ? load_all(&p, dir, &note, defer, &psgd) : rc;
   int own_committed = lrc == ACC_OK; /* a failed commit put the program's state back itself */
   rc = acc__state_agree(p.st, lrc, "load_state");
   if (rc == ACC_OK) rc = check_positions(&p, dir);
@@ -570,6 +588,8 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   }
   acc__own_state_release(*p.ckpt);
   acc__defer_free(defer);
+  if (rc == ACC_OK) acc__psgd_state_commit(&p, &psgd, dir, note.saved_np);
+  acc__psgd_staged_release(&psgd);
   if (rc != ACC_OK) return rc;
   if (note.saved_np != acc_state_num_processes(p.st))
     acc__log(ACC_LOG_WARNING, "load_state: resumed a %lld-process checkpoint '%s' on %d process%s: %s; model, "

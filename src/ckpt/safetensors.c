@@ -18,7 +18,7 @@
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
-static const char *const dtype_names[ACC_DTYPE_COUNT_] = {"F32", "F64", "F16", "BF16", "I32", "I64", "U8"};
+static const char *const dtype_names[ACC_DTYPE_COUNT_] = {"F32", "F64", "F16", "BF16", "I32", "I64", "U8", "U64"};
 
 const char *acc_safetensors_dtype_name(acc_dtype dtype) {
   return ((unsigned)dtype < ACC_DTYPE_COUNT_) ? dtype_names[dtype] : NULL;

@@ -10,6 +10,7 @@
 
 #include "ckpt/accel_state.h"
 #include "ckpt/ckpt_dir.h"
+#include "ckpt/psgd_state.h"
 #include "core/json_util.h"
 #include "core/profile.h"
 #include "data/data_internal.h"
@@ -144,10 +145,11 @@ static acc_result save_extra_model(const acc_model *m, const char *dir, int i) {
 static acc_result save_shared(acc__accel_parts *p, const char *dir) {
   acc__accel_ckpt *c = *p->ckpt;
   int ncustom = c ? c->ncustom : 0;
-  json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b}", "format", ACC__STATE_FORMAT, "version",
-                           ACC__STATE_VERSION, "num_processes", acc_state_num_processes(p->st), "models",
+  json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i}", "format", ACC__STATE_FORMAT,
+                           "version", ACC__STATE_VERSION, "num_processes", acc_state_num_processes(p->st), "models",
                            p->nmodels, "optimizers", p->nopts, "schedulers", p->nscheds, "dataloaders",
-                           p->nloaders, "custom_objects", ncustom, "grad_scaler", p->scaler != NULL);
+                           p->nloaders, "custom_objects", ncustom, "grad_scaler", p->scaler != NULL, "powersgd",
+                           acc__psgd_state_models(p));
   char *path = acc__path_join(dir, "checkpoint.json");
   acc_result rc = path ? write_json(path, meta) : ACC_ERR_NOMEM;
   if (!path) json_decref(meta);
@@ -295,6 +297,7 @@ static acc_result save_state_body(acc_accelerator *acc, const char *output_dir, 
   }
   acc_result local = main_proc ? save_shared(&p, tmp) : ACC_OK;
   if (local == ACC_OK) local = save_process(&p, tmp);
+  if (local == ACC_OK) local = acc__psgd_state_save(&p, tmp); /* per process: error feedback, Q */
   if (local == ACC_OK && acc__fs_progress_hook) acc__fs_progress_hook("state-written");
   rc = acc__state_agree(p.st, local, "save_state (writing the checkpoint files)");
   if (rc != ACC_OK) {

@@ -22,12 +22,13 @@ size_t acc_dtype_size(acc_dtype dtype) {
     case ACC_I32: return 4;
     case ACC_I64: return 8;
     case ACC_U8: return 1;
+    case ACC_U64: return 8;
     default: return 0;
   }
 }
 
 const char *acc_dtype_name(acc_dtype dtype) {
-  static const char *names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+  static const char *names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "u64"};
   return (unsigned)dtype < ACC_DTYPE_COUNT_ ? names[dtype] : "unknown";
 }
 
@@ -208,6 +209,7 @@ void acc__reduce_inplace(void *dst, const void *src, size_t count, acc_dtype dty
     case ACC_I32: REDUCE_LOOP(int32_t); break;
     case ACC_I64: REDUCE_LOOP(int64_t); break;
     case ACC_U8: REDUCE_LOOP(uint8_t); break;
+    case ACC_U64: REDUCE_LOOP(uint64_t); break;
     case ACC_F16:
     case ACC_BF16: reduce_half(dst, src, count, dtype, op); break;
     default: break;
@@ -245,6 +247,11 @@ void acc__divide(void *buf, size_t count, acc_dtype dtype, int divisor) {
     case ACC_U8: {
       uint8_t *p = buf;
       for (size_t i = 0; i < count; i++) p[i] = (uint8_t)(p[i] / divisor);
+      break;
+    }
+    case ACC_U64: {
+      uint64_t *p = buf;
+      for (size_t i = 0; i < count; i++) p[i] /= (uint64_t)divisor;
       break;
     }
     case ACC_F16: {

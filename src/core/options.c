@@ -110,9 +110,13 @@ DEFINE_OPTIONS_INIT(acc_dataloader_options, ACC_DATALOADER_OPTIONS_VERSION,
                     ACC_DATALOADER_OPTIONS_INIT,
                     offsetof(acc_dataloader_options, batch_indices),    /* 1 */
                     offsetof(acc_dataloader_options, device_placement), /* 2 */
-                    sizeof(acc_dataloader_options))                     /* 3 */
+                    offsetof(acc_dataloader_options, take_dataset),     /* 3 */
+                    sizeof(acc_dataloader_options))                     /* 4 */
 DEFINE_OPTIONS_INIT(acc_token_options, ACC_TOKEN_OPTIONS_VERSION, ACC_TOKEN_OPTIONS_INIT,
-                    sizeof(acc_token_options))
+                    offsetof(acc_token_options, stride), /* 1 */
+                    sizeof(acc_token_options))           /* 2 */
+DEFINE_OPTIONS_INIT(acc_token_loader_options, ACC_TOKEN_LOADER_OPTIONS_VERSION, ACC_TOKEN_LOADER_OPTIONS_INIT,
+                    sizeof(acc_token_loader_options))
 DEFINE_OPTIONS_INIT(acc_sgd_options, ACC_SGD_OPTIONS_VERSION, ACC_SGD_OPTIONS_INIT,
                     sizeof(acc_sgd_options))
 DEFINE_OPTIONS_INIT(acc_adamw_options, ACC_ADAMW_OPTIONS_VERSION, ACC_ADAMW_OPTIONS_INIT,

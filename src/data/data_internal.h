@@ -28,6 +28,9 @@ struct acc_dataset {
 
 /* The loader destroys its dataset with itself (a dataset the library created for the program). */
 void acc__dataloader_own_dataset(acc_dataloader *dl);
+/* 1 when the program's options ask the loader to take the dataset over (take_dataset, version 4):
+ * read without a message, so that a failed create can still honour it. */
+int acc__dataloader_opts_take(const acc_dataloader_options *user);
 /* The loader's message for a failed fetch: the dataset's own reason when it has one, else "". */
 const char *acc__dataset_fetch_error(const acc_dataset *ds);
 

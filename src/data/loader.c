@@ -166,9 +166,16 @@ int64_t acc_dataloader_total_batch_size(const acc_dataloader *dl) {
   return acc__handle_ok(dl, ACC__HANDLE_DATALOADER) ? dl->total_bs : 0;
 }
 
+int acc__dataloader_opts_take(const acc_dataloader_options *user) {
+  size_t need = offsetof(acc_dataloader_options, take_dataset) + sizeof user->take_dataset;
+  return user && user->size >= need && user->version >= 4 && user->take_dataset;
+}
+
 acc_result acc_dataloader_create(acc_dataloader **out, acc_dataset *ds,
                                  const acc_dataloader_options *opts) {
-  return acc__dataloader_create_on(out, ds, opts, NULL);
+  acc_result rc = acc__dataloader_create_on(out, ds, opts, NULL);
+  if (rc != ACC_OK && acc__dataloader_opts_take(opts)) acc_dataset_destroy(ds); /* taken over */
+  return rc;
 }
 
 /* The accelerator is going away before the loader: its device memory is freed now, the host
@@ -379,6 +386,7 @@ acc_result acc__dataloader_create_on(acc_dataloader **out, acc_dataset *ds,
   }
   if (o.prefetch > 0 && !dl->dispatch) /* dispatching calls collectives: caller's thread only */
     ACC_CHECK_GOTO(acc__loader_thread_start(dl, fn), rc, fail);
+  if (o.take_dataset) dl->owns_ds = 1; /* destroyed with the loader */
   *out = dl;
   return ACC_OK;
 fail:

@@ -23,7 +23,7 @@ typedef struct tok_file {
 typedef struct tok_set {
   tok_file *files;
   int nfiles;
-  int64_t T, vocab, windows;
+  int64_t T, S, vocab, windows; /* S: the stride */
   size_t width;
 } tok_set;
 
@@ -117,7 +117,7 @@ static int tok_fetch(int64_t index, void *const *fields, void *payload) {
     else hi = mid - 1;
   }
   const tok_file *tf = &s->files[lo];
-  int64_t pos = (index - tf->first_window) * s->T, n = s->T + 1;
+  int64_t pos = (index - tf->first_window) * s->S, n = s->T + 1;
   off_t off = (off_t)(tf->data_off + pos * (int64_t)s->width);
   unsigned char stackbuf[16384], *buf = stackbuf;
   size_t nbytes = (size_t)n * s->width;
@@ -165,6 +165,12 @@ acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths
   if (o.vocab_size < 0)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: vocab_size is %lld, expected >= 0 (0: unchecked)", fn,
                       (long long)o.vocab_size);
+  if (o.stride < 0 || o.stride > ((int64_t)1 << 28))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: stride is %lld, expected 1..2^28 (0: seq_len)", fn,
+                      (long long)o.stride);
+  if (o.max_windows < 0)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: max_windows is %lld, expected >= 0 (0: every window)", fn,
+                      (long long)o.max_windows);
   if (!paths || num_paths < 1)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no token files (num_paths %d)", fn, num_paths);
   for (int f = 0; f < num_paths; f++)
@@ -172,6 +178,7 @@ acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths
   tok_set *s = acc__calloc(1, sizeof *s);
   if (!s) return ACC_ERR_NOMEM;
   s->T = o.seq_len;
+  s->S = o.stride ? o.stride : o.seq_len;
   s->vocab = o.vocab_size;
   s->width = o.format == ACC_TOKENS_U32 ? 4 : 2;
   s->files = acc__calloc((size_t)num_paths, sizeof *s->files);
@@ -183,8 +190,17 @@ acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths
     rc = open_file(s, &s->files[f], paths[f], o.format);
     if (rc != ACC_OK) break;
     s->files[f].first_window = s->windows;
-    s->windows += s->files[f].ntok >= 1 ? (s->files[f].ntok - 1) / s->T : 0;
+    s->windows += s->files[f].ntok >= s->T + 1 ? (s->files[f].ntok - s->T - 1) / s->S + 1 : 0;
+    if (o.max_windows > 0 && s->windows >= o.max_windows) { /* the files after it are not needed */
+      s->windows = o.max_windows;
+      break;
+    }
   }
+  if (rc == ACC_OK && o.max_windows > s->windows)
+    rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
+                    "%s: max_windows is %lld but the %d token file(s) (first: '%s') hold only %lld windows of "
+                    "seq_len + 1 = %lld tokens", fn, (long long)o.max_windows, num_paths, paths[0],
+                    (long long)s->windows, (long long)(s->T + 1));
   if (rc == ACC_OK && s->windows == 0)
     rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
                     "%s: the %d token file(s) (first: '%s') hold no window of seq_len + 1 = %lld tokens", fn,

@@ -115,6 +115,7 @@ static inline acc_dtype acc__accel_lp_dtype(const acc_accelerator *acc) {
 typedef struct acc__accel_parts {
   acc_state *st;
   acc_model **models; /* prepared models, in prepare order */
+  acc__pmodel *pmodels; /* the same, as the accelerator prepared them (comm hook state) */
   int nmodels;
   acc_optimizer **opts;
   int nopts;
@@ -133,6 +134,7 @@ acc_result acc__accelerator_parts(acc_accelerator *acc, acc__accel_parts *out);
 static inline void acc__accel_fill_parts(acc_accelerator *acc, acc__accel_parts *out) {
   out->st = acc->st;
   out->models = acc->model_list;
+  out->pmodels = acc->models;
   out->nmodels = acc->nmodels;
   out->opts = acc->opts;
   out->nopts = acc->nopts;

@@ -136,6 +136,7 @@ static acc_result pad_across_processes_host(acc_accelerator *acc, void *buf, int
     case ACC_BF16: { uint16_t v = acc__f32_to_bf16((float)pad_value); memcpy(one, &v, 2); break; }
     case ACC_I32: { int32_t v = (int32_t)pad_value; memcpy(one, &v, 4); break; }
     case ACC_I64: { int64_t v = (int64_t)pad_value; memcpy(one, &v, 8); break; }
+    case ACC_U64: { uint64_t v = (uint64_t)pad_value; memcpy(one, &v, 8); break; }
     default: { uint8_t v = (uint8_t)pad_value; one[0] = v; break; }
   }
   for (size_t i = 0; i < pad * sample_elems; i++) memcpy(dst + i * es, one, es);

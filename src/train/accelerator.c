@@ -336,8 +336,20 @@ static acc_result dispatch_broadcast(void *buf, size_t bytes, void *payload) {
   return acc_broadcast((acc_state *)payload, buf, bytes, ACC_U8, 0);
 }
 
+static acc_result prepare_dataloader(acc_accelerator *acc, acc_dataset *ds, const acc_dataloader_options *opts,
+                                     acc_dataloader **out);
+
 acc_result acc_accelerator_prepare_dataloader(acc_accelerator *acc, acc_dataset *ds,
                                               const acc_dataloader_options *opts, acc_dataloader **out) {
+  acc_result rc = prepare_dataloader(acc, ds, opts, out);
+  /* take_dataset: the loader owns the dataset from the call on, also when it fails */
+  if (rc != ACC_OK && acc__dataloader_opts_take(opts)) acc_dataset_destroy(ds);
+  return rc;
+}
+
+static acc_result prepare_dataloader(acc_accelerator *acc, acc_dataset *ds, const acc_dataloader_options *opts,
+                                     acc_dataloader **out) {
+  if (out) *out = NULL;
   ACC_CHECK(acc__accel_check(acc, "prepare_dataloader"));
   if (!ds || !out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "prepare_dataloader: NULL argument");
   acc_dataloader_options o = ACC_DATALOADER_OPTIONS_INIT;

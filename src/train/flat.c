@@ -106,3 +106,58 @@ acc_result acc_model_set_flat_grads(acc_model *m, size_t first, float *grads) {
   }
   return ACC_OK;
 }
+
+acc_result acc_param_table_from_sizes(acc_param_spec *table, size_t count, const size_t *sizes) {
+  static const char fn[] = "acc_param_table_from_sizes";
+  if (count && (!table || !sizes)) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: table or sizes is NULL", fn);
+  /* checked first, written after: a failure leaves the table as it was */
+  for (size_t i = 0; i < count; i++) {
+    const acc_param_spec *r = &table[i];
+    const char *nm = r->name ? r->name : "(no name)";
+    if (r->ndim < 0 || r->ndim > ACC_MAX_DIMS)
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: row %zu ('%s') has ndim %d, expected 0..%d", fn, i, nm,
+                        r->ndim, ACC_MAX_DIMS);
+    if (r->ndim == 0) continue;
+    int free_dim = -1;
+    uint64_t prod = 1;
+    int overflow = 0;
+    for (int d = 0; d < r->ndim; d++) {
+      if (r->shape[d] == -1 && free_dim < 0) {
+        free_dim = d;
+        continue;
+      }
+      if (r->shape[d] < 0)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: row %zu ('%s'): dimension %d is %lld (only one -1, to be "
+                          "inferred from sizes[%zu] = %zu)", fn, i, nm, d, (long long)r->shape[d], i, sizes[i]);
+      if (r->shape[d] && prod > UINT64_MAX / (uint64_t)r->shape[d]) overflow = 1;
+      prod *= (uint64_t)r->shape[d];
+    }
+    int ok = !overflow && (free_dim >= 0 ? prod > 0 && sizes[i] % prod == 0 : prod == sizes[i]);
+    if (!ok) {
+      char shape[256];
+      size_t len = 0;
+      shape[0] = 0;
+      for (int d = 0; d < r->ndim && len < sizeof shape; d++)
+        len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld", d ? ", " : "", (long long)r->shape[d]);
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: row %zu ('%s') has shape [%s], which %s sizes[%zu] = %zu "
+                        "elements", fn, i, nm, shape, free_dim >= 0 ? "cannot be completed to" : "does not hold",
+                        i, sizes[i]);
+    }
+  }
+  for (size_t i = 0; i < count; i++) {
+    acc_param_spec *r = &table[i];
+    if (r->ndim == 0) {
+      r->ndim = 1;
+      r->shape[0] = (int64_t)sizes[i];
+      continue;
+    }
+    uint64_t prod = 1;
+    int free_dim = -1;
+    for (int d = 0; d < r->ndim; d++) {
+      if (r->shape[d] == -1 && free_dim < 0) free_dim = d;
+      else prod *= (uint64_t)r->shape[d];
+    }
+    if (free_dim >= 0) r->shape[free_dim] = (int64_t)(sizes[i] / prod);
+  }
+  return ACC_OK;
+}

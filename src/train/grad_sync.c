@@ -277,6 +277,10 @@ acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__devctx *d) {
   return acc__dev_gsync_create(&gs->dev, d, gs->st, gs->model, gs->order, n, gs->nbuckets);
 }
 
+acc_result acc__grad_sync_set_device_hook(acc__grad_sync *gs, acc__host_reduce_fn fn, void *ctx) {
+  return acc__dev_gsync_set_host_reducer(gs->dev, fn, ctx);
+}
+
 void acc__grad_sync_set_reducer(acc__grad_sync *gs, acc__bucket_reduce_fn fn, void *ctx) {
   if (!gs) return;
   gs->reduce_fn = fn;

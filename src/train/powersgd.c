@@ -2,7 +2,10 @@
  * (min_compression_rate 2, use_error_feedback, warm_start, orthogonalization_epsilon 0), one
  * bucket at a time, two all-reduces per bucket (the uncompressed tensors with the P factors,
  * then the Q factors; torch makes three). The per-parameter state (Q, the error) is kept by
- * parameter index, so it survives the buckets being rebuilt. */
+ * parameter index, so it survives the buckets being rebuilt. The reducer works on host pointers to
+ * the bucket's gradients: the model's own (host gradients) or a host staging of device gradients
+ * (acc__powersgd_reduce_host, train_sync.c). The state travels in checkpoints through the
+ * accessors at the end (src/ckpt/psgd_state.c). */
 #include "train/powersgd.h"
 
 #include <math.h>
@@ -31,6 +34,7 @@ struct acc__powersgd {
   size_t np;
   float *buf; /* scratch: the uncompressed tensors, then the P factors, then the Q factors */
   size_t buf_cap;
+  float **gptr; /* np entries: the gradients of the bucket being reduced (host memory) */
 };
 
 acc_result acc__powersgd_create(acc__powersgd **out, acc_state *st, acc_model *m, int rank,
@@ -42,7 +46,9 @@ acc_result acc__powersgd_create(acc__powersgd **out, acc_state *st, acc_model *m
   acc__powersgd *p = acc__calloc(1, sizeof *p);
   size_t np = acc_model_num_parameters(m);
   if (p) p->pp = acc__calloc(np ? np : 1, sizeof *p->pp);
-  if (!p || !p->pp) {
+  if (p) p->gptr = acc__calloc(np ? np : 1, sizeof *p->gptr);
+  if (!p || !p->pp || !p->gptr) {
+    if (p) acc__free(p->pp), acc__free(p->gptr);
     acc__free(p);
     return acc__error(ACC_ERR_NOMEM, "PowerSGD: cannot allocate the state of %zu parameters", np);
   }
@@ -64,6 +70,7 @@ void acc__powersgd_destroy(acc__powersgd *p) {
   }
   acc__free(p->pp);
   acc__free(p->buf);
+  acc__free(p->gptr);
   acc__free(p);
 }
 
@@ -153,8 +160,8 @@ static size_t pack(acc__powersgd *p, const size_t *params, size_t count, int kin
   for (size_t k = 0; k < count; k++) {
     const acc_param *a = acc_model_parameter(p->model, params[k]);
     if (kind && p->pp[params[k]].kind != kind) continue;
-    if (u && dir == 0) memcpy(u + off, a->grad, a->numel * sizeof(float));
-    if (u && dir == 1) memcpy(a->grad, u + off, a->numel * sizeof(float));
+    if (u && dir == 0) memcpy(u + off, p->gptr[k], a->numel * sizeof(float));
+    if (u && dir == 1) memcpy(p->gptr[k], u + off, a->numel * sizeof(float));
     off += a->numel;
   }
   return off;
@@ -173,9 +180,8 @@ static acc_result mean_packed(acc__powersgd *p, const size_t *params, size_t cou
   return ACC_OK;
 }
 
-acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t count, size_t numel) {
-  acc__powersgd *p = ctx;
-  (void)numel;
+/* The reducer on the bucket's gradients at p->gptr[0..count). */
+static acc_result reduce(acc__powersgd *p, const size_t *params, size_t count) {
   if (p->iter < p->start_iter) return mean_packed(p, params, count, 0);
   for (size_t k = 0; k < count; k++) ACC_CHECK(classify(p, params[k]));
   size_t np_ = 0, nq = 0; /* floats of the P and Q factors of this bucket */
@@ -195,7 +201,7 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
   for (size_t k = 0; k < count; k++) {
     psgd_param *q = &p->pp[params[k]];
     if (q->kind != 2) continue;
-    float *M = acc_model_parameter(p->model, params[k])->grad;
+    float *M = p->gptr[k];
     size_t n = q->n, m = q->m, r = q->r;
     for (size_t x = 0; x < n * m; x++) M[x] += q->err[x];
     if (p->iter > p->start_iter) orthogonalize(q->q, m, r); /* the first time: fresh random */
@@ -213,7 +219,7 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
   for (size_t k = 0; k < count; k++) {
     psgd_param *q = &p->pp[params[k]];
     if (q->kind != 2) continue;
-    const float *M = acc_model_parameter(p->model, params[k])->grad;
+    const float *M = p->gptr[k];
     size_t n = q->n, m = q->m, r = q->r;
     orthogonalize(P + po, n, r);
     float *Qk = Q + qo;
@@ -233,7 +239,7 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
   for (size_t k = 0; k < count; k++) {
     psgd_param *q = &p->pp[params[k]];
     if (q->kind != 2) continue;
-    float *M = acc_model_parameter(p->model, params[k])->grad;
+    float *M = p->gptr[k];
     size_t n = q->n, m = q->m, r = q->r;
     memcpy(q->q, Q + qo, m * r * sizeof(float));
     for (size_t i = 0; i < n; i++) {
@@ -258,4 +264,59 @@ acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t c
     po += n * r, qo += m * r;
   }
   return ACC_OK;
+}
+
+acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t count, size_t numel) {
+  acc__powersgd *p = ctx;
+  (void)numel;
+  for (size_t k = 0; k < count; k++) p->gptr[k] = acc_model_parameter(p->model, params[k])->grad;
+  return reduce(p, params, count);
+}
+
+acc_result acc__powersgd_reduce_host(void *ctx, const size_t *params, size_t count, float *const *grads) {
+  acc__powersgd *p = ctx;
+  for (size_t k = 0; k < count; k++) p->gptr[k] = grads[k];
+  return reduce(p, params, count);
+}
+
+/* ---- checkpoints (src/ckpt/psgd_state.c) ---------------------------------------------------- */
+
+int acc__powersgd_rank(const acc__powersgd *p) { return p->rank; }
+long acc__powersgd_start_iter(const acc__powersgd *p) { return p->start_iter; }
+uint64_t acc__powersgd_seed(void) { return PSGD_SEED; }
+
+int acc__powersgd_param(const acc__powersgd *p, size_t i, size_t dims[3], const float **q, const float **err) {
+  if (i >= p->np || p->pp[i].kind != 2) return 0;
+  const psgd_param *a = &p->pp[i];
+  dims[0] = a->n, dims[1] = a->m, dims[2] = a->r;
+  *q = a->q;
+  *err = a->err;
+  return 1;
+}
+
+acc_result acc__powersgd_fresh(const acc__powersgd *p, acc__powersgd **out) {
+  return acc__powersgd_create(out, p->st, p->model, p->rank, p->start_iter);
+}
+
+void acc__powersgd_set_iter(acc__powersgd *p, long iter) { p->iter = iter; }
+
+acc_result acc__powersgd_set_param(acc__powersgd *p, size_t i, size_t dims[3], float **q, float **err) {
+  *q = *err = NULL;
+  if (i >= p->np) return acc__error(ACC_ERR_INVALID_ARGUMENT, "PowerSGD: parameter %zu of %zu", i, p->np);
+  ACC_CHECK(classify(p, i));
+  psgd_param *a = &p->pp[i];
+  if (a->kind != 2) {
+    dims[0] = dims[1] = dims[2] = 0;
+    return ACC_ERR_MISMATCH; /* the caller names the file and the parameter */
+  }
+  dims[0] = a->n, dims[1] = a->m, dims[2] = a->r;
+  *q = a->q;
+  *err = a->err;
+  return ACC_OK;
+}
+
+void acc__powersgd_swap(acc__powersgd *a, acc__powersgd *b) {
+  acc__powersgd t = *a;
+  *a = *b;
+  *b = t;
 }

@@ -25,9 +25,33 @@ void acc__powersgd_destroy(acc__powersgd *p);
  * gradient becomes P Q^T and the error M - P Q^T. Collective. */
 acc_result acc__powersgd_reduce_bucket(void *ctx, const size_t *params, size_t count, size_t numel);
 
+/* The same on gradients in host memory given per parameter of the bucket (grads[k] for
+ * params[k]): the host staging of gradients in device memory (train_sync.c). Collective. */
+acc_result acc__powersgd_reduce_host(void *ctx, const size_t *params, size_t count, float *const *grads);
+
 /* After every bucket of a synchronizing backward: counts the step (start_iter). */
 void acc__powersgd_step_done(acc__powersgd *p);
 /* Steps counted so far (tests). */
 long acc__powersgd_iter(const acc__powersgd *p);
+
+/* ---- checkpoints (src/ckpt/psgd_state.c) ----------------------------------------------------
+ * The state of a process: the step counter, and per compressed parameter its Q (m x r, the warm
+ * start) and its error feedback (n x m). The random first Q of a parameter comes from a generator
+ * seeded with acc__powersgd_seed() and the parameter's index, the same on every process: there is
+ * no running generator to save. */
+int acc__powersgd_rank(const acc__powersgd *p);
+long acc__powersgd_start_iter(const acc__powersgd *p);
+uint64_t acc__powersgd_seed(void);
+/* 1 with the shape (n, m, r) and borrowed buffers when parameter i is compressed, else 0. */
+int acc__powersgd_param(const acc__powersgd *p, size_t i, size_t dims[3], const float **q, const float **err);
+/* A new state for the same model and settings, at step 0, nothing compressed yet (a load stages
+ * into it and swaps it in only once every process agreed). */
+acc_result acc__powersgd_fresh(const acc__powersgd *p, acc__powersgd **out);
+void acc__powersgd_set_iter(acc__powersgd *p, long iter);
+/* Classifies parameter i; when it is compressed, its shape and the buffers to fill (Q, error);
+ * ACC_ERR_MISMATCH without a message when its shape does not compress at this rank. */
+acc_result acc__powersgd_set_param(acc__powersgd *p, size_t i, size_t dims[3], float **q, float **err);
+/* Exchanges the contents of two states of the same model (the reducers keep their pointer). */
+void acc__powersgd_swap(acc__powersgd *a, acc__powersgd *b);
 
 #endif

@@ -73,6 +73,7 @@ acc_result acc_tensor_to_dlpack(const acc_tensor *t, DLTensor *out) {
     case ACC_I32: dt.code = kDLInt; dt.bits = 32; break;
     case ACC_I64: dt.code = kDLInt; dt.bits = 64; break;
     case ACC_U8: dt.code = kDLUInt; dt.bits = 8; break;
+    case ACC_U64: dt.code = kDLUInt; dt.bits = 64; break;
     default:
       return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_tensor_to_dlpack: unknown dtype %d", (int)t->dtype);
   }
@@ -111,11 +112,12 @@ acc_result acc_tensor_from_dlpack(const DLTensor *dl, acc_tensor *out) {
     else if (code == kDLInt && bits == 32) dtype = ACC_I32;
     else if (code == kDLInt && bits == 64) dtype = ACC_I64;
     else if (code == kDLUInt && bits == 8) dtype = ACC_U8;
+    else if (code == kDLUInt && bits == 64) dtype = ACC_U64;
   }
   if (dtype == ACC_DTYPE_COUNT_)
     return acc__error(ACC_ERR_NOT_SUPPORTED,
                       "%s: dtype (code %u, bits %u, lanes %u) is not supported (expected float16/32/64, bfloat16, "
-                      "int32/64 or uint8 with 1 lane)",
+                      "int32/64, uint8 or uint64 with 1 lane)",
                       fn, (unsigned)dl->dtype.code, (unsigned)dl->dtype.bits, (unsigned)dl->dtype.lanes);
   for (int d = 0; d < dl->ndim; d++)
     if (dl->shape[d] < 0)

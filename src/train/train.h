@@ -37,6 +37,11 @@ void acc__dev_gsync_free(acc__dev_gsync *g);
  * thread. */
 acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first, size_t count,
                                  size_t numel, float *inplace);
+/* A comm hook on host memory (PowerSGD, train/powersgd.h): every bucket is staged to the host
+ * (also where NCCL averages otherwise) and fn leaves the result in the staged gradients, which go
+ * back to the device. grads[k] is the host copy of parameter order[first + k]'s gradient. */
+typedef acc_result (*acc__host_reduce_fn)(void *ctx, const size_t *params, size_t count, float *const *grads);
+acc_result acc__dev_gsync_set_host_reducer(acc__dev_gsync *g, acc__host_reduce_fn fn, void *ctx);
 /* After the last bucket of a step: later work of the compute stream waits for the averaged
  * gradients (NCCL: an event on the communication stream; host-staged: nothing to do). */
 acc_result acc__dev_gsync_finish(acc__dev_gsync *g);
@@ -108,5 +113,7 @@ acc_result acc__optimizer_device_stepped(acc_optimizer *o);
 void acc__grad_scaler_mark_unscaled(acc_grad_scaler *s, int found_inf);
 /* src/train/grad_sync.c: averaging on the device (called by prepare_model). */
 acc_result acc__grad_sync_use_device(acc__grad_sync *gs, acc__devctx *d);
+/* src/train/grad_sync.c: the comm hook of the device buckets (acc__dev_gsync_set_host_reducer). */
+acc_result acc__grad_sync_set_device_hook(acc__grad_sync *gs, acc__host_reduce_fn fn, void *ctx);
 
 #endif

@@ -14,6 +14,7 @@
 #include "train/accel.h"
 #include "train/train.h"
 #include "train/model_internal.h"
+#include "train/powersgd.h"
 
 /* Process 0's parameters reach every process through host staging, the gradient buckets are
  * averaged on the device, the low-precision copy is device memory. */
@@ -23,11 +24,11 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
                       "prepare_model: this accelerator trains on %s and already has a prepared model; "
                       "several models are supported on the CPU only for now",
                       acc__device_name(acc->dev->dev));
-  if (acc->comm_hook != ACC_COMM_HOOK_NONE)
+  if (acc->comm_hook != ACC_COMM_HOOK_NONE && acc->comm_hook != ACC_COMM_HOOK_POWERSGD)
     return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "prepare_model: comm_hook (gradient compression) is supported for gradients "
-                      "in host memory only, and this accelerator trains on %s; unset comm_hook "
-                      "(ACCELERATE_COMM_HOOK)",
+                      "prepare_model: comm_hook fp16/bf16 (gradient compression) is supported for "
+                      "gradients in host memory only, and this accelerator trains on %s; unset "
+                      "comm_hook (ACCELERATE_COMM_HOOK) or use power_sgd",
                       acc__device_name(acc->dev->dev));
   const int typed = acc__typed_any(model);
   if (typed) ACC_CHECK(acc__typed_check_place(model, acc->dev, "prepare_model"));
@@ -48,6 +49,10 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
   pm->grad_gen = acc__model_grad_gen(model);
   acc_result rc = acc__grad_sync_create(&pm->gs, acc->st, model, acc->bucket_cap, acc->overlap);
   if (rc == ACC_OK) rc = acc__grad_sync_use_device(pm->gs, acc->dev);
+  /* PowerSGD on the host staging of the buckets (its state is host memory) */
+  if (rc == ACC_OK && acc->comm_hook == ACC_COMM_HOOK_POWERSGD)
+    rc = acc__powersgd_create(&pm->psgd, acc->st, model, acc->psgd_rank, acc->psgd_start);
+  if (rc == ACC_OK && pm->psgd) rc = acc__grad_sync_set_device_hook(pm->gs, acc__powersgd_reduce_host, pm->psgd);
   if (rc == ACC_OK && acc->want_low_precision) rc = acc__dev_low_precision_alloc(acc, model);
   if (rc != ACC_OK) acc__pmodel_free(pm);
   return rc;
@@ -66,6 +71,7 @@ static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
   }
   if (acc->mp == ACC_PRECISION_FP16) ACC_CHECK(acc__dev_round_grads_f16(acc));
   ACC_CHECK(acc__grad_sync_finish(pm->gs));
+  acc__powersgd_step_done(pm->psgd);
   return typed ? acc__typed_grads_out(pm->model) : ACC_OK;
 }
 

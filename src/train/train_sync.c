@@ -52,6 +52,10 @@ struct acc__dev_gsync {
   acc__devent *wd_ev[64]; /* one per all-reduce in flight, reused round robin */
   uint64_t wd_seq[64];    /* the watchdog's number of the all-reduce each last marked */
   uint64_t wd_n;          /* all-reduces issued */
+  /* a comm hook on host memory (PowerSGD): every bucket host-staged, then fn instead of the mean */
+  acc__host_reduce_fn host_fn;
+  void *host_ctx;
+  float **hptr; /* n entries: where each gradient of the bucket lies in host */
 };
 
 enum { WD_EVENTS = 64 };
@@ -306,6 +310,7 @@ void acc__dev_gsync_free(acc__dev_gsync *g) {
   if (g->cstream) acc__dstream_destroy(dev, g->cstream);
   acc__free(g->ev);
   acc__free(g->prefix);
+  acc__free(g->hptr);
   acc__device_host_free(dev, g->host);
   acc__free(g);
 }
@@ -397,11 +402,26 @@ static acc_result staged_wait(acc__dev_gsync *g, size_t bucket) {
   return rc;
 }
 
+acc_result acc__dev_gsync_set_host_reducer(acc__dev_gsync *g, acc__host_reduce_fn fn, void *ctx) {
+  if (!g || g->inv_world == 1.0f) return ACC_OK; /* one process: the buckets are left alone */
+  acc__devctx *d = g->d;
+  if (!g->hptr) g->hptr = acc__calloc(g->n ? g->n : 1, sizeof *g->hptr);
+  if (!g->hptr) return ACC_ERR_NOMEM;
+  /* the NCCL path has no host staging of its own: the hook's buckets need one */
+  if (!g->host && g->prefix[g->n])
+    ACC_CHECK(acc__device_host_alloc(d->dev, g->prefix[g->n] * sizeof(float), (void **)&g->host));
+  for (size_t b = 0; b < g->nbuckets; b++)
+    if (!g->ev[b]) ACC_CHECK(acc__devent_create(d->dev, &g->ev[b]));
+  g->host_fn = fn;
+  g->host_ctx = ctx;
+  return ACC_OK;
+}
+
 acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first, size_t count,
                                  size_t numel, float *inplace) {
   if (g->wd) ACC_CHECK(acc__watchdog_check(g->wd));
-  if (numel == 0 || (g->inv_world == 1.0f && !g->comm)) return ACC_OK;
-  if (g->comm) return nccl_bucket(g, bucket, first, count, numel, inplace);
+  if (numel == 0 || (g->inv_world == 1.0f && (!g->comm || g->host_fn))) return ACC_OK;
+  if (g->comm && !g->host_fn) return nccl_bucket(g, bucket, first, count, numel, inplace);
   acc__devctx *d = g->d;
   float *h = g->host + g->prefix[first];
   if (inplace) {
@@ -417,9 +437,18 @@ acc_result acc__dev_gsync_bucket(acc__dev_gsync *g, size_t bucket, size_t first,
   }
   ACC_CHECK(acc__devent_record(d->dev, g->ev[bucket], d->stream));
   ACC_CHECK(staged_wait(g, bucket));
-  acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, (int64_t)bucket);
-  ACC_CHECK(acc_all_reduce(g->st, h, h, numel, ACC_F32, ACC_SUM));
-  for (size_t i = 0; i < numel; i++) h[i] = h[i] * g->inv_world; /* as the CPU path */
+  if (g->host_fn) { /* the hook on the staged gradients, laid out as in device memory */
+    for (size_t k = first, off = 0; k < first + count; k++) {
+      const acc_param *p = acc_model_parameter(g->m, g->order[k]);
+      g->hptr[k - first] = inplace ? h + ((const float *)p->grad - inplace) : h + off;
+      off += p->numel;
+    }
+    ACC_CHECK(g->host_fn(g->host_ctx, g->order + first, count, g->hptr));
+  } else {
+    acc__comm_origin(ACC__ORIGIN_GRAD_SYNC, (int64_t)bucket);
+    ACC_CHECK(acc_all_reduce(g->st, h, h, numel, ACC_F32, ACC_SUM));
+    for (size_t i = 0; i < numel; i++) h[i] = h[i] * g->inv_world; /* as the CPU path */
+  }
   if (inplace)
     return acc__device_copy(d->dev, inplace, h, numel * sizeof(float), ACC__COPY_H2D, d->stream);
   for (size_t k = first, off = 0; k < first + count; k++) {

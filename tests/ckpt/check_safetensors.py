@@ -12,7 +12,7 @@ import json
 import struct
 import sys
 
-SIZES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "U8": 1}
+SIZES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "U8": 1, "U64": 8}
 errors = []
 
 
@@ -31,7 +31,8 @@ def main():
     check(header.pop("__metadata__") == {"format": "pt", "step": "7"}, "metadata")
     expected = [
         ("w.f32", "F32", [2, 3]), ("w.f64", "F64", [3]), ("w.f16", "F16", [2]), ("w.bf16", "BF16", [2]),
-        ("scalar", "I32", []), ("w.i64", "I64", [2]), ("bytes", "U8", [5]), ("empty", "F32", [0]),
+        ("scalar", "I32", []), ("w.i64", "I64", [2]), ("bytes", "U8", [5]), ("rng.u64", "U64", [2]),
+        ("empty", "F32", [0]),
     ]
     check(list(header.keys()) == [e[0] for e in expected], "tensor order %s" % list(header.keys()))
     offset = 0
@@ -58,6 +59,14 @@ def main():
     check(struct.unpack_from("<i", at("scalar"))[0] == -123456, "scalar value")
     check(list(struct.unpack_from("<2q", at("w.i64"))) == [-2**63, 2**63 - 1], "w.i64 values")
     check(list(at("bytes")[:5]) == [0, 1, 127, 128, 255], "bytes values")
+    check(list(struct.unpack_from("<2Q", at("rng.u64"))) == [0x0123456789abcdef, 2**64 - 1], "rng.u64 values")
+    try:  # numpy, where installed, reads "U64" as uint64 (safetensors' own mapping)
+        import numpy as np
+        off = header["rng.u64"]["data_offsets"]
+        arr = np.frombuffer(data[off[0]:off[1]], dtype="<u8")
+        check(arr.dtype == np.uint64 and int(arr[1]) == 2**64 - 1, "numpy uint64 %s" % arr)
+    except ImportError:
+        pass
 
     # A file as another writer might produce it: unpadded header (length 8k+3), JSON keys in the
     # reverse order of the data, default separators with spaces, no __metadata__.

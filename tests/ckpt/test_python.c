@@ -17,17 +17,19 @@ int main(int argc, char **argv) {
   int32_t i32 = -123456;
   int64_t i64[2] = {INT64_MIN, INT64_MAX};
   uint8_t u8[5] = {0, 1, 127, 128, 255};
-  acc_tensor_view t[8] = {
+  uint64_t u64[2] = {0x0123456789abcdefull, UINT64_MAX}; /* an RNG state: ACC_U64 (since 0.3) */
+  acc_tensor_view t[9] = {
       {"w.f32", ACC_F32, 2, {2, 3}, f32, 0}, {"w.f64", ACC_F64, 1, {3}, f64, 0},
       {"w.f16", ACC_F16, 1, {2}, f16, 0},    {"w.bf16", ACC_BF16, 1, {2}, bf16, 0},
       {"scalar", ACC_I32, 0, {0}, &i32, 0},  {"w.i64", ACC_I64, 1, {2}, i64, 0},
-      {"bytes", ACC_U8, 1, {5}, u8, 0},      {"empty", ACC_F32, 1, {0}, NULL, 0},
+      {"bytes", ACC_U8, 1, {5}, u8, 0},      {"rng.u64", ACC_U64, 1, {2}, u64, 0},
+      {"empty", ACC_F32, 1, {0}, NULL, 0},
   };
   char ours[1024], theirs[1024], cmd[4096];
   snprintf(ours, sizeof ours, "%s/ours.safetensors", dir);
   snprintf(theirs, sizeof theirs, "%s/theirs.safetensors", dir);
   const char *k[1] = {"step"}, *v[1] = {"7"};
-  REQUIRE_OK(acc_safetensors_write(ours, t, 8, k, v, 1));
+  REQUIRE_OK(acc_safetensors_write(ours, t, 9, k, v, 1));
   /* A sharded model with a non-ASCII name: a [6] | "zé" [10] | b [4] at 40-byte shards. */
   float wa[6] = {0}, wb[4] = {0}, wz[10] = {0};
   int64_t s6[1] = {6}, s4[1] = {4}, s10[1] = {10};
@@ -46,6 +48,17 @@ int main(int argc, char **argv) {
   CHECK(st == 0, "check_safetensors.py failed (status %d)", st);
 
   acc_safetensors *f = NULL;
+  CHECK_OK(acc_safetensors_open(&f, ours)); /* ACC_U64 back from our own file */
+  if (f) {
+    acc_tensor_view u;
+    uint64_t back[2] = {0, 0};
+    CHECK_OK(acc_safetensors_find(f, "rng.u64", &u));
+    if (u.data) memcpy(back, u.data, sizeof back);
+    CHECK(u.dtype == ACC_U64 && u.nbytes == 16 && back[0] == u64[0] && back[1] == u64[1], "rng.u64 read back");
+    CHECK(strcmp(acc_dtype_name(ACC_U64), "u64") == 0 && acc_dtype_size(ACC_U64) == 8, "ACC_U64 name and size");
+    acc_safetensors_close(f);
+    f = NULL;
+  }
   CHECK_OK(acc_safetensors_open(&f, theirs));
   if (f) {
     CHECK(acc_safetensors_count(f) == 2, "count %zu", acc_safetensors_count(f));

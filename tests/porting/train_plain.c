@@ -1,8 +1,10 @@
 /* A small llm.c-style trainer, written for the porting test (tests/porting/): a next-token model
  * (embedding, then one linear layer to the vocabulary) whose parameters live in one flat
  * allocation, gradients allocated on the first backward pass, its own AdamW with moments
- * allocated on the first update, its own token loader, printf everywhere. train_ported.c is this
- * file with the library's calls added; test_porting.py counts the difference. */
+ * allocated on the first update, its own token loader, a validation loss over the first VALW
+ * windows every VAL_EVERY steps, an RNG state of its own (a uint64, as llm.c's sampler keeps),
+ * printf everywhere. train_ported.c is this file with the library's calls added;
+ * test_porting.py counts the difference. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,8 +18,11 @@
 #define T 8
 #define NT 3
 #define NP (V * C + C * V + V)
+#define VALW 16    /* validation windows */
+#define VAL_EVERY 4
 
 typedef struct Model {
+  size_t param_sizes[NT];              /* as llm.c: the size of each tensor */
   float *params_memory, *grads_memory; /* NP floats each: wte (V x C), fc_w (C x V), fc_b (V) */
   float *probs;                        /* B x T x V, the last forward's softmax */
   int B;
@@ -29,6 +34,7 @@ typedef struct AdamW {
 } AdamW;
 
 static void model_init(Model *m, uint64_t seed) {
+  m->param_sizes[0] = V * C, m->param_sizes[1] = C * V, m->param_sizes[2] = V;
   m->params_memory = malloc(NP * sizeof(float));
   m->grads_memory = NULL;
   m->probs = NULL;
@@ -99,13 +105,46 @@ static void adamw_update(Model *m, AdamW *o, float lr, float b1, float b2, float
   }
 }
 
-static void print_digest(const Model *m) {
+/* The loss of each window of a batch (the mean over its T positions). */
+static int window_losses(void *ctx, const int *in, const int *tg, int64_t rows, float *losses) {
+  Model *m = ctx;
+  forward(m, in, tg, (int)rows);
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int t = 0; t < T; t++) s -= log(m->probs[((size_t)r * T + t) * V + tg[r * T + t]]);
+    losses[r] = (float)(s / T);
+  }
+  return 0;
+}
+
+/* The mean loss of the first VALW windows of the token file, with a loader of its own. */
+static float val_loss(Model *m, const char *path, int B) {
+  Loader vl;
+  loader_init(&vl, path, B, T);
+  double sum = 0;
+  float losses[VALW];
+  int *in, *tg;
+  for (int i = 0; i < VALW / B; i++) {
+    loader_next(&vl, &in, &tg);
+    window_losses(m, in, tg, B, losses);
+    for (int r = 0; r < B; r++) sum += losses[r];
+  }
+  loader_free(&vl);
+  return (float)(sum / VALW);
+}
+
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+  *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+  return *s * 0x2545F4914F6CDD1Dull;
+}
+
+static void print_digest(const Model *m, uint64_t rng) {
   double s = 0, s2 = 0, si = 0;
   for (int i = 0; i < NP; i++) {
     double p = m->params_memory[i];
     s += p, s2 += p * p, si += p * (i % 97);
   }
-  printf("digest %.17g %.17g %.17g\n", s, s2, si);
+  printf("digest %.17g %.17g %.17g %.17g\n", s, s2, si, (double)(rng >> 11));
 }
 
 int main(int argc, char **argv) {
@@ -119,15 +158,17 @@ int main(int argc, char **argv) {
   Loader loader;
   loader_init(&loader, argv[1], B, T);
   AdamW opt = {0};
+  uint64_t rng = 88172645463325252ull;
   int *inputs, *targets;
   while (opt.t < steps) {
     loader_next(&loader, &inputs, &targets);
     float loss = forward(&model, inputs, targets, B);
     backward(&model, inputs, targets, B);
     adamw_update(&model, &opt, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f);
-    printf("step %lld loss %.9g\n", (long long)opt.t, loss);
+    printf("step %lld loss %.9g sample %d\n", (long long)opt.t, loss, (int)(rng_next(&rng) % V));
+    if (opt.t % VAL_EVERY == 0) printf("val %lld loss %.6f\n", (long long)opt.t, val_loss(&model, argv[1], B));
   }
-  print_digest(&model);
+  print_digest(&model, rng);
   loader_free(&loader);
   free(model.params_memory);
   free(model.grads_memory);

@@ -342,8 +342,10 @@ int main(int argc, char **argv) {
                 saved_v[p]);
         for (int q = 0; q < p; q++) CHECK(now_v[p] != now_v[q], "processes %d and %d have different generators", q, p);
       }
-      CHECK((strstr(text, "seen a second time") != NULL) == (arg > 0),
+      CHECK((strstr(text, "are read again") != NULL) == (arg > 0),
             "the log %s the samples seen twice: %s", arg > 0 ? "names" : "does not mention", text);
+      /* batches are named per process once, in plain words (issue 32) */
+      CHECK(acc_test_count(text, "per process") == 1, "\"per process\" once in the log line: %s", text);
     }
   } else {
     fprintf(stderr, "unknown mode %s\n", mode);

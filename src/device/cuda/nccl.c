@@ -116,6 +116,7 @@ static int map_dtype(int dtype, ncclDataType_t *t) {
     case ACC_I32: *t = ncclInt32; return 1;
     case ACC_I64: *t = ncclInt64; return 1;
     case ACC_U8: *t = ncclUint8; return 1;
+    case ACC_U64: *t = ncclUint64; return 1;
     default: return 0;
   }
 }
