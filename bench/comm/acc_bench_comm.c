@@ -2,13 +2,16 @@
  * Run: accelerate launch --num_processes 2 acc_bench_comm [max_bytes]
  * Rank 0 prints: op, size, count (f32 elements), median time, algbw, busbw. Timings are per
  * call, measured on rank 0 after a barrier-free warm-up of the same calls.
+ * acc_bench_comm --table: prints the shm backend's algorithm table (src/backend/shm_algo.c) and
+ * exits (bench/comm/algo_table.sh sets it beside the thresholds it measures).
  * ACC_BENCH_SHARED=1: the all_reduce buffer is memory the processes share (acc__comm_alloc_shared,
  * what acc_accelerator_alloc_shared gives), so the shm backend reduces it in place. */
 #include <sched.h>
 
 #include "accelerate.h"
 #include "bench_common.h"
-#include "comm/comm.h" /* acc__comm_alloc_shared */
+#include "backend/shm_impl.h" /* acc__shm_algo_print */
+#include "comm/comm.h"         /* acc__comm_alloc_shared */
 
 static acc_state *st;
 
@@ -21,6 +24,10 @@ static acc_result run_op(const char *op, float *buf, float *big, size_t count) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--table") == 0) {
+    acc__shm_algo_print(stdout);
+    return 0;
+  }
   size_t maxb = argc > 1 ? (size_t)atoll(argv[1]) : (64u << 20);
   if (acc_state_create(&st, NULL) != ACC_OK) {
     fprintf(stderr, "acc_bench_comm: %s\n", acc_last_error());

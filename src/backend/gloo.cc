@@ -2,9 +2,29 @@
 // (Debian libgloo-dev, the library PyTorch uses on CPU), bootstrapped through the rendezvous
 // store (src/backend/store.h) that the library hands over in acc__proc_info. A thin shim: each
 // backend op is one gloo collective; gloo's exceptions become acc_result errors naming the
-// operation, its number and gloo's text. Mismatch detection: checks_tags 0, so comm.c compares
-// every rank's call tag before each collective, as for MPI. Timeouts: the state's timeout is
-// gloo's context and per-operation timeout.
+// operation, its number and gloo's text. Timeouts: the state's timeout is gloo's context and
+// per-operation timeout.
+//
+// Mismatch detection (checks_tags 1: this file compares the call tags, comm.c does not). Every
+// collective starts with a header exchange: each rank sends every peer one message of its own
+// (slot kHdrPrefix + the exchange's number) holding the call tag and, when the collective is small
+// enough ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2), the collective's
+// data itself. The receives of each
+// exchange are posted at the start of the one before (two sets of buffers), so the peers' sends
+// go out at once (gloo's tcp transport sends an unbound buffer straight away only when the
+// receiver is known to wait for it; otherwise it first asks, a round trip): the exchange costs
+// one one-way message, where comparing the tags with a gloo all_reduce first cost a whole
+// collective. Every rank sees every rank's tag, so all decide alike: a difference fails every
+// rank with ACC_ERR_MISMATCH naming every call (their records, exchanged by a gloo all_gather of
+// one fixed size). Only then does the data move: small collectives complete from the messages
+// (all_reduce, reduce and reduce_scatter reduce in rank order, so every rank gets the same bits),
+// larger ones run gloo's collective. A message is never larger than the receive posted for it
+// (gloo fails a larger one in its I/O thread), whatever the peers called: headers are fixed-size
+// and payloads at most the capacity. Between 2 processes (one per machine, or the leaders of two
+// machines) the exchange moves no more bytes than gloo's own algorithms would, in one message
+// instead of their steps, hence the larger capacity there; with more processes each rank sends
+// its data to every peer, so only small collectives ride along. The buffers are allocated
+// without being written, so their pages cost memory only once a collective of that size ran.
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -26,6 +46,8 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <cstdarg>
 
@@ -81,6 +103,16 @@ class AccStore : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
+// The header exchange (see the top): the header, the largest payload that rides along, the
+// slot prefix of the exchanges (gloo's own collectives use prefixes 0x01..0x08).
+struct Hdr {
+  uint64_t tag, seq, len, reserved;
+};
+constexpr size_t kHdr = sizeof(Hdr);
+constexpr size_t kInline = 64 * 1024;
+constexpr size_t kInline2 = 1024 * 1024; // 2 processes
+constexpr uint8_t kHdrPrefix = 0xac;
+
 struct GlooBe {
   acc__backend base;
   std::shared_ptr<gloo::transport::Device> dev;
@@ -89,9 +121,90 @@ struct GlooBe {
   uint32_t tag = 0;
   std::vector<char> scratch;
   char name[32];
+  // header exchanges: number of the last one, receive buffers [parity][peer] (kHdr + cap
+  // each), the send buffer
+  uint64_t hseq = 0;
+  size_t cap = 0; // payload capacity of one message: kInline, or kInline2 for 2 processes
+  std::unique_ptr<char[]> hin[2];
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inb[2];
+  std::unique_ptr<char[]> hout;
+  std::unique_ptr<gloo::transport::UnboundBuffer> outb;
 };
 
 GlooBe *self(acc__backend *be) { return reinterpret_cast<GlooBe *>(be); }
+
+uint64_t hslot(uint64_t seq) { return (uint64_t)gloo::Slot::build(kHdrPrefix, (uint32_t)seq); }
+
+// Posts the receives of exchange seq (buffers of parity seq & 1, free since exchange seq - 2).
+void hx_post(GlooBe *g, uint64_t seq) {
+  int p = (int)(seq & 1);
+  for (int r = 0; r < g->base.size; r++)
+    if (r != g->base.rank) g->inb[p][r]->recv(r, hslot(seq), 0, kHdr + g->cap);
+}
+
+// Rank r's message of the exchange just made (r != me), or this rank's own.
+const char *hmsg(GlooBe *g, int r) {
+  if (r == g->base.rank) return g->hout.get();
+  return g->hin[g->hseq & 1].get() + (size_t)r * (kHdr + g->cap);
+}
+const char *hpayload(GlooBe *g, int r) { return hmsg(g, r) + kHdr; }
+
+// Whether a collective moving `bytes` to each peer rides in the exchange.
+bool small(GlooBe *g, size_t bytes) { return bytes * (size_t)(g->base.size - 1) <= g->cap; }
+
+acc_result gloo_error(acc__backend *be, const char *what, const std::exception &e);
+
+// The mismatch error: every rank's call record, by a gloo all_gather of one size.
+acc_result hx_mismatch(GlooBe *g) {
+  const acc__call *c = g->base.call;
+  acc__call_rec mine;
+  memset(&mine, 0, sizeof mine);
+  if (c) {
+    acc__call_rec_fields(&mine, c);
+    H->call_rec_site(&mine, c->file);
+  }
+  std::vector<acc__call_rec> all((size_t)g->base.size);
+  try {
+    gloo::AllgatherOptions o(g->ctx);
+    o.setInput(reinterpret_cast<uint8_t *>(&mine), sizeof mine);
+    o.setOutput(reinterpret_cast<uint8_t *>(all.data()), sizeof mine * all.size());
+    o.setTag(++g->tag);
+    o.setTimeout(g->timeout);
+    gloo::allgather(o);
+  } catch (const std::exception &e) {
+    return gloo_error(&g->base, "the exchange of call records after a mismatch", e);
+  }
+  return H->mismatch_error(g->base.op_name ? g->base.op_name : "collective", g->base.rank, &mine,
+                           all.data(), g->base.size, 0);
+}
+
+// The header exchange of one collective: this rank's tag, and `len` bytes of `data` to every
+// peer (to = -1) or to rank `to` only (the others get the header alone). Fails on every rank
+// alike when a tag differs.
+acc_result hx(GlooBe *g, const void *data, size_t len, int to) {
+  const acc__call *c = g->base.call;
+  uint64_t seq = ++g->hseq;
+  Hdr h = {c ? c->tag : 0, seq, len, 0};
+  try {
+    hx_post(g, seq + 1);
+    memcpy(g->hout.get(), &h, kHdr);
+    if (len) memcpy(g->hout.get() + kHdr, data, len);
+    for (int r = 0; r < g->base.size; r++)
+      if (r != g->base.rank) g->outb->send(r, hslot(seq), 0, kHdr + (to < 0 || r == to ? len : 0));
+    for (int r = 0; r < g->base.size; r++)
+      if (r != g->base.rank) g->inb[seq & 1][r]->waitRecv(g->timeout);
+    for (int r = 0; r < g->base.size; r++)
+      if (r != g->base.rank) g->outb->waitSend(g->timeout);
+  } catch (const std::exception &e) {
+    return gloo_error(&g->base, g->base.op_name ? g->base.op_name : "collective", e);
+  }
+  for (int r = 0; r < g->base.size; r++) {
+    Hdr o;
+    memcpy(&o, hmsg(g, r), kHdr);
+    if (o.tag != h.tag) return hx_mismatch(g);
+  }
+  return ACC_OK;
+}
 
 // The error of a failed gloo call: a peer that closed its connection (died) is ACC_ERR_REMOTE,
 // a timeout ACC_ERR_TIMEOUT, anything else ACC_ERR_BACKEND.
@@ -134,21 +247,17 @@ size_t esize(acc_dtype d) {
   }
 }
 
-acc_result op_barrier(acc__backend *be) {
-  GlooBe *g = self(be);
-  try {
-    gloo::BarrierOptions o(g->ctx);
-    o.setTag(++g->tag);
-    o.setTimeout(g->timeout);
-    gloo::barrier(o);
-  } catch (const std::exception &e) {
-    return gloo_error(be, "barrier", e);
-  }
-  return ACC_OK;
-}
+// The exchange is a barrier: every rank waits for every rank's message.
+acc_result op_barrier(acc__backend *be) { return hx(self(be), nullptr, 0, -1); }
 
 acc_result op_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   GlooBe *g = self(be);
+  bool in = small(g, nbytes);
+  ACC_CHECK(hx(g, buf, in && be->rank == root ? nbytes : 0, -1));
+  if (in) {
+    if (be->rank != root) memcpy(buf, hpayload(g, root), nbytes);
+    return ACC_OK;
+  }
   try {
     gloo::BroadcastOptions o(g->ctx);
     o.setOutput(static_cast<uint8_t *>(buf), nbytes);
@@ -169,9 +278,24 @@ void set_io(gloo::AllreduceOptions &o, const void *send, void *recv, size_t coun
   o.setOutput(static_cast<T *>(recv), count);
 }
 
+// The small all_reduce / reduce / reduce_scatter: every rank's `count` elements at byte offset
+// `off` of its message, reduced in rank order into out.
+void reduce_messages(GlooBe *g, void *out, size_t off, size_t count, acc_dtype dt, acc_op op) {
+  size_t es = esize(dt);
+  memcpy(out, hpayload(g, 0) + off, count * es);
+  for (int r = 1; r < g->base.size; r++) H->reduce_inplace(out, hpayload(g, r) + off, count, dt, op);
+}
+
 acc_result op_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                          acc_dtype dtype, acc_op op) {
   GlooBe *g = self(be);
+  size_t bytes = count * esize(dtype);
+  bool in = small(g, bytes);
+  ACC_CHECK(hx(g, send, in ? bytes : 0, -1));
+  if (in) { /* send is in this rank's message: recv may be send */
+    reduce_messages(g, recv, 0, count, dtype, op);
+    return ACC_OK;
+  }
   try {
     gloo::AllreduceOptions o(g->ctx);
     switch (esize(dtype)) {
@@ -200,6 +324,12 @@ acc_result op_reduce(acc__backend *be, const void *send, void *recv, size_t coun
                      acc_op op, int root) {
   GlooBe *g = self(be);
   size_t es = esize(dtype);
+  bool in = small(g, count * es);
+  ACC_CHECK(hx(g, send, in ? count * es : 0, root));
+  if (in) {
+    if (be->rank == root) reduce_messages(g, recv, 0, count, dtype, op);
+    return ACC_OK;
+  }
   // gloo's reduce wants an output on every rank: non-roots reduce into scratch.
   void *out = recv;
   if (be->rank != root) {
@@ -227,6 +357,13 @@ acc_result op_reduce(acc__backend *be, const void *send, void *recv, size_t coun
 
 acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t nbytes) {
   GlooBe *g = self(be);
+  bool in = small(g, nbytes);
+  ACC_CHECK(hx(g, send, in ? nbytes : 0, -1));
+  if (in) {
+    for (int r = 0; r < be->size; r++)
+      memmove(static_cast<uint8_t *>(recv) + (size_t)r * nbytes, hpayload(g, r), nbytes);
+    return ACC_OK;
+  }
   try {
     gloo::AllgatherOptions o(g->ctx);
     uint8_t *r = static_cast<uint8_t *>(recv);
@@ -245,6 +382,14 @@ acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t 
 
 acc_result op_gather(acc__backend *be, const void *send, void *recv, size_t nbytes, int root) {
   GlooBe *g = self(be);
+  bool in = small(g, nbytes);
+  ACC_CHECK(hx(g, send, in ? nbytes : 0, root));
+  if (in) {
+    if (be->rank == root)
+      for (int r = 0; r < be->size; r++)
+        memmove(static_cast<uint8_t *>(recv) + (size_t)r * nbytes, hpayload(g, r), nbytes);
+    return ACC_OK;
+  }
   try {
     gloo::GatherOptions o(g->ctx);
     o.setInput(static_cast<uint8_t *>(const_cast<void *>(send)), nbytes);
@@ -262,9 +407,19 @@ acc_result op_gather(acc__backend *be, const void *send, void *recv, size_t nbyt
 acc_result op_all_gather_v(acc__backend *be, const void *send, void *recv, const size_t *sizes) {
   GlooBe *g = self(be);
   std::vector<size_t> counts(sizes, sizes + be->size);
-  size_t total = 0;
-  for (size_t c : counts) total += c;
+  size_t total = 0, most = 0;
+  for (size_t c : counts) total += c, most = c > most ? c : most;
+  bool in = small(g, most);
+  ACC_CHECK(hx(g, send, in ? sizes[be->rank] : 0, -1));
   if (total == 0) return ACC_OK;
+  if (in) {
+    size_t at = 0;
+    for (int r = 0; r < be->size; r++) {
+      memmove(static_cast<uint8_t *>(recv) + at, hpayload(g, r), sizes[r]);
+      at += sizes[r];
+    }
+    return ACC_OK;
+  }
   try {
     gloo::AllgathervOptions o(g->ctx);
     static uint8_t empty;
@@ -324,6 +479,13 @@ void rs_run(GlooBe *g, const void *send, void *recv, size_t count, acc_op op) {
 acc_result op_reduce_scatter(acc__backend *be, const void *send, void *recv, size_t count,
                              acc_dtype dtype, acc_op op) {
   GlooBe *g = self(be);
+  size_t es = esize(dtype), all = count * es * (size_t)be->size;
+  bool in = small(g, all);
+  ACC_CHECK(hx(g, send, in ? all : 0, -1));
+  if (in) { /* recv may be this rank's block of send, which is in this rank's message */
+    reduce_messages(g, recv, (size_t)be->rank * count * es, count, dtype, op);
+    return ACC_OK;
+  }
   try {
     switch (dtype) {
       case ACC_F32: rs_run<uint32_t, ACC_F32>(g, send, recv, count, op); break;
@@ -351,6 +513,8 @@ acc_result op_reduce_scatter(acc__backend *be, const void *send, void *recv, siz
 void op_destroy(acc__backend *be) {
   GlooBe *g = self(be);
   try {
+    g->outb.reset();
+    for (auto &v : g->inb) v.clear();
     g->ctx.reset();
     g->dev.reset();
   } catch (...) {
@@ -360,7 +524,7 @@ void op_destroy(acc__backend *be) {
 
 const acc__backend_ops gloo_ops = {
     "gloo",        op_barrier, op_broadcast, op_all_reduce, op_reduce, op_all_gather, op_gather,
-    op_all_gather_v, op_destroy, nullptr, 0, op_reduce_scatter, nullptr, nullptr, nullptr,
+    op_all_gather_v, op_destroy, nullptr, 1, op_reduce_scatter, nullptr, nullptr, nullptr,
 };
 
 }  // namespace
@@ -391,6 +555,18 @@ extern "C" acc_result acc__backend_gloo_create(acc__backend **out, const acc__pr
     AccStore store(info->store, t);
     gloo::rendezvous::PrefixStore ps(prefix ? prefix : "gloo", store);
     g->ctx->connectFullMesh(ps, g->dev);
+    // the header exchanges' buffers, and the receives of the first
+    g->cap = info->size == 2 ? kInline2 : kInline;
+    const size_t n = (size_t)info->size, cap = kHdr + g->cap;
+    g->hout.reset(new char[cap]);
+    g->outb = g->ctx->createUnboundBuffer(g->hout.get(), cap);
+    for (int p = 0; p < 2; p++) {
+      g->hin[p].reset(new char[n * cap]);
+      g->inb[p].resize(n);
+      for (size_t r = 0; r < n; r++)
+        g->inb[p][r] = g->ctx->createUnboundBuffer(g->hin[p].get() + r * cap, cap);
+    }
+    hx_post(g, 1);
   } catch (const std::exception &e) {
     acc_result rc = fail(ACC_ERR_REMOTE,
                          "gloo backend: rank %d of %d could not connect to its peers (local "

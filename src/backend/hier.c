@@ -12,7 +12,9 @@
  * Requires the usual placement: every machine runs K processes with global ranks
  * machine*K .. machine*K+K-1 (accelerate launch and torchrun place ranks so).
  * Mismatch detection: checks_tags 0, so comm.c compares every rank's call tag (with an
- * all_reduce through this backend) before each collective; timeouts are the inner backends'. */
+ * all_reduce through this backend) before each collective; timeouts are the inner backends'.
+ * Its gloo groups have no call of their own (call NULL): their header exchanges carry tag 0
+ * (gloo.cc). With one process per machine the default is gloo alone (state.c), not this. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -30,7 +30,7 @@ static const acc__module_host host = {
     ACC__MODULE_ABI_VERSION, ACC_VERSION_STRING, acc__verror, acc_last_error, acc__malloc,
     acc__calloc, acc__realloc, acc__free, acc__now, acc__reduce_inplace, acc__env_int,
     acc__call_rec_site, acc__call_rec_describe, acc__hang_report_env, acc__report_line,
-    acc__store_set, acc__store_get, acc__store_local_addr,
+    acc__store_set, acc__store_get, acc__store_local_addr, acc__mismatch_error,
 };
 
 #define MAX_MODULES 4

@@ -24,7 +24,7 @@
 #include "backend/backend.h"
 #include "backend/collcheck.h"
 
-#define ACC__MODULE_ABI_VERSION 3u
+#define ACC__MODULE_ABI_VERSION 4u
 #define ACC__MODULE_ENTRY_SYMBOL "acc_module_entry_v1"
 
 /* Services the library gives a module. */
@@ -50,6 +50,10 @@ typedef struct acc__module_host {
   acc_result (*store_get)(struct acc__store *s, const char *key, void **val, size_t *n,
                           double timeout_s);
   int (*store_local_addr)(struct acc__store *s, char *buf, size_t cap);
+  /* 4: the mismatch error naming every process's call (collcheck.h), for modules that compare
+   * the call tags themselves (checks_tags 1: gloo) */
+  acc_result (*mismatch_error)(const char *what, int me, const acc__call_rec *mine,
+                               const acc__call_rec *recs, int n, int rank_base);
 } acc__module_host;
 
 /* What a module offers. Fields a module does not provide are NULL. */

@@ -210,6 +210,7 @@ static acc_result create_segment(shm_be *s) {
   s->hdr->chunk = chunk;
   s->hdr->total_bytes = total;
   ACC_CHECK(acc__shm_cma_choose(s));
+  ACC_CHECK(acc__shm_algo_choose(s));
   pthread_mutexattr_t a;
   pthread_mutexattr_init(&a);
   pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -476,6 +477,7 @@ acc_result acc__backend_shm_create(acc__backend **out, const acc__proc_info *inf
     s->token_published = 0;
   }
   if (rc == ACC_OK) rc = acc__shm_cma_agree(s);
+  if (rc == ACC_OK) acc__shm_algo_load(s);
   if (rc != ACC_OK) {
     shm_destroy(&s->base);
     return rc;

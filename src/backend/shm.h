@@ -11,7 +11,7 @@
 #include "backend/collcheck.h"
 
 #define ACC_SHM_MAGIC 0x3130485343434341ull /* "ACCSHM01" little-endian */
-#define ACC_SHM_VERSION 8u
+#define ACC_SHM_VERSION 9u
 #define ACC_SHM_LINE 64
 /* One-sided broadcasts (shm_ring.c): slots per rank and the largest message that uses them. */
 #define ACC_SHM_RING 16
@@ -46,7 +46,7 @@ typedef struct acc__shm_header {
   /* Rank 0's choices, so that every rank takes the same path (shm_cma.c): single-copy mode
    * (ACCELERATE_SHM_SINGLE_COPY: 0 off, 1 auto, 2 on) and the smallest message that uses it */
   uint32_t cma_mode;
-  uint32_t reserved2;
+  uint32_t algo; /* forced algorithms (shm_algo.c): all_reduce in bits 0-7, all_gather in 8-15 */
   uint64_t cma_min[3]; /* broadcast, all_gather/gather, all_reduce/reduce */
   /* Futex word + sleeper count, on their own cache line. */
   _Alignas(ACC_SHM_LINE) _Atomic uint32_t futex_word;

@@ -1,7 +1,11 @@
-/* Shared-memory backend, the collectives: barrier, broadcast, all_reduce / reduce (one step up to
- * SHM_SMALL_BYTES, else chunked), reduce_scatter, all_gather / gather / all_gather_v, each a
+/* Shared-memory backend, the collectives: barrier, broadcast, all_reduce / reduce (one step or
+ * chunked by blocks, as shm_algo.c's table says), reduce_scatter, all_gather / gather / all_gather_v, each a
  * sequence of steps (shm_step.c) moving data through the slots and the result area of the
  * segment (shm.h).
+ *
+ * Which algorithm runs for a given collective, process count and size is in one table
+ * (shm_algo.c): all_reduce/reduce in one step or by blocks, all_gather's copies out with ordinary
+ * or non-temporal stores.
  *
  * Buffer rule (why double buffering is safe). A step numbered s uses buffers of parity s & 1:
  *   - slots of parity p are written only before publishing a step s with s & 1 == p, and read
@@ -26,7 +30,6 @@
 #include <string.h>
 
 
-#define SHM_SMALL_BYTES (16u * 1024u) /* one-step all_reduce/reduce up to this size */
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -89,12 +92,20 @@ static void put(shm_be *s, void *dst, const void *src, size_t n, size_t msg_byte
  * step copies the peers' blocks of the result out. Per rank that moves (n-1)/n of the message
  * in, reads it once to reduce and (n-1)/n out: no copy of the own block through the segment,
  * no copy of the own result out of it. */
+/* Whether an all_reduce / reduce of that size takes one step (the table's onestep, when the
+ * message fits a slot), else blocks. The same answer on every rank. */
+static int one_step(shm_be *s, size_t bytes) {
+  return bytes <= s->chunk &&
+         acc__shm_algo_pick(s->algo_forced[ACC__SHM_OP_ALL_REDUCE], ACC__SHM_OP_ALL_REDUCE, s->n,
+                            bytes) == ACC__SHM_ALGO_ONESTEP;
+}
+
 static acc_result reduce_common(shm_be *s, const void *send, void *recv, size_t count, acc_dtype dt,
                                 acc_op op, int root, const float *scale) {
   size_t es = acc_dtype_size(dt);
   size_t bytes = count * es;
   int out = root < 0 || root == s->me;
-  if (bytes <= SHM_SMALL_BYTES && bytes <= s->chunk) {
+  if (one_step(s, bytes)) {
     int p = next_parity(s);
     put(s, slot(s, s->me, p), send, bytes, bytes);
     ACC_CHECK(acc__shm_step(s));
@@ -160,14 +171,14 @@ acc_result acc__shm_broadcast(acc__backend *be, void *buf, size_t nbytes, int ro
 }
 
 /* all_reduce and its scaled form (scale NULL: none). Once this machine's ranks made a shared
- * allocation (the same on every rank), every all_reduce above the one-step size first tries the
+ * allocation (the same on every rank), every all_reduce that does not take one step first tries the
  * in-place path of registered buffers (shm_reg.c); then single copy where it is on (which
  * multiplies after its call), else the copy path. */
 static acc_result all_reduce(shm_be *s, const void *send, void *recv, size_t count, acc_dtype dt,
                              acc_op op, const float *scale) {
   int done = 0;
   size_t bytes = count * acc_dtype_size(dt);
-  if (s->reg_made > 0 && bytes > SHM_SMALL_BYTES) {
+  if (s->reg_made > 0 && !one_step(s, bytes)) {
     ACC_CHECK(acc__shm_reg_all_reduce(s, send, recv, count, dt, op, scale, &done));
     if (done) return ACC_OK;
   }
@@ -235,6 +246,8 @@ static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, cons
   for (int r = 0; r < s->n; r++)
     if (sizes[r] > maxlen) maxlen = sizes[r];
   if (acc__shm_cma_use(s, ACC__SHM_CMA_GATHER, maxlen)) return acc__shm_cma_gather(s, send, recv, sizes, disp, out);
+  int stream = acc__shm_algo_pick(s->algo_forced[ACC__SHM_OP_ALL_GATHER], ACC__SHM_OP_ALL_GATHER,
+                                  s->n, maxlen) == ACC__SHM_ALGO_STREAM;
   const uint8_t *in = send;
   for (size_t off = 0; off < maxlen; off += s->chunk) {
     int p = next_parity(s);
@@ -250,6 +263,8 @@ static acc_result gather_common(shm_be *s, const void *send, uint8_t *recv, cons
       uint8_t *dst = recv + disp[r] + off;
       if (r == s->me) {
         if (dst != in + off) memmove(dst, in + off, len);
+      } else if (stream) {
+        acc__shm_copy_nt(dst, slot(s, r, p), len);
       } else {
         copy_bytes(dst, slot(s, r, p), len);
       }

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/backend.h"
 #include "backend/shm.h"
@@ -88,9 +89,41 @@ typedef struct shm_be {
   int nregs;
   uint64_t reg_made;
   uint8_t **rdst;
+  /* the algorithms forced through the environment, per ACC__SHM_OP_* (shm_algo.c; 0: the table) */
+  int algo_forced[2];
 } shm_be;
 
 enum { ACC__SHM_CMA_BCAST, ACC__SHM_CMA_GATHER, ACC__SHM_CMA_REDUCE };
+
+/* ---- shm_algo.c: the choice of algorithm (the one table) ------------------------------------ */
+
+enum { ACC__SHM_OP_ALL_REDUCE, ACC__SHM_OP_ALL_GATHER };
+enum {
+  ACC__SHM_ALGO_AUTO,    /* the table */
+  ACC__SHM_ALGO_ONESTEP, /* all_reduce: one step, every rank reduces every slot */
+  ACC__SHM_ALGO_BLOCKS,  /* all_reduce: reduce-scatter + all-gather through the segment */
+  ACC__SHM_ALGO_SLOTS,   /* all_gather: through the slots, ordinary stores out */
+  ACC__SHM_ALGO_STREAM,  /* all_gather: through the slots, non-temporal stores out */
+  ACC__SHM_ALGO_COUNT
+};
+typedef struct acc__shm_rule {
+  int32_t op;         /* ACC__SHM_OP_* */
+  int32_t max_procs;  /* the rule applies to at most this many processes */
+  uint64_t max_bytes; /* and messages (all_gather: per-process blocks) of at most this size */
+  int32_t algo;       /* ACC__SHM_ALGO_* */
+} acc__shm_rule;
+/* The table (first matching row wins) and its length. */
+const acc__shm_rule *acc__shm_algo_rules(size_t *count);
+const char *acc__shm_algo_name(int algo);
+/* The algorithm of op for n processes and that size: forced (not AUTO) wins, else the table.
+ * The same answer on every rank. */
+int acc__shm_algo_pick(int forced, int op, int n, uint64_t bytes);
+/* The table as text, one rule a line (bench/comm). */
+void acc__shm_algo_print(FILE *out);
+/* Rank 0 creating the segment: the forced algorithms from the environment into the header;
+ * every rank once the header is ready: them into s->algo_forced. */
+acc_result acc__shm_algo_choose(shm_be *s);
+void acc__shm_algo_load(shm_be *s);
 
 /* ---- shm_step.c ---------------------------------------------------------------------------- */
 

@@ -4,7 +4,8 @@
  * Every collective is numbered and described (operation, dtype, count, root, reduction, origin,
  * call site; collcheck.h). Its 64-bit tag is compared across processes before any data is
  * used: by the backend itself on the collective's first step when it can do so for free (shm:
- * the tag sits beside the arrival counter), otherwise by a 16-byte all_reduce here, the first
+ * the tag sits beside the arrival counter; gloo: the tag leads the header message that starts
+ * every collective, gloo.cc), otherwise by a 16-byte all_reduce here, the first
  * operation of every collective (so that mismatched calls always pair as the same operation in
  * the backend; a barrier is that exchange alone). A mismatch fails on every process with
  * ACC_ERR_MISMATCH listing every process's call and call site. */

@@ -327,7 +327,11 @@ static acc_result create_backend(acc_state *st, const acc__env_info *e) {
      * otherwise; under srun on one node, shared memory (state/mpi_pick.c). */
     if (e->local_size != e->size || !e->local_known) {
       if (e->local_known && !mpi_launcher && strcmp(e->launcher, "slurm") != 0) {
-        kind = ACC_BACKEND_HIERARCHICAL;
+        /* one process on every machine (as many processes as machines, the same answer on
+         * every one): gloo alone; the hierarchical backend would add nothing but its own tag
+         * exchange (it does not fold the tags into its data as gloo does) */
+        kind = e->num_machines > 1 && e->size == e->num_machines ? ACC_BACKEND_GLOO
+                                                                 : ACC_BACKEND_HIERARCHICAL;
       } else if (e->local_known && acc__slurm_store_bootstrap(e)) {
         /* srun --mpi=none across nodes (ecosystem 4, D10): the store and gloo, from Slurm's
          * variables; hierarchical when every node runs as many tasks */

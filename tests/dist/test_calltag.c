@@ -6,6 +6,10 @@
  *       role) with the scenario's process count and environment, captures stderr, and asserts on
  *       every rank's report (result, message, call sites) and on the run time;
  *   test_calltag drive-mpi <mpiexec> <scenario>      the same under mpirun (MPI backend);
+ *   test_calltag drive-gloo <accelerate CLI> <scenario> the same with the gloo backend (the
+ *       environment sets ACCELERATE_BACKEND=gloo; the launch hosts the store on a free port):
+ *       gloo compares the call tags in the header exchange that starts every collective
+ *       (src/backend/gloo.cc), the mismatches must be found as on the other backends;
  *   test_calltag rank <scenario>                      one rank of a scenario: makes the calls and
  *       writes "[rank R] rc=NAME" + the message + "[rank R] end" in one write, and the call sites
  *       it used as "[rank R] site NAME FILE:LINE".
@@ -355,7 +359,8 @@ static void expect_rank(int r, const char *rc, const char *const *subs) {
     CHECK(strstr(blk, subs[i]) != NULL, "rank %d: the message lacks \"%s\":\n%s", r, subs[i], blk);
 }
 
-static int g_mpi; /* drive-mpi: the launcher is mpiexec and the backend MPI */
+static int g_mpi;  /* drive-mpi: the launcher is mpiexec and the backend MPI */
+static int g_gloo; /* drive-gloo: accelerate launch with --main_process_port 0 */
 
 static void launch(const char *cli, const char *self, int np, const char *sc,
                    const char *const *env, double guard_s) {
@@ -363,8 +368,10 @@ static void launch(const char *cli, const char *self, int np, const char *sc,
   snprintf(n, sizeof n, "%d", np);
   char *argv[] = {(char *)cli, "launch", "--num_processes", n, (char *)self, "rank", (char *)sc, NULL};
   char *margv[] = {(char *)cli, "-np", n, "--oversubscribe", (char *)self, "rank", (char *)sc, NULL};
+  char *gargv[] = {(char *)cli, "launch", "--num_processes", n, "--main_process_port", "0",
+                   (char *)self, "rank", (char *)sc, NULL};
   double t0 = lu_now();
-  pid_t p = lu_start(g_mpi ? margv : argv, env);
+  pid_t p = lu_start(g_mpi ? margv : g_gloo ? gargv : argv, env);
   lu_finish(p, t0, guard_s, &g_out);
   CHECK(g_out.status != -1, "%s: the run did not end within %g s (hang guard)", sc, guard_s);
 }
@@ -514,9 +521,10 @@ static void drive(const char *cli, const char *self, const char *sc) {
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "rank") == 0) return rank_main(argv[2]);
   g_mpi = argc == 4 && strcmp(argv[1], "drive-mpi") == 0;
-  if (argc != 4 || (strcmp(argv[1], "drive") != 0 && !g_mpi)) {
+  g_gloo = argc == 4 && strcmp(argv[1], "drive-gloo") == 0;
+  if (argc != 4 || (strcmp(argv[1], "drive") != 0 && !g_mpi && !g_gloo)) {
     fprintf(stderr, "usage: %s drive <accelerate CLI> <scenario> | drive-mpi <mpiexec> <scenario> | "
-            "rank <scenario>\n", argv[0]);
+            "drive-gloo <accelerate CLI> <scenario> | rank <scenario>\n", argv[0]);
     return 2;
   }
   drive(argv[2], argv[0], argv[3]);
