@@ -8,6 +8,7 @@
 
 #include "backend/collcheck.h"
 #include "core/env.h"
+#include "core/log.h"
 #include "core/profile.h"
 #include "data/data_internal.h"
 #include "device/devio.h"
