@@ -3,13 +3,14 @@
  * cpu:  host memory is device memory; every operation runs at once on the calling thread.
  * fake: behaves like a GPU without one, so code written against the device layer can be tested in
  *       CPU-only CI. Device memory is unreachable from host code, as on a GPU: each allocation is
- *       one memory file mapped twice, the address handed out (the "device pointer") mapped
- *       PROT_NONE, so a host load or store through it dies by SIGSEGV, and a second, private
- *       read-write view that only the fake device's own copies and kernels use (device pointers
- *       are translated to it when an operation is queued). acc__device_fake_host_kernel is the
- *       fake twin of a kernel launch: it opens the device pointers to host code for the duration
- *       of one call (tests, and the examples' fake paths, compute that way). Every pointer
- *       argument is checked against the tracked allocations (a host pointer where device memory is expected, or the
+ *       one shared anonymous mapping mapped twice (mremap with old size 0), the address handed
+ *       out (the "device pointer") PROT_NONE, so a host load or store through it dies by SIGSEGV,
+ *       and a second, private read-write view that only the fake device's own copies and kernels
+ *       use (device pointers are translated to it when an operation is queued). The host_kernel
+ *       op (acc__device_host_kernel, acc_accelerator_host_kernel) is the fake twin of a kernel
+ *       launch: it opens the device pointers to host code for the duration of one call (tests,
+ *       and the examples' fake paths, compute that way). Every pointer argument is checked
+ *       against the tracked allocations (a host pointer where device memory is expected, or the
  *       reverse, or a range running past its allocation, is refused with a message naming the
  *       operation and the argument). Operations queue per stream and run only when the program
  *       synchronizes (stream or event sync, event query, a stream waiting on an event, free,
@@ -227,7 +228,7 @@ typedef struct fevent {
 } fevent;
 
 typedef struct alloc_rec {
-  char *base;   /* the device pointer: PROT_NONE outside acc__device_fake_host_kernel */
+  char *base;   /* the device pointer: PROT_NONE outside host kernels */
   char *view;   /* the same pages, read-write: what the fake device's operations touch */
   size_t size, mapped;
 } alloc_rec;
@@ -240,7 +241,7 @@ typedef struct fake {
   uint64_t used_ids; /* bit i: stream id i is in use */
   uint64_t next_seq;
   uint64_t host_know[MAX_STREAMS];
-  int kernel_depth; /* host kernels running (acc__device_fake_host_kernel) */
+  int kernel_depth; /* host kernels running (h_host_kernel) */
 } fake;
 
 static void learn(uint64_t *dst, const uint64_t *src) {
