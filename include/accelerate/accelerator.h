@@ -124,6 +124,43 @@ ACC_EXTERN int acc_accelerator_device_index(const acc_accelerator *acc);
  * @since 0.1
  */
 ACC_EXTERN void *acc_accelerator_stream(const acc_accelerator *acc);
+/**
+ * A new stream of the accelerator's device for the program's own kernels and copies (a
+ * cudaStream_t on CUDA, non-blocking; an opaque handle on the fake device; NULL on the CPU,
+ * which has no streams). Ownership: acc_accelerator_stream_destroy (synchronizes first).
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_stream_create(acc_accelerator *acc, void **out);
+/** Destroys a stream of acc_accelerator_stream_create (no longer the program's stream then).
+ * Accepts NULL. @since 0.3 */
+ACC_EXTERN acc_result acc_accelerator_stream_destroy(acc_accelerator *acc, void *stream);
+/** Waits on the host until everything queued on `stream` has run (no-op on the CPU). @since 0.3 */
+ACC_EXTERN acc_result acc_accelerator_stream_synchronize(acc_accelerator *acc, void *stream);
+/**
+ * Names the program's stream (a cudaStream_t of the accelerator's GPU, the program's own or one of
+ * acc_accelerator_stream_create; NULL: none, the default). torch's "current stream" rule, with no
+ * host synchronization: every library call that touches the program's buffers (backward with its
+ * averaging, unscale_gradients, clipping, optimizer_step, optimizer_zero_grad,
+ * refresh_low_precision) queues its device work after everything the program queued on that
+ * stream before the call (an event recorded there, waited for by the library's stream), and the
+ * program's stream waits for the library's work of the call (an event recorded on the library's
+ * stream) before anything the program queues there afterwards. Work the program queues on other
+ * streams is not ordered (order it against its stream with its own events). save_state /
+ * load_state / prepare_model synchronize the library's stream on the host; the program
+ * synchronizes its stream before them. On the CPU only NULL is accepted. The stream must stay
+ * valid until it is unset (NULL) or the accelerator is destroyed. @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_set_program_stream(acc_accelerator *acc, void *stream);
+/** The stream of acc_accelerator_set_program_stream, or NULL. @since 0.3 */
+ACC_EXTERN void *acc_accelerator_program_stream(const acc_accelerator *acc);
+/**
+ * Queues a copy on `stream` (a stream of the accelerator's device, NULL: the device's default
+ * stream) and returns without waiting: the host source must stay unchanged, and a host
+ * destination is valid, only after the stream is synchronized. A plain copy on the CPU.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_memcpy_async(acc_accelerator *acc, void *dst, const void *src,
+                                                   size_t bytes, acc_copy_kind kind, void *stream);
 /** Waits until every operation queued on the accelerator's stream has finished. @since 0.1 */
 ACC_EXTERN acc_result acc_accelerator_synchronize(acc_accelerator *acc);
 /** bytes of device memory (host memory on the CPU), zeroed. Ownership: acc_accelerator_free. @since 0.1 */

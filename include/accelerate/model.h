@@ -118,6 +118,27 @@ ACC_EXTERN int acc_model_requires_grad(const acc_model *m, size_t i);
 ACC_EXTERN acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, size_t count,
                                                acc_dtype dtype, void *params, void *grads, size_t *first_index);
 /**
+ * acc_model_add_flat_typed for a program that runs its own optimizer on its own float32 master
+ * weights (a CUDA trainer's AdamW kernel): `master` holds one float per parameter value, in table
+ * order, in the same place as `params` (host memory, or memory of the accelerator's device). The
+ * library keeps no copy of the weights: the model's parameters (acc_model_parameter(m, i)->data)
+ * point into `master`, so save_state / save_model write the weights the program trains, and
+ * load_state and prepare_model's broadcast of process 0's weights write into `master` and round it
+ * into `params`. The library never widens `params` into `master` (the program's master is the
+ * truth: initialize it before acc_accelerator_prepare_model). It still keeps float32 gradients
+ * for the average (4 bytes per value: acc_model_typed_library_bytes). `master` must outlive the
+ * model. Stepping the library's optimizer on such a table also works (it updates `master`).
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_model_add_flat_typed_master(acc_model *m, const acc_param_spec *table, size_t count,
+                                                      acc_dtype dtype, void *params, void *grads, float *master,
+                                                      size_t *first_index);
+/** The bytes the library holds for the model's bf16/fp16 tables (host or device memory, where the
+ * tables are): 8 per value for acc_model_add_flat_typed (master copy and float32 gradients), 4 for
+ * acc_model_add_flat_typed_master (float32 gradients only); 0 for an invalid model. Gradient
+ * buckets of a prepared accelerator are not counted. @since 0.3 */
+ACC_EXTERN size_t acc_model_typed_library_bytes(const acc_model *m);
+/**
  * Attaches or replaces the gradients of a table registered with acc_model_add_flat_typed (`first`:
  * the index it returned); `dtype` must be the table's (ACC_ERR_MISMATCH naming both otherwise).
  * With ACC_F32 on a float32 table it is acc_model_set_flat_grads.

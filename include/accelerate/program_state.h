@@ -72,6 +72,16 @@ ACC_EXTERN acc_result acc_accelerator_register_for_checkpointing_per_process(acc
 ACC_EXTERN acc_result acc_accelerator_prepare_flat(acc_accelerator *acc, const acc_param_spec *table, size_t count,
                                                    float *params, float *grads, acc_model **out);
 /**
+ * acc_accelerator_prepare_flat for a bf16/fp16 table (`dtype` ACC_BF16 or ACC_F16): the model of
+ * acc_model_add_flat_typed (master NULL: the library keeps a float32 master copy) or of
+ * acc_model_add_flat_typed_master (master: the program's float32 master weights, no copy), prepared.
+ * Same ownership and placement rules as acc_accelerator_prepare_flat and those calls. Collective.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_prepare_flat_typed(acc_accelerator *acc, const acc_param_spec *table,
+                                                         size_t count, acc_dtype dtype, void *params, void *grads,
+                                                         float *master, acc_model **out);
+/**
  * A prepared loader of token windows over llm.c shards (acc_dataset_create_tokens with format
  * ACC_TOKENS_LLMC and seq_len T): batch_size windows per process, shuffled by the library's
  * sampler (seed 0), full batches only (drop_last), so B x T inputs and targets every step.

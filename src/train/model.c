@@ -137,15 +137,16 @@ const char *acc__model_missing_grad(const acc_model *m) {
 /* ---- bf16/fp16 tables (src/train/typed.c) ----------------------------------------------------- */
 
 void acc__typed_group_free(acc__typed_group *g) {
+  if (g->master_program) g->master = NULL; /* the program's */
   if (!g->dev) {
     acc__free(g->master);
     acc__free(g->grad32);
   } else {
     /* the device may be gone (its accelerator destroyed first): its memory went with it */
-    acc__devctx *d = acc__devio_find(g->master);
+    acc__devctx *d = acc__devio_find(g->grad32 ? (void *)g->grad32 : (void *)g->master);
     if (d == g->dev) {
-      acc__device_free(d->dev, g->master);
-      acc__device_free(d->dev, g->grad32);
+      if (g->master) acc__device_free(d->dev, g->master);
+      if (g->grad32) acc__device_free(d->dev, g->grad32);
     }
   }
   g->master = g->grad32 = NULL;

@@ -28,7 +28,9 @@ typedef struct acc__typed_group {
   acc_dtype dtype;   /* ACC_BF16 or ACC_F16 */
   uint16_t *params;  /* the program's, numel values */
   uint16_t *grads;   /* the program's, numel values; NULL until attached */
-  float *master;     /* the library's float32 master weights (numel) */
+  float *master;     /* the float32 master weights (numel): the library's, or the program's */
+  int master_program; /* master is the program's (acc_model_add_flat_typed_master): never freed nor
+                         rewritten from params by the library */
   float *grad32;     /* the library's float32 gradients (numel) */
   int grads_in;      /* grad32 holds the program's gradients of this step (set by acc__typed_grads_in) */
 } acc__typed_group;
@@ -57,6 +59,10 @@ void acc__typed_grads_done(acc_model *m);
 /* Every typed table of m lives where accelerator device d trains (host memory for the CPU, memory
  * of d otherwise); else ACC_ERR_INVALID_ARGUMENT naming the table (fn: the caller). */
 acc_result acc__typed_check_place(const acc_model *m, const struct acc__devctx *d, const char *fn);
+/* typed.c: acc_model_add_flat_typed with the program's float32 master weights (master: NULL, the
+ * library allocates its own copy; else the program's buffer, where params are). */
+acc_result acc__typed_add(acc_model *m, const acc_param_spec *table, size_t count, acc_dtype dtype, void *params,
+                          void *grads, float *master, size_t *first_index, const char *fn);
 /* model.c: frees a group's master and grad32 (on its device while that device is open). */
 void acc__typed_group_free(acc__typed_group *g);
 

@@ -52,6 +52,13 @@ int acc__dev_gsync_uses_nccl(const acc__dev_gsync *g);
 
 acc_result acc__dev_train_get(acc__devctx *d, acc__dev_train **out); /* created on first use */
 void acc__dev_train_free(acc__devctx *d); /* from acc_accelerator_destroy, before the device closes */
+/* The program's stream (NULL: none): enter makes the compute stream wait for the work the program
+ * queued on it so far (an event recorded there); leave makes the program's stream wait for the
+ * library's work queued so far (an event recorded on the compute stream). No-ops without one. */
+acc_result acc__dev_prog_stream_set(acc__devctx *d, acc__dstream *s);
+acc__dstream *acc__dev_prog_stream(const acc__devctx *d);
+acc_result acc__dev_prog_enter(acc__devctx *d);
+acc_result acc__dev_prog_leave(acc__devctx *d);
 
 /* One optimizer step with the device kernels; fp16: the kernels skip when the agreed overflow
  * flag (on the device) is set. */

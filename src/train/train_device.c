@@ -125,18 +125,65 @@ static const uint16_t *low_precision(const acc_accelerator *acc, const acc__pmod
   return acc__dev_low_precision(acc);
 }
 
+/* Every call that touches the program's buffers, in the program's stream order (its stream,
+ * acc_accelerator_set_program_stream): after its queued work, before its next. */
+static acc_result in_order(acc_accelerator *acc, acc_result rc) {
+  return rc == ACC_OK ? acc__dev_prog_leave(acc->dev) : rc;
+}
+
+static acc_result o_sync_model(acc_accelerator *acc, acc__pmodel *pm) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, sync_model(acc, pm));
+}
+
+static acc_result o_unscale(acc_accelerator *acc) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, unscale(acc));
+}
+
+static acc_result o_clip_grad_norm(acc_accelerator *acc, acc_model **ms, int n, float max_norm, double norm_type,
+                                   float *total_norm) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, clip_grad_norm(acc, ms, n, max_norm, norm_type, total_norm));
+}
+
+static acc_result o_clip_grad_value(acc_accelerator *acc, acc_model **ms, int n, float clip_value) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, clip_grad_value(acc, ms, n, clip_value));
+}
+
+static acc_result o_optimizer_step(acc_accelerator *acc, acc_optimizer *opt, int fp16) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, optimizer_step(acc, opt, fp16));
+}
+
+static acc_result o_after_step(acc_accelerator *acc, acc__pmodel *pm) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, after_step(acc, pm));
+}
+
+static acc_result o_zero_grad(acc_accelerator *acc, acc_optimizer *opt) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, zero_grad(acc, opt));
+}
+
+static acc_result o_refresh_low_precision(acc_accelerator *acc) {
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  return in_order(acc, refresh_low_precision(acc));
+}
+
 const acc__train_ops acc__train_device_ops = {
     .name = "device",
     .prepare_model = prepare_model,
     .prepare_optimizer = acc__dev_prepare_optimizer,
-    .sync_model = sync_model,
-    .unscale = unscale,
+    .sync_model = o_sync_model,
+    .unscale = o_unscale,
     .agree_overflow = acc__dev_agree_overflow,
-    .clip_grad_norm = clip_grad_norm,
-    .clip_grad_value = clip_grad_value,
-    .optimizer_step = optimizer_step,
-    .after_step = after_step,
-    .zero_grad = zero_grad,
-    .refresh_low_precision = refresh_low_precision,
+    .clip_grad_norm = o_clip_grad_norm,
+    .clip_grad_value = o_clip_grad_value,
+    .optimizer_step = o_optimizer_step,
+    .after_step = o_after_step,
+    .zero_grad = o_zero_grad,
+    .refresh_low_precision = o_refresh_low_precision,
     .low_precision = low_precision,
 };

@@ -44,6 +44,8 @@ struct acc__dev_train {
   size_t low_n;
   dev_opt opts[MAX_OPTS];
   int nopts;
+  acc__dstream *prog;                /* the program's stream (acc_accelerator_set_program_stream) */
+  acc__devent *prog_in, *prog_out;   /* recorded on it / on the compute stream */
 };
 
 acc_result acc__dev_train_get(acc__devctx *d, acc__dev_train **out) {
@@ -70,9 +72,38 @@ void acc__dev_train_free(acc__devctx *d) {
   acc__device_free(dev, t->d_norm);
   acc__device_free(dev, t->d_coef);
   acc__device_free(dev, t->d_low);
+  if (t->prog_in) acc__devent_destroy(dev, t->prog_in);
+  if (t->prog_out) acc__devent_destroy(dev, t->prog_out);
   acc__free(t->gr);
   acc__free(t);
   d->train = NULL;
+}
+
+/* ---- the program's stream (torch's "current stream" rule, docs/porting.md) ------------------- */
+
+acc_result acc__dev_prog_stream_set(acc__devctx *d, acc__dstream *s) {
+  acc__dev_train *t;
+  ACC_CHECK(acc__dev_train_get(d, &t));
+  if (s && !t->prog_in) ACC_CHECK(acc__devent_create(d->dev, &t->prog_in));
+  if (s && !t->prog_out) ACC_CHECK(acc__devent_create(d->dev, &t->prog_out));
+  t->prog = s;
+  return ACC_OK;
+}
+
+acc__dstream *acc__dev_prog_stream(const acc__devctx *d) { return d && d->train ? d->train->prog : NULL; }
+
+acc_result acc__dev_prog_enter(acc__devctx *d) {
+  acc__dev_train *t = d ? d->train : NULL;
+  if (!t || !t->prog) return ACC_OK;
+  ACC_CHECK(acc__devent_record(d->dev, t->prog_in, t->prog));
+  return acc__dstream_wait(d->dev, d->stream, t->prog_in);
+}
+
+acc_result acc__dev_prog_leave(acc__devctx *d) {
+  acc__dev_train *t = d ? d->train : NULL;
+  if (!t || !t->prog) return ACC_OK;
+  ACC_CHECK(acc__devent_record(d->dev, t->prog_out, d->stream));
+  return acc__dstream_wait(d->dev, t->prog, t->prog_out);
 }
 
 /* The model trained on the device: one per accelerator there (prepare_model refuses a second). */

@@ -54,33 +54,38 @@ static const char *where_word(const acc__devctx *d) { return d ? acc__device_nam
 
 /* A device group whose device is still open (its accelerator alive): its master weights are
  * memory of a registered device, the one recorded. */
-static int group_live(const acc__typed_group *g) { return !g->dev || acc__devio_find(g->master) == g->dev; }
+static int group_live(const acc__typed_group *g) { return !g->dev || acc__devio_find(g->grad32) == g->dev; }
 
 static const char *group_where(const acc__typed_group *g) {
   return group_live(g) ? where_word(g->dev) : "memory of a device that was closed (its accelerator destroyed)";
 }
 
-/* master and grad32 of a table of numel values: host memory, or memory of device d (grad32 zeroed
- * and master widened from params there, on its compute stream). */
+/* master (unless the program's) and grad32 of a table of numel values: host memory, or memory of
+ * device d (grad32 zeroed and the library's master widened from params there, on its compute
+ * stream). */
 static acc_result alloc_copies(acc__typed_group *g, acc__devctx *d, const uint16_t *params, size_t numel) {
   if (!d) {
-    g->master = acc__malloc(numel * sizeof(float));
+    if (!g->master_program) g->master = acc__malloc(numel * sizeof(float));
     g->grad32 = acc__calloc(numel, sizeof(float));
     if (!g->master || !g->grad32) return ACC_ERR_NOMEM;
-    widen(g->master, params, numel, g->dtype);
+    if (!g->master_program) widen(g->master, params, numel, g->dtype);
     return ACC_OK;
   }
-  ACC_CHECK(acc__device_alloc(d->dev, numel * sizeof(float), (void **)&g->master));
+  if (!g->master_program) ACC_CHECK(acc__device_alloc(d->dev, numel * sizeof(float), (void **)&g->master));
   ACC_CHECK(acc__device_alloc(d->dev, numel * sizeof(float), (void **)&g->grad32));
   ACC_CHECK(acc__device_memset(d->dev, g->grad32, 0, numel * sizeof(float), d->stream));
-  return g_widen(g, g->master, params, numel);
+  return g->master_program ? ACC_OK : g_widen(g, g->master, params, numel);
 }
 
 acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, size_t count, acc_dtype dtype,
                                     void *params, void *grads, size_t *first_index) {
-  static const char fn[] = "acc_model_add_flat_typed";
+  return acc__typed_add(m, table, count, dtype, params, grads, NULL, first_index, "acc_model_add_flat_typed");
+}
+
+acc_result acc__typed_add(acc_model *m, const acc_param_spec *table, size_t count, acc_dtype dtype, void *params,
+                          void *grads, float *master, size_t *first_index, const char *fn) {
   ACC_CHECK(acc__check_handle(m, ACC__HANDLE_MODEL, fn));
-  if (dtype == ACC_F32) return acc_model_add_flat(m, table, count, params, grads, first_index);
+  if (dtype == ACC_F32 && !master) return acc_model_add_flat(m, table, count, params, grads, first_index);
   if (dtype != ACC_BF16 && dtype != ACC_F16)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "%s: dtype %d is not a parameter dtype: choose ACC_F32, ACC_BF16 or ACC_F16", fn, (int)dtype);
@@ -93,6 +98,11 @@ acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, s
                       "%s: the %s parameter buffer is %s but the gradient buffer is %s; put both in host memory "
                       "or both in memory of the device the accelerator trains on", fn, dtype_word(dtype),
                       where_word(dp), where_word(dg));
+  if (master && acc__devio_find(master) != dp)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: the float32 master weights are %s but the %s parameter buffer is %s; put the master "
+                      "weights where the parameters are", fn, where_word(acc__devio_find(master)), dtype_word(dtype),
+                      where_word(dp));
   size_t numel = 0;
   for (size_t r = 0; r < count; r++) {
     size_t n;
@@ -105,6 +115,8 @@ acc_result acc_model_add_flat_typed(acc_model *m, const acc_param_spec *table, s
   memset(&g, 0, sizeof g);
   g.dtype = dtype;
   g.dev = dp;
+  g.master = master;
+  g.master_program = master != NULL;
   acc_result arc = alloc_copies(&g, dp, params, numel);
   if (arc != ACC_OK) {
     acc__typed_group_free(&g);
@@ -206,7 +218,8 @@ acc_result acc__typed_check_place(const acc_model *m, const acc__devctx *d, cons
 acc_result acc__typed_params_in(acc_model *m) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);
-  for (size_t k = 0; k < n; k++) ACC_CHECK(g_widen(&g[k], g[k].master, g[k].params, g[k].numel));
+  for (size_t k = 0; k < n; k++)
+    if (!g[k].master_program) ACC_CHECK(g_widen(&g[k], g[k].master, g[k].params, g[k].numel));
   return ACC_OK;
 }
 
