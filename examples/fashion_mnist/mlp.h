@@ -59,7 +59,8 @@ float *mlp_grads(mlp *m);
  * Makes the model compute on caller-owned parameter and gradient buffers (mlp_num_params floats
  * each, borrowed; they must outlive the model or be switched back with NULL, NULL): the
  * own buffers' contents are not copied. Used by a program that keeps its parameters in memory
- * the accelerator gave it (the fake device's memory is host-addressable). Returns 0, or -1 when
+ * the accelerator gave it (on the fake device: inside acc_accelerator_host_kernel, the only place
+ * host code may touch its memory). Returns 0, or -1 when
  * only one of the two is NULL.
  */
 int mlp_use_buffers(mlp *m, float *params, float *grads);
