@@ -157,4 +157,9 @@ acc_result acc__accelerator_end_iteration(acc_accelerator *acc);
 acc_result acc__accelerator_zero_unshard(acc_accelerator *acc);
 acc_result acc__accelerator_zero_reshard(acc_accelerator *acc);
 
+/* The one-call forms (port.c, typed_own.c): prepares model m that the caller just built (built:
+ * the result of building it) and makes it the accelerator's (destroyed with it); on any failure m
+ * is destroyed and the error returned. *out (may be NULL) receives m. */
+acc_result acc__accelerator_prepare_owned(acc_accelerator *acc, acc_model *m, acc_result built, acc_model **out);
+
 #endif

@@ -17,8 +17,11 @@ acc_result acc_accelerator_prepare_flat(acc_accelerator *acc, const acc_param_sp
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, "acc_accelerator_prepare_flat"));
   acc_model *m;
   ACC_CHECK(acc_model_create(&m));
-  acc_result rc = acc_model_add_flat(m, table, count, params, grads, NULL);
-  if (rc == ACC_OK) rc = acc_accelerator_prepare_model(acc, m);
+  return acc__accelerator_prepare_owned(acc, m, acc_model_add_flat(m, table, count, params, grads, NULL), out);
+}
+
+acc_result acc__accelerator_prepare_owned(acc_accelerator *acc, acc_model *m, acc_result built, acc_model **out) {
+  acc_result rc = built == ACC_OK ? acc_accelerator_prepare_model(acc, m) : built;
   if (rc != ACC_OK) {
     acc_model_destroy(m);
     return rc;

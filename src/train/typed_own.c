@@ -42,13 +42,5 @@ acc_result acc_accelerator_prepare_flat_typed(acc_accelerator *acc, const acc_pa
   ACC_CHECK(acc_model_create(&m));
   acc_result rc = master ? acc_model_add_flat_typed_master(m, table, count, dtype, params, grads, master, NULL)
                          : acc_model_add_flat_typed(m, table, count, dtype, params, grads, NULL);
-  if (rc == ACC_OK) rc = acc_accelerator_prepare_model(acc, m);
-  if (rc != ACC_OK) {
-    acc_model_destroy(m);
-    return rc;
-  }
-  for (int i = 0; i < acc->nmodels; i++)
-    if (acc->model_list[i] == m) acc->model_owned[i] = 1; /* destroyed with the accelerator */
-  if (out) *out = m;
-  return ACC_OK;
+  return acc__accelerator_prepare_owned(acc, m, rc, out);
 }
