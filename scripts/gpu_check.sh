@@ -247,6 +247,7 @@ step build 300 cmake --build "$build" -j "$jobs" || finish
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 ct=(ctest --test-dir "$build" --output-on-failure --timeout 120)
 # ctest_ran ARGS...: ctest with ARGS; a skipped test, or none, fails (this check exists to run them)
+# shellcheck disable=SC2317 # invoked through step
 ctest_ran() {
   local t rc
   t=$(mktemp -p "$tmp")
