@@ -420,6 +420,10 @@ int main(int argc, char **argv) {
            "4 per value; no master copy: the program's %zu-byte master block is the model's parameters)\n",
            cuda_mode && !fake ? "GPU" : "device", NW, lib_bytes, (size_t)(NW * sizeof(float)));
 
+  const size_t nbuckets = acc__grad_sync_num_buckets(acc->models[0].gs);
+  CHECK(nbuckets >= 3, "the table makes %zu gradient buckets of at most %d bytes, want at least 3", nbuckets,
+        BUCKET_CAP);
+
   os.rng = 1337;
   const acc_named_buffer bufs[] = {
       {"m", ACC_F32, (void **)&mom, NW, NULL},     {"v", ACC_F32, (void **)&vel, NW, NULL},
@@ -472,8 +476,8 @@ int main(int argc, char **argv) {
   take(&got);
   const size_t early = acc__accelerator_early_buckets(acc) - early0;
   if (rank == 0)
-    printf("llmc %s at %d process(es): %zu gradient buckets started by grad_ready before backward\n", mode, nprocs,
-           early);
+    printf("llmc %s at %d process(es): %zu of %zu gradient buckets started by grad_ready before backward\n", mode,
+           nprocs, early, nbuckets * (size_t)(STEPS - from));
   if (!overlap) CHECK(early == 0, "ref: %zu buckets started before backward without grad_ready", early);
   else if (nprocs > 1) CHECK(early > 0, "%s: no bucket's averaging started before backward", mode);
   static float init0[NW];
