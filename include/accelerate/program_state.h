@@ -34,14 +34,34 @@ typedef struct acc_named_buffer {
  * checkpoint resumes on another number of processes. A buffer may be host memory or memory of
  * the device the accelerator trains on (acc_accelerator_alloc): device buffers are staged
  * through host memory with the device's copies (a host buffer of the buffer's size, for the
- * time of the save or load); a NULL buffer is allocated in host memory. Under ZeRO (zero_stage >= 1) registration
- * is refused: only the library's optimizer state is sharded. The stem (a file name without
+ * time of the save or load); a NULL buffer is allocated in host memory. Under ZeRO the buffers
+ * still hold the same values on every process (a step count, an RNG state); a program's moments
+ * for its ZeRO range go to acc_accelerator_register_zero_buffers. The stem (a file name without
  * extension: letters, digits, '_', '-', '.') must be unique per accelerator. Not collective;
  * register the same groups on every process. Names and stem are copied.
  * @since 0.2
  */
 ACC_EXTERN acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *stem,
                                                        const acc_named_buffer *bufs, size_t count);
+
+/**
+ * ZeRO with the program's own optimizer (llm.c's `-z 1`, docs/zero.md): a group of buffers that
+ * each hold this process's range of the prepared `model` (NULL: the first), the range of
+ * acc_accelerator_zero_shard (so `count` is that range's length, which differs between
+ * processes). save_state gathers the ranges to the main process, which writes full tensors of
+ * the model's size into `<checkpoint>/<stem>.safetensors`: the file acc_accelerator_register_buffers
+ * writes for full-size buffers, so the checkpoint resumes without ZeRO, and under ZeRO on any
+ * number of processes. load_state reads each process's range back; a missing tensor or one of
+ * another dtype or size is an error naming file, tensor, expected and found, and the buffers are
+ * written only once the whole checkpoint loads. Buffers may be host memory or memory of the
+ * accelerator's device, and must be allocated when save_state / load_state run. save_state is
+ * collective as always. ACC_ERR_INVALID_USAGE at zero_stage 0; a count other than the range's is
+ * ACC_ERR_INVALID_ARGUMENT naming the buffer and the range. Not collective.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_register_zero_buffers(acc_accelerator *acc, const char *stem,
+                                                            acc_model *model, const acc_named_buffer *bufs,
+                                                            size_t count);
 
 /**
  * The per-process variant of acc_accelerator_register_for_checkpointing: every process saves its

@@ -21,9 +21,19 @@ void acc__accel_ckpt_free(acc__accel_ckpt *c) {
   if (!c) return;
   acc_project_config_destroy(c->project);
   if (c->own_free) c->own_free(c->own);
+  if (c->zbufs_free) c->zbufs_free(c->zbufs);
   acc__free(c->custom);
   acc__free(c->hooks);
   acc__free(c);
+}
+
+int acc__ckpt_stem_ok(const char *s) {
+  if (!s || !*s || strlen(s) > 200 || s[0] == '.') return 0;
+  for (const char *q = s; *q; q++)
+    if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
+          *q == '-' || *q == '.'))
+      return 0;
+  return 1;
 }
 
 static acc_result get_ckpt(acc__accel_parts *p, acc__accel_ckpt **out) {

@@ -39,6 +39,8 @@ struct acc__accel_ckpt {
   int strict_processes; /* refuse a checkpoint saved by another number of processes */
   void *own;                   /* the program's buffers and per-process objects (own_state.c) */
   void (*own_free)(void *own); /* set with own, called by acc__accel_ckpt_free */
+  void *zbufs;                     /* the program's sharded buffers under ZeRO (zero_bufs.c) */
+  void (*zbufs_free)(void *zbufs); /* set with zbufs */
 };
 
 void acc__accel_ckpt_free(acc__accel_ckpt *c);
@@ -71,5 +73,17 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c);
 acc_result acc__own_state_read_in(acc__accel_ckpt *c);
 void acc__own_state_rollback(acc__accel_ckpt *c);
 void acc__own_state_release(acc__accel_ckpt *c);
+
+/* zero_bufs.c: the program's sharded buffers (acc_accelerator_register_zero_buffers). save:
+ * every process's range gathered to process 0, which writes the full tensors (collective: call
+ * it on every process once the pre-hooks agreed). commit: the ranges its load pre-hook staged
+ * written into the program's buffers (after every process agreed; nothing to put back).
+ * release: the staging dropped. No-ops when nothing is registered. */
+acc_result acc__zero_bufs_save(acc_state *st, acc__accel_ckpt *c, const char *dir);
+acc_result acc__zero_bufs_commit(acc__accel_ckpt *c);
+void acc__zero_bufs_release(acc__accel_ckpt *c);
+
+/* A checkpoint file stem: letters, digits, '_', '-', '.', not starting with '.', at most 200. */
+int acc__ckpt_stem_ok(const char *s);
 
 #endif

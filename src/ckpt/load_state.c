@@ -562,6 +562,7 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   rc = acc__state_agree(p.st, rc, "load_state (finding the checkpoint and running the pre-hooks)");
   if (rc != ACC_OK) {
     acc__own_state_release(*p.ckpt);
+    acc__zero_bufs_release(*p.ckpt);
     return rc;
   }
   remap_note note;
@@ -584,9 +585,11 @@ static acc_result load_state_body(acc_accelerator *acc, const char *input_dir, c
   if (rc == ACC_OK) { /* nothing can be put back from here on: the files changed under us if this fails */
     rc = acc__defer_commit(defer);
     if (rc == ACC_OK) rc = acc__own_state_read_in(*p.ckpt);
+    if (rc == ACC_OK) rc = acc__zero_bufs_commit(*p.ckpt); /* the program's sharded buffers */
     rc = acc__state_agree(p.st, rc, "load_state (reading the model, optimizer and program tensors)");
   }
   acc__own_state_release(*p.ckpt);
+  acc__zero_bufs_release(*p.ckpt);
   acc__defer_free(defer);
   if (rc == ACC_OK) acc__psgd_state_commit(&p, &psgd, dir, note.saved_np);
   acc__psgd_staged_release(&psgd);

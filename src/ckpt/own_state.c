@@ -456,11 +456,6 @@ acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *st
                       "%s: stem '%s' is not a file name (letters, digits, '_', '-', '.'; not starting with '.')", fn,
                       stem ? stem : "(null)");
   if (!bufs || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no buffers given for '%s'", fn, stem);
-  if (acc_accelerator_zero_stage(acc) > 0)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "%s: zero_stage %d shards the library's optimizer state only; the program's own buffers "
-                      "('%s') are replicated and cannot be sharded: use acc_optimizer_create_adamw with ZeRO, or "
-                      "zero_stage 0 with your own optimizer", fn, acc_accelerator_zero_stage(acc), stem);
   for (size_t i = 0; i < count; i++) {
     if (!bufs[i].name || !*bufs[i].name || (!bufs[i].data && !bufs[i].fixed) || acc_dtype_size(bufs[i].dtype) == 0 || !bufs[i].count)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,

@@ -295,7 +295,9 @@ static acc_result save_state_body(acc_accelerator *acc, const char *output_dir, 
     acc_checkpoint_abort(c);
     return rc;
   }
-  acc_result local = main_proc ? save_shared(&p, tmp) : ACC_OK;
+  /* collective: the program's sharded buffers gathered to process 0 and written there */
+  acc_result local = acc__zero_bufs_save(p.st, *p.ckpt, tmp);
+  if (local == ACC_OK && main_proc) local = save_shared(&p, tmp);
   if (local == ACC_OK) local = save_process(&p, tmp);
   if (local == ACC_OK) local = acc__psgd_state_save(&p, tmp); /* per process: error feedback, Q */
   if (local == ACC_OK && acc__fs_progress_hook) acc__fs_progress_hook("state-written");
