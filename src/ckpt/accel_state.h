@@ -71,5 +71,9 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c);
 acc_result acc__own_state_read_in(acc__accel_ckpt *c);
 void acc__own_state_rollback(acc__accel_ckpt *c);
 void acc__own_state_release(acc__accel_ckpt *c);
+/* Tests: the chunks of device buffers staged through host memory by save_state / load_state (in
+ * this process, since the last reset) and the largest host staging buffer they used; reset: zero
+ * both after reading. */
+void acc__own_state_stage_stats(uint64_t *chunks, size_t *peak_bytes, int reset);
 
 #endif
