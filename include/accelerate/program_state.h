@@ -92,7 +92,7 @@ ACC_EXTERN acc_result acc_accelerator_prepare_flat_typed(acc_accelerator *acc, c
  * paths: files, or glob patterns as llm.c's loader takes ("data/fineweb_train_*.bin"), each
  * expanded to its matches sorted in byte order; the files are read as one stream in that order,
  * a window never spanning two files (acc_dataset_create_tokens). Every process must see the same
- * files: prepare compares them (paths and token counts) and fails on every process naming the
+ * files: prepare compares them (file names and token counts) and fails on every process naming the
  * first process and file that differ. Ownership: acc_dataloader_destroy, which also destroys the
  * dataset. Collective.
  * @since 0.2

@@ -65,7 +65,7 @@ int64_t acc__dataloader_full_len(const acc_dataloader *dl);
  * past max_windows). */
 int acc__tokens_num_files(const acc_dataset *ds);
 void acc__tokens_file(const acc_dataset *ds, int i, const char **path, int64_t *ntok);
-/* tokens_agree.c: every process of st compares its token files (paths in order and token counts)
+/* tokens_agree.c: every process of st compares its token files (names without directories, in order, and token counts)
  * with process 0's; a difference is ACC_ERR_MISMATCH on every process naming the first process
  * that differs and its first differing file. OK at once for a dataset that is not a token
  * dataset (no collective then). Collective for token datasets. */

@@ -1,8 +1,9 @@
 /* Every process reads the same token files (data_internal.h, acc__tokens_agree): a glob pattern
  * expands to what each machine's file system holds, so a shard missing, extra or of another size
  * on one machine would make the processes read different streams without a word. prepare
- * compares a digest of each process's list (paths in reading order and token counts) with
- * process 0's, and when one differs, names the first process that differs and its first
+ * compares a digest of each process's list (file names without their directories, in reading
+ * order, and token counts: processes may read their own copies from directories of their own)
+ * with process 0's, and when one differs, names the first process that differs and its first
  * differing file on every process. */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,13 @@ static int64_t get64(const unsigned char *p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
   return (int64_t)v;
+}
+
+/* A file's name without its directory: what is compared (processes may read their own copies of
+ * the shards from directories of their own, as node-local scratch space). */
+static const char *base(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
 }
 
 /* The files of ds as one blob: for each, its path, a NUL, its token count (8 bytes LE). */
@@ -76,20 +84,22 @@ static int blob_entries(const unsigned char *b, size_t len, entry *e, int max) {
 
 static int find(const entry *e, int n, const char *path) {
   for (int i = 0; i < n; i++)
-    if (strcmp(e[i].path, path) == 0) return i;
+    if (strcmp(base(e[i].path), base(path)) == 0) return i;
   return -1;
 }
+
+static int same(const entry *a, const entry *b) { return strcmp(base(a->path), base(b->path)) == 0; }
 
 /* What differs between process 0's files z[0..nz) and mine m[0..nm) (process me), first. */
 static void describe(char *msg, size_t cap, int me, const entry *z, int nz, const entry *m, int nm) {
   int i = 0;
-  while (i < nz && i < nm && strcmp(z[i].path, m[i].path) == 0 && z[i].ntok == m[i].ntok) i++;
-  if (i < nz && i < nm && strcmp(z[i].path, m[i].path) == 0)
-    snprintf(msg, cap, "'%s' (file %d) holds %lld tokens on process %d but %lld on process 0 (another copy of the file)",
-             m[i].path, i + 1, (long long)m[i].ntok, me, (long long)z[i].ntok);
+  while (i < nz && i < nm && same(&z[i], &m[i]) && z[i].ntok == m[i].ntok) i++;
+  if (i < nz && i < nm && same(&z[i], &m[i]))
+    snprintf(msg, cap, "'%s' (file %d) holds %lld tokens on process %d but %lld on process 0 ('%s'; another copy of "
+             "the file)", m[i].path, i + 1, (long long)m[i].ntok, me, (long long)z[i].ntok, z[i].path);
   else if (i < nz && find(m, nm, z[i].path) < 0)
-    snprintf(msg, cap, "process %d has no '%s' (file %d of %d on process 0; process %d sees %d file(s))", me,
-             z[i].path, i + 1, nz, me, nm);
+    snprintf(msg, cap, "process %d has no '%s' (process 0's '%s', file %d of %d there; process %d sees %d file(s))",
+             me, base(z[i].path), z[i].path, i + 1, nz, me, nm);
   else if (i < nm && find(z, nz, m[i].path) < 0)
     snprintf(msg, cap, "process %d sees '%s' (its file %d of %d), which process 0 does not (process 0 sees %d file(s))",
              me, m[i].path, i + 1, nm, nz);
@@ -100,6 +110,23 @@ static void describe(char *msg, size_t cap, int me, const entry *z, int nz, cons
     snprintf(msg, cap, "process %d sees %d file(s), process 0 sees %d", me, nm, nz);
 }
 
+/* The digest of ds's files: names without directories and token counts, in order. */
+static uint64_t digest(const acc_dataset *ds) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const int n = acc__tokens_num_files(ds);
+  for (int i = 0; i < n; i++) {
+    const char *p;
+    int64_t t;
+    unsigned char t8[8];
+    acc__tokens_file(ds, i, &p, &t);
+    const char *b = base(p);
+    h = fnv(h, b, strlen(b) + 1);
+    put64(t8, t);
+    h = fnv(h, t8, 8);
+  }
+  return h;
+}
+
 acc_result acc__tokens_agree(struct acc_state *st, const acc_dataset *ds, const char *fn) {
   const int n = acc__tokens_num_files(ds);
   if (n < 0) return ACC_OK;
@@ -108,7 +135,7 @@ acc_result acc__tokens_agree(struct acc_state *st, const acc_dataset *ds, const 
   size_t mlen = 0;
   acc_result rc = list_blob(ds, &mine, &mlen);
   /* a failure to build the list still takes part (digest 0 with count -1: it differs) */
-  uint64_t d[2] = {rc == ACC_OK ? fnv(0xcbf29ce484222325ull, mine, mlen) : 0, rc == ACC_OK ? (uint64_t)n : UINT64_MAX};
+  uint64_t d[2] = {rc == ACC_OK ? digest(ds) : 0, rc == ACC_OK ? (uint64_t)n : UINT64_MAX};
   uint64_t z0[2] = {d[0], d[1]};
   acc__comm_origin(ACC__ORIGIN_PREPARE, -10);
   acc_result crc = acc_broadcast(st, z0, 2, ACC_U64, 0);
