@@ -61,9 +61,14 @@ typedef struct own_reg {
   own_bytes *staged, *kept;
   acc_safetensors **files; /* one per group, open until the staging is dropped */
   size_t nslots;
+  unsigned char *stage_buf; /* the host staging of device buffers, taken by the pre-hook (so the
+                               read-in after the agreement allocates nothing) */
+  size_t stage_len;
   int stage_ok;   /* the pre-hook of the current load_state staged everything */
   size_t applied; /* slots committed so far */
 } own_reg;
+
+static own_buf *slot_buf(own_reg *r, size_t k);
 
 static size_t nbufs_total(const own_reg *r) {
   size_t n = 0;
@@ -86,6 +91,9 @@ static void stage_clear(own_reg *r) {
   r->nslots = 0;
   r->stage_ok = 0;
   r->applied = 0;
+  acc__tmp_free(r->stage_buf);
+  r->stage_buf = NULL;
+  r->stage_len = 0;
 }
 
 static void reg_free(void *p) {
@@ -166,14 +174,8 @@ static acc_result write_staged(void *payload, const acc_tensor_view *v, size_t n
 }
 
 /* load_state's read-in of a device buffer: chunk by chunk from the file (tensor view v, checked
- * in the pre-hook) into the device. */
-static acc_result read_staged(const own_bytes *sp, const own_buf *b) {
-  size_t chunk;
-  ACC_CHECK(stage_chunk(acc_dtype_size(b->dtype), sp->len, &chunk));
-  unsigned char *h = stage_alloc(chunk);
-  if (!h)
-    return acc__error(ACC_ERR_NOMEM, "load_state: no host memory to stage the program's device buffer '%s' (%zu "
-                      "bytes a chunk; ACCELERATE_CKPT_STAGE_BYTES sets the chunk)", b->name, chunk);
+ * in the pre-hook) through h (chunk bytes, taken by the pre-hook) into the device. */
+static acc_result read_staged(const own_bytes *sp, const own_buf *b, unsigned char *h, size_t chunk) {
   acc_result rc = ACC_OK;
   for (size_t off = 0; rc == ACC_OK && off < sp->len; off += chunk) {
     acc_tensor_view part = sp->view;
@@ -183,8 +185,27 @@ static acc_result read_staged(const own_bytes *sp, const own_buf *b) {
     if (rc == ACC_OK) rc = acc__devio_from_host((unsigned char *)*b->data + off, h, part.nbytes);
     stat_chunks++;
   }
-  acc__tmp_free(h);
   return rc;
+}
+
+/* The host staging the read-in of r's device buffers needs (the largest chunk of one), taken now,
+ * before the processes agree: nothing is allocated once the first buffer is written. */
+static acc_result stage_take(own_reg *r) {
+  size_t need = 0, nb = nbufs_total(r);
+  for (size_t k = 0; k < nb; k++) {
+    const own_bytes *sp = &r->staged[k];
+    const own_buf *b = slot_buf(r, k);
+    if (!sp->present || !sp->len || !*b->data || !acc__devio_find(*b->data)) continue;
+    size_t c;
+    ACC_CHECK(stage_chunk(acc_dtype_size(b->dtype), sp->len, &c));
+    if (c > need) need = c;
+  }
+  if (!need) return ACC_OK;
+  if (!(r->stage_buf = stage_alloc(need)))
+    return acc__error(ACC_ERR_NOMEM, "load_state: no host memory to stage the program's device buffers (%zu bytes; "
+                      "ACCELERATE_CKPT_STAGE_BYTES sets the chunk)", need);
+  r->stage_len = need;
+  return ACC_OK;
 }
 
 /* ---- the hooks ---------------------------------------------------------------------------- */
@@ -354,6 +375,7 @@ static acc_result load_hook(acc_accelerator *acc, const char *dir, void *payload
   for (size_t g = 0; g < r->ngroups; s += r->groups[g].n, g++)
     ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s, &r->files[g]));
   for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(stage_obj(i, dir, proc, n, &r->staged[nb + i]));
+  ACC_CHECK(stage_take(r));
   r->stage_ok = 1;
   return ACC_OK;
 }
@@ -451,8 +473,16 @@ acc_result acc__own_state_read_in(acc__accel_ckpt *c) {
     own_buf *b = slot_buf(r, k);
     if (!sp->present || !sp->len || !*b->data) continue;
     acc_result rc;
-    if (acc__devio_find(*b->data)) rc = read_staged(sp, b); /* device memory: chunk by chunk */
-    else rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
+    if (acc__devio_find(*b->data)) { /* device memory: chunk by chunk through the pre-hook's buffer */
+      size_t chunk;
+      rc = stage_chunk(acc_dtype_size(b->dtype), sp->len, &chunk);
+      if (rc == ACC_OK && chunk > r->stage_len)
+        rc = acc__error(ACC_ERR_INVALID_USAGE, "load_state: the program's device buffer '%s' was not staged (the "
+                        "stage size changed during load_state)", b->name);
+      if (rc == ACC_OK) rc = read_staged(sp, b, r->stage_buf, chunk);
+    } else {
+      rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
+    }
     if (rc != ACC_OK)
       return acc__error_context(rc, "load_state: reading the program's buffer '%s' failed after every check passed "
                                 "(the checkpoint changed while it was loading, or the device failed)", b->name);
