@@ -105,6 +105,10 @@ ACC_EXTERN acc_result acc_token_options_init(acc_token_options *opts, uint32_t v
  * and at another process count: with shuffling on, 1 process x 2B and 2 processes x B see the
  * same windows at every optimizer step. Headers and file sizes are validated at creation
  * (errors name the file and the field); tokens are read with pread on the loader thread.
+ * paths[i] is a file, or a glob pattern (an entry that names no existing file and holds '*', '?'
+ * or '['; since 0.3) replaced by its matches sorted in byte order; a pattern matching nothing is
+ * ACC_ERR_INVALID_ARGUMENT naming it. The files are read in that order as one stream.
+ * prepare_dataloader checks that every process sees the same files (file names and token counts).
  * Ownership: acc_dataset_destroy closes the files. docs/data.md, "Token streams".
  * @since 0.2
  */

@@ -33,10 +33,14 @@ typedef struct acc_named_buffer {
  * optimizer that steps the averaged gradients): they are then valid at any process count, and a
  * checkpoint resumes on another number of processes. A buffer may be host memory or memory of
  * the device the accelerator trains on (acc_accelerator_alloc): device buffers are staged
- * through host memory with the device's copies (a host buffer of the buffer's size, for the
- * time of the save or load); a NULL buffer is allocated in host memory. Under ZeRO the buffers
- * still hold the same values on every process (a step count, an RNG state); a program's moments
- * for its ZeRO range go to acc_accelerator_register_zero_buffers. The stem (a file name without
+ * in chunks through one host buffer of at most ACCELERATE_CKPT_STAGE_BYTES (64 MiB; rounded down
+ * to whole elements) with the device's copies, so a buffer of any size needs no host copy of its
+ * size (every dtype, bit for bit). load_state checks every tensor of every group (names, dtypes,
+ * sizes, that the bytes can be read) before it writes the first byte of any buffer, so a load
+ * that fails leaves host and device buffers as they were. A NULL buffer is allocated in host
+ * memory. Under ZeRO the buffers still hold the same values on every process (a step count, an
+ * RNG state); a program's moments for its ZeRO range go to acc_accelerator_register_zero_buffers.
+ * The stem (a file name without
  * extension: letters, digits, '_', '-', '.') must be unique per accelerator. Not collective;
  * register the same groups on every process. Names and stem are copied.
  * @since 0.2
@@ -105,13 +109,18 @@ ACC_EXTERN acc_result acc_accelerator_prepare_flat_typed(acc_accelerator *acc, c
  * A prepared loader of token windows over llm.c shards (acc_dataset_create_tokens with format
  * ACC_TOKENS_LLMC and seq_len T): batch_size windows per process, shuffled by the library's
  * sampler (seed 0), full batches only (drop_last), so B x T inputs and targets every step.
- * Ownership: acc_dataloader_destroy, which also destroys the dataset. Collective.
+ * paths: files, or glob patterns as llm.c's loader takes ("data/fineweb_train_*.bin"), each
+ * expanded to its matches sorted in byte order; the files are read as one stream in that order,
+ * a window never spanning two files (acc_dataset_create_tokens). Every process must see the same
+ * files: prepare compares them (file names and token counts) and fails on every process naming the
+ * first process and file that differ. Ownership: acc_dataloader_destroy, which also destroys the
+ * dataset. Collective.
  * @since 0.2
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_tokens(acc_accelerator *acc, const char *const *paths, int num_paths,
                                                      int64_t seq_len, int64_t batch_size, acc_dataloader **out);
 
-#define ACC_TOKEN_LOADER_OPTIONS_VERSION 1u
+#define ACC_TOKEN_LOADER_OPTIONS_VERSION 2u
 /** How acc_accelerator_prepare_tokens_opts reads token files. Initialize with
  * ACC_TOKEN_LOADER_OPTIONS_INIT, then set what differs: windows in file order are
  * `acc_token_loader_options o = ACC_TOKEN_LOADER_OPTIONS_INIT; o.window = T; o.shuffle = 0;`.
@@ -127,16 +136,24 @@ typedef struct acc_token_loader_options {
   int64_t max_windows;  /* > 0: only the first max_windows windows (a fixed validation set) */
   acc_token_format format; /* ACC_TOKENS_LLMC (default), _U16 or _U32 */
   int64_t vocab_size;   /* > 0: a token >= vocab_size fails the batch naming file and position */
+  /* ---- version 2 (@since 0.3) ---- */
+  int host_batches;     /* 1: on a device run the batches stay in host memory only (no device
+                           buffers, no copies; acc_batch.device_fields NULL), for a trainer that
+                           copies its inputs itself (llm.c). 0 (default): a prepared loader also
+                           places every batch in device memory (acc_batch.device_fields, docs/data.md
+                           "Device placement"). acc_accelerator_next_tokens hands host memory
+                           either way. Nothing changes on the CPU. */
 } acc_token_loader_options;
 #define ACC_TOKEN_LOADER_OPTIONS_INIT \
-  { sizeof(acc_token_loader_options), ACC_TOKEN_LOADER_OPTIONS_VERSION, 0, 0, 1, 0, 1, 0, ACC_TOKENS_LLMC, 0 }
+  { sizeof(acc_token_loader_options), ACC_TOKEN_LOADER_OPTIONS_VERSION, 0, 0, 1, 0, 1, 0, ACC_TOKENS_LLMC, 0, 0 }
 /** Fills opts with the defaults of `version` (for FFI). @since 0.3 */
 ACC_EXTERN acc_result acc_token_loader_options_init(acc_token_loader_options *opts, uint32_t version);
 
 /**
  * acc_accelerator_prepare_tokens with every choice in opts (window, stride, shuffle, seed,
- * drop_last, max_windows, format, vocab_size): batch_size windows per process. The loader owns
- * its dataset (acc_dataloader_destroy destroys both). Collective.
+ * drop_last, max_windows, format, vocab_size, host_batches): batch_size windows per process;
+ * paths as there (files or glob patterns, the same files on every process). The loader owns its
+ * dataset (acc_dataloader_destroy destroys both). Collective.
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_accelerator_prepare_tokens_opts(acc_accelerator *acc, const char *const *paths,
@@ -178,8 +195,9 @@ ACC_EXTERN acc_result acc_accelerator_evaluate_tokens(acc_accelerator *acc, acc_
 
 /**
  * The next batch of a token loader as an llm.c-style trainer wants it: *inputs and *targets point
- * at B x T ints, valid until the next call. At the end of an epoch the next epoch starts (the
- * stream never ends). Borrowed pointers.
+ * at B x T ints in host memory (also on a device run: copy them to the device yourself, or read
+ * acc_batch.device_fields of acc_accelerator_next_batch instead), valid until the next call. At
+ * the end of an epoch the next epoch starts (the stream never ends). Borrowed pointers.
  * @since 0.2
  */
 ACC_EXTERN acc_result acc_accelerator_next_tokens(acc_accelerator *acc, acc_dataloader *dl, int **inputs,

@@ -132,6 +132,8 @@ void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) 
     case ACC__ORIGIN_PREPARE:
       if (index >= 0)
         snprintf(buf, cap, "prepare_model: parameter %lld from process 0", (long long)index);
+      else if (index <= -10)
+        snprintf(buf, cap, "prepare_dataloader: token files compared with process 0's");
       else
         snprintf(buf, cap, "prepare_dataloader: seed from process 0");
       return;

@@ -33,7 +33,8 @@ typedef enum acc__origin {
   ACC__ORIGIN_STATE_AGREE,        /* save/load_state; index 0 status, 1 error, 2 path */
   ACC__ORIGIN_GATHER_FOR_METRICS,
   ACC__ORIGIN_FP16_CHECK,         /* the fp16 overflow flag of optimizer_step */
-  ACC__ORIGIN_PREPARE,            /* index: parameter of prepare_model; -1 loader seed */
+  ACC__ORIGIN_PREPARE,            /* index: parameter of prepare_model; -1 loader seed; -10..-12
+                                     token files compared (data/tokens_agree.c) */
   ACC__ORIGIN_PAD,                /* pad_across_processes */
   ACC__ORIGIN_ZERO,               /* ZeRO: 0 gradient reduce-scatter, 1 parameter all-gather,
                                      2 norm, 3 state gather/scatter, 4 stage-2 bucket

@@ -73,6 +73,10 @@ acc_result acc__own_state_commit(acc__accel_ckpt *c);
 acc_result acc__own_state_read_in(acc__accel_ckpt *c);
 void acc__own_state_rollback(acc__accel_ckpt *c);
 void acc__own_state_release(acc__accel_ckpt *c);
+/* Tests: the chunks of device buffers staged through host memory by save_state / load_state (in
+ * this process, since the last reset) and the largest host staging buffer they used; reset: zero
+ * both after reading. */
+void acc__own_state_stage_stats(uint64_t *chunks, size_t *peak_bytes, int reset);
 
 /* zero_bufs.c: the program's sharded buffers (acc_accelerator_register_zero_buffers). save:
  * every process's range gathered to process 0, which writes the full tensors (collective: call

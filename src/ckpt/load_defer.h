@@ -14,7 +14,16 @@
 
 #include "train/train.h"
 
-/* ---- safetensors.c: the reader load_state uses ---------------------------------------------- */
+/* ---- safetensors.c: the reader load_state uses, the writer of staged tensors ---------------- */
+
+/* Writes the nbytes bytes of tensor v (v->data is the caller's: device memory, for example) to
+ * fd at the file's current position, with acc__write_all (path names the file in errors). */
+typedef acc_result (*acc__st_source_fn)(void *payload, const acc_tensor_view *v, size_t nbytes, int fd,
+                                        const char *path);
+/* acc_safetensors_write (no metadata) whose tensor bytes come from src, one tensor after the
+ * other, instead of from the views' data: the same checks, the same crash-safe write. */
+acc_result acc__safetensors_write_src(const char *path, const acc_tensor_view *tensors, size_t count,
+                                      acc__st_source_fn src, void *payload);
 
 /* acc_safetensors_open that keeps the file open, for acc__safetensors_pread. */
 acc_result acc__safetensors_open_fd(acc_safetensors **out, const char *path);

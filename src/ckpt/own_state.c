@@ -10,6 +10,7 @@
  * allocates the buffers the program left NULL and calls the objects' load callbacks, and puts
  * that back when a later check fails on any process (acc__own_state_rollback); the buffers' bytes
  * are read in last, with pread, once every process agreed (acc__own_state_read_in). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -60,9 +61,14 @@ typedef struct own_reg {
   own_bytes *staged, *kept;
   acc_safetensors **files; /* one per group, open until the staging is dropped */
   size_t nslots;
+  unsigned char *stage_buf; /* the host staging of device buffers, taken by the pre-hook (so the
+                               read-in after the agreement allocates nothing) */
+  size_t stage_len;
   int stage_ok;   /* the pre-hook of the current load_state staged everything */
   size_t applied; /* slots committed so far */
 } own_reg;
+
+static own_buf *slot_buf(own_reg *r, size_t k);
 
 static size_t nbufs_total(const own_reg *r) {
   size_t n = 0;
@@ -85,6 +91,9 @@ static void stage_clear(own_reg *r) {
   r->nslots = 0;
   r->stage_ok = 0;
   r->applied = 0;
+  acc__tmp_free(r->stage_buf);
+  r->stage_buf = NULL;
+  r->stage_len = 0;
 }
 
 static void reg_free(void *p) {
@@ -101,38 +110,120 @@ static void reg_free(void *p) {
   acc__free(r);
 }
 
-/* ---- the hooks ---------------------------------------------------------------------------- */
+/* ---- staging device buffers in chunks ------------------------------------------------------ */
 
 /* Buffers in device memory (of a device an accelerator of this process trains on, devio.h) are
- * staged through host memory with the device's copies: host code never reads them. */
+ * staged through one host buffer of at most ACCELERATE_CKPT_STAGE_BYTES (64 MiB by default),
+ * rounded down to whole elements (at least one): save_state copies a chunk to the host with the
+ * device's copy and writes it to the file, load_state reads a chunk from the file and copies it to
+ * the device, chunk after chunk. Host code never reads device memory, and a 1 GiB moment buffer
+ * needs 64 MiB of host memory, not 1 GiB. */
+#define STAGE_DEFAULT_BYTES ((size_t)64 << 20)
+
+static _Atomic uint64_t stat_chunks;
+static _Atomic size_t stat_peak;
+
+void acc__own_state_stage_stats(uint64_t *chunks, size_t *peak_bytes, int reset) {
+  if (chunks) *chunks = stat_chunks;
+  if (peak_bytes) *peak_bytes = stat_peak;
+  if (reset) {
+    stat_chunks = 0;
+    stat_peak = 0;
+  }
+}
+
+/* The chunk for elements of es bytes, buffers of total bytes: whole elements, at most total. */
+static acc_result stage_chunk(size_t es, size_t total, size_t *out) {
+  long v = 0;
+  int set = 0;
+  ACC_CHECK(acc__env_int("ACCELERATE_CKPT_STAGE_BYTES", &v, &set));
+  size_t c = set && v > 0 ? (size_t)v : STAGE_DEFAULT_BYTES;
+  c -= c % es;
+  if (c < es) c = es;
+  *out = c < total ? c : total;
+  return ACC_OK;
+}
+
+static void *stage_alloc(size_t bytes) {
+  void *h = acc__tmp_alloc(bytes);
+  size_t peak = stat_peak;
+  while (h && bytes > peak && !atomic_compare_exchange_weak(&stat_peak, &peak, bytes)) {
+  }
+  return h;
+}
+
+/* save_state's source of a tensor's bytes: host memory as it is, device memory chunk by chunk. */
+static acc_result write_staged(void *payload, const acc_tensor_view *v, size_t nbytes, int fd, const char *path) {
+  const own_group *g = payload;
+  if (!acc__devio_find(v->data)) return acc__write_all(fd, v->data, nbytes, path);
+  size_t chunk;
+  ACC_CHECK(stage_chunk(acc_dtype_size(v->dtype), nbytes, &chunk));
+  unsigned char *h = stage_alloc(chunk);
+  if (!h)
+    return acc__error(ACC_ERR_NOMEM, "save_state: no host memory to stage the program's device buffer '%s' of "
+                      "'%s' (%zu bytes a chunk; ACCELERATE_CKPT_STAGE_BYTES sets the chunk)", v->name, g->stem, chunk);
+  acc_result rc = ACC_OK;
+  for (size_t off = 0; rc == ACC_OK && off < nbytes; off += chunk) {
+    size_t n = nbytes - off < chunk ? nbytes - off : chunk;
+    rc = acc__devio_to_host(h, (const unsigned char *)v->data + off, n);
+    if (rc == ACC_OK) rc = acc__write_all(fd, h, n, path);
+    stat_chunks++;
+  }
+  acc__tmp_free(h);
+  return rc;
+}
+
+/* load_state's read-in of a device buffer: chunk by chunk from the file (tensor view v, checked
+ * in the pre-hook) through h (chunk bytes, taken by the pre-hook) into the device. */
+static acc_result read_staged(const own_bytes *sp, const own_buf *b, unsigned char *h, size_t chunk) {
+  acc_result rc = ACC_OK;
+  for (size_t off = 0; rc == ACC_OK && off < sp->len; off += chunk) {
+    acc_tensor_view part = sp->view;
+    part.data = (const unsigned char *)sp->view.data + off;
+    part.nbytes = sp->len - off < chunk ? sp->len - off : chunk;
+    rc = acc__safetensors_pread(sp->file, &part, h);
+    if (rc == ACC_OK) rc = acc__devio_from_host((unsigned char *)*b->data + off, h, part.nbytes);
+    stat_chunks++;
+  }
+  return rc;
+}
+
+/* The host staging the read-in of r's device buffers needs (the largest chunk of one), taken now,
+ * before the processes agree: nothing is allocated once the first buffer is written. */
+static acc_result stage_take(own_reg *r) {
+  size_t need = 0, nb = nbufs_total(r);
+  for (size_t k = 0; k < nb; k++) {
+    const own_bytes *sp = &r->staged[k];
+    const own_buf *b = slot_buf(r, k);
+    if (!sp->present || !sp->len || !*b->data || !acc__devio_find(*b->data)) continue;
+    size_t c;
+    ACC_CHECK(stage_chunk(acc_dtype_size(b->dtype), sp->len, &c));
+    if (c > need) need = c;
+  }
+  if (!need) return ACC_OK;
+  if (!(r->stage_buf = stage_alloc(need)))
+    return acc__error(ACC_ERR_NOMEM, "load_state: no host memory to stage the program's device buffers (%zu bytes; "
+                      "ACCELERATE_CKPT_STAGE_BYTES sets the chunk)", need);
+  r->stage_len = need;
+  return ACC_OK;
+}
+
+/* ---- the hooks ---------------------------------------------------------------------------- */
+
 static acc_result save_group(const own_group *g, const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
   acc_tensor_view *v = acc__calloc(g->n ? g->n : 1, sizeof *v);
-  void **host = acc__calloc(g->n ? g->n : 1, sizeof *host);
-  acc_result rc = v && host ? ACC_OK : ACC_ERR_NOMEM;
+  if (!v) return ACC_ERR_NOMEM;
   size_t k = 0;
-  for (size_t i = 0; rc == ACC_OK && i < g->n; i++) {
+  for (size_t i = 0; i < g->n; i++) {
     const own_buf *b = &g->bufs[i];
     if (!*b->data) continue; /* not allocated yet: left out */
-    const void *data = *b->data;
-    if (acc__devio_find(data)) {
-      size_t bytes = b->count * acc_dtype_size(b->dtype);
-      if (!(host[i] = acc__tmp_alloc(bytes))) {
-        rc = acc__error(ACC_ERR_NOMEM, "save_state: no host memory to stage the program's device buffer "
-                        "'%s' of '%s' (%zu bytes)", b->name, g->stem, bytes);
-        break;
-      }
-      rc = acc__devio_to_host(host[i], data, bytes);
-      data = host[i];
-    }
-    v[k] = (acc_tensor_view){.name = b->name, .dtype = b->dtype, .ndim = 1, .data = (void *)data};
+    v[k] = (acc_tensor_view){.name = b->name, .dtype = b->dtype, .ndim = 1, .data = *b->data};
     v[k].shape[0] = (int64_t)b->count;
     k++;
   }
-  if (rc == ACC_OK) rc = acc_safetensors_write(path, v, k, NULL, NULL, 0);
-  for (size_t i = 0; host && i < g->n; i++) acc__tmp_free(host[i]);
-  acc__free(host);
+  acc_result rc = acc__safetensors_write_src(path, v, k, write_staged, (void *)g);
   acc__free(v);
   return rc;
 }
@@ -284,6 +375,7 @@ static acc_result load_hook(acc_accelerator *acc, const char *dir, void *payload
   for (size_t g = 0; g < r->ngroups; s += r->groups[g].n, g++)
     ACC_CHECK(stage_group(&r->groups[g], dir, r->staged + s, &r->files[g]));
   for (size_t i = 0; i < r->nobjs; i++) ACC_CHECK(stage_obj(i, dir, proc, n, &r->staged[nb + i]));
+  ACC_CHECK(stage_take(r));
   r->stage_ok = 1;
   return ACC_OK;
 }
@@ -381,20 +473,19 @@ acc_result acc__own_state_read_in(acc__accel_ckpt *c) {
     own_buf *b = slot_buf(r, k);
     if (!sp->present || !sp->len || !*b->data) continue;
     acc_result rc;
-    if (acc__devio_find(*b->data)) { /* device memory: read into host memory, then copy */
-      void *h = acc__tmp_alloc(sp->len);
-      if (!h) return acc__error(ACC_ERR_NOMEM, "load_state: no host memory to stage the program's device "
-                                "buffer '%s' (%zu bytes)", b->name, sp->len);
-      rc = acc__safetensors_pread(sp->file, &sp->view, h);
-      if (rc == ACC_OK) rc = acc__devio_from_host(*b->data, h, sp->len);
-      acc__tmp_free(h);
-      if (rc != ACC_OK) return rc;
-      continue;
+    if (acc__devio_find(*b->data)) { /* device memory: chunk by chunk through the pre-hook's buffer */
+      size_t chunk;
+      rc = stage_chunk(acc_dtype_size(b->dtype), sp->len, &chunk);
+      if (rc == ACC_OK && chunk > r->stage_len)
+        rc = acc__error(ACC_ERR_INVALID_USAGE, "load_state: the program's device buffer '%s' was not staged (the "
+                        "stage size changed during load_state)", b->name);
+      if (rc == ACC_OK) rc = read_staged(sp, b, r->stage_buf, chunk);
+    } else {
+      rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
     }
-    rc = acc__safetensors_pread(sp->file, &sp->view, *b->data);
     if (rc != ACC_OK)
-      return acc__error_context(rc, "load_state: the checkpoint changed while it was loading (the program's buffer "
-                                "'%s')", b->name);
+      return acc__error_context(rc, "load_state: reading the program's buffer '%s' failed after every check passed "
+                                "(the checkpoint changed while it was loading, or the device failed)", b->name);
   }
   return ACC_OK;
 }

@@ -54,6 +54,8 @@ typedef struct st_write_ctx {
   const uint64_t *nbytes;
   const char *header;
   size_t header_len; /* padded */
+  acc__st_source_fn src; /* NULL: the views' data are host memory, written as they are */
+  void *src_payload;
 } st_write_ctx;
 
 static acc_result st_write_body(void *payload, int fd) {
@@ -63,13 +65,30 @@ static acc_result st_write_body(void *payload, int fd) {
   for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(n >> (8 * i));
   ACC_CHECK(acc__write_all(fd, len8, 8, w->path));
   ACC_CHECK(acc__write_all(fd, w->header, w->header_len, w->path));
-  for (size_t i = 0; i < w->count; i++)
-    if (w->nbytes[i]) ACC_CHECK(acc__write_all(fd, w->tensors[i].data, (size_t)w->nbytes[i], w->path));
+  for (size_t i = 0; i < w->count; i++) {
+    if (!w->nbytes[i]) continue;
+    if (w->src) ACC_CHECK(w->src(w->src_payload, &w->tensors[i], (size_t)w->nbytes[i], fd, w->path));
+    else ACC_CHECK(acc__write_all(fd, w->tensors[i].data, (size_t)w->nbytes[i], w->path));
+  }
   return ACC_OK;
 }
 
+static acc_result st_write(const char *path, const acc_tensor_view *tensors, size_t count, const char *const *meta_keys,
+                           const char *const *meta_values, size_t meta_count, acc__st_source_fn src, void *payload);
+
 acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensors, size_t count,
                                  const char *const *meta_keys, const char *const *meta_values, size_t meta_count) {
+  return st_write(path, tensors, count, meta_keys, meta_values, meta_count, NULL, NULL);
+}
+
+acc_result acc__safetensors_write_src(const char *path, const acc_tensor_view *tensors, size_t count,
+                                      acc__st_source_fn src, void *payload) {
+  if (!src) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__safetensors_write_src: src is NULL");
+  return st_write(path, tensors, count, NULL, NULL, 0, src, payload);
+}
+
+static acc_result st_write(const char *path, const acc_tensor_view *tensors, size_t count, const char *const *meta_keys,
+                           const char *const *meta_values, size_t meta_count, acc__st_source_fn src, void *payload) {
   if (!path || !*path) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_write: path is empty");
   if (count && !tensors)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_write: %zu tensors but tensors is NULL", count);
@@ -178,7 +197,7 @@ acc_result acc_safetensors_write(const char *path, const acc_tensor_view *tensor
   memcpy(header, text, tl);
   memset(header + tl, ' ', padded - tl);
   acc__free(text);
-  st_write_ctx w = {path, tensors, count, nbytes, header, padded};
+  st_write_ctx w = {path, tensors, count, nbytes, header, padded, src, payload};
   rc = acc__write_fd_atomic(path, st_write_body, &w);
   goto done;
 nomem:

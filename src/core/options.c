@@ -116,7 +116,8 @@ DEFINE_OPTIONS_INIT(acc_token_options, ACC_TOKEN_OPTIONS_VERSION, ACC_TOKEN_OPTI
                     offsetof(acc_token_options, stride), /* 1 */
                     sizeof(acc_token_options))           /* 2 */
 DEFINE_OPTIONS_INIT(acc_token_loader_options, ACC_TOKEN_LOADER_OPTIONS_VERSION, ACC_TOKEN_LOADER_OPTIONS_INIT,
-                    sizeof(acc_token_loader_options))
+                    offsetof(acc_token_loader_options, host_batches), /* 1 */
+                    sizeof(acc_token_loader_options))                 /* 2 */
 DEFINE_OPTIONS_INIT(acc_sgd_options, ACC_SGD_OPTIONS_VERSION, ACC_SGD_OPTIONS_INIT,
                     sizeof(acc_sgd_options))
 DEFINE_OPTIONS_INIT(acc_adamw_options, ACC_ADAMW_OPTIONS_VERSION, ACC_ADAMW_OPTIONS_INIT,

@@ -60,4 +60,16 @@ int acc__dataloader_num_processes(const acc_dataloader *dl);
 /* Batches per epoch of this process before any skipping; -1 when unknown (iterable, no length). */
 int64_t acc__dataloader_full_len(const acc_dataloader *dl);
 
+/* Token datasets (tokens.c): the number of files after the program's patterns were expanded, in
+ * reading order (-1: ds is not a token dataset), and file i's path and tokens (-1: not opened,
+ * past max_windows). */
+int acc__tokens_num_files(const acc_dataset *ds);
+void acc__tokens_file(const acc_dataset *ds, int i, const char **path, int64_t *ntok);
+/* tokens_agree.c: every process of st compares its token files (names without directories, in order, and token counts)
+ * with process 0's; a difference is ACC_ERR_MISMATCH on every process naming the first process
+ * that differs and its first differing file. OK at once for a dataset that is not a token
+ * dataset (no collective then). Collective for token datasets. */
+struct acc_state;
+acc_result acc__tokens_agree(struct acc_state *st, const acc_dataset *ds, const char *fn);
+
 #endif

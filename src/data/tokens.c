@@ -2,7 +2,9 @@
  * raw uint16/uint32 or llm.c shards, as a map-style dataset the library's loader shards, shuffles
  * and resumes like any other. */
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,8 +23,9 @@ typedef struct tok_file {
 } tok_file;
 
 typedef struct tok_set {
-  tok_file *files;
-  int nfiles;
+  tok_file *files; /* one per name; those past max_windows are not opened (fd -1, ntok -1) */
+  int nfiles;      /* files opened and read: [0, nfiles) */
+  int nnames;      /* the program's paths with every pattern expanded */
   int64_t T, S, vocab, windows; /* S: the stride */
   size_t width;
 } tok_set;
@@ -36,7 +39,7 @@ static _Thread_local char tok_err[512];
 static void tok_free(void *payload) {
   tok_set *s = payload;
   if (!s) return;
-  for (int f = 0; f < s->nfiles; f++) {
+  for (int f = 0; s->files && f < s->nnames; f++) {
     if (s->files[f].fd >= 0) close(s->files[f].fd);
     acc__free(s->files[f].path);
   }
@@ -67,8 +70,6 @@ static int read_full(int fd, void *buf, size_t n, off_t off) {
 static acc_result open_file(tok_set *s, tok_file *tf, const char *path, acc_token_format fmt) {
   static const char fn[] = "acc_dataset_create_tokens";
   struct stat st;
-  tf->path = acc__strdup(path);
-  if (!tf->path) return ACC_ERR_NOMEM;
   ACC_CHECK(acc__open_regular(path, "token file", &tf->fd, &st));
   int64_t size = (int64_t)st.st_size;
   if (fmt == ACC_TOKENS_LLMC) {
@@ -147,6 +148,75 @@ static int tok_fetch(int64_t index, void *const *fields, void *payload) {
   return rc;
 }
 
+/* ---- the files: patterns expanded --------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int has_glob_chars(const char *p) { return strpbrk(p, "*?[") != NULL; }
+
+/* Appends the files of entry p to *names: p itself when it names an existing file or holds no
+ * pattern character (a missing file then fails when opened, naming it), else the files matching
+ * the pattern p (glob(3)) sorted by strcmp (byte order: the same on every process, whatever its
+ * locale). A pattern matching nothing is an error naming it. */
+static acc_result expand_entry(const char *fn, int i, const char *p, char ***names, int *n, int *cap) {
+  struct stat st;
+  glob_t g;
+  memset(&g, 0, sizeof g);
+  size_t nm = 1;
+  int globbed = 0;
+  if (stat(p, &st) != 0 && has_glob_chars(p)) {
+    int grc = glob(p, GLOB_NOSORT, NULL, &g);
+    if (grc == GLOB_NOMATCH || (grc == 0 && g.gl_pathc == 0)) {
+      globfree(&g);
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the pattern '%s' (path %d) matches no file", fn, p, i);
+    }
+    if (grc != 0) {
+      globfree(&g);
+      return acc__error(grc == GLOB_NOSPACE ? ACC_ERR_NOMEM : ACC_ERR_IO,
+                        "%s: cannot expand the pattern '%s' (path %d): %s", fn, p, i,
+                        grc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+    }
+    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);
+    nm = g.gl_pathc;
+    globbed = 1;
+  }
+  acc_result rc = ACC_OK;
+  if ((size_t)*n + nm > (size_t)INT32_MAX)
+    rc = acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the pattern '%s' (path %d) matches too many files", fn, p, i);
+  if (rc == ACC_OK && (size_t)*n + nm > (size_t)*cap) {
+    size_t nc = ((size_t)*n + nm) * 2;
+    char **v = acc__realloc(*names, nc * sizeof *v);
+    if (!v) rc = ACC_ERR_NOMEM;
+    else {
+      *names = v;
+      *cap = (int)(nc > (size_t)INT32_MAX ? INT32_MAX : nc);
+    }
+  }
+  for (size_t k = 0; rc == ACC_OK && k < nm; k++) {
+    char *d = acc__strdup(globbed ? g.gl_pathv[k] : p);
+    if (!d) rc = ACC_ERR_NOMEM;
+    else (*names)[(*n)++] = d;
+  }
+  if (globbed) globfree(&g);
+  return rc;
+}
+
+static void names_free(char **names, int n) {
+  for (int i = 0; names && i < n; i++) acc__free(names[i]);
+  acc__free(names);
+}
+
+int acc__tokens_num_files(const acc_dataset *ds) {
+  if (!ds || ds->free_payload != tok_free) return -1;
+  return ((const tok_set *)ds->payload)->nnames;
+}
+
+void acc__tokens_file(const acc_dataset *ds, int i, const char **path, int64_t *ntok) {
+  const tok_set *s = ds->payload;
+  *path = s->files[i].path;
+  *ntok = i < s->nfiles ? s->files[i].ntok : -1;
+}
+
 acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths, int num_paths,
                                      const acc_token_options *user) {
   static const char fn[] = "acc_dataset_create_tokens";
@@ -175,19 +245,39 @@ acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no token files (num_paths %d)", fn, num_paths);
   for (int f = 0; f < num_paths; f++)
     if (!paths[f] || !*paths[f]) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: path %d is empty", fn, f);
+  char **names = NULL;
+  int nn = 0, cap = 0;
+  for (int f = 0; f < num_paths; f++) {
+    acc_result erc = expand_entry(fn, f, paths[f], &names, &nn, &cap);
+    if (erc != ACC_OK) {
+      names_free(names, nn);
+      return erc;
+    }
+  }
   tok_set *s = acc__calloc(1, sizeof *s);
-  if (!s) return ACC_ERR_NOMEM;
+  if (!s) {
+    names_free(names, nn);
+    return ACC_ERR_NOMEM;
+  }
   s->T = o.seq_len;
   s->S = o.stride ? o.stride : o.seq_len;
   s->vocab = o.vocab_size;
   s->width = o.format == ACC_TOKENS_U32 ? 4 : 2;
-  s->files = acc__calloc((size_t)num_paths, sizeof *s->files);
+  s->files = acc__calloc((size_t)nn, sizeof *s->files);
   acc_result rc = s->files ? ACC_OK : ACC_ERR_NOMEM;
-  if (rc == ACC_OK)
-    for (int f = 0; f < num_paths; f++) s->files[f].fd = -1;
-  for (int f = 0; rc == ACC_OK && f < num_paths; f++) {
+  if (rc == ACC_OK) {
+    s->nnames = nn;
+    for (int f = 0; f < nn; f++) {
+      s->files[f].fd = -1;
+      s->files[f].ntok = -1;
+      s->files[f].path = names[f]; /* taken over */
+      names[f] = NULL;
+    }
+  }
+  names_free(names, nn);
+  for (int f = 0; rc == ACC_OK && f < s->nnames; f++) {
     s->nfiles = f + 1;
-    rc = open_file(s, &s->files[f], paths[f], o.format);
+    rc = open_file(s, &s->files[f], s->files[f].path, o.format);
     if (rc != ACC_OK) break;
     s->files[f].first_window = s->windows;
     s->windows += s->files[f].ntok >= s->T + 1 ? (s->files[f].ntok - s->T - 1) / s->S + 1 : 0;
@@ -199,12 +289,12 @@ acc_result acc_dataset_create_tokens(acc_dataset **out, const char *const *paths
   if (rc == ACC_OK && o.max_windows > s->windows)
     rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
                     "%s: max_windows is %lld but the %d token file(s) (first: '%s') hold only %lld windows of "
-                    "seq_len + 1 = %lld tokens", fn, (long long)o.max_windows, num_paths, paths[0],
+                    "seq_len + 1 = %lld tokens", fn, (long long)o.max_windows, s->nnames, s->files[0].path,
                     (long long)s->windows, (long long)(s->T + 1));
   if (rc == ACC_OK && s->windows == 0)
     rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
                     "%s: the %d token file(s) (first: '%s') hold no window of seq_len + 1 = %lld tokens", fn,
-                    num_paths, paths[0], (long long)(s->T + 1));
+                    s->nnames, s->files[0].path, (long long)(s->T + 1));
   acc_field_desc fields[2] = {{ACC_I32, (size_t)s->T}, {ACC_I32, (size_t)s->T}};
   if (rc == ACC_OK) rc = acc_dataset_create_map(out, s->windows, fields, 2, tok_fetch, s);
   if (rc != ACC_OK) {

@@ -359,6 +359,8 @@ static acc_result prepare_dataloader(acc_accelerator *acc, acc_dataset *ds, cons
   o.shard.process_index = acc_state_process_index(acc->st);
   o.shard.split_batches = acc->split_batches;
   o.shard.even_batches = acc->even_batches;
+  /* a token dataset: every process must read the same files (a glob sees each machine's own) */
+  ACC_CHECK(acc__tokens_agree(acc->st, ds, "prepare_dataloader"));
   uint64_t seed = o.seed;
   acc__comm_origin(ACC__ORIGIN_PREPARE, -1);
   ACC_CHECK(acc_broadcast(acc->st, &seed, 1, ACC_I64, 0)); /* process 0's seed everywhere */

@@ -45,6 +45,8 @@ acc_result acc_accelerator_prepare_tokens_opts(acc_accelerator *acc, const char 
   if (o.window < 1)
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: window is %lld, expected >= 1 (the T of B x T)", fn,
                       (long long)o.window);
+  if (o.host_batches != 0 && o.host_batches != 1)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: host_batches is %d, expected 0 or 1", fn, o.host_batches);
   acc_token_options to = ACC_TOKEN_OPTIONS_INIT;
   to.seq_len = o.window;
   to.stride = o.stride;
@@ -59,6 +61,7 @@ acc_result acc_accelerator_prepare_tokens_opts(acc_accelerator *acc, const char 
   lo.seed = o.seed;
   lo.drop_last = o.drop_last != 0;
   lo.take_dataset = 1; /* destroyed with the loader, or here if the loader cannot be made */
+  lo.device_placement = o.host_batches ? 0 : 1;
   return acc_accelerator_prepare_dataloader(acc, ds, &lo, out);
 }
 
