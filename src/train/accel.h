@@ -151,6 +151,9 @@ static inline void acc__accel_fill_parts(acc_accelerator *acc, acc__accel_parts 
 acc__accel_ckpt *acc__accelerator_ckpt(const acc_accelerator *acc);
 /* fp16: ends the current iteration (the pending loss-scale update) before a save. */
 acc_result acc__accelerator_end_iteration(acc_accelerator *acc);
+/* Gradient buckets whose averaging grad_ready started before backward, over the prepared models,
+ * since they were prepared: tests check with it that overlap happened. */
+size_t acc__accelerator_early_buckets(const acc_accelerator *acc);
 /* ZeRO stage 1 around save_state / load_state (no-ops otherwise): unshard all-gathers every
  * prepared optimizer's state back to full tensors (collective), reshard keeps this process's
  * shard again, so the files hold full tensors whatever the stage and the number of processes. */

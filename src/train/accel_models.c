@@ -348,7 +348,10 @@ acc_result acc__pmodel_grad_ready(acc__pmodel *pm, size_t index) {
                         index, acc_model_num_parameters(pm->model));
     return ACC_OK;
   }
-  return acc__grad_sync_mark_ready(pm->gs, index);
+  size_t before = acc__grad_sync_early(pm->gs);
+  acc_result rc = acc__grad_sync_mark_ready(pm->gs, index);
+  pm->early_buckets += acc__grad_sync_early(pm->gs) - before;
+  return rc;
 }
 
 /* ---- clipping ------------------------------------------------------------------------------- */

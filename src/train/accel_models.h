@@ -34,6 +34,7 @@ typedef struct acc__pmodel {
   uint64_t grad_gen;   /* the model's gradient generation the buckets were built for */
   int grads_checked;   /* every parameter that takes a gradient has one (checked at backward) */
   uint64_t lp_gen;     /* bumped at every rewrite of low_precision (acc_accelerator_low_precision_view) */
+  size_t early_buckets; /* buckets whose averaging grad_ready started before backward (tests) */
 } acc__pmodel;
 
 /* Prepares m: process 0's parameters broadcast to every process, the ZeRO layout (zero 1 or 2),

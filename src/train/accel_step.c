@@ -7,6 +7,7 @@
 #include "state/state.h"
 #include "train/accel.h"
 #include "train/model_internal.h"
+#include "train/train.h"
 
 static acc_result zero_check_opt(const acc_accelerator *acc, const acc_optimizer *opt) {
   if (acc__optimizer_is_restricted(opt)) return ACC_OK;
@@ -78,7 +79,6 @@ acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *mod
   ACC_CHECK(prepared(acc, model, "grad_ready", &pm));
   if ((!acc->sync_gradients && !acc->sync_each_batch) || pm->no_sync) return ACC_OK;
   if (acc->mp == ACC_PRECISION_FP16) return ACC_OK; /* rounding happens in backward(): no overlap */
-  if (acc__typed_any(model)) return ACC_OK; /* bf16/fp16 tables are widened in backward(): no overlap */
   /* One model's buckets at a time: with overlap its thread owns the process group until its
    * sync is finished. */
   if (acc->inflight && acc->inflight != pm)
@@ -86,9 +86,21 @@ acc_result acc_accelerator_grad_ready_model(acc_accelerator *acc, acc_model *mod
                       "grad_ready: prepared model %d still has gradients in flight; finish its sync "
                       "(acc_accelerator_backward_model) before marking another model's parameters",
                       (int)(acc->inflight - acc->models));
+  /* the program's queued work (its gradient of this parameter) before the library's, on a device
+   * with the program's stream named (no-op otherwise) */
+  ACC_CHECK(acc__dev_prog_enter(acc->dev));
+  /* a bf16/fp16 row: its gradient widened into the float32 gradients now, on the stream its
+   * bucket is averaged from */
+  if (pm->zero != 1) ACC_CHECK(acc__typed_grad_ready(model, index));
   ACC_CHECK(acc__pmodel_grad_ready(pm, index));
   if (pm->gs) acc->inflight = pm;
   return ACC_OK;
+}
+
+size_t acc__accelerator_early_buckets(const acc_accelerator *acc) {
+  size_t n = 0;
+  for (int i = 0; acc && i < acc->nmodels; i++) n += acc->models[i].early_buckets;
+  return n;
 }
 
 acc_result acc_accelerator_grad_ready(acc_accelerator *acc, size_t index) {

@@ -49,6 +49,7 @@ struct acc__grad_sync {
   acc_result thread_rc;
   char thread_err[1024];
   acc__dev_gsync *dev; /* gradients in device memory (src/train/train_sync.c) */
+  size_t early;        /* buckets started by mark_ready (before finish), since creation */
 };
 
 /* h[0..m) = the 16-bit type of (the 16-bit type of g) / world, a tile at a time through float. */
@@ -317,6 +318,7 @@ acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index) {
   bucket *b = &gs->buckets[gs->bucket_of[index]];
   if (--b->pending > 0 || b->queued) return ACC_OK;
   b->queued = 1;
+  gs->early++;
   if (!gs->overlap) return reduce_bucket(gs, b);
   pthread_mutex_lock(&gs->mu);
   gs->queue[gs->q_tail++] = gs->bucket_of[index];
@@ -324,6 +326,8 @@ acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index) {
   pthread_mutex_unlock(&gs->mu);
   return ACC_OK;
 }
+
+size_t acc__grad_sync_early(const acc__grad_sync *gs) { return gs ? gs->early : 0; }
 
 acc_result acc__grad_sync_finish(acc__grad_sync *gs) {
   if (!gs) return acc__error(ACC_ERR_INVALID_ARGUMENT, "grad_sync_finish: NULL");

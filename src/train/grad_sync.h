@@ -45,6 +45,9 @@ int acc__grad_sync_in_flight(const acc__grad_sync *gs);
 /* Marks parameter `index` as having its final gradient for this step. With overlap, a bucket
  * whose parameters are all ready is handed to the background thread at once. */
 acc_result acc__grad_sync_mark_ready(acc__grad_sync *gs, size_t index);
+/* How many buckets mark_ready started (all their parameters ready before finish), since gs was
+ * created: the evidence that averaging overlapped the program's backward. */
+size_t acc__grad_sync_early(const acc__grad_sync *gs);
 
 /* Reduces every bucket not yet reduced (all of them when nothing was marked), waits for the
  * background thread, and leaves the mean over processes in every gradient. Collective. */

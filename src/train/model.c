@@ -150,6 +150,8 @@ void acc__typed_group_free(acc__typed_group *g) {
     }
   }
   g->master = g->grad32 = NULL;
+  acc__free(g->ready);
+  g->ready = NULL;
 }
 
 acc__typed_group *acc__model_typed(const acc_model *m, size_t *n) {

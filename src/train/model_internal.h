@@ -33,6 +33,8 @@ typedef struct acc__typed_group {
                          rewritten from params by the library */
   float *grad32;     /* the library's float32 gradients (numel) */
   int grads_in;      /* grad32 holds the program's gradients of this step (set by acc__typed_grads_in) */
+  unsigned char *ready; /* per row (count): its gradient was widened into grad32 by grad_ready in
+                           this step, and may be averaging already: grads_in leaves it alone */
 } acc__typed_group;
 
 /* The model's typed groups (n: how many; NULL when none). */
@@ -56,6 +58,13 @@ acc_result acc__typed_grads_in(acc_model *m, const char *fn);
 acc_result acc__typed_grads_out(acc_model *m);
 acc_result acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt);
 void acc__typed_grads_done(acc_model *m);
+/* grad_ready of row `index` of a typed table (overlap, issue 33 item 3): its gradient widened into
+ * grad32 now (on the group's device stream), so that its bucket may average before backward;
+ * grads_in then widens only the rows not marked. A row marked twice in one step, or a table
+ * without gradients attached, is an error naming the parameter. No-op for a float32 row. */
+acc_result acc__typed_grad_ready(acc_model *m, size_t index);
+/* The end of a step's averaging (or of a step abandoned by zero_grad): no row is marked. */
+void acc__typed_ready_clear(acc_model *m);
 /* Every typed table of m lives where accelerator device d trains (host memory for the CPU, memory
  * of d otherwise); else ACC_ERR_INVALID_ARGUMENT naming the table (fn: the caller). */
 acc_result acc__typed_check_place(const acc_model *m, const struct acc__devctx *d, const char *fn);

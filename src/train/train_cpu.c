@@ -38,9 +38,9 @@ static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
     acc__typed_grads_done(pm->model); /* new gradients of this backward: convert again */
     ACC_CHECK(acc__typed_grads_in(pm->model, "backward"));
   }
-  ACC_CHECK(acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16));
-  if (typed) ACC_CHECK(acc__typed_grads_out(pm->model));
-  return ACC_OK;
+  acc_result rc = acc__pmodel_sync(pm, acc->st, acc->mp == ACC_PRECISION_FP16);
+  if (typed) acc__typed_ready_clear(pm->model);
+  return rc == ACC_OK && typed ? acc__typed_grads_out(pm->model) : rc;
 }
 
 /* Every model synchronized in this iteration and not unscaled yet (all of them when backward did

@@ -69,8 +69,10 @@ static acc_result sync_model(acc_accelerator *acc, acc__pmodel *pm) {
     acc__typed_grads_done(pm->model); /* new gradients of this backward: convert again */
     ACC_CHECK(acc__typed_grads_in(pm->model, "backward"));
   }
-  if (acc->mp == ACC_PRECISION_FP16) ACC_CHECK(acc__dev_round_grads_f16(acc));
-  ACC_CHECK(acc__grad_sync_finish(pm->gs));
+  acc_result rc = acc->mp == ACC_PRECISION_FP16 ? acc__dev_round_grads_f16(acc) : ACC_OK;
+  if (rc == ACC_OK) rc = acc__grad_sync_finish(pm->gs);
+  if (typed) acc__typed_ready_clear(pm->model);
+  ACC_CHECK(rc);
   acc__powersgd_step_done(pm->psgd);
   return typed ? acc__typed_grads_out(pm->model) : ACC_OK;
 }

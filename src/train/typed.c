@@ -117,7 +117,8 @@ acc_result acc__typed_add(acc_model *m, const acc_param_spec *table, size_t coun
   g.dev = dp;
   g.master = master;
   g.master_program = master != NULL;
-  acc_result arc = alloc_copies(&g, dp, params, numel);
+  g.ready = acc__calloc(count, 1);
+  acc_result arc = g.ready ? alloc_copies(&g, dp, params, numel) : ACC_ERR_NOMEM;
   if (arc != ACC_OK) {
     acc__typed_group_free(&g);
     return arc;
@@ -230,20 +231,65 @@ acc_result acc__typed_params_out(acc_model *m) {
   return ACC_OK;
 }
 
+static acc_result no_grads(const acc_model *m, const acc__typed_group *g, const char *fn) {
+  return acc__error(ACC_ERR_INVALID_USAGE,
+                    "%s: parameter '%s' takes a gradient but none is attached: its %s table has no gradient "
+                    "buffer yet (acc_model_set_flat_grads_typed)", fn, acc_model_parameter(m, g->first)->name,
+                    dtype_word(g->dtype));
+}
+
+/* Element offset of row i (a row of g) in the table's buffers. */
+static size_t row_offset(const acc_model *m, const acc__typed_group *g, size_t i) {
+  return (size_t)(acc_model_parameter(m, i)->data - g->master);
+}
+
+/* The rows [a, b) of g widened as one conversion (they are consecutive in the buffers). */
+static acc_result widen_rows(const acc_model *m, const acc__typed_group *g, size_t a, size_t b) {
+  size_t lo = row_offset(m, g, a);
+  size_t hi = b < g->first + g->count ? row_offset(m, g, b) : g->numel;
+  return hi > lo ? g_widen(g, g->grad32 + lo, g->grads + lo, hi - lo) : ACC_OK;
+}
+
 acc_result acc__typed_grads_in(acc_model *m, const char *fn) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);
   for (size_t k = 0; k < n; k++) {
     if (g[k].grads_in) continue;
-    if (!g[k].grads)
-      return acc__error(ACC_ERR_INVALID_USAGE,
-                        "%s: parameter '%s' takes a gradient but none is attached: its %s table has no gradient "
-                        "buffer yet (acc_model_set_flat_grads_typed)", fn, acc_model_parameter(m, g[k].first)->name,
-                        dtype_word(g[k].dtype));
-    ACC_CHECK(g_widen(&g[k], g[k].grad32, g[k].grads, g[k].numel));
+    if (!g[k].grads) return no_grads(m, &g[k], fn);
+    /* the rows grad_ready did not convert, a run of consecutive rows at a time (all of the table
+     * in one conversion without grad_ready) */
+    size_t end = g[k].first + g[k].count;
+    for (size_t i = g[k].first; i < end;) {
+      if (g[k].ready[i - g[k].first]) {
+        i++;
+        continue;
+      }
+      size_t j = i;
+      while (j < end && !g[k].ready[j - g[k].first]) j++;
+      ACC_CHECK(widen_rows(m, &g[k], i, j));
+      i = j;
+    }
     g[k].grads_in = 1;
   }
   return ACC_OK;
+}
+
+acc_result acc__typed_grad_ready(acc_model *m, size_t index) {
+  acc__typed_group *g = group_of(m, index);
+  if (!g) return ACC_OK;
+  if (!g->grads) return no_grads(m, g, "grad_ready");
+  if (g->ready[index - g->first])
+    return acc__error(ACC_ERR_INVALID_USAGE, "grad_ready: parameter '%s' was already marked ready in this step",
+                      acc_model_parameter(m, index)->name);
+  ACC_CHECK(widen_rows(m, g, index, index + 1));
+  g->ready[index - g->first] = 1;
+  return ACC_OK;
+}
+
+void acc__typed_ready_clear(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++) memset(g[k].ready, 0, g[k].count);
 }
 
 acc_result acc__typed_grads_out(acc_model *m) {
@@ -265,6 +311,7 @@ acc_result acc__typed_zero_grads(acc_model *m, const acc_optimizer *opt) {
   acc__typed_group *g = acc__model_typed(m, &n);
   for (size_t k = 0; k < n; k++) {
     g[k].grads_in = 0;
+    memset(g[k].ready, 0, g[k].count); /* a step abandoned after grad_ready */
     if (!g[k].grads) continue;
     for (size_t i = g[k].first; i < g[k].first + g[k].count; i++) {
       if (opt && !acc_optimizer_has_parameter(opt, i)) continue;

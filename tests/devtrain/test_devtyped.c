@@ -20,6 +20,11 @@
  *                                       load_state and train the rest again: bit for bit the
  *                                       uninterrupted run; the same checkpoint resumed by the CPU
  *                                       path: bit for bit too
+ *   test_devtyped overlap <config> <dir> on the CPU and on the device: the same training with the
+ *                                       program marking each row's gradient ready
+ *                                       (acc_accelerator_grad_ready, last row first, one row
+ *                                       per bucket) and without: bit for bit equal, and with
+ *                                       grad_ready the buckets started before backward (bf16)
  * Configs: bf16 (AdamW, weight decay, gradient accumulation over 2 micro-batches, clip_grad_norm
  * returning the norm), fp16 (mixed precision fp16 with the loss scaler: SGD with momentum, an
  * fp16 gradient overflow on process 0 only at one step, which every process skips).
@@ -31,6 +36,7 @@
 
 #include "acc_test.h"
 #include "core/internal.h"
+#include "train/accel.h"
 
 #define NI 8
 #define NO 4
@@ -58,6 +64,7 @@ static const acc_param_spec table[2] = {{"fc.w", 2, {NO, NI}}, {"fc.b", 1, {NO}}
 typedef struct run {
   const cfg *c;
   int dev; /* the table is device memory of the fake device (else host memory, CPU accelerator) */
+  int ready; /* the program marks each row's gradient ready as it writes it (grad_ready) */
   acc_accelerator *acc;
   acc_model *m;
   acc_optimizer *opt;
@@ -95,11 +102,16 @@ static void copy_out(run *r, void *dst, const void *src, size_t bytes) {
   else memcpy(dst, src, bytes);
 }
 
-static void run_open(run *r, const cfg *c, int dev) {
+static void run_open_ready(run *r, const cfg *c, int dev, int ready) {
   memset(r, 0, sizeof *r);
   r->c = c;
   r->dev = dev;
+  r->ready = ready;
   acc_accelerator_options o = ACC_ACCELERATOR_OPTIONS_INIT;
+  if (ready >= 0) { /* the overlap test: one row per bucket, reduced on the background thread */
+    o.bucket_cap_bytes = 4;
+    o.overlap_grad_sync = 1;
+  }
   o.device = !dev ? ACC_DEVICE_CPU : cuda_mode && dev_type == ACC_DEVICE_CUDA ? ACC_DEVICE_CUDA : ACC_DEVICE_AUTO;
   o.gradient_accumulation_steps = c->gas;
   o.mixed_precision = c->fp16 ? ACC_PRECISION_FP16 : ACC_PRECISION_NO;
@@ -149,6 +161,8 @@ static void run_open(run *r, const cfg *c, int dev) {
         bad);
 }
 
+static void run_open(run *r, const cfg *c, int dev) { run_open_ready(r, c, dev, -1); }
+
 static void run_close(run *r) {
   REQUIRE_OK(acc_accelerator_synchronize(r->acc));
   acc_optimizer_destroy(r->opt);
@@ -185,7 +199,19 @@ static void run_step(run *r) {
   for (int k = 0; k < NW; k++) r->hg[k] = from_f32(to_f32(r->hg[k], c->dtype) + g[k], c->dtype);
   int sync = acc_accelerator_sync_gradients(r->acc);
   if (sync && c->inf_step == (int)r->opt_steps && rank == 0) r->hg[5] = 0x7c00; /* fp16 +inf */
-  copy_in(r, r->g, r->hg, sizeof r->hg);
+  if (r->ready > 0) { /* as a backward pass: the last row's gradient first, each marked when written */
+    copy_in(r, r->g + NO * NI, r->hg + NO * NI, NO * sizeof(uint16_t));
+    REQUIRE_OK(acc_accelerator_grad_ready(r->acc, 1));
+    copy_in(r, r->g, r->hg, NO * NI * sizeof(uint16_t));
+    REQUIRE_OK(acc_accelerator_grad_ready(r->acc, 0));
+    if (sync && !c->fp16 && r->opt_steps == 0) {
+      acc_result rc = acc_accelerator_grad_ready(r->acc, 0);
+      CHECK(rc == ACC_ERR_INVALID_USAGE && strstr(acc_last_error(), "'fc.w' was already marked ready"),
+            "%s: a row marked twice is refused naming it (rc %d: %s)", c->name, (int)rc, acc_last_error());
+    }
+  } else {
+    copy_in(r, r->g, r->hg, sizeof r->hg);
+  }
   REQUIRE_OK(acc_accelerator_backward(r->acc));
   float norm = -1.0f;
   if (c->clip && !cuda_mode && sync) REQUIRE_OK(acc_accelerator_clip_grad_norm(r->acc, 0.05f, 2.0, &norm));
@@ -302,6 +328,42 @@ static void equiv(const cfg *c, const char *dir) {
            nprocs, STEPS);
 }
 
+/* The same training with and without grad_ready, on the CPU and on the device. */
+static void overlap(const cfg *c, const char *dir) {
+  for (int dev = 0; dev < 2; dev++) {
+    run plain, ready;
+    static snap a, b;
+    char d1[1024], d2[1024];
+    snprintf(d1, sizeof d1, "%s/overlap_%s_%d_plain", dir, c->name, dev);
+    snprintf(d2, sizeof d2, "%s/overlap_%s_%d_ready", dir, c->name, dev);
+    const char *where = dev ? "device" : "cpu";
+    run_open_ready(&plain, c, dev, 0);
+    train_to(&plain, STEPS);
+    take(&plain, &a, d1);
+    size_t early0 = acc__accelerator_early_buckets(plain.acc);
+    run_open_ready(&ready, c, dev, 1);
+    train_to(&ready, STEPS);
+    take(&ready, &b, d2);
+    size_t early1 = acc__accelerator_early_buckets(ready.acc);
+    char what[128];
+    snprintf(what, sizeof what, "%s overlap on the %s", c->name, where);
+    compare(what, &a, &b);
+    CHECK(memcmp(plain.norms, ready.norms, sizeof plain.norms) == 0, "%s: the clip norms differ", what);
+    CHECK(early0 == 0, "%s: %zu buckets started early without grad_ready", what, early0);
+    /* fp16 mixed precision rounds the gradients in backward: grad_ready waits for it there */
+    if (!c->fp16)
+      CHECK(early1 >= (size_t)(2 * STEPS), "%s: only %zu buckets started before backward (expected 2 per step)",
+            what, early1);
+    else
+      CHECK(early1 == 0, "%s: %zu buckets started early under fp16 mixed precision", what, early1);
+    run_close(&plain);
+    run_close(&ready);
+    if (rank == 0)
+      printf("overlap %s on the %s at %d process(es): with and without grad_ready bit for bit equal, %zu "
+             "buckets started before backward\n", c->name, where, nprocs, early1);
+  }
+}
+
 static void ckpt(const cfg *c, const char *dir) {
   run dev, cpu;
   static snap straight, resumed, on_cpu;
@@ -348,7 +410,7 @@ static void ckpt(const cfg *c, const char *dir) {
 
 int main(int argc, char **argv) {
   if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "cuda"))) {
-    fprintf(stderr, "usage: test_devtyped equiv|ckpt bf16|fp16 DIR [cuda]\n");
+    fprintf(stderr, "usage: test_devtyped equiv|ckpt|overlap bf16|fp16 DIR [cuda]\n");
     return 2;
   }
   cuda_mode = argc == 5;
@@ -373,6 +435,7 @@ int main(int argc, char **argv) {
   mkdir(argv[3], 0755); /* may exist */
   if (!strcmp(argv[1], "equiv")) equiv(c, argv[3]);
   else if (!strcmp(argv[1], "ckpt")) ckpt(c, argv[3]);
+  else if (!strcmp(argv[1], "overlap")) overlap(c, argv[3]);
   else return 2;
   acc_state_destroy(st);
   return acc_test_finish("devtyped");
