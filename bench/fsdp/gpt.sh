@@ -7,6 +7,8 @@
 # step; at the end the medians of each configuration and their ratios to the unsharded run's
 # (memory) and to NO_SHARD's (step time).
 # Usage: bench/fsdp/gpt.sh [build_dir] [steps] [reps]
+#   MODEL="--layers 4 --width 256 --heads 4 --context 256" (the example's default size) replaces
+#   the model flags; CONFIGS="NO_SHARD FULL_SHARD" runs only those.
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -15,11 +17,13 @@ np=${NP:-2}
 cmake --build "$build" -j2 --target gpt accelerate_cli >/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-args="--layers 4 --width 512 --heads 8 --context 64 --batch 4 --grad-accum 1 --max-steps $steps --warmup 2
+model=${MODEL:---layers 4 --width 512 --heads 8 --context 64}
+configs=${CONFIGS:-unsharded NO_SHARD FULL_SHARD SHARD_GRAD_OP}
+args="$model --batch 4 --grad-accum 1 --max-steps $steps --warmup 2
       --eval-every 0 --val-windows 8 --sample-bytes 0 --log-every 0 --prefetch 0 --quiet"
 r=0
 while [ "$r" -lt "$reps" ]; do
-  for s in unsharded NO_SHARD FULL_SHARD SHARD_GRAD_OP; do
+  for s in $configs; do
     if [ "$s" = unsharded ]; then
       flags=""
     else
@@ -39,11 +43,12 @@ while [ "$r" -lt "$reps" ]; do
   r=$((r + 1))
 done
 echo "medians over $reps interleaved runs ($np processes, $steps steps each; $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)):"
-for s in unsharded NO_SHARD FULL_SHARD SHARD_GRAD_OP; do
+for s in $configs; do
   m=$(awk -v s="$s" '$1 == s { print $2 }' "$out/all" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
   t=$(awk -v s="$s" '$1 == s { print $3 }' "$out/all" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
   echo "$s $m $t" >>"$out/med"
 done
-bm=$(awk '$1 == "unsharded" { print $2 }' "$out/med")
+base=$(awk 'NR == 1 { print $1 }' "$out/med") # the memory reference: the first configuration run
+bm=$(awk 'NR == 1 { print $2 }' "$out/med")
 nt=$(awk '$1 == "NO_SHARD" { print $3 }' "$out/med")
-awk -v bm="$bm" -v nt="$nt" '{ printf "  %-13s peak %7.1f MiB (%.2fx unsharded)   step %.3f s (%.2fx NO_SHARD)\n", $1, $2, $2 / bm, $3, $3 / nt }' "$out/med"
+awk -v bm="$bm" -v nt="$nt" -v base="$base" '{ printf "  %-13s peak %7.1f MiB (%.2fx %s)   step %.3f s (%.2fx NO_SHARD)\n", $1, $2, $2 / bm, base, $3, $3 / nt }' "$out/med"
