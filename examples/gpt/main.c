@@ -621,10 +621,15 @@ int main(int argc, char **argv) {
    *    in shards instead, and the model none of its own (the FSDP block above). */
   fsdp_run fr = {0};
   const int use_fsdp = fsdp_wanted();
-  if (use_fsdp && (acc_accelerator_mixed_precision(acc) != ACC_PRECISION_NO || o.overlap)) {
-    fprintf(stderr, "gpt: --use_fsdp trains in float32 with the reduce-scatter after each unit's backward: "
-                    "drop --mixed-precision %s / --overlap (bf16 under FSDP is not done yet: docs/fsdp.md)\n",
+  if (use_fsdp && acc_accelerator_mixed_precision(acc) != ACC_PRECISION_NO) {
+    fprintf(stderr, "gpt: --use_fsdp trains in float32 so far: drop --mixed-precision %s (low-precision gathered "
+                    "parameters are not done yet: docs/fsdp.md)\n",
             acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
+    return 2;
+  }
+  if (use_fsdp && o.overlap) {
+    fprintf(stderr, "gpt: --use_fsdp reduces each unit's gradients as its backward ends (reduce-scatter): drop "
+                    "--overlap, which is for the unsharded gradient buckets\n");
     return 2;
   }
   gpt_config mc = {o.vocab, T, o.layers, o.heads, o.width, o.batch};
