@@ -7,7 +7,8 @@
 #      (nvidia/nccl/{include,lib} under any site-packages or dist-packages of the machine's
 #      Python; the wheel has no unversioned libnccl.so, so the link is made in the build folder);
 #   3. configures and builds the project with CUDA (ACC_WITH_CUDA=ON);
-#   4. runs `ctest -L gpu` (every test at most 120 s; the *_2gpu tests only with two GPUs);
+#   4. runs `ctest -L gpu` (every test at most 120 s; the *_2gpu tests only with two GPUs), the
+#      llm.c-style trainer's tests (devtrain_gpu_llmc_*) as a step of their own;
 #   5. trains the Fashion-MNIST example on the GPU and on the CPU with the same arguments;
 #   6. saves, kills (SIGKILL) and resumes the example on the GPU: the checkpoint written after the
 #      resume must be byte-identical to the one of an uninterrupted run;
@@ -245,12 +246,12 @@ step build 300 cmake --build "$build" -j "$jobs" || finish
 # ---- tests ----------------------------------------------------------------------------------
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 ct=(ctest --test-dir "$build" --output-on-failure --timeout 120)
+# ctest_ran ARGS...: ctest with ARGS; a skipped test, or none, fails (this check exists to run them)
 # shellcheck disable=SC2317 # invoked through step
-gpu_tests() {
-  local t rc only=()
+ctest_ran() {
+  local t rc
   t=$(mktemp -p "$tmp")
-  [ "$gpus" -lt 2 ] && only=(-E '_2gpu$') # NCCL across two GPUs: needs two
-  "${ct[@]}" -j 4 -L gpu "${only[@]}" 2>&1 | tee "$t"
+  "${ct[@]}" "$@" 2>&1 | tee "$t"
   rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 0 ] && grep -qE 'Skipped|No tests were found' "$t"; then
     echo "a GPU test was skipped or none ran; this check exists to run them"
@@ -258,7 +259,19 @@ gpu_tests() {
   fi
   return "$rc"
 }
+# the llm.c-style trainer (test_llmc) has a step of its own, below
+llmc_re='^devtrain_gpu_llmc_'
+# shellcheck disable=SC2317 # invoked through step
+gpu_tests() {
+  local skip_re=$llmc_re
+  [ "$gpus" -lt 2 ] && skip_re="$skip_re|_2gpu\$" # NCCL across two GPUs: needs two
+  ctest_ran -j 4 -L gpu -E "$skip_re"
+}
 step ctest_gpu 240 gpu_tests
+# a trainer in the shape of llm.c's train_gpt2.cu (tests/devtrain/test_llmc.c): bf16 table, its own
+# stream and AdamW, overlap vs no overlap bit for bit, SIGKILL after save_state and resume bit for
+# bit, at 1 process and 2 sharing the GPU
+step llmc 120 ctest_ran -j 2 -R "$llmc_re"
 [ "$gpus" -lt 2 ] && skip ctest_2gpu "one GPU: the *_2gpu tests (NCCL across two GPUs) need two"
 if [ "$suite" = 1 ]; then
   step ctest_device 240 "${ct[@]}" -j 8 -L device

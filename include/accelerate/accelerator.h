@@ -99,6 +99,28 @@ ACC_EXTERN acc_state *acc_accelerator_state(const acc_accelerator *acc);
 ACC_EXTERN acc_mixed_precision acc_accelerator_mixed_precision(const acc_accelerator *acc);
 /** The ZeRO stage the accelerator runs (0, 1 or 2; 0 for an invalid handle). @since 0.1 */
 ACC_EXTERN int acc_accelerator_zero_stage(const acc_accelerator *acc);
+/**
+ * ZeRO for a program that steps its own optimizer (llm.c's `-z 1`): the range of elements
+ * [*first, *first + *count) of the prepared model (NULL: the first prepared) that this process
+ * updates, in the ZeRO layout (the parameters that take a gradient, end to end in registration
+ * order; for a flat table whose rows all train, the element offset in the table). Shards are
+ * ceil(T / N) elements, the last ones shorter or empty. After backward the averaged gradient is
+ * valid on this range (elsewhere: zero on the CPU, unspecified on a device). Not collective.
+ * ACC_ERR_INVALID_USAGE at zero_stage 0. docs/zero.md.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_zero_shard(acc_accelerator *acc, acc_model *model, size_t *first,
+                                                 size_t *count);
+/**
+ * After the program updated its range (acc_accelerator_zero_shard) of the parameters: every
+ * process's range sent to every other, so that all hold the whole updated model (float32 values,
+ * and for a bf16/fp16 table with the program's master its 16-bit values as the program rounded
+ * them; a table with the library's master is rounded from it). On a device it runs after the
+ * program's queued work on its named stream, through host staging of at most 2^20 elements per
+ * process at a time. Collective; a no-op on one process. The library's optimizer_step does this
+ * itself. @since 0.3
+ */
+ACC_EXTERN acc_result acc_accelerator_zero_gather(acc_accelerator *acc, acc_model *model);
 /** The gradient compression the accelerator runs (acc_comm_hook; ACC_COMM_HOOK_NONE for an
  * invalid handle). @since 0.2 */
 ACC_EXTERN int acc_accelerator_comm_hook(const acc_accelerator *acc);

@@ -37,7 +37,8 @@ typedef enum acc__origin {
   ACC__ORIGIN_PAD,                /* pad_across_processes */
   ACC__ORIGIN_ZERO,               /* ZeRO: 0 gradient reduce-scatter, 1 parameter all-gather,
                                      2 norm, 3 state gather/scatter, 4 stage-2 bucket
-                                     reduce, 5 stage-2 chunk all-gather */
+                                     reduce, 5 stage-2 chunk all-gather, 6 and 7 zero_gather
+                                     of float32 and 16-bit values */
   ACC__ORIGIN_PLACEMENT,          /* the device choices compared at accelerator creation */
   ACC__ORIGIN_JOIN,               /* next_batch_joined: 0 batch counts, 1 failing process, 2 its error */
   ACC__ORIGIN_FSDP,               /* FSDP (train/fsdp*.c): index unit * 8 + kind, kind 0 parameter all-gather,

@@ -63,6 +63,12 @@ void acc__typed_grads_done(acc_model *m);
  * grads_in then widens only the rows not marked. A row marked twice in one step, or a table
  * without gradients attached, is an error naming the parameter. No-op for a float32 row. */
 acc_result acc__typed_grad_ready(acc_model *m, size_t index);
+/* params_out for the tables whose master is the library's (zero_gather: the program's tables are
+ * gathered as the program rounded them). */
+acc_result acc__typed_params_out_library(acc_model *m);
+/* Row `index` belongs to a bf16/fp16 table with the program's master (0: float32, or the
+ * library's master). */
+int acc__typed_program_master(const acc_model *m, size_t index);
 /* The end of a step's averaging (or of a step abandoned by zero_grad): no row is marked. */
 void acc__typed_ready_clear(acc_model *m);
 /* Every typed table of m lives where accelerator device d trains (host memory for the CPU, memory

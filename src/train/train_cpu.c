@@ -6,10 +6,6 @@
 
 static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model *model) {
   const int typed = acc__typed_any(model);
-  if (typed && acc->zero)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "prepare_model: the model has a bf16/fp16 table (acc_model_add_flat_typed), which is not "
-                      "supported with zero_stage %d yet; use zero_stage 0", acc->zero);
   /* typed tables: the program's values (set after registration) become the master weights, and
    * process 0's master weights, broadcast, come back rounded into every program's buffer */
   if (typed) {

@@ -42,7 +42,10 @@ static acc_result prepare_model(acc_accelerator *acc, acc__pmodel *pm, acc_model
    * 0's are broadcast, and come back rounded into every program's buffer */
   if (typed) ACC_CHECK(acc__typed_params_in(model));
   ACC_CHECK(acc__dev_prepare_model(acc, model));
-  if (typed) ACC_CHECK(acc__typed_params_out(model));
+  if (typed) { /* rounded into the program's buffers: done when prepare returns (docs/porting.md) */
+    ACC_CHECK(acc__typed_params_out(model));
+    ACC_CHECK(acc__dstream_sync(acc->dev->dev, acc->dev->stream));
+  }
   memset(pm, 0, sizeof *pm);
   pm->model = model;
   pm->st = acc->st;

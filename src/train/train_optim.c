@@ -240,6 +240,12 @@ static acc_result find_opt(acc_accelerator *acc, acc_optimizer *opt, dev_opt **o
 }
 
 acc_result acc__dev_prepare_optimizer(acc_accelerator *acc, acc_optimizer *opt) {
+  if (acc->zero)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "prepare_optimizer: the library's optimizer under ZeRO (zero_stage %d) is not supported "
+                      "when training on a device (%s) yet; step your own optimizer on the range of "
+                      "acc_accelerator_zero_shard and call acc_accelerator_zero_gather after it, or use "
+                      "zero_stage 0", acc->zero, acc__device_name(acc->dev->dev));
   acc__accel_parts parts;
   acc__accel_fill_parts(acc, &parts);
   if (!first_model(&parts) || acc_optimizer_model(opt) != first_model(&parts)) return ACC_OK; /* first step */

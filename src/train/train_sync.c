@@ -112,11 +112,6 @@ static acc_result broadcast_parameters(acc__devctx *d, acc_state *st, acc_model 
 
 acc_result acc__dev_prepare_model(acc_accelerator *acc, acc_model *m) {
   acc__devctx *d = acc->dev;
-  if (acc->zero != 0)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "prepare_model: ZeRO (zero_stage %d) is not supported when training on a "
-                      "device (%s); use zero_stage 0",
-                      acc->zero, acc__device_name(d->dev));
   for (size_t i = 0; i < acc_model_num_parameters(m); i++) {
     const acc_param *p = acc_model_parameter(m, i);
     if (!p->numel) continue;

@@ -250,6 +250,19 @@ static acc_result widen_rows(const acc_model *m, const acc__typed_group *g, size
   return hi > lo ? g_widen(g, g->grad32 + lo, g->grads + lo, hi - lo) : ACC_OK;
 }
 
+acc_result acc__typed_params_out_library(acc_model *m) {
+  size_t n;
+  acc__typed_group *g = acc__model_typed(m, &n);
+  for (size_t k = 0; k < n; k++)
+    if (!g[k].master_program) ACC_CHECK(g_narrow(&g[k], g[k].params, g[k].master, g[k].numel));
+  return ACC_OK;
+}
+
+int acc__typed_program_master(const acc_model *m, size_t index) {
+  const acc__typed_group *g = group_of(m, index);
+  return g && g->master_program;
+}
+
 acc_result acc__typed_grads_in(acc_model *m, const char *fn) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);

@@ -25,6 +25,11 @@
  *                                       (acc_accelerator_grad_ready, last row first, one row
  *                                       per bucket) and without: bit for bit equal, and with
  *                                       grad_ready the buckets started before backward (bf16)
+ *   test_devtyped zero <config> <dir>   on the CPU: the same training (without clipping: its norm
+ *                                       is summed over shards in another order) at zero_stage 1
+ *                                       and 2 and at 0: master weights, the program's parameters,
+ *                                       the model file and the checkpoint's weights bit for bit
+ *                                       equal; the checkpoint of stage 1 resumed at stage 2 too
  * Configs: bf16 (AdamW, weight decay, gradient accumulation over 2 micro-batches, clip_grad_norm
  * returning the norm), fp16 (mixed precision fp16 with the loss scaler: SGD with momentum, an
  * fp16 gradient overflow on process 0 only at one step, which every process skips).
@@ -57,6 +62,7 @@ static const cfg cfgs[] = {
 };
 
 static int rank, nprocs;
+static int zero_stage; /* the accelerator's zero_stage for the runs opened next */
 static int cuda_mode; /* the device run asks for CUDA */
 static acc_device_type dev_type = ACC_DEVICE_FAKE;
 static const acc_param_spec table[2] = {{"fc.w", 2, {NO, NI}}, {"fc.b", 1, {NO}}};
@@ -114,6 +120,7 @@ static void run_open_ready(run *r, const cfg *c, int dev, int ready) {
   }
   o.device = !dev ? ACC_DEVICE_CPU : cuda_mode && dev_type == ACC_DEVICE_CUDA ? ACC_DEVICE_CUDA : ACC_DEVICE_AUTO;
   o.gradient_accumulation_steps = c->gas;
+  o.zero_stage = zero_stage;
   o.mixed_precision = c->fp16 ? ACC_PRECISION_FP16 : ACC_PRECISION_NO;
   REQUIRE_OK(acc_accelerator_create(&r->acc, &o));
   REQUIRE_OK(acc_accelerator_device_type(r->acc) == (dev ? dev_type : ACC_DEVICE_CPU) ? ACC_OK : ACC_ERR_INTERNAL);
@@ -248,7 +255,8 @@ static void take(run *r, snap *s, const char *dir) {
   for (int k = 0; k < NW; k++) not_rounded += s->w[k] != from_f32(s->master[k], r->c->dtype);
   CHECK(not_rounded == 0, "%s: %d program parameters are not the master weights rounded", r->c->name, not_rounded);
   REQUIRE_OK(acc_accelerator_save_state(r->acc, dir, NULL));
-  for (size_t k = 0; k < acc_optimizer_state_count(r->opt); k++) {
+  /* under ZeRO each process holds its shard of the state: the checkpoint holds it whole */
+  for (size_t k = 0; !acc_accelerator_zero_stage(r->acc) && k < acc_optimizer_state_count(r->opt); k++) {
     const float *d;
     size_t n;
     REQUIRE_OK(acc_optimizer_state_get(r->opt, k, NULL, &d, &n, NULL, NULL));
@@ -364,6 +372,63 @@ static void overlap(const cfg *c, const char *dir) {
   }
 }
 
+/* ZeRO stage 1 and 2 on the CPU against stage 0 (at 2 processes the sums have one order). */
+static void zero(const cfg *c0, const char *dir) {
+  cfg c = *c0;
+  c.clip = 0;
+  run plain;
+  static snap a, b, r;
+  char d0[1024], d[1024], p0[1100], p[1100];
+  snprintf(d0, sizeof d0, "%s/zero_%s_0", dir, c.name);
+  zero_stage = 0;
+  run_open(&plain, &c, 0);
+  train_to(&plain, STEPS);
+  take(&plain, &a, d0);
+  run_close(&plain);
+  snprintf(p0, sizeof p0, "%s/model.safetensors", d0);
+  for (int stage = 1; stage <= 2; stage++) {
+    run z;
+    char what[64], dsave[1100];
+    snprintf(what, sizeof what, "%s at zero_stage %d", c.name, stage);
+    snprintf(d, sizeof d, "%s/zero_%s_%d", dir, c.name, stage);
+    snprintf(dsave, sizeof dsave, "%s/zero_%s_%d_at%d", dir, c.name, stage, SAVE_AT);
+    zero_stage = stage;
+    run_open(&z, &c, 0);
+    CHECK(acc_accelerator_zero_stage(z.acc) == stage, "%s: the accelerator runs at stage %d", what,
+          acc_accelerator_zero_stage(z.acc));
+    train_to(&z, SAVE_AT);
+    REQUIRE_OK(acc_accelerator_save_state(z.acc, dsave, NULL));
+    const int64_t micro_at = z.micro;
+    train_to(&z, STEPS);
+    take(&z, &b, d);
+    CHECK(acc_test_same_f32_n(a.master, b.master, NW, NULL), "%s: the master weights differ from stage 0", what);
+    CHECK(acc_test_same_half(a.w, b.w, NW, c.dtype == ACC_BF16), "%s: the program's parameters differ", what);
+    CHECK(a.opt_step == b.opt_step, "%s: step count %lld vs %lld", what, (long long)a.opt_step,
+          (long long)b.opt_step);
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    same_file(what, p0, p);
+    /* resumed from its checkpoint half way, at the other stage */
+    run_close(&z);
+    zero_stage = 3 - stage;
+    run_open(&z, &c, 0);
+    REQUIRE_OK(acc_accelerator_load_state(z.acc, dsave, NULL));
+    z.micro = micro_at;
+    z.opt_steps = SAVE_AT;
+    snprintf(d, sizeof d, "%s/zero_%s_%d_resumed", dir, c.name, stage);
+    train_to(&z, STEPS);
+    take(&z, &r, d);
+    CHECK(acc_test_same_f32_n(a.master, r.master, NW, NULL),
+          "%s: saved at step %d and resumed at stage %d, the master weights differ", what, SAVE_AT, 3 - stage);
+    CHECK(acc_test_same_half(a.w, r.w, NW, c.dtype == ACC_BF16), "%s resumed: the program's parameters differ",
+          what);
+    run_close(&z);
+  }
+  zero_stage = 0;
+  if (rank == 0)
+    printf("zero %s at %d process(es): stages 1 and 2 bit for bit stage 0, resumed across stages too\n", c.name,
+           nprocs);
+}
+
 static void ckpt(const cfg *c, const char *dir) {
   run dev, cpu;
   static snap straight, resumed, on_cpu;
@@ -410,7 +475,7 @@ static void ckpt(const cfg *c, const char *dir) {
 
 int main(int argc, char **argv) {
   if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "cuda"))) {
-    fprintf(stderr, "usage: test_devtyped equiv|ckpt|overlap bf16|fp16 DIR [cuda]\n");
+    fprintf(stderr, "usage: test_devtyped equiv|ckpt|overlap|zero bf16|fp16 DIR [cuda]\n");
     return 2;
   }
   cuda_mode = argc == 5;
@@ -436,6 +501,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "equiv")) equiv(c, argv[3]);
   else if (!strcmp(argv[1], "ckpt")) ckpt(c, argv[3]);
   else if (!strcmp(argv[1], "overlap")) overlap(c, argv[3]);
+  else if (!strcmp(argv[1], "zero")) zero(c, argv[3]);
   else return 2;
   acc_state_destroy(st);
   return acc_test_finish("devtyped");
