@@ -4,8 +4,9 @@
 # Each repetition runs, interleaved: the unsharded example (DDP), NO_SHARD, FULL_SHARD and
 # SHARD_GRAD_OP. Printed per run: the largest process's peak resident memory (VmHWM), the library's
 # accounting (GPT_MEMORY_REPORT=1: shards, AdamW state, unit buffers) and the time per optimizer
-# step; at the end the medians of each configuration and their ratios to the unsharded run's
-# (memory) and to NO_SHARD's (step time).
+# step, in wall time and in CPU time per process (tokens per CPU-second, which time-sharing with
+# other programs changes less); at the end the medians of each configuration and their ratios to
+# the first configuration's (memory) and to NO_SHARD's (step times).
 # Usage: bench/fsdp/gpt.sh [build_dir] [steps] [reps]
 #   MODEL="--layers 4 --width 256 --heads 4 --context 256" (the example's default size) replaces
 #   the model flags; CONFIGS="NO_SHARD FULL_SHARD" runs only those.
@@ -35,9 +36,11 @@ while [ "$r" -lt "$reps" ]; do
     hwm=$(sed -n 's/^memory: peak resident (VmHWM) \([0-9.]*\) MiB on the largest.*/\1/p' "$out/$s.$r")
     tps=$(sed -n 's/^throughput: \([0-9.]*\) tokens\/s in total.*/\1/p' "$out/$s.$r")
     tok=$(sed -n 's/.* = \([0-9]*\) tokens per step.*/\1/p' "$out/$s.$r")
+    cps=$(sed -n 's/^cpu: \([0-9.]*\) tokens per CPU-second per process.*/\1/p' "$out/$s.$r")
     step=$(awk -v t="$tok" -v r="$tps" 'BEGIN { printf "%.3f", t / r }') # global tokens / (summed tokens/s)
-    echo "$s rep=$r peak_MiB=$hwm step_s=$step"
-    echo "$s $hwm $step" >>"$out/all"
+    cpu=$(awk -v t="$tok" -v r="$cps" -v n="$np" 'BEGIN { printf "%.3f", t / n / r }') # per process
+    echo "$s rep=$r peak_MiB=$hwm step_s=$step step_cpu_s=$cpu"
+    echo "$s $hwm $step $cpu" >>"$out/all"
     grep '^memory: per process' "$out/$s.$r" | sed 's/^/  /'
   done
   r=$((r + 1))
@@ -46,9 +49,11 @@ echo "medians over $reps interleaved runs ($np processes, $steps steps each; $(l
 for s in $configs; do
   m=$(awk -v s="$s" '$1 == s { print $2 }' "$out/all" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
   t=$(awk -v s="$s" '$1 == s { print $3 }' "$out/all" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-  echo "$s $m $t" >>"$out/med"
+  c=$(awk -v s="$s" '$1 == s { print $4 }' "$out/all" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+  echo "$s $m $t $c" >>"$out/med"
 done
 base=$(awk 'NR == 1 { print $1 }' "$out/med") # the memory reference: the first configuration run
 bm=$(awk 'NR == 1 { print $2 }' "$out/med")
 nt=$(awk '$1 == "NO_SHARD" { print $3 }' "$out/med")
-awk -v bm="$bm" -v nt="$nt" -v base="$base" '{ printf "  %-13s peak %7.1f MiB (%.2fx %s)   step %.3f s (%.2fx NO_SHARD)\n", $1, $2, $2 / bm, base, $3, $3 / nt }' "$out/med"
+nc=$(awk '$1 == "NO_SHARD" { print $4 }' "$out/med")
+awk -v bm="$bm" -v nt="$nt" -v nc="$nc" -v base="$base" '{ printf "  %-13s peak %7.1f MiB (%.2fx %s)   step %.3f s (%.2fx NO_SHARD)   CPU %.3f s (%.2fx NO_SHARD)\n", $1, $2, $2 / bm, base, $3, $3 / nt, $4, $4 / nc }' "$out/med"
