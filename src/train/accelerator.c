@@ -295,6 +295,7 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
                           "decay, use parameter groups: acc_optimizer_create_*_groups)",
                           acc_model_parameter(m, i)->name, k);
   }
+  ACC_CHECK(acc->ops->prepare_optimizer(acc, opt)); /* a device refuses ZeRO's sharded optimizer */
   if (acc->zero) {
     acc__pmodel *pm = acc__accel_find_model(acc, m);
     if (!pm)
@@ -303,7 +304,6 @@ acc_result acc_accelerator_prepare_optimizer(acc_accelerator *acc, acc_optimizer
                         "the optimizer over a prepared model", acc->zero);
     ACC_CHECK(acc__pmodel_zero_reshard(pm, acc->st, opt));
   }
-  ACC_CHECK(acc->ops->prepare_optimizer(acc, opt));
   acc->opts[acc->nopts++] = opt;
   return ACC_OK;
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
-# test_llmc's four launches in one fresh directory (test_llmc.c): ref (the uninterrupted run
-# without overlap, writing ref.bin), overlap (bit for bit ref.bin), kill (saves at step 5, every
+# test_llmc's five launches in one fresh directory (test_llmc.c): ref (the uninterrupted run
+# without overlap, writing ref.bin), overlap (bit for bit ref.bin), zero (llm.c's -z 1: the
+# program's optimizer on its shard, then acc_accelerator_zero_gather: bit for bit ref.bin), kill (saves at step 5, every
 # process kills itself with SIGKILL at step 8: the launch must fail), resume (a new launch loads
 # the checkpoint and trains to the end: bit for bit ref.bin).
 # Usage: run_llmc.sh ACCELERATE_CLI TEST_LLMC DIR fake|cuda [launch arguments...]
@@ -10,7 +11,7 @@ shift 4
 cuda=
 [ "$dev" = cuda ] && cuda=cuda
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
-for mode in ref overlap; do
+for mode in ref overlap zero; do
   echo "== $mode"
   "$cli" launch "$@" "$prog" $mode "$dir" $cuda || { echo "llmc: FAIL: the $mode launch failed"; exit 1; }
 done

@@ -31,12 +31,17 @@
  *   resume  a new launch: load_state of the killed run's checkpoint (the library rounds the
  *           master to nearest even; the program re-rounds with its saved seed), trains to the
  *           end with overlap: bit for bit ref.bin
+ *   zero    llm.c's `-z 1`: zero_stage 1, the program's AdamW updates (and rounds) only its range
+ *           of the table (acc_accelerator_zero_shard), acc_accelerator_zero_gather hands every
+ *           process the others' ranges: master and bf16 parameters bit for bit ref.bin, and the
+ *           moments on the process's range (its moments are not checkpointed in this mode:
+ *           register_buffers is refused under ZeRO)
  * Every mode that trains to the end checks that acc_save_model writes the program's master
  * weights exactly, and that the library's extra memory for the table is at most its float32
  * gradients (printed). A last argument `cuda` runs on a GPU (the fake device under
  * ACCELERATE_TEST_DEVICE=fake).
  *
- * Usage: test_llmc ref|overlap|kill|resume DIR [cuda] */
+ * Usage: test_llmc ref|overlap|kill|resume|zero DIR [cuda] */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -69,6 +74,7 @@ enum { P_WTE = 0, P_HEAD_W = NT - 2, P_HEAD_B = NT - 1 };
 #define NW (V * C + NL * (C * C + C) + V * C + V)
 
 static int rank, nprocs, cuda_mode, overlap;
+static size_t zlo = 0, zhi = (size_t)-1; /* the elements this process updates (zero: its shard) */
 static acc_accelerator *acc;
 static void *stream; /* the program's ("main_stream") */
 static size_t off[NT + 1];
@@ -241,7 +247,7 @@ static void adamw_step(void) {
   const float c1 = 1.0f - powf(b1, (float)os.step), c2 = 1.0f - powf(b2, (float)os.step);
   for (int r = 0; r < NT; r++) {
     const float decay = table[r].ndim == 2 ? wd : 0.0f;
-    for (size_t k = off[r]; k < off[r + 1]; k++) {
+    for (size_t k = off[r] > zlo ? off[r] : zlo; k < off[r + 1] && k < zhi; k++) {
       const float g = acc__bf16_to_f32(hga[k]);
       hmm[k] = b1 * hmm[k] + (1.0f - b1) * g;
       hv[k] = b2 * hv[k] + (1.0f - b2) * g * g;
@@ -261,6 +267,7 @@ static float train(int from, int to) {
     loss = forward_backward(t);
     REQUIRE_OK(acc_accelerator_backward(acc)); /* ordered after the uploads by the stream alone */
     adamw_step();
+    if (zhi != (size_t)-1) REQUIRE_OK(acc_accelerator_zero_gather(acc, NULL)); /* the others' ranges */
     if (rank == 0 && (t == 0 || t == STEPS - 1)) printf("llmc: step %d: loss %.5f (process 0's share)\n", t, loss);
   }
   return loss;
@@ -350,7 +357,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *mode = argv[1], *dir = argv[2];
-  if (strcmp(mode, "ref") && strcmp(mode, "overlap") && strcmp(mode, "kill") && strcmp(mode, "resume")) {
+  const int zero = !strcmp(mode, "zero");
+  if (strcmp(mode, "ref") && strcmp(mode, "overlap") && strcmp(mode, "kill") && strcmp(mode, "resume") && !zero) {
     fprintf(stderr, "test_llmc: unknown mode %s\n", mode);
     return 2;
   }
@@ -369,6 +377,7 @@ int main(int argc, char **argv) {
   o.device = cuda_mode && !fake ? ACC_DEVICE_CUDA : ACC_DEVICE_AUTO;
   o.bucket_cap_bytes = BUCKET_CAP;
   o.overlap_grad_sync = 1; /* ref: on too, but nothing is marked ready before backward */
+  o.zero_stage = zero ? 1 : 0;
   REQUIRE_OK(acc_accelerator_create(&acc, &o));
   rank = acc_accelerator_process_index(acc);
   nprocs = acc_accelerator_num_processes(acc);
@@ -426,7 +435,18 @@ int main(int argc, char **argv) {
       {"step", ACC_I64, NULL, 1, &os.step},        {"rng", ACC_U64, NULL, 1, &os.rng},
       {"seed", ACC_U64, NULL, 1, &os.seed},
   };
-  REQUIRE_OK(acc_accelerator_register_buffers(acc, "adamw", bufs, sizeof bufs / sizeof bufs[0]));
+  if (zero) {
+    size_t first = 0, count = 0;
+    REQUIRE_OK(acc_accelerator_zero_shard(acc, m, &first, &count));
+    CHECK(first == (size_t)rank * ((NW + nprocs - 1) / nprocs) && first + count <= NW && count > 0,
+          "zero_shard: process %d owns [%zu, %zu) of %d values", rank, first, first + count, NW);
+    zlo = first;
+    zhi = first + count;
+    acc_result rc = acc_accelerator_register_buffers(acc, "adamw", bufs, sizeof bufs / sizeof bufs[0]);
+    CHECK(rc != ACC_OK, "register_buffers under ZeRO is refused (the buffers would be shards)");
+  } else {
+    REQUIRE_OK(acc_accelerator_register_buffers(acc, "adamw", bufs, sizeof bufs / sizeof bufs[0]));
+  }
 
   char ckpt[1100], mk[1100];
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
@@ -482,7 +502,14 @@ int main(int argc, char **argv) {
   for (int k = 0; k < NW; k++) moved += got.params[k] != acc__f32_to_bf16(init0[k]);
   CHECK(moved > NW / 2, "training moved only %d of %d weights", moved, NW);
   if (!overlap) write_ref(dir, &got);
-  else {
+  else if (zero) { /* the moments of the range this process stepped */
+    read_ref(dir, &want_r);
+    memcpy(got.m, want_r.m, zlo * sizeof(float));
+    memcpy(got.m + zhi, want_r.m + zhi, (NW - zhi) * sizeof(float));
+    memcpy(got.v, want_r.v, zlo * sizeof(float));
+    memcpy(got.v + zhi, want_r.v + zhi, (NW - zhi) * sizeof(float));
+    compare("zero_stage 1 with the program's optimizer on its shard vs without ZeRO", &got, &want_r);
+  } else {
     read_ref(dir, &want_r);
     compare(!strcmp(mode, "resume") ? "killed at step 8, resumed from step 5 vs uninterrupted"
                                     : "gradients averaged with overlap vs without",

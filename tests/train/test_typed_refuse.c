@@ -57,8 +57,9 @@ int main(void) {
   acc_accelerator_free(acc, dev_g);
   acc_accelerator_destroy(acc);
 
-  /* ZeRO: accepted on the CPU (devtrain_typed_zero_*), refused for a device table on the fake
-   * device */
+  /* ZeRO: accepted on the CPU (devtrain_typed_zero_*); on the fake device the model is accepted
+   * (the program's own optimizer: acc_accelerator_zero_shard / zero_gather, devtrain_llmc_*) and
+   * the library's optimizer refused with the way out */
   acc_accelerator_options z = ACC_ACCELERATOR_OPTIONS_INIT;
   z.device = ACC_DEVICE_CPU;
   z.zero_stage = 1;
@@ -72,11 +73,29 @@ int main(void) {
   REQUIRE_OK(acc_accelerator_alloc(acc, NW * sizeof(uint16_t), &dev_g));
   REQUIRE_OK(acc_model_create(&md));
   CHECK_OK(acc_model_add_flat_typed(md, table, 2, ACC_BF16, dev, dev_g, NULL));
-  CHECK_ERR(acc_accelerator_prepare_model(acc, md), ACC_ERR_NOT_SUPPORTED, "ZeRO (zero_stage 1) is not supported");
-  acc_model_destroy(md);
+  CHECK_OK(acc_accelerator_prepare_model(acc, md));
+  size_t zf = 99, zc = 99;
+  CHECK_OK(acc_accelerator_zero_shard(acc, md, &zf, &zc));
+  CHECK(zf == 0 && zc == NW, "one process owns the whole table: [%zu, +%zu)", zf, zc);
+  acc_optimizer *zopt = NULL;
+  acc_sgd_options zso = ACC_SGD_OPTIONS_INIT;
+  REQUIRE_OK(acc_optimizer_create_sgd(&zopt, md, &zso));
+  CHECK_ERR(acc_accelerator_prepare_optimizer(acc, zopt), ACC_ERR_NOT_SUPPORTED,
+            "the library's optimizer under ZeRO (zero_stage 1) is not supported");
+  acc_optimizer_destroy(zopt);
   acc_accelerator_free(acc, dev);
   acc_accelerator_free(acc, dev_g);
   acc_accelerator_destroy(acc);
+  acc_model_destroy(md);
+  /* zero_shard and zero_gather at stage 0 name the way */
+  z.device = ACC_DEVICE_CPU;
+  z.zero_stage = 0;
+  REQUIRE_OK(acc_accelerator_create(&acc, &z));
+  static float zw[NW], zg[NW];
+  REQUIRE_OK(acc_accelerator_prepare_flat(acc, table, 2, zw, zg, &md));
+  CHECK_ERR(acc_accelerator_zero_shard(acc, md, &zf, &zc), ACC_ERR_INVALID_USAGE, "runs zero_stage 0");
+  CHECK_ERR(acc_accelerator_zero_gather(acc, NULL), ACC_ERR_INVALID_USAGE, "set zero_stage 1 or 2");
+  acc_accelerator_destroy(acc); /* and the model it built */
 
   /* a device table outliving its accelerator: another accelerator refuses it, and destroying the
    * model afterwards frees nothing (the device's memory went with it) */
