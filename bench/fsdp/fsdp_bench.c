@@ -116,13 +116,12 @@ int main(int argc, char **argv) {
   acc_fsdp_memory m;
   acc_fsdp_memory_stats(f, &m);
   if (rank == 0) {
-    double lib = (double)(m.shard_params + m.shard_grads + 2 * m.shard_params + m.pool_buffers * m.unit_buffer_bytes +
-                          m.no_sync_bytes) / 1048576.0;
+    double lib = (double)(m.shard_params + m.shard_grads + 2 * m.shard_params + m.pool_bytes + m.no_sync_bytes) / 1048576.0;
     printf("strategy=%d np=%d params=%zu median_step_s=%.4f max_peak_rss_MiB=%.1f "
-           "library_MiB=%.1f (shards p+g %.1f, adamw %.1f, pool %zu x %.1f, peak in use %zu) full_model_state_MiB=%.1f\n",
+           "library_MiB=%.1f (shards p+g %.1f, adamw %.1f, pool %zu buffers %.1f, peak in use %zu) full_model_state_MiB=%.1f\n",
            (int)acc_fsdp_strategy(f), world, total, t[steps / 2], maxrss, lib,
            (double)(m.shard_params + m.shard_grads) / 1048576.0, 2.0 * (double)m.shard_params / 1048576.0,
-           m.pool_buffers, (double)m.unit_buffer_bytes / 1048576.0, m.pool_peak_in_use,
+           m.pool_buffers, (double)m.pool_bytes / 1048576.0, m.pool_peak_in_use,
            16.0 * (double)total / 1048576.0);
   }
   acc_optimizer_destroy(opt);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -233,9 +234,163 @@ static int refresh_bf16(bf16_weights *w, const acc_model *model) {
          acc_bf16_to_f32(w->rounded, w->half, n) != ACC_OK;
 }
 
+static int save_init(const char *path, const float *params, size_t nparams, int64_t nwindows, uint64_t seed);
+
+/* ---- FSDP (accelerate launch --use_fsdp, docs/fsdp.md) -------------------------------------
+ * The units: the embedding (tok_emb, pos_emb), each block, and ln_f. tok_emb is also the head's
+ * output projection (tied weights live in one unit), so the embedding unit stays gathered from the
+ * embedding's forward to the head's, and from the head's backward to the embedding's (torch's root
+ * unit does the same); it is small next to a block. The model keeps no parameters or gradients of
+ * its own (gpt_create_external): each piece runs over the unit buffers the library gathers. */
+typedef struct fsdp_run {
+  acc_fsdp *f;
+  gpt *net;
+  int L; /* units: 0 the embedding, 1 + l block l, L + 1 ln_f */
+  acc_model *shards; /* acc_fsdp_model: one parameter per unit, this process's shard */
+} fsdp_run;
+
+static int fsdp_wanted(void) {
+  const char *e = getenv("ACCELERATE_USE_FSDP");
+  return e && (!strcasecmp(e, "true") || !strcmp(e, "1") || !strcasecmp(e, "yes"));
+}
+
+#define FSDP_TRY(call)                                                     \
+  do {                                                                     \
+    if ((call) != ACC_OK) {                                                \
+      fprintf(stderr, "gpt: %s failed: %s\n", #call, acc_last_error());    \
+      return -1;                                                           \
+    }                                                                      \
+  } while (0)
+#define FSDP_MODEL(call)                                \
+  do {                                                  \
+    if ((call) != 0) {                                  \
+      fprintf(stderr, "gpt: %s\n", gpt_last_error());   \
+      return -1;                                        \
+    }                                                   \
+  } while (0)
+
+/* The forward, unit by unit (also gpt_generate's forward: every process runs it). */
+static int fsdp_forward(gpt *net, const int32_t *tokens, int batch, int T, size_t stride, void *payload) {
+  fsdp_run *r = payload;
+  const float *emb, *p;
+  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, 0, &emb));
+  FSDP_MODEL(gpt_forward_embed(net, tokens, batch, T, stride, emb));
+  for (int l = 0; l < r->L; l++) {
+    FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(1 + l), &p));
+    FSDP_MODEL(gpt_forward_block(net, l, p));
+    FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(1 + l)));
+  }
+  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(r->L + 1), &p));
+  FSDP_MODEL(gpt_forward_head(net, p, emb));
+  FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(r->L + 1)));
+  FSDP_TRY(acc_fsdp_unit_forward_end(r->f, 0));
+  return 0;
+}
+
+/* The backward in reverse: each unit's gradients are reduce-scattered into the shards as its
+ * backward ends. */
+static int fsdp_backward(fsdp_run *r, float scale) {
+  const float *emb, *p;
+  float *gemb, *g;
+  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, 0, &emb, &gemb));
+  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(r->L + 1), &p, &g));
+  FSDP_MODEL(gpt_backward_head(r->net, scale, p, g, emb, gemb));
+  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(r->L + 1)));
+  for (int l = r->L - 1; l >= 0; l--) {
+    FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(1 + l), &p, &g));
+    FSDP_MODEL(gpt_backward_block(r->net, l, p, g));
+    FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(1 + l)));
+  }
+  FSDP_MODEL(gpt_backward_embed(r->net, gemb));
+  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, 0));
+  return 0;
+}
+
+/* Weight decay on the matrices only. The optimizer over the shards has one group (docs/fsdp.md),
+ * so it runs with weight_decay 0 and this applies AdamW's decoupled decay, w *= 1 - lr * wd (the
+ * optimizer's own first operation, in the same float arithmetic), to this process's part of each
+ * matrix row, just before the step. */
+static int fsdp_decay(fsdp_run *r, double lr, double wd) {
+  if (wd == 0.0) return 0;
+  const float decay = (float)(1.0 - lr * wd);
+  for (int i = 0; i < gpt_num_tensors(r->net); i++) {
+    const gpt_tensor *t = gpt_tensor_at(r->net, i);
+    if (!t->is_matrix) continue;
+    size_t unit, off, lo, hi;
+    FSDP_TRY(acc_fsdp_row_location(r->f, (size_t)i, &unit, &off));
+    FSDP_TRY(acc_fsdp_shard_range(r->f, unit, &lo, &hi));
+    size_t a = off > lo ? off : lo, b = off + t->numel < hi ? off + t->numel : hi;
+    float *w = acc_model_parameter(r->shards, unit)->data;
+    for (size_t k = a; k < b; k++) w[k - lo] = w[k - lo] * decay;
+  }
+  return 0;
+}
+
+/* Checkpoints: the shards and the optimizer's state go into <checkpoint>/fsdp (each process writes
+ * its own file, fsdp_state_dict_type), through save_state's pre-hook, so that the accelerator's
+ * checkpoint (loaders, scheduler, RNG, counters) and the shards are one directory, renamed into
+ * place when both are written. */
+typedef struct fsdp_ckpt {
+  fsdp_run *run;
+  acc_optimizer *opt;
+} fsdp_ckpt;
+
+static acc_result fsdp_save_hook(acc_accelerator *acc, const char *dir, void *payload) {
+  (void)acc;
+  fsdp_ckpt *c = payload;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/fsdp", dir);
+  return acc_fsdp_save_state(c->run->f, c->opt, path);
+}
+
+static acc_result fsdp_load_hook(acc_accelerator *acc, const char *dir, void *payload) {
+  (void)acc;
+  fsdp_ckpt *c = payload;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/fsdp", dir);
+  return acc_fsdp_load_state(c->run->f, c->opt, path);
+}
+
+/* The units over the model's table, prepared from the initial parameters (the same seed on every
+ * process; a full copy exists only during this call). */
+static int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, const char *save_init_path,
+                      int64_t nwindows, int is_main) {
+  const int nt = gpt_num_tensors(net), L = gpt_get_config(net)->n_layer;
+  acc_param_spec *table = calloc((size_t)nt, sizeof *table);
+  float *init = malloc(gpt_num_params(net) * sizeof *init);
+  if (!table || !init) {
+    fprintf(stderr, "gpt: out of memory for the FSDP table\n");
+    return -1;
+  }
+  for (int i = 0; i < nt; i++) {
+    const gpt_tensor *t = gpt_tensor_at(net, i);
+    table[i].name = t->name;
+    table[i].ndim = t->ndim;
+    table[i].shape[0] = t->shape[0];
+    table[i].shape[1] = t->shape[1];
+  }
+  r->net = net;
+  r->L = L;
+  FSDP_TRY(acc_fsdp_create(acc, table, (size_t)nt, ACC_F32, NULL, &r->f));
+  FSDP_TRY(acc_fsdp_add_unit(r->f, "embed", 0, 2, NULL));
+  for (int l = 0; l < L; l++) {
+    char name[32];
+    snprintf(name, sizeof name, "blocks.%d", l);
+    FSDP_TRY(acc_fsdp_add_unit(r->f, name, (size_t)(2 + 12 * l), 12, NULL));
+  }
+  FSDP_TRY(acc_fsdp_add_unit(r->f, "ln_f", (size_t)(2 + 12 * L), 2, NULL));
+  gpt_init_params(net, seed, init);
+  if (save_init_path && is_main && save_init(save_init_path, init, gpt_num_params(net), nwindows, seed)) return -1;
+  FSDP_TRY(acc_fsdp_prepare(r->f, init));
+  free(init); /* where the memory is saved: from here on this process holds its shards only */
+  free(table);
+  r->shards = acc_fsdp_model(r->f);
+  return 0;
+}
+
 /* Mean loss over the validation windows: every process evaluates its shard, and
  * gather_for_metrics drops the padding the last batch may carry, so each window counts once. */
-static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, int T, float *row_loss,
+static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, fsdp_run *fr, int T, float *row_loss,
                     float *gathered, int64_t gathered_cap, double *mean) {
   double sum = 0;
   int64_t seen = 0;
@@ -244,7 +399,11 @@ static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, int 
     TRY(acc_accelerator_next_batch(acc, val_dl, &b));
     if (!b) break;
     float loss;
-    TRY_MODEL(gpt_forward(net, b->fields[0], (int)b->size, T, (size_t)T));
+    if (fr) {
+      if (fsdp_forward(net, b->fields[0], (int)b->size, T, (size_t)T, fr)) return 1;
+    } else {
+      TRY_MODEL(gpt_forward(net, b->fields[0], (int)b->size, T, (size_t)T));
+    }
     TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, row_loss));
     int64_t kept = 0;
     TRY(acc_accelerator_gather_for_metrics(acc, row_loss, b->size, 1, ACC_F32, gathered, gathered_cap, &kept));
@@ -252,18 +411,19 @@ static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, int 
     seen += kept;
   }
   *mean = seen ? sum / (double)seen : NAN;
+  if (fr) TRY(acc_fsdp_reshard(fr->f)); /* SHARD_GRAD_OP keeps units after a forward without backward */
   return 0;
 }
 
 /* --save-init: the initial parameters and the first epoch's window order, for a PyTorch run of
  * the same model on the same batches (bench/gpt). */
-static int save_init(const char *path, gpt *net, int64_t nwindows, uint64_t seed) {
+static int save_init(const char *path, const float *params, size_t nparams, int64_t nwindows, uint64_t seed) {
   char order_path[4096];
   snprintf(order_path, sizeof order_path, "%s.order", path);
   int64_t *order = malloc((size_t)nwindows * sizeof *order);
   FILE *f = fopen(path, "wb"), *g = fopen(order_path, "wb");
   int bad = !order || !f || !g || acc_sampler_order(order, nwindows, 1, seed, 0) != ACC_OK ||
-            fwrite(gpt_params(net), sizeof(float), gpt_num_params(net), f) != gpt_num_params(net) ||
+            fwrite(params, sizeof(float), nparams, f) != nparams ||
             fwrite(order, sizeof *order, (size_t)nwindows, g) != (size_t)nwindows;
   bad |= (f && fclose(f) != 0) | (g && fclose(g) != 0);
   free(order);
@@ -361,6 +521,54 @@ static int write_tokens(const options *o) {
   return 0;
 }
 
+/* GPT_MEMORY_REPORT=1: the largest process's peak resident memory (VmHWM) and what the parameters,
+ * gradients and AdamW state take per process: all of them unsharded; under FSDP the library's own
+ * accounting (acc_fsdp_memory_stats: its shards, and the unit buffers it gathers into). */
+static double vm_hwm_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) kb = atof(line + 6);
+  if (f) fclose(f);
+  if (kb < 0) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    kb = (double)ru.ru_maxrss;
+  }
+  return kb / 1024.0;
+}
+
+static int memory_report(acc_accelerator *acc, acc_fsdp *f, size_t nparams) {
+  acc_state *st = acc_accelerator_state(acc);
+  const double MiB = 1024.0 * 1024.0;
+  double hwm[2] = {vm_hwm_mib(), 0};
+  hwm[1] = hwm[0];
+  TRY(acc_accelerator_all_reduce(acc, &hwm[0], &hwm[0], 1, ACC_F64, ACC_MAX));
+  TRY(acc_accelerator_all_reduce(acc, &hwm[1], &hwm[1], 1, ACC_F64, ACC_MIN));
+  acc_print(st, "memory: peak resident (VmHWM) %.1f MiB on the largest process, %.1f on the smallest\n", hwm[0], hwm[1]);
+  if (!f) {
+    const double p = (double)nparams * sizeof(float) / MiB;
+    acc_print(st, "memory: per process: parameters %.2f + gradients %.2f + AdamW state %.2f = %.2f MiB (unsharded)\n", p,
+              p, 2 * p, 4 * p);
+    return 0;
+  }
+  acc_fsdp_memory m;
+  TRY(acc_fsdp_memory_stats(f, &m));
+  /* the largest process's shards (they differ by padding only) */
+  double sh = (double)m.shard_params;
+  TRY(acc_accelerator_all_reduce(acc, &sh, &sh, 1, ACC_F64, ACC_MAX));
+  const double shard = sh / MiB, state = shard + shard + 2 * shard;
+  acc_print(st, "memory: per process: parameter shard %.2f + gradient shard %.2f + AdamW state %.2f = %.2f MiB "
+                "(unsharded: %.2f MiB, over %d processes); unit buffers: %zu allocated (%.2f MiB), at most %zu = %.2f "
+                "MiB in use at once; no_sync buffers %.2f MiB; library total %.2f MiB\n",
+            shard, shard, 2 * shard, state, 4.0 * (double)m.total_params * sizeof(float) / MiB,
+            acc_state_num_processes(st), m.pool_buffers, (double)m.pool_bytes / MiB, m.pool_peak_in_use,
+            (double)m.pool_peak_bytes / MiB, (double)m.no_sync_bytes / MiB,
+            state + (double)m.pool_bytes / MiB + (double)m.no_sync_bytes / MiB);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   options o;
   if (parse(argc, argv, &o)) return 2;
@@ -409,45 +617,69 @@ int main(int argc, char **argv) {
   TRY(acc_accelerator_prepare_dataloader(acc, val_ds, &lo, &val_dl));
 
   /* 3. The model: registered tensor by tensor, then prepared (every process gets process 0's
-   *    initial parameters). */
+   *    initial parameters). Under `accelerate launch --use_fsdp` the library holds the parameters
+   *    in shards instead, and the model none of its own (the FSDP block above). */
+  fsdp_run fr = {0};
+  const int use_fsdp = fsdp_wanted();
+  if (use_fsdp && acc_accelerator_mixed_precision(acc) != ACC_PRECISION_NO) {
+    fprintf(stderr, "gpt: --use_fsdp trains in float32 so far: drop --mixed-precision %s (low-precision gathered "
+                    "parameters are not done yet: docs/fsdp.md)\n",
+            acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
+    return 2;
+  }
+  if (use_fsdp && o.overlap) {
+    fprintf(stderr, "gpt: --use_fsdp reduces each unit's gradients as its backward ends (reduce-scatter): drop "
+                    "--overlap, which is for the unsharded gradient buckets\n");
+    return 2;
+  }
   gpt_config mc = {o.vocab, T, o.layers, o.heads, o.width, o.batch};
   gpt *net;
-  TRY_MODEL(gpt_create(&net, &mc));
-  gpt_init(net, o.seed + (uint64_t)rank); /* deliberately different: prepare makes it process 0's */
+  TRY_MODEL(use_fsdp ? gpt_create_external(&net, &mc) : gpt_create(&net, &mc));
   float *shared_grads = NULL; /* the all-reduce after backward reads the others' in place */
-  if (!o.private_grads) {
-    TRY(acc_accelerator_alloc_shared(acc, gpt_num_params(net) * sizeof(float), (void **)&shared_grads));
-    if (gpt_use_grads(net, shared_grads)) return 1;
-  }
-  acc_model *model;
-  TRY(acc_model_create(&model));
+  acc_model *model = NULL;
+  acc_optimizer *opt;
+  const char **names = NULL; /* kept while the optimizer lives */
   const int ntensors = gpt_num_tensors(net);
-  for (int i = 0; i < ntensors; i++) {
-    const gpt_tensor *t = gpt_tensor_at(net, i);
-    TRY(acc_model_add_parameter(model, t->name, gpt_params(net) + t->offset, gpt_grads(net) + t->offset,
-                                t->ndim, t->shape));
-  }
-  TRY(acc_accelerator_prepare_model(acc, model));
-  if (o.save_init && acc_state_is_main_process(st) && save_init(o.save_init, net, acc_dataset_length(train_ds), o.seed))
-    return 1;
-
-  /* 4. AdamW with two parameter groups: weight decay on the matrices of the linear layers only,
-   *    none on biases, norms and embeddings. */
   acc_adamw_options aw = ACC_ADAMW_OPTIONS_INIT;
   aw.lr = o.lr;
   aw.beta2 = o.beta2;
   aw.weight_decay = o.weight_decay;
-  acc_optimizer *opt;
-  const char **names = malloc((size_t)ntensors * sizeof *names); /* kept while the optimizer lives */
-  if (!names) return 1;
-  size_t n_decay = 0, n_plain = 0;
-  for (int i = 0; i < ntensors; i++) /* matrices first, the rest from the end */
-    if (gpt_tensor_at(net, i)->is_matrix) names[n_decay++] = gpt_tensor_at(net, i)->name;
-  for (int i = 0; i < ntensors; i++)
-    if (!gpt_tensor_at(net, i)->is_matrix) names[n_decay + n_plain++] = gpt_tensor_at(net, i)->name;
-  acc_param_group groups[2] = {{names, n_decay, -1.0, -1.0}, {names + n_decay, n_plain, -1.0, 0.0}};
-  TRY(acc_optimizer_create_adamw_groups(&opt, model, groups, 2, &aw));
-  TRY(acc_accelerator_prepare_optimizer(acc, opt));
+  if (use_fsdp) {
+    /* process 0's initial parameters (seed + 0) on every process, as prepare gives them below */
+    if (fsdp_setup(acc, &fr, net, o.seed, o.save_init, acc_dataset_length(train_ds), acc_state_is_main_process(st)))
+      return 1;
+    aw.weight_decay = 0.0; /* the matrices' decay: fsdp_decay before each step */
+    TRY(acc_optimizer_create_adamw(&opt, fr.shards, &aw));
+  } else {
+    gpt_init(net, o.seed + (uint64_t)rank); /* deliberately different: prepare makes it process 0's */
+    if (!o.private_grads) {
+      TRY(acc_accelerator_alloc_shared(acc, gpt_num_params(net) * sizeof(float), (void **)&shared_grads));
+      if (gpt_use_grads(net, shared_grads)) return 1;
+    }
+    TRY(acc_model_create(&model));
+    for (int i = 0; i < ntensors; i++) {
+      const gpt_tensor *t = gpt_tensor_at(net, i);
+      TRY(acc_model_add_parameter(model, t->name, gpt_params(net) + t->offset, gpt_grads(net) + t->offset,
+                                  t->ndim, t->shape));
+    }
+    TRY(acc_accelerator_prepare_model(acc, model));
+    if (o.save_init && acc_state_is_main_process(st) &&
+        save_init(o.save_init, gpt_params(net), gpt_num_params(net), acc_dataset_length(train_ds), o.seed))
+      return 1;
+
+    /* 4. AdamW with two parameter groups: weight decay on the matrices of the linear layers only,
+     *    none on biases, norms and embeddings. */
+    names = malloc((size_t)ntensors * sizeof *names);
+    if (!names) return 1;
+    size_t n_decay = 0, n_plain = 0;
+    for (int i = 0; i < ntensors; i++) /* matrices first, the rest from the end */
+      if (gpt_tensor_at(net, i)->is_matrix) names[n_decay++] = gpt_tensor_at(net, i)->name;
+    for (int i = 0; i < ntensors; i++)
+      if (!gpt_tensor_at(net, i)->is_matrix) names[n_decay + n_plain++] = gpt_tensor_at(net, i)->name;
+    acc_param_group groups[2] = {{names, n_decay, -1.0, -1.0}, {names + n_decay, n_plain, -1.0, 0.0}};
+    TRY(acc_optimizer_create_adamw_groups(&opt, model, groups, 2, &aw));
+    TRY(acc_accelerator_prepare_optimizer(acc, opt));
+  }
 
   /* 5. Cosine schedule with warmup. The accelerator steps a prepared scheduler once per process
    *    at each optimizer step (Accelerate's rule for per-process batches), so the schedule's
@@ -465,6 +697,11 @@ int main(int argc, char **argv) {
    *    RNG, and the loop's own counters) under <output-dir>/checkpoints/checkpoint_<i>. */
   run_counters counters = {0, 0};
   TRY(acc_accelerator_register_for_checkpointing(acc, &counters, counters_save, counters_load));
+  fsdp_ckpt fck = {&fr, opt};
+  if (use_fsdp) {
+    TRY(acc_accelerator_register_save_state_pre_hook(acc, fsdp_save_hook, &fck, "fsdp shards", NULL));
+    TRY(acc_accelerator_register_load_state_pre_hook(acc, fsdp_load_hook, &fck, "fsdp shards", NULL));
+  }
   if (o.output_dir) {
     acc_project_options po = ACC_PROJECT_OPTIONS_INIT;
     po.project_dir = o.output_dir;
@@ -505,6 +742,15 @@ int main(int argc, char **argv) {
   }
 
   acc_print(st, "%s", acc_state_describe(st));
+  if (use_fsdp) {
+    acc_fsdp_memory fm;
+    TRY(acc_fsdp_memory_stats(fr.f, &fm));
+    acc_print(st, "fsdp: %s, %zu units (embed, %d blocks, ln_f); this process holds %zu of %zu parameters\n",
+              acc_fsdp_strategy(fr.f) == ACC_FSDP_FULL_SHARD      ? "FULL_SHARD"
+              : acc_fsdp_strategy(fr.f) == ACC_FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
+                                                                  : "NO_SHARD",
+              acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float), fm.total_params);
+  }
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
             o.heads, o.width, T, gpt_num_params(net), gpt_matmul_backend());
   acc_print(st, "data: %s: %lld training windows, %lld validation windows of %d + 1 tokens (token dataset)\n",
@@ -521,7 +767,7 @@ int main(int argc, char **argv) {
   if (!row_loss || !gathered) return 1;
   double val;
   if (!resumed) {
-    if (evaluate(acc, val_dl, net, T, row_loss, gathered, gathered_cap, &val)) return 1;
+    if (evaluate(acc, val_dl, net, fr.f ? &fr : NULL, T, row_loss, gathered, gathered_cap, &val)) return 1;
     acc_print(st, "step 0: validation loss %.4f\n", val);
   }
 
@@ -539,18 +785,32 @@ int main(int argc, char **argv) {
     double t1 = now_s();
     TRY(acc_accelerator_accumulate(acc));
     float loss;
-    TRY_MODEL(gpt_forward(net, b->fields[0], (int)b->size, T, (size_t)T));
-    TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, NULL));
-    TRY_MODEL(gpt_backward(net, acc_accelerator_backward_scale(acc)));
-    double t2 = now_s();
-    TRY(acc_accelerator_backward(acc));
-    double t3 = now_s();
     float norm = 0;
     const int sync = acc_accelerator_sync_gradients(acc);
-    if (sync && o.clip > 0) TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, &norm));
-    TRY(acc_accelerator_optimizer_step(acc, opt));
-    TRY(acc_accelerator_scheduler_step(acc, sched));
-    TRY(acc_accelerator_optimizer_zero_grad(acc, opt));
+    double t2, t3;
+    if (use_fsdp) {
+      /* unit by unit; each unit's gradients are reduce-scattered as its backward ends */
+      if (fsdp_forward(net, b->fields[0], (int)b->size, T, (size_t)T, &fr)) return 1;
+      TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, NULL));
+      if (fsdp_backward(&fr, acc_accelerator_backward_scale(acc))) return 1;
+      t2 = t3 = now_s();
+      if (sync && o.clip > 0) TRY(acc_fsdp_clip_grad_norm(fr.f, (float)o.clip, 2.0, &norm));
+      if (sync && fsdp_decay(&fr, acc_optimizer_group_lr(opt, 0), o.weight_decay)) return 1;
+      if (sync) TRY(acc_optimizer_step(opt));
+      TRY(acc_accelerator_scheduler_step(acc, sched));
+      if (sync) TRY(acc_optimizer_zero_grad(opt));
+    } else {
+      TRY_MODEL(gpt_forward(net, b->fields[0], (int)b->size, T, (size_t)T));
+      TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, NULL));
+      TRY_MODEL(gpt_backward(net, acc_accelerator_backward_scale(acc)));
+      t2 = now_s();
+      TRY(acc_accelerator_backward(acc));
+      t3 = now_s();
+      if (sync && o.clip > 0) TRY(acc_accelerator_clip_grad_norm(acc, (float)o.clip, 2.0, &norm));
+      TRY(acc_accelerator_optimizer_step(acc, opt));
+      TRY(acc_accelerator_scheduler_step(acc, sched));
+      TRY(acc_accelerator_optimizer_zero_grad(acc, opt));
+    }
     if (sync && refresh_bf16(&bw, model)) {
       fprintf(stderr, "gpt: %s\n", acc_last_error());
       return 1;
@@ -579,7 +839,7 @@ int main(int argc, char **argv) {
     loss_sum = 0;
     loss_n = 0;
     if ((o.eval_every > 0 && steps % o.eval_every == 0) || steps == o.max_steps) {
-      if (evaluate(acc, val_dl, net, T, row_loss, gathered, gathered_cap, &val)) return 1;
+      if (evaluate(acc, val_dl, net, fr.f ? &fr : NULL, T, row_loss, gathered, gathered_cap, &val)) return 1;
       acc_print(st, "step %lld: validation loss %.4f\n", (long long)steps, val);
     }
     if (o.save_every > 0 && steps % o.save_every == 0) TRY(acc_accelerator_save_state(acc, NULL, NULL));
@@ -602,11 +862,15 @@ int main(int argc, char **argv) {
   acc_print(st, "throughput: %.0f tokens/s in total (%d processes), %.1f MiB peak resident per process\n",
             total_rate, nprocs, max_rss);
   acc_print(st, "cpu: %.0f tokens per CPU-second per process\n", rates[1] / nprocs);
-  acc_print(st, "time per step: model %.1f%%, gradient sync %.1f%%, optimizer+clip+schedule %.1f%%, data %.1f%%\n",
-            100 * shares[0] / all, 100 * shares[1] / all, 100 * shares[2] / all, 100 * shares[3] / all);
+  acc_print(st, "time per step: model %.1f%%, gradient sync %.1f%%, optimizer+clip+schedule %.1f%%, data %.1f%%%s\n",
+            100 * shares[0] / all, 100 * shares[1] / all, 100 * shares[2] / all, 100 * shares[3] / all,
+            use_fsdp ? " (fsdp: the gathers and reduce-scatters count as model time)" : "");
+  if (getenv("GPT_MEMORY_REPORT") && memory_report(acc, fr.f, gpt_num_params(net))) return 1;
 
   /* 10. A few lines of text from the main process. */
-  if (acc_state_is_main_process(st) && o.sample_bytes > 0 && o.vocab == 256) {
+  /* under FSDP every process runs the sampling forward (its gathers are collective) */
+  if (use_fsdp) gpt_set_forward(net, fsdp_forward, &fr);
+  if ((use_fsdp || acc_state_is_main_process(st)) && o.sample_bytes > 0 && o.vocab == 256) {
     const char *prompt = "\n";
     int plen = (int)strlen(prompt);
     uint8_t *out = malloc((size_t)(plen + o.sample_bytes) + 1);
@@ -614,7 +878,7 @@ int main(int argc, char **argv) {
     memcpy(out, prompt, (size_t)plen);
     TRY_MODEL(gpt_generate(net, out, plen, o.sample_bytes, (float)o.temperature, o.seed));
     out[plen + o.sample_bytes] = 0;
-    printf("sample:%s\n", (char *)out);
+    if (acc_state_is_main_process(st)) printf("sample:%s\n", (char *)out);
     free(out);
   }
 
@@ -628,6 +892,7 @@ int main(int argc, char **argv) {
   acc_dataset_destroy(val_ds);
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
+  acc_fsdp_destroy(fr.f); /* after the optimizer over its shards */
   free(names);
   acc_model_destroy(model);
   gpt_destroy(net);

@@ -62,6 +62,9 @@ struct gpt {
   const int32_t *tokens, *targets;          /* of the last forward / loss (borrowed) */
   size_t stride;
   int B, T, have_probs;
+  int fwd_next, bwd_next;  /* the piece of the forward / backward due next (gpt_forward_block, ...) */
+  gpt_forward_fn fwd_fn;   /* gpt_set_forward: gpt_generate's forward, or NULL */
+  void *fwd_payload;
   gpt_grad_hook hook;
   void *hook_payload;
   double *prof; /* gpt_profile: seconds per operation, or NULL */
@@ -104,6 +107,12 @@ void gpt_set_grad_hook(gpt *m, gpt_grad_hook hook, void *payload) {
   if (!m) return;
   m->hook = hook;
   m->hook_payload = payload;
+}
+
+void gpt_set_forward(gpt *m, gpt_forward_fn fn, void *payload) {
+  if (!m) return;
+  m->fwd_fn = fn;
+  m->fwd_payload = payload;
 }
 
 void gpt_set_bf16_half(gpt *m, const uint16_t *half) {
@@ -164,7 +173,7 @@ static void add_tensor(gpt *m, size_t *off, const char *name, int ndim, int64_t 
   *off += t->numel;
 }
 
-int gpt_create(gpt **out, const gpt_config *cfg) {
+static int create(gpt **out, const gpt_config *cfg, int external) {
   if (!out || !cfg) return fail("gpt_create: out or cfg is NULL");
   *out = NULL;
   if (cfg->vocab_size < 2 || cfg->vocab_size > 256 || cfg->block_size < 1 ||
@@ -210,7 +219,7 @@ int gpt_create(gpt **out, const gpt_config *cfg) {
 
   const size_t N = (size_t)cfg->max_batch * (size_t)T, c = (size_t)C;
   const size_t att = (size_t)cfg->max_batch * (size_t)cfg->n_head * (size_t)T * (size_t)T;
-  int ok = (m->params = alloc_floats(off)) && (m->grads = alloc_floats(off)) &&
+  int ok = (external || ((m->params = alloc_floats(off)) && (m->grads = alloc_floats(off)))) &&
            (m->x = calloc((size_t)L + 1, sizeof *m->x)) && (m->acts = calloc((size_t)L, sizeof *m->acts));
   for (int l = 0; ok && l <= L; l++) ok = (m->x[l] = alloc_floats(N * c)) != NULL;
   for (int l = 0; ok && l < L; l++) {
@@ -236,13 +245,16 @@ int gpt_create(gpt **out, const gpt_config *cfg) {
   return 0;
 }
 
+int gpt_create(gpt **out, const gpt_config *cfg) { return create(out, cfg, 0); }
+int gpt_create_external(gpt **out, const gpt_config *cfg) { return create(out, cfg, 1); }
+
 const gpt_config *gpt_get_config(const gpt *m) { return m ? &m->cfg : NULL; }
 size_t gpt_num_params(const gpt *m) { return m ? m->nparams : 0; }
 float *gpt_params(gpt *m) { return m ? m->params : NULL; }
 float *gpt_grads(gpt *m) { return m ? m->grads : NULL; }
 
 int gpt_use_grads(gpt *m, float *grads) {
-  if (!m || !grads) return -1;
+  if (!m || !grads || !m->grads) return -1;
   memcpy(grads, m->grads, m->nparams * sizeof *grads);
   if (!m->borrowed_grads) free(m->grads);
   m->grads = grads;
@@ -297,13 +309,13 @@ static float normal(uint64_t *s) {
   return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
-void gpt_init(gpt *m, uint64_t seed) {
-  if (!m) return;
+void gpt_init_params(const gpt *m, uint64_t seed, float *dst) {
+  if (!m || !dst) return;
   uint64_t s = seed;
   const float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
   for (int i = 0; i < m->ntensors; i++) {
     const gpt_tensor *t = &m->tensors[i];
-    float *p = m->params + t->offset;
+    float *p = dst + t->offset;
     const char *leaf = strrchr(t->name, '.') + 1;
     int is_norm = strstr(t->name, "ln") != NULL;
     if (t->ndim == 2) {
@@ -314,13 +326,18 @@ void gpt_init(gpt *m, uint64_t seed) {
       for (size_t k = 0; k < t->numel; k++) p[k] = v;
     }
   }
+}
+
+void gpt_init(gpt *m, uint64_t seed) {
+  if (!m) return;
+  gpt_init_params(m, seed, m->params);
   gpt_zero_grad(m);
   m->have_probs = 0;
   m->B = 0;
 }
 
 void gpt_zero_grad(gpt *m) {
-  if (m) memset(m->grads, 0, m->nparams * sizeof *m->grads);
+  if (m && m->grads) memset(m->grads, 0, m->nparams * sizeof *m->grads);
 }
 
 /* ---- kernels ------------------------------------------------------------------------------ */
@@ -597,23 +614,34 @@ static void attention_bwd(gpt *m, float *dqkv, const float *dy, const float *att
 
 /* ---- forward, loss, backward -------------------------------------------------------------- */
 
-static const float *tensor(const gpt *m, const float *base, int block, int j) {
-  return base + m->tensors[2 + PER_BLOCK * block + j].offset;
+/* Offset of tensor j of block l from the block's first tensor: the layout of a block's unit buffer. */
+static size_t rel(const gpt *m, int l, int j) {
+  return m->tensors[2 + PER_BLOCK * l + j].offset - m->tensors[2 + PER_BLOCK * l].offset;
 }
 
-int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) {
-  if (!m || !tokens) return fail("gpt_forward: model or tokens is NULL");
+static int check_batch(const gpt *m, const char *fn, const int32_t *tokens, int batch, int T, size_t stride) {
   if (batch < 1 || batch > m->cfg.max_batch || T < 1 || T > m->cfg.block_size || stride < (size_t)T)
-    return fail("gpt_forward: batch %d x T %d (stride %zu) is outside 1..%d x 1..%d", batch, T,
-                stride, m->cfg.max_batch, m->cfg.block_size);
-  const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = batch * T;
-  const float *P = m->params, *W = m->bf16 && m->weights ? m->weights : m->params;
-  const float *wte = P + m->tensors[0].offset, *wpe = P + m->tensors[1].offset;
+    return fail("%s: batch %d x T %d (stride %zu) is outside 1..%d x 1..%d", fn, batch, T, stride, m->cfg.max_batch,
+                m->cfg.block_size);
   for (int b = 0; b < batch; b++)
     for (int t = 0; t < T; t++) {
       int32_t tok = tokens[(size_t)b * stride + (size_t)t];
-      if (tok < 0 || tok >= V) return fail("gpt_forward: token %d at (%d, %d) is outside the vocabulary of %d", tok, b, t, V);
+      if (tok < 0 || tok >= m->cfg.vocab_size)
+        return fail("%s: token %d at (%d, %d) is outside the vocabulary of %d", fn, tok, b, t, m->cfg.vocab_size);
     }
+  return 0;
+}
+
+/* The pieces of the forward pass. Each reads its tensors from the pointers given (p: parameters,
+ * w: the matrices, which bf16 mode reads from its rounded copy), laid out as in gpt_params(). */
+static void embed_fwd(gpt *m, const int32_t *tokens, int batch, int T, size_t stride, const float *wte,
+                      const float *wpe) {
+  const int C = m->cfg.n_embd;
+  m->tokens = tokens;
+  m->stride = stride;
+  m->B = batch;
+  m->T = T;
+  m->have_probs = 0;
   PROF(m, GPT_OP_EMBED, 0, {
     for (int b = 0; b < batch; b++)
       for (int t = 0; t < T; t++) {
@@ -622,71 +650,125 @@ int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) 
         for (int k = 0; k < C; k++) x[k] = e[k] + p[k];
       }
   });
+  m->fwd_next = 1;
+}
+
+static void block_fwd(gpt *m, int l, const float *p, const float *w) {
+  const int C = m->cfg.n_embd, N = m->B * m->T;
   const size_t NC = (size_t)N * C;
-  for (int l = 0; l < L; l++) {
-    layer_acts *a = &m->acts[l];
-    const float *x = m->x[l];
-    float *xo = m->x[l + 1];
-    PROF(m, GPT_OP_LAYERNORM, 0, {
-      layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, tensor(m, P, l, LN1_W), tensor(m, P, l, LN1_B), N, C);
-      if (m->bf16) round_bf16(a->ln1_out, NC);
-    });
-    PROF(m, GPT_OP_QKV, 0, {
-      linear_fwd(m, a->qkv, a->ln1_out, tensor(m, W, l, QKV_W), tensor(m, P, l, QKV_B), N, C, 3 * C);
-      if (m->bf16) round_bf16(a->qkv, 3 * NC);
-    });
-    PROF(m, GPT_OP_ATTENTION, 0, {
-      attention_fwd(m, a->atty, a->att, a->qkv, batch, T);
-      if (m->bf16) round_bf16(a->atty, NC);
-    });
-    PROF(m, GPT_OP_ATTN_PROJ, 0, {
-      linear_fwd(m, a->res2, a->atty, tensor(m, W, l, PROJ_W), tensor(m, P, l, PROJ_B), N, C, C);
-      if (m->bf16) round_bf16(a->res2, NC);
-    });
-    PROF(m, GPT_OP_RESIDUAL, 0, {
-      for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
-    });
-    PROF(m, GPT_OP_LAYERNORM, 0, {
-      layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, tensor(m, P, l, LN2_W), tensor(m, P, l, LN2_B),
-                    N, C);
-      if (m->bf16) round_bf16(a->ln2_out, NC);
-    });
-    PROF(m, GPT_OP_FC, 0, {
-      linear_fwd(m, a->fch, a->ln2_out, tensor(m, W, l, FC_W), tensor(m, P, l, FC_B), N, C, 4 * C);
-      if (m->bf16) round_bf16(a->fch, 4 * NC);
-    });
-    PROF(m, GPT_OP_GELU, 0, {
-      gelu_fwd(a->fcg, a->fch, 4 * NC);
-      if (m->bf16) round_bf16(a->fcg, 4 * NC);
-    });
-    PROF(m, GPT_OP_MLP_PROJ, 0, {
-      linear_fwd(m, xo, a->fcg, tensor(m, W, l, MPROJ_W), tensor(m, P, l, MPROJ_B), N, 4 * C, C);
-      if (m->bf16) round_bf16(xo, NC);
-    });
-    PROF(m, GPT_OP_RESIDUAL, 0, {
-      for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
-    });
-  }
-  const gpt_tensor *lnf = &m->tensors[2 + PER_BLOCK * L];
+  layer_acts *a = &m->acts[l];
+  const float *x = m->x[l];
+  float *xo = m->x[l + 1];
+#define PT(j) (p + rel(m, l, (j)))
+#define WT(j) (w + rel(m, l, (j)))
   PROF(m, GPT_OP_LAYERNORM, 0, {
-    layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], P + lnf[0].offset, P + lnf[1].offset, N, C);
+    layernorm_fwd(a->ln1_out, a->ln1_mean, a->ln1_rstd, x, PT(LN1_W), PT(LN1_B), N, C);
+    if (m->bf16) round_bf16(a->ln1_out, NC);
+  });
+  PROF(m, GPT_OP_QKV, 0, {
+    linear_fwd(m, a->qkv, a->ln1_out, WT(QKV_W), PT(QKV_B), N, C, 3 * C);
+    if (m->bf16) round_bf16(a->qkv, 3 * NC);
+  });
+  PROF(m, GPT_OP_ATTENTION, 0, {
+    attention_fwd(m, a->atty, a->att, a->qkv, m->B, m->T);
+    if (m->bf16) round_bf16(a->atty, NC);
+  });
+  PROF(m, GPT_OP_ATTN_PROJ, 0, {
+    linear_fwd(m, a->res2, a->atty, WT(PROJ_W), PT(PROJ_B), N, C, C);
+    if (m->bf16) round_bf16(a->res2, NC);
+  });
+  PROF(m, GPT_OP_RESIDUAL, 0, {
+    for (size_t i = 0; i < NC; i++) a->res2[i] += x[i];
+  });
+  PROF(m, GPT_OP_LAYERNORM, 0, {
+    layernorm_fwd(a->ln2_out, a->ln2_mean, a->ln2_rstd, a->res2, PT(LN2_W), PT(LN2_B), N, C);
+    if (m->bf16) round_bf16(a->ln2_out, NC);
+  });
+  PROF(m, GPT_OP_FC, 0, {
+    linear_fwd(m, a->fch, a->ln2_out, WT(FC_W), PT(FC_B), N, C, 4 * C);
+    if (m->bf16) round_bf16(a->fch, 4 * NC);
+  });
+  PROF(m, GPT_OP_GELU, 0, {
+    gelu_fwd(a->fcg, a->fch, 4 * NC);
+    if (m->bf16) round_bf16(a->fcg, 4 * NC);
+  });
+  PROF(m, GPT_OP_MLP_PROJ, 0, {
+    linear_fwd(m, xo, a->fcg, WT(MPROJ_W), PT(MPROJ_B), N, 4 * C, C);
+    if (m->bf16) round_bf16(xo, NC);
+  });
+  PROF(m, GPT_OP_RESIDUAL, 0, {
+    for (size_t i = 0; i < NC; i++) xo[i] += a->res2[i];
+  });
+#undef PT
+#undef WT
+  m->fwd_next = l + 2;
+}
+
+/* ln_f (weight, bias) and the tied output projection (wte_w: tok_emb as the matrices are read). */
+static void head_fwd(gpt *m, const float *lnf_w, const float *lnf_b, const float *wte_w) {
+  const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = m->B * m->T;
+  const size_t NC = (size_t)N * C;
+  PROF(m, GPT_OP_LAYERNORM, 0, {
+    layernorm_fwd(m->lnf_out, m->lnf_mean, m->lnf_rstd, m->x[L], lnf_w, lnf_b, N, C);
     if (m->bf16) round_bf16(m->lnf_out, NC);
   });
   const double prof_t0 = m->prof ? thread_seconds() : 0.0;
   {
     const uint16_t *ah = m->lp ? to_half(&m->lp_a, &m->lp_acap, m->lnf_out, NC) : NULL;
-    const uint16_t *wh = ah ? weight_half(m, W + m->tensors[0].offset) : NULL;
-    if (ah && !wh) wh = to_half(&m->lp_b, &m->lp_bcap, W + m->tensors[0].offset, (size_t)V * C);
+    const uint16_t *wh = ah ? weight_half(m, wte_w) : NULL;
+    if (ah && !wh) wh = to_half(&m->lp_b, &m->lp_bcap, wte_w, (size_t)V * C);
     if (!wh || gemm_dnnl_bf16_pre(0, 1, N, V, C, 1.0f, ah, C, wh, C, 0.0f, m->logits, V) != 0)
-      gemm_f32(0, 1, N, V, C, 1.0f, m->lnf_out, C, W + m->tensors[0].offset, C, 0.0f, m->logits, V);
+      gemm_f32(0, 1, N, V, C, 1.0f, m->lnf_out, C, wte_w, C, 0.0f, m->logits, V);
   }
   if (m->bf16) round_bf16(m->logits, (size_t)N * V);
   if (m->prof) m->prof[GPT_OP_LOGITS] += thread_seconds() - prof_t0;
-  m->tokens = tokens;
-  m->stride = stride;
-  m->B = batch;
-  m->T = T;
-  m->have_probs = 0;
+  m->fwd_next = L + 2;
+}
+
+int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) {
+  if (!m || !tokens) return fail("gpt_forward: model or tokens is NULL");
+  if (check_batch(m, "gpt_forward", tokens, batch, T, stride)) return -1;
+  if (!m->params)
+    return fail("gpt_forward: the model has no parameters of its own (gpt_create_external): run it unit by unit "
+                "(gpt_forward_embed, gpt_forward_block, gpt_forward_head)");
+  const int L = m->cfg.n_layer;
+  const float *P = m->params, *W = m->bf16 && m->weights ? m->weights : m->params;
+  embed_fwd(m, tokens, batch, T, stride, P + m->tensors[0].offset, P + m->tensors[1].offset);
+  for (int l = 0; l < L; l++)
+    block_fwd(m, l, P + m->tensors[2 + PER_BLOCK * l].offset, W + m->tensors[2 + PER_BLOCK * l].offset);
+  const gpt_tensor *lnf = &m->tensors[2 + PER_BLOCK * L];
+  head_fwd(m, P + lnf[0].offset, P + lnf[1].offset, W + m->tensors[0].offset);
+  return 0;
+}
+
+static int check_pieces(const gpt *m, const char *fn, const void *a, const void *b) {
+  if (!m || !a || !b) return fail("%s: a model or buffer argument is NULL", fn);
+  if (m->bf16) return fail("%s: the unit-by-unit calls compute in float32 only (bf16 mode is on)", fn);
+  return 0;
+}
+
+int gpt_forward_embed(gpt *m, const int32_t *tokens, int batch, int T, size_t stride, const float *emb) {
+  if (check_pieces(m, "gpt_forward_embed", tokens, emb) || check_batch(m, "gpt_forward_embed", tokens, batch, T, stride))
+    return -1;
+  embed_fwd(m, tokens, batch, T, stride, emb, emb + (m->tensors[1].offset - m->tensors[0].offset));
+  return 0;
+}
+
+int gpt_forward_block(gpt *m, int layer, const float *block) {
+  if (check_pieces(m, "gpt_forward_block", block, block)) return -1;
+  if (layer < 0 || layer >= m->cfg.n_layer || m->fwd_next != layer + 1)
+    return fail("gpt_forward_block: block %d out of order (the forward runs gpt_forward_embed, blocks 0..%d in "
+                "order, then gpt_forward_head)", layer, m->cfg.n_layer - 1);
+  block_fwd(m, layer, block, block);
+  return 0;
+}
+
+int gpt_forward_head(gpt *m, const float *lnf, const float *emb) {
+  if (check_pieces(m, "gpt_forward_head", lnf, emb)) return -1;
+  const int f = 2 + PER_BLOCK * m->cfg.n_layer;
+  if (m->fwd_next != m->cfg.n_layer + 1)
+    return fail("gpt_forward_head: call gpt_forward_embed and every block first");
+  head_fwd(m, lnf, lnf + (m->tensors[f + 1].offset - m->tensors[f].offset), emb);
   return 0;
 }
 
@@ -708,7 +790,8 @@ VECTORIZED static void softmax_row(float *restrict z, int V, float *mx_out, floa
 
 int gpt_loss(gpt *m, const int32_t *targets, size_t stride, float *loss, float *row_loss) {
   if (!m || !targets || !loss) return fail("gpt_loss: model, targets or loss is NULL");
-  if (!m->B || m->have_probs) return fail("gpt_loss: call gpt_forward first (once per gpt_loss)");
+  if (!m->B || m->have_probs || m->fwd_next != m->cfg.n_layer + 2)
+    return fail("gpt_loss: call gpt_forward first (once per gpt_loss)");
   if (stride != m->stride) return fail("gpt_loss: stride %zu differs from the forward's %zu", stride, m->stride);
   const int V = m->cfg.vocab_size, T = m->T;
   const double prof_t0 = m->prof ? thread_seconds() : 0.0;
@@ -729,16 +812,16 @@ int gpt_loss(gpt *m, const int32_t *targets, size_t stride, float *loss, float *
   if (m->prof) m->prof[GPT_OP_LOSS] += thread_seconds() - prof_t0;
   m->targets = targets;
   m->have_probs = 1;
+  m->bwd_next = m->cfg.n_layer + 1;
   return 0;
 }
 
-int gpt_backward(gpt *m, float scale) {
-  if (!m) return fail("gpt_backward: model is NULL");
-  if (!m->have_probs) return fail("gpt_backward: call gpt_forward and gpt_loss first (once per backward)");
+/* The pieces of the backward pass (gradients ADDED at the pointers given, laid out as the
+ * parameters). The head: the loss's gradient, the tied output projection and ln_f. */
+static void head_bwd(gpt *m, float scale, const float *lnf_w, float *g_lnf_w, float *g_lnf_b, const float *wte_w,
+                     float *g_wte) {
   const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, T = m->T, N = m->B * T;
   const size_t NC = (size_t)N * C;
-  const float *P = m->params, *W = m->bf16 && m->weights ? m->weights : m->params;
-  float *G = m->grads;
   /* d(mean loss)/d(logits) = (softmax - onehot) / N, in place over the probabilities */
   const float k = scale / (float)N;
   PROF(m, GPT_OP_LOSS, 1, {
@@ -750,47 +833,43 @@ int gpt_backward(gpt *m, float scale) {
       }
   });
   /* tied output projection: logits = ln_f_out tok_emb^T */
-  PROF(m, GPT_OP_LOGITS, 1, {
-    linear_bwd(m, m->dln, G + m->tensors[0].offset, NULL, m->logits, m->lnf_out, W + m->tensors[0].offset, N, C, V);
-  });
-  const int f = 2 + PER_BLOCK * L;
+  PROF(m, GPT_OP_LOGITS, 1, { linear_bwd(m, m->dln, g_wte, NULL, m->logits, m->lnf_out, wte_w, N, C, V); });
   PROF(m, GPT_OP_LAYERNORM, 1, {
     memset(m->dx, 0, NC * sizeof *m->dx);
-    layernorm_bwd(m->dx, G + m->tensors[f].offset, G + m->tensors[f + 1].offset, m->dln, m->x[L], m->lnf_mean,
-                  m->lnf_rstd, P + m->tensors[f].offset, N, C);
+    layernorm_bwd(m->dx, g_lnf_w, g_lnf_b, m->dln, m->x[L], m->lnf_mean, m->lnf_rstd, lnf_w, N, C);
   });
-  if (m->hook) m->hook(f, 2, m->hook_payload);
-  for (int l = L - 1; l >= 0; l--) {
-    layer_acts *a = &m->acts[l];
-    float *g = G + m->tensors[2 + PER_BLOCK * l].offset, *gt[PER_BLOCK];
-    for (int j = 0; j < PER_BLOCK; j++) gt[j] = g + (m->tensors[2 + PER_BLOCK * l + j].offset - m->tensors[2 + PER_BLOCK * l].offset);
-    /* x_out = res2 + mlp(ln2(res2)): dx flows to res2 unchanged, plus the MLP's share */
-    PROF(m, GPT_OP_MLP_PROJ, 1, {
-      linear_bwd(m, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, tensor(m, W, l, MPROJ_W), N, 4 * C, C);
-    });
-    PROF(m, GPT_OP_GELU, 1, gelu_bwd(m->d4, a->fch, 4 * NC));
-    PROF(m, GPT_OP_FC, 1, {
-      linear_bwd(m, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, tensor(m, W, l, FC_W), N, C, 4 * C);
-    });
-    PROF(m, GPT_OP_LAYERNORM, 1, {
-      layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd, tensor(m, P, l, LN2_W),
-                    N, C);
-    });
-    /* res2 = x + proj(attention(ln1(x))) */
-    PROF(m, GPT_OP_ATTN_PROJ, 1, {
-      linear_bwd(m, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, tensor(m, W, l, PROJ_W), N, C, C);
-    });
-    PROF(m, GPT_OP_ATTENTION, 1, attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T));
-    PROF(m, GPT_OP_QKV, 1, {
-      linear_bwd(m, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, tensor(m, W, l, QKV_W), N, C, 3 * C);
-    });
-    PROF(m, GPT_OP_LAYERNORM, 1, {
-      layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd, tensor(m, P, l, LN1_W),
-                    N, C);
-    });
-    if (m->hook) m->hook(2 + PER_BLOCK * l, PER_BLOCK, m->hook_payload);
-  }
-  float *dwte = G + m->tensors[0].offset, *dwpe = G + m->tensors[1].offset;
+  m->bwd_next = L;
+}
+
+static void block_bwd(gpt *m, int l, const float *p, const float *w, float *g) {
+  const int C = m->cfg.n_embd, T = m->T, N = m->B * T;
+  const size_t NC = (size_t)N * C;
+  layer_acts *a = &m->acts[l];
+  float *gt[PER_BLOCK];
+  for (int j = 0; j < PER_BLOCK; j++) gt[j] = g + rel(m, l, j);
+#define PT(j) (p + rel(m, l, (j)))
+#define WT(j) (w + rel(m, l, (j)))
+  /* x_out = res2 + mlp(ln2(res2)): dx flows to res2 unchanged, plus the MLP's share */
+  PROF(m, GPT_OP_MLP_PROJ, 1, { linear_bwd(m, m->d4, gt[MPROJ_W], gt[MPROJ_B], m->dx, a->fcg, WT(MPROJ_W), N, 4 * C, C); });
+  PROF(m, GPT_OP_GELU, 1, gelu_bwd(m->d4, a->fch, 4 * NC));
+  PROF(m, GPT_OP_FC, 1, { linear_bwd(m, m->dln, gt[FC_W], gt[FC_B], m->d4, a->ln2_out, WT(FC_W), N, C, 4 * C); });
+  PROF(m, GPT_OP_LAYERNORM, 1, {
+    layernorm_bwd(m->dx, gt[LN2_W], gt[LN2_B], m->dln, a->res2, a->ln2_mean, a->ln2_rstd, PT(LN2_W), N, C);
+  });
+  /* res2 = x + proj(attention(ln1(x))) */
+  PROF(m, GPT_OP_ATTN_PROJ, 1, { linear_bwd(m, m->datty, gt[PROJ_W], gt[PROJ_B], m->dx, a->atty, WT(PROJ_W), N, C, C); });
+  PROF(m, GPT_OP_ATTENTION, 1, attention_bwd(m, m->dqkv, m->datty, a->att, a->qkv, m->B, T));
+  PROF(m, GPT_OP_QKV, 1, { linear_bwd(m, m->dln, gt[QKV_W], gt[QKV_B], m->dqkv, a->ln1_out, WT(QKV_W), N, C, 3 * C); });
+  PROF(m, GPT_OP_LAYERNORM, 1, {
+    layernorm_bwd(m->dx, gt[LN1_W], gt[LN1_B], m->dln, m->x[l], a->ln1_mean, a->ln1_rstd, PT(LN1_W), N, C);
+  });
+#undef PT
+#undef WT
+  m->bwd_next = l;
+}
+
+static void embed_bwd(gpt *m, float *dwte, float *dwpe) {
+  const int C = m->cfg.n_embd, T = m->T;
   const double prof_t0 = m->prof ? thread_seconds() : 0.0;
   for (int b = 0; b < m->B; b++)
     for (int t = 0; t < T; t++) {
@@ -802,8 +881,56 @@ int gpt_backward(gpt *m, float scale) {
       }
     }
   if (m->prof) m->prof[GPT_OP_COUNT + GPT_OP_EMBED] += thread_seconds() - prof_t0;
-  if (m->hook) m->hook(0, 2, m->hook_payload);
   m->have_probs = 0;
+  m->bwd_next = -1;
+}
+
+int gpt_backward(gpt *m, float scale) {
+  if (!m) return fail("gpt_backward: model is NULL");
+  if (!m->have_probs || m->bwd_next != m->cfg.n_layer + 1)
+    return fail("gpt_backward: call gpt_forward and gpt_loss first (once per backward)");
+  if (!m->params)
+    return fail("gpt_backward: the model has no parameters of its own (gpt_create_external): run it unit by unit "
+                "(gpt_backward_head, gpt_backward_block, gpt_backward_embed)");
+  const int L = m->cfg.n_layer, f = 2 + PER_BLOCK * L;
+  const float *P = m->params, *W = m->bf16 && m->weights ? m->weights : m->params;
+  float *G = m->grads;
+  head_bwd(m, scale, P + m->tensors[f].offset, G + m->tensors[f].offset, G + m->tensors[f + 1].offset,
+           W + m->tensors[0].offset, G + m->tensors[0].offset);
+  if (m->hook) m->hook(f, 2, m->hook_payload);
+  for (int l = L - 1; l >= 0; l--) {
+    const size_t at = m->tensors[2 + PER_BLOCK * l].offset;
+    block_bwd(m, l, P + at, W + at, G + at);
+    if (m->hook) m->hook(2 + PER_BLOCK * l, PER_BLOCK, m->hook_payload);
+  }
+  embed_bwd(m, G + m->tensors[0].offset, G + m->tensors[1].offset);
+  if (m->hook) m->hook(0, 2, m->hook_payload);
+  return 0;
+}
+
+int gpt_backward_head(gpt *m, float scale, const float *lnf, float *lnf_grad, const float *emb, float *emb_grad) {
+  if (check_pieces(m, "gpt_backward_head", lnf, emb) || check_pieces(m, "gpt_backward_head", lnf_grad, emb_grad))
+    return -1;
+  if (!m->have_probs || m->bwd_next != m->cfg.n_layer + 1)
+    return fail("gpt_backward_head: call the forward and gpt_loss first (once per backward)");
+  const int f = 2 + PER_BLOCK * m->cfg.n_layer;
+  head_bwd(m, scale, lnf, lnf_grad, lnf_grad + (m->tensors[f + 1].offset - m->tensors[f].offset), emb, emb_grad);
+  return 0;
+}
+
+int gpt_backward_block(gpt *m, int layer, const float *block, float *block_grad) {
+  if (check_pieces(m, "gpt_backward_block", block, block_grad)) return -1;
+  if (layer < 0 || layer >= m->cfg.n_layer || !m->have_probs || m->bwd_next != layer + 1)
+    return fail("gpt_backward_block: block %d out of order (the backward runs gpt_backward_head, blocks %d..0, then "
+                "gpt_backward_embed)", layer, m->cfg.n_layer - 1);
+  block_bwd(m, layer, block, block, block_grad);
+  return 0;
+}
+
+int gpt_backward_embed(gpt *m, float *emb_grad) {
+  if (check_pieces(m, "gpt_backward_embed", emb_grad, emb_grad)) return -1;
+  if (!m->have_probs || m->bwd_next != 0) return fail("gpt_backward_embed: call gpt_backward_block 0 first");
+  embed_bwd(m, emb_grad, emb_grad + (m->tensors[1].offset - m->tensors[0].offset));
   return 0;
 }
 
@@ -820,7 +947,7 @@ int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint6
   for (int i = 0; i < n; i++) {
     int T = len < m->cfg.block_size ? len : m->cfg.block_size;
     for (int t = 0; t < T; t++) ctx[t] = text[len - T + t];
-    if (gpt_forward(m, ctx, 1, T, (size_t)T)) {
+    if (m->fwd_fn ? m->fwd_fn(m, ctx, 1, T, (size_t)T, m->fwd_payload) : gpt_forward(m, ctx, 1, T, (size_t)T)) {
       free(ctx);
       return -1;
     }
@@ -840,5 +967,6 @@ int gpt_generate(gpt *m, uint8_t *text, int len, int n, float temperature, uint6
   }
   free(ctx);
   m->B = 0;
+  m->fwd_next = 0;
   return 0;
 }

@@ -52,6 +52,10 @@ void gpt_set_grad_hook(gpt *m, gpt_grad_hook hook, void *payload);
 
 /** Allocates the model (parameters zero until gpt_init). Ownership: gpt_destroy. */
 int gpt_create(gpt **out, const gpt_config *cfg);
+/** The same without parameter or gradient buffers of the model's own (gpt_params() and
+ *  gpt_grads() are NULL): the program runs it unit by unit over buffers it gives each piece
+ *  (gpt_forward_embed ...: a sharded trainer, whose library holds the parameters). */
+int gpt_create_external(gpt **out, const gpt_config *cfg);
 void gpt_destroy(gpt *m);
 
 const gpt_config *gpt_get_config(const gpt *m);
@@ -70,6 +74,9 @@ const gpt_tensor *gpt_tensor_at(const gpt *m, int i);
  *  projections of each block normal(0, 0.02 / sqrt(2 n_layer)), biases 0, norms 1 and 0.
  *  Same seed, same parameters everywhere. Zeroes the gradients. */
 void gpt_init(gpt *m, uint64_t seed);
+/** The same initial values written into dst (gpt_num_params floats, laid out as gpt_params()):
+ *  for a model of gpt_create_external. */
+void gpt_init_params(const gpt *m, uint64_t seed, float *dst);
 void gpt_zero_grad(gpt *m);
 
 /**
@@ -112,6 +119,32 @@ void gpt_profile(gpt *m, double *sec);
 int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride);
 /** Logits of the last forward, [batch * T, vocab_size]. Borrowed; gpt_loss overwrites them. */
 const float *gpt_logits(const gpt *m);
+
+/**
+ * Unit by unit (a sharded trainer, docs/fsdp.md): the same computation as gpt_forward and
+ * gpt_backward, in the pieces that run between acc_fsdp_unit_*_begin and _end, each reading its
+ * tensors from a buffer laid out like its rows of gpt_params():
+ *   emb   tok_emb.weight, pos_emb.weight          (the embedding; tok_emb is also the head's
+ *                                                  output projection: one unit for both uses)
+ *   block blocks.<l>.ln1.weight ... mlp.proj.bias  (gpt_tensor_at(2 + 12 l) onwards)
+ *   lnf   ln_f.weight, ln_f.bias
+ * The backward pieces ADD scale * d(mean loss)/d(param) into gradient buffers laid out the same
+ * way. Order: gpt_forward_embed, gpt_forward_block 0..n_layer-1, gpt_forward_head, gpt_loss,
+ * gpt_backward_head, gpt_backward_block n_layer-1..0, gpt_backward_embed (out of order: -1 and a
+ * message). float32 only (not in bf16 mode). The arithmetic is gpt_forward's / gpt_backward's.
+ */
+int gpt_forward_embed(gpt *m, const int32_t *tokens, int batch, int T, size_t stride, const float *emb);
+int gpt_forward_block(gpt *m, int layer, const float *block);
+int gpt_forward_head(gpt *m, const float *lnf, const float *emb);
+int gpt_backward_head(gpt *m, float scale, const float *lnf, float *lnf_grad, const float *emb, float *emb_grad);
+int gpt_backward_block(gpt *m, int layer, const float *block, float *block_grad);
+int gpt_backward_embed(gpt *m, float *emb_grad);
+
+/** A forward pass as gpt_generate runs it: fn (e.g. the unit-by-unit forward of a sharded trainer,
+ *  which every process then runs, since its gathers are collective) instead of gpt_forward; NULL
+ *  restores gpt_forward. fn returns 0 or -1. */
+typedef int (*gpt_forward_fn)(gpt *m, const int32_t *tokens, int batch, int T, size_t stride, void *payload);
+void gpt_set_forward(gpt *m, gpt_forward_fn fn, void *payload);
 
 /**
  * Cross-entropy of the last forward against targets (target of token (b, t) is

@@ -134,6 +134,13 @@ ACC_EXTERN acc_result acc_fsdp_unit_info(const acc_fsdp *f, size_t unit, const c
                                          size_t *num_rows, size_t *numel);
 /** The unit holding table row `row` and the row's element offset inside the unit's buffer. @since 0.3 */
 ACC_EXTERN acc_result acc_fsdp_row_location(const acc_fsdp *f, size_t row, size_t *unit, size_t *offset);
+/**
+ * This process's range [*lo, *hi) of unit `unit`'s elements (offsets inside the unit's buffer, as
+ * acc_fsdp_row_location gives them): the values parameter `unit` of acc_fsdp_model holds at its
+ * start (the rest of that parameter is padding). Under NO_SHARD the whole unit. For what a program
+ * does per row of its own shard (weight decay on some rows only). @since 0.3
+ */
+ACC_EXTERN acc_result acc_fsdp_shard_range(const acc_fsdp *f, size_t unit, size_t *lo, size_t *hi);
 /** The sharding strategy in use (after the plugin and the environment were read). @since 0.3 */
 ACC_EXTERN acc_fsdp_sharding_strategy acc_fsdp_strategy(const acc_fsdp *f);
 /** The state dict type save_state writes. @since 0.3 */
@@ -197,11 +204,14 @@ ACC_EXTERN acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, doubl
 /** What the library holds for this process, in bytes (the accounting docs/fsdp.md explains). */
 typedef struct acc_fsdp_memory {
   size_t shard_params, shard_grads; /* float32 master shard, averaged gradient shard */
-  size_t unit_buffer_bytes;         /* one pool buffer (the largest padded unit) */
-  size_t pool_buffers;              /* pool buffers allocated (each unit_buffer_bytes) */
+  size_t unit_buffer_bytes;         /* the largest padded unit (the largest pool buffer) */
+  size_t pool_buffers;              /* pool buffers allocated (each the padded size of the unit that
+                                       first needed it: a small unit takes a small buffer) */
   size_t pool_peak_in_use;          /* most pool buffers in use at once */
   size_t no_sync_bytes;             /* full gradient buffers kept under no_sync */
   size_t total_params;              /* elements of the whole table */
+  size_t pool_bytes;                /* bytes of the pool buffers allocated */
+  size_t pool_peak_bytes;           /* most bytes of pool buffers in use at once */
 } acc_fsdp_memory;
 /** @since 0.3 */
 ACC_EXTERN acc_result acc_fsdp_memory_stats(const acc_fsdp *f, acc_fsdp_memory *out);

@@ -142,6 +142,67 @@ static void set_int(acc_cli_value *v, long i) {
     if ((call) < 0) goto eof; \
   } while (0)
 
+/* Accelerate's FSDP questions (docs/fsdp.md), for what a C program can use: the strategy
+ * (FSDP1) or reshard_after_forward (FSDP2), offload, the wrap policy for a program that declares
+ * no units, prefetch, the state dict type and sync_module_states. What means nothing in C
+ * (use_orig_params, RAM-efficient loading, activation checkpointing, layer classes to wrap) is not
+ * asked and not written, and HYBRID_SHARD / LOCAL_STATE_DICT / TRANSFORMER_BASED_WRAP are not
+ * offered. The keys are written as Accelerate writes them: FSDP1's strategy name goes into
+ * fsdp_reshard_after_forward, which the launcher accepts. */
+static int ask_fsdp(asker *a, acc_cli_cfg *c, int gpu) {
+  static const char *const versions[] = {"1", "2"};
+  static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+  static const char *const wraps[] = {"NO_WRAP", "SIZE_BASED_WRAP"};
+  static const char *const prefetches[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+  static const char *const sdts[] = {"FULL_STATE_DICT", "SHARDED_STATE_DICT"};
+  int r;
+  long v;
+  char num[32];
+  ASK(r = ask_yes_no(a, "Do you want to use FullyShardedDataParallel?", 0));
+  if (!r) return 0;
+  if (gpu)
+    fprintf(a->out, "Note: accelerate-c's FSDP trains on CPU processes so far; a program on a GPU is refused by "
+                    "acc_fsdp_create (docs/fsdp.md).\n");
+  set_str(&c->distributed_type, "FSDP");
+  ASK(r = ask_menu(a, "What should be your FSDP version?", versions, 2, 0));
+  const int v2 = r == 1;
+  set_str(&c->fsdp_version, versions[r]);
+  if (v2) {
+    ASK(r = ask_yes_no(a, "Do you want to enable resharding after forward (FULL_SHARD; no: SHARD_GRAD_OP)?", 1));
+    set_str(&c->fsdp_reshard_after_forward, r ? "true" : "false");
+  } else {
+    ASK(r = ask_menu(a, "What should be your sharding strategy?", strategies, 3, 0));
+    set_str(&c->fsdp_reshard_after_forward, strategies[r]);
+  }
+  ASK(r = ask_yes_no(a, "Do you want to offload parameters and gradients to CPU?", 0));
+  set_str(&c->fsdp_offload_params, r ? "true" : "false");
+  ASK(r = ask_menu(a, "What should be your auto wrap policy (for a program that declares no units with "
+                   "acc_fsdp_add_unit)?", wraps, 2, 0));
+  set_str(&c->fsdp_auto_wrap_policy, wraps[r]);
+  if (r == 1) {
+    ASK(ask_int(a, "What should be your FSDP's minimum number of parameters for Default Auto Wrapping Policy?",
+                100000000, 1, 1L << 62, &v));
+    snprintf(num, sizeof num, "%ld", v);
+    set_str(&c->fsdp_min_num_params, num);
+  }
+  if (!v2) {
+    ASK(r = ask_menu(a, "What should be your FSDP's backward prefetch policy?", prefetches, 3, 0));
+    set_str(&c->fsdp_backward_prefetch, prefetches[r]);
+  }
+  ASK(r = ask_menu(a, "What should be your FSDP's state dict type?", sdts, 2, 1));
+  set_str(&c->fsdp_state_dict_type, sdts[r]);
+  if (!v2) {
+    ASK(r = ask_yes_no(a, "Do you want to enable FSDP's forward prefetch policy?", 0));
+    set_str(&c->fsdp_forward_prefetch, r ? "true" : "false");
+  }
+  ASK(r = ask_yes_no(a, "Do you want each individually wrapped FSDP unit to broadcast module parameters from rank 0 "
+                     "at the start?", 1));
+  set_str(&c->fsdp_sync_module_states, r ? "true" : "false");
+  return 0;
+eof:
+  return -1;
+}
+
 /* The question flow of Accelerate's `accelerate config`, for the types accelerate-c runs. */
 static int questionnaire(asker *a, acc_cli_cfg *c) {
   static const char *const envs[] = {"This machine", "AWS (Amazon SageMaker)"};
@@ -218,6 +279,7 @@ static int questionnaire(asker *a, acc_cli_cfg *c) {
     }
   }
   set_int(&c->use_cpu, use_cpu);
+  if (type != 0) ASK(ask_fsdp(a, c, type == 2));
   set_int(&c->num_processes, 1);
   if (type != 0) {
     const long machines = c->num_machines.i;

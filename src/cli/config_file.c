@@ -577,8 +577,30 @@ static void json_str(FILE *out, const char *s) {
   fputc('"', out);
 }
 
+/* fsdp_config's values are kept as text, but Accelerate writes its booleans and numbers as YAML
+ * booleans and integers (fsdp_offload_params: false, fsdp_version: 1): written the same way. */
+static int fsdp_scalar(const key_def *k, const acc_cli_value *v, long *b, int *is_int) {
+  if (!k->parent || strcmp(k->parent, "fsdp_config") != 0 || k->kind != ACC_CLI_STR || !v->s[0]) return 0;
+  if (!strcasecmp(v->s, "true") || !strcasecmp(v->s, "false")) {
+    *b = !strcasecmp(v->s, "true");
+    *is_int = 0;
+    return 1;
+  }
+  for (const char *p = v->s; *p; p++)
+    if (!isdigit((unsigned char)*p)) return 0;
+  *is_int = 1;
+  return strlen(v->s) < 19;
+}
+
 static void put_value(FILE *out, const key_def *k, const acc_cli_value *v, int json, const char *indent) {
   int is_bool = k->kind == ACC_CLI_BOOL || (k->kind == ACC_CLI_STR_OR_BOOL && v->is_bool);
+  long fb = 0;
+  int fint = 0;
+  if (fsdp_scalar(k, v, &fb, &fint)) {
+    if (fint) fputs(v->s, out);
+    else fputs(fb ? "true" : "false", out);
+    return;
+  }
   if (is_bool) {
     fputs(v->i ? "true" : "false", out);
   } else if (k->kind == ACC_CLI_INT) {

@@ -481,6 +481,16 @@ acc_result acc_fsdp_row_location(const acc_fsdp *f, size_t row, size_t *unit, si
   return acc__error(ACC_ERR_INTERNAL, "acc_fsdp_row_location: row %zu is in no unit", row);
 }
 
+acc_result acc_fsdp_shard_range(const acc_fsdp *f, size_t unit, size_t *lo, size_t *hi) {
+  ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_shard_range"));
+  if (unit >= f->nunits)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_shard_range: unit %zu is out of range (%zu units)", unit,
+                      f->nunits);
+  if (lo) *lo = f->units[unit].lo;
+  if (hi) *hi = f->units[unit].hi;
+  return ACC_OK;
+}
+
 acc_fsdp_sharding_strategy acc_fsdp_strategy(const acc_fsdp *f) {
   return acc__fsdp_check(f, "acc_fsdp_strategy") == ACC_OK ? (acc_fsdp_sharding_strategy)f->strategy
                                                             : ACC_FSDP_NO_SHARD;
@@ -504,6 +514,8 @@ acc_result acc_fsdp_memory_stats(const acc_fsdp *f, acc_fsdp_memory *out) {
   out->unit_buffer_bytes = f->buf_elems * sizeof(float);
   out->pool_buffers = f->npool;
   out->pool_peak_in_use = f->pool_peak;
+  out->pool_bytes = f->pool_elems * sizeof(float);
+  out->pool_peak_bytes = f->pool_elems_peak * sizeof(float);
   out->no_sync_bytes = f->nosync_bytes;
   out->total_params = f->total;
   return ACC_OK;
@@ -514,6 +526,7 @@ void acc__fsdp_pool_free(acc_fsdp *f) {
   acc__free(f->pool);
   f->pool = NULL;
   f->npool = f->pool_in_use = 0;
+  f->pool_elems = f->pool_elems_in_use = 0;
   for (size_t k = 0; k < f->nunits; k++) {
     f->units[k].pbuf = f->units[k].gbuf = NULL;
     f->units[k].prefetched = 0;

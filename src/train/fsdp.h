@@ -27,6 +27,7 @@ typedef struct acc__fsdp_unit {
 
 typedef struct acc__fsdp_pool_buf {
   float *p;
+  size_t cap;   /* elements (a unit's padded size: small units take small buffers) */
   int in_use;
   size_t owner; /* the unit that last held it (for the use-after-end message) */
   int kind;     /* 0 parameters, 1 gradients (last use) */
@@ -53,7 +54,8 @@ struct acc_fsdp {
   acc_model *model;       /* one parameter per unit over master / gshard */
   acc__fsdp_pool_buf *pool;
   size_t npool, pool_in_use, pool_peak;
-  size_t buf_elems;       /* elements of a pool buffer: the largest padded unit */
+  size_t pool_elems, pool_elems_in_use, pool_elems_peak; /* allocated, in use, most in use at once */
+  size_t buf_elems;       /* the largest padded unit (the largest pool buffer) */
   size_t nosync_bytes;
   int no_sync;
 };
@@ -63,7 +65,9 @@ acc_result acc__fsdp_check_ready(const acc_fsdp *f, const char *fn);
 /* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce,
  * 3 norm, 4 setup, 5 checkpoint) */
 int64_t acc__fsdp_origin(size_t unit, int kind);
-/* all-gathers unit u's full parameters into dst (buf_elems floats; only sharded strategies) */
+/* elements of unit u's buffers: its padded size (shard x processes when sharded, numel otherwise) */
+size_t acc__fsdp_padded(const acc_fsdp *f, size_t u);
+/* all-gathers unit u's full parameters into dst (acc__fsdp_padded floats; only sharded strategies) */
 acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind);
 /* releases every pool buffer (between steps / before a load); every unit back to not started */
 void acc__fsdp_pool_free(acc_fsdp *f);

@@ -33,16 +33,20 @@ static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const float *p) {
   return NULL;
 }
 
-/* Takes a free buffer (checking that nobody wrote it since it was released), or allocates one. */
+size_t acc__fsdp_padded(const acc_fsdp *f, size_t u) {
+  const acc__fsdp_unit *un = &f->units[u];
+  return f->sharded ? un->shard * (size_t)f->world : un->numel;
+}
+
 /* Every released buffer is checked (the pool holds a few) at each begin call: a late write is
  * reported at the next unit call whichever buffer it hit. */
 static acc_result pool_check(acc_fsdp *f) {
   for (size_t i = 0; i < f->npool; i++) {
     acc__fsdp_pool_buf *b = &f->pool[i];
     if (b->in_use || !b->poisoned) continue;
-    size_t at = poison_broken(b->p, f->buf_elems);
+    size_t at = poison_broken(b->p, b->cap);
     if (at != SIZE_MAX) {
-      poison(b->p, f->buf_elems); /* reported once */
+      poison(b->p, b->cap); /* reported once */
       return acc__error(ACC_ERR_INVALID_USAGE,
                         "FSDP: the gathered %s buffer of unit '%s' was written after the unit ended (element %zu): "
                         "the pointers acc_fsdp_unit_%s_begin returned are valid only until the unit's end call",
@@ -53,27 +57,41 @@ static acc_result pool_check(acc_fsdp *f) {
   return ACC_OK;
 }
 
+static void pool_mark(acc_fsdp *f, acc__fsdp_pool_buf *b, size_t unit, int kind) {
+  b->in_use = 1;
+  b->owner = unit;
+  b->kind = kind;
+  b->poisoned = 0;
+  f->pool_in_use++;
+  f->pool_elems_in_use += b->cap;
+  if (f->pool_in_use > f->pool_peak) f->pool_peak = f->pool_in_use;
+  if (f->pool_elems_in_use > f->pool_elems_peak) f->pool_elems_peak = f->pool_elems_in_use;
+}
+
+/* Takes a free buffer of at least the unit's padded size (the smallest that fits, unless it is
+ * more than twice the size: then a buffer of the unit's size is allocated, so that a small unit
+ * (the embedding, a final norm) kept while the blocks run does not hold a block-sized buffer). */
 static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, float **out) {
+  const size_t need = acc__fsdp_padded(f, unit) ? acc__fsdp_padded(f, unit) : 1;
+  acc__fsdp_pool_buf *best = NULL;
   for (size_t i = 0; i < f->npool; i++) {
     acc__fsdp_pool_buf *b = &f->pool[i];
-    if (b->in_use) continue;
-    b->in_use = 1;
-    b->owner = unit;
-    b->kind = kind;
-    b->poisoned = 0;
-    f->pool_in_use++;
-    if (f->pool_in_use > f->pool_peak) f->pool_peak = f->pool_in_use;
-    *out = b->p;
+    if (b->in_use || b->cap < need || b->cap / 2 > need) continue;
+    if (!best || b->cap < best->cap) best = b;
+  }
+  if (best) {
+    pool_mark(f, best, unit, kind);
+    *out = best->p;
     return ACC_OK;
   }
   acc__fsdp_pool_buf *np = acc__realloc(f->pool, (f->npool + 1) * sizeof *np);
   if (!np) return ACC_ERR_NOMEM;
   f->pool = np;
-  float *p = acc__malloc((f->buf_elems ? f->buf_elems : 1) * sizeof(float));
+  float *p = acc__malloc(need * sizeof(float));
   if (!p) return ACC_ERR_NOMEM;
-  f->pool[f->npool++] = (acc__fsdp_pool_buf){p, 1, unit, kind, 0};
-  f->pool_in_use++;
-  if (f->pool_in_use > f->pool_peak) f->pool_peak = f->pool_in_use;
+  f->pool[f->npool] = (acc__fsdp_pool_buf){p, need, 0, 0, 0, 0};
+  f->pool_elems += need;
+  pool_mark(f, &f->pool[f->npool++], unit, kind);
   *out = p;
   return ACC_OK;
 }
@@ -81,10 +99,11 @@ static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, float **out) {
 static void pool_give(acc_fsdp *f, float *p) {
   acc__fsdp_pool_buf *b = pool_find(f, p);
   if (!b || !b->in_use) return;
-  poison(b->p, f->buf_elems);
+  poison(b->p, b->cap);
   b->poisoned = 1;
   b->in_use = 0;
   f->pool_in_use--;
+  f->pool_elems_in_use -= b->cap;
 }
 
 acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind) {
@@ -192,7 +211,7 @@ acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **
     un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
   } else {
     ACC_CHECK(pool_take(f, unit, 1, &un->gbuf));
-    memset(un->gbuf, 0, f->buf_elems * sizeof(float));
+    memset(un->gbuf, 0, acc__fsdp_padded(f, unit) * sizeof(float));
   }
   un->phase = ACC__FSDP_BWD;
   if (f->bwd_prefetch == ACC_FSDP_BACKWARD_PRE && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
@@ -213,7 +232,7 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
     float *tmp = NULL;
     if (padded > un->numel) {
       if (g == un->nosync) {
-        tmp = acc__malloc(f->buf_elems * sizeof(float));
+        tmp = acc__malloc(padded * sizeof(float));
         if (!tmp) return ACC_ERR_NOMEM;
         memcpy(tmp, g, un->numel * sizeof(float));
         send = tmp;
@@ -245,10 +264,11 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
                       un->name, phase_name(un->phase));
   if (f->no_sync) {
     if (!un->nosync) {
-      un->nosync = acc__malloc(f->buf_elems * sizeof(float));
+      const size_t padded = acc__fsdp_padded(f, unit);
+      un->nosync = acc__malloc(padded * sizeof(float));
       if (!un->nosync) return ACC_ERR_NOMEM;
-      f->nosync_bytes += f->buf_elems * sizeof(float);
-      memcpy(un->nosync, un->gbuf, f->buf_elems * sizeof(float));
+      f->nosync_bytes += padded * sizeof(float);
+      memcpy(un->nosync, un->gbuf, padded * sizeof(float));
       pool_give(f, un->gbuf);
     }
   } else {
@@ -256,7 +276,7 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
     if (un->gbuf == un->nosync) {
       acc__free(un->nosync);
       un->nosync = NULL;
-      f->nosync_bytes -= f->buf_elems * sizeof(float);
+      f->nosync_bytes -= acc__fsdp_padded(f, unit) * sizeof(float);
     } else {
       pool_give(f, un->gbuf);
     }

@@ -26,8 +26,8 @@ contains "$T/env0" "- \`Accelerate\` default config:"
 contains "$T/env0" "	Not found"
 
 # 2. questionnaire: multi-CPU, 1 machine, a wrong yes/no answer, mpirun with a hostfile,
-#    4 processes, a bad menu number, bf16.
-printf '0\n1\n\nmaybe\nno\nyes\n/etc/hostfile\n4\n7\n2\n' | "$ACC" config > "$T/q1" 2>&1 || fail "config exited non-zero"
+#    no FSDP, 4 processes, a bad menu number, bf16.
+printf '0\n1\n\nmaybe\nno\nyes\n/etc/hostfile\nno\n4\n7\n2\n' | "$ACC" config > "$T/q1" 2>&1 || fail "config exited non-zero"
 contains "$T/q1" "Please enter yes or no."
 contains "$T/q1" "Please enter a number between 0 and 2."
 contains "$T/q1" "accelerate configuration saved at $CFG"
@@ -66,7 +66,7 @@ contains "$T/env1" "	- num_processes: 4"
 contains "$T/env1" "	- mpirun_config.mpirun_hostfile: /etc/hostfile"
 
 # 5. multi-machine, multi-GPU, to an explicit .yaml path in a new directory
-printf '\n2\n2\n1\n10.1.2.3\n\nno\n\nyes\n8\n0,1\n1\n' | "$ACC" config --config_file "$T/new/dir/c.yaml" > "$T/q3" 2>&1 || fail "config --config_file exited non-zero"
+printf '\n2\n2\n1\n10.1.2.3\n\nno\n\nyes\n\n8\n0,1\n1\n' | "$ACC" config --config_file "$T/new/dir/c.yaml" > "$T/q3" 2>&1 || fail "config --config_file exited non-zero"
 expect_file "$T/new/dir/c.yaml" <<'YAML'
 compute_environment: LOCAL_MACHINE
 debug: true

@@ -13,8 +13,8 @@ export HF_HOME="$T/hf"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-# 1. env, multi-CPU, 2 machines, rank 0, IP, port, same network, rdzv, debug, mpirun, processes, precision
-printf '0\n1\n2\n0\n127.0.0.1\n\n\n\n\n\n\n0\n' | "$ACC" config --config_file "$T/mm.yaml" > "$T/q1" 2>&1 ||
+# 1. env, multi-CPU, 2 machines, rank 0, IP, port, same network, rdzv, debug, mpirun, FSDP, processes, precision
+printf '0\n1\n2\n0\n127.0.0.1\n\n\n\n\n\n\n\n0\n' | "$ACC" config --config_file "$T/mm.yaml" > "$T/q1" 2>&1 ||
   fail "config exited non-zero: $(cat "$T/q1")"
 grep -qx 'num_machines: 2' "$T/mm.yaml" && grep -qx 'num_processes: 2' "$T/mm.yaml" ||
   fail "expected 2 machines and 2 processes: $(cat "$T/mm.yaml")"
@@ -25,7 +25,7 @@ out=$("$ACC" launch --config_file "$T/mm.yaml" "$T/no-such-program" 2>&1); rc=$?
 [ $rc -eq 127 ] || fail "launch refused the config file (exit $rc, expected 127: the program is missing): $out"
 
 # 2. 3 processes on 2 machines: asked again; rdzv c10d after a refused etcd
-printf '0\n1\n2\n1\n10.0.0.1\n\nyes\netcd\nc10d\nno\nno\n3\n4\n0\n' | "$ACC" config --config_file "$T/mm2.yaml" > "$T/q2" 2>&1 ||
+printf '0\n1\n2\n1\n10.0.0.1\n\nyes\netcd\nc10d\nno\nno\nno\n3\n4\n0\n' | "$ACC" config --config_file "$T/mm2.yaml" > "$T/q2" 2>&1 ||
   fail "config (2) exited non-zero: $(cat "$T/q2")"
 grep -q 'must be a multiple of 2' "$T/q2" || fail "3 processes on 2 machines was not refused: $(cat "$T/q2")"
 grep -q 'Please enter static or c10d' "$T/q2" || fail "rendezvous backend etcd was not refused: $(cat "$T/q2")"
@@ -35,7 +35,7 @@ out=$("$ACC" launch --config_file "$T/mm2.yaml" "$T/no-such-program" 2>&1); rc=$
 [ $rc -eq 127 ] || fail "launch refused the second config file (exit $rc): $out"
 
 # 3. multi-GPU on 2 machines of 3 (fake) GPUs each: 6 in total by default
-printf '0\n2\n2\n0\n127.0.0.1\n\n\n\n\n\n\n0\n' | ACCELERATE_TEST_FAKE_GPUS=3 "$ACC" config --config_file "$T/gpu.yaml" > "$T/q3" 2>&1 ||
+printf '0\n2\n2\n0\n127.0.0.1\n\n\n\n\n\n\n\n0\n' | ACCELERATE_TEST_FAKE_GPUS=3 "$ACC" config --config_file "$T/gpu.yaml" > "$T/q3" 2>&1 ||
   fail "config (3) exited non-zero: $(cat "$T/q3")"
 grep -qx 'num_processes: 6' "$T/gpu.yaml" || fail "multi-GPU, 2 machines of 3 GPUs: expected 6: $(cat "$T/gpu.yaml")"
 if [ $fails -eq 0 ]; then echo "PASS"; exit 0; fi

@@ -23,8 +23,8 @@ has "$T/env" "- Backends: single, shm, gloo: "
 grep -q "training does not use GPUs" "$T/env" && fail "env still says GPUs are not used"
 
 # 2. config: the GPUs are listed, "how many" defaults to their count, a bad id list is asked again
-#    (answers: this machine, multi-GPU, 1 machine, no checks, default count, bad ids, ids, no)
-printf '0\n2\n\n\n\n0,5\n0,1,2\n\n' | ACCELERATE_TEST_FAKE_GPUS=3 "$ACC" config --config_file "$T/q.yaml" >"$T/q" 2>&1 ||
+#    (answers: this machine, multi-GPU, 1 machine, no checks, no FSDP, default count, bad ids, ids, no)
+printf '0\n2\n\n\n\n\n0,5\n0,1,2\n\n' | ACCELERATE_TEST_FAKE_GPUS=3 "$ACC" config --config_file "$T/q.yaml" >"$T/q" 2>&1 ||
   fail "config exited $?"
 has "$T/q" "This machine has 3 GPU(s):"
 has "$T/q" "  2) fake GPU 2, 16.0 GiB, PCI 00000000:03:00.0"

@@ -5,7 +5,8 @@
  *       trained 50 steps with AdamW (weight decay), clipping and 2 accumulation micro-steps, under
  *       STRATEGY and, side by side in the same processes, under NO_SHARD; the parameters must agree
  *       to 1e-5 relative, every step's clip norm too. nosync: the first micro-step under no_sync.
- *       Also checks the memory accounting (shards = ceil(U / N) per unit, a bound on the pool buffers in use).
+ *       Also checks the memory accounting (shards = ceil(U / N) per unit, a bound on the pool buffers in use,
+ *       pool buffers sized per unit).
  *   test_fsdp save STRATEGY TYPE DIR     train 25 steps, save_state (TYPE: FULL_STATE_DICT or
  *       SHARDED_STATE_DICT), train 25 more and write the final parameters to DIR.expected (process 0).
  *       FULL_STATE_DICT: model.safetensors must be byte-identical to acc_save_model of the same values.
@@ -259,6 +260,11 @@ static void test_train(int strategy, const char *variant) {
   size_t cap = strategy == ACC_FSDP_SHARD_GRAD_OP ? 6 : 5; /* the head and its bias are in backward together */
   CHECK(m.pool_peak_in_use <= cap, "%zu pool buffers in use at once (at most %zu expected)", m.pool_peak_in_use, cap);
   CHECK(m.no_sync_bytes == 0, "no_sync buffers left after the sync step: %zu bytes", m.no_sync_bytes);
+  /* pool buffers are sized per unit: the 3-element bias unit takes a buffer of its own size, not
+   * one of the largest unit's, so the pool is smaller than its count x the largest unit */
+  CHECK(m.pool_peak_bytes <= m.pool_bytes && m.pool_buffers > 0 && m.pool_bytes < m.pool_buffers * m.unit_buffer_bytes,
+        "pool: %zu buffers, %zu bytes (largest unit %zu B), peak %zu bytes in use", m.pool_buffers, m.pool_bytes,
+        m.unit_buffer_bytes, m.pool_peak_bytes);
   if (rank == 0)
     fprintf(stderr, "fsdp %d on %d: params %zu B/process (full %zu B), pool %zu x %zu B (peak %zu), diff %.3g\n",
             strategy, world, m.shard_params, m.total_params * sizeof(float), m.pool_buffers, m.unit_buffer_bytes,

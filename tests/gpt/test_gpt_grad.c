@@ -2,7 +2,9 @@
  * every element of every parameter tensor of a tiny model; then the same over a context longer
  * than the attention's row block (sampled elements), gradient accumulation (two backward passes
  * with scale 1/2 equal one with scale 1), the gradient-ready hook (every tensor exactly once,
- * in backward order), and the data windows. Built with the plain loops and with OpenBLAS. */
+ * in backward order), the unit-by-unit pieces a sharded trainer runs (bit-identical to the
+ * whole passes, over separate unit buffers, and refused out of order), and the data windows.
+ * Built with the plain loops and with OpenBLAS. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +186,81 @@ static void check_accumulation_and_hook(void) {
   gpt_destroy(m);
 }
 
+/* gpt_forward_embed / _block / _head and the backward pieces, each over its own copy of a unit's
+ * parameters (as FSDP gathers them), against gpt_forward / gpt_backward of the same model: the
+ * logits, the loss and every gradient bit for bit; a model of gpt_create_external has no buffers
+ * and refuses the whole passes; pieces out of order are refused. */
+static void check_pieces(void) {
+  gpt_config cfg = {32, 6, 3, 2, 8, 3};
+  gpt *m, *x;
+  REQUIRE(gpt_create(&m, &cfg) == 0 && gpt_create_external(&x, &cfg) == 0);
+  CHECK(gpt_params(x) == NULL && gpt_grads(x) == NULL, "an external model has no parameter buffers");
+  gpt_init(m, 11);
+  const size_t n = gpt_num_params(m);
+  const int L = cfg.n_layer, nt = gpt_num_tensors(m);
+  float *init = malloc(n * sizeof *init);
+  gpt_init_params(x, 11, init);
+  CHECK(memcmp(init, gpt_params(m), n * sizeof *init) == 0, "gpt_init_params writes gpt_init's values");
+  int32_t seq[3 * 7];
+  for (size_t i = 0; i < 3 * 7; i++) seq[i] = (int32_t)(urand() * 32);
+  float loss_whole, loss_pieces;
+  REQUIRE(gpt_forward(m, seq, 3, 6, 7) == 0);
+  float *logits = malloc((size_t)3 * 6 * 32 * sizeof *logits); /* before gpt_loss overwrites them */
+  memcpy(logits, gpt_logits(m), (size_t)3 * 6 * 32 * sizeof *logits);
+  REQUIRE(gpt_loss(m, seq + 1, 7, &loss_whole, NULL) == 0);
+  REQUIRE(gpt_backward(m, 0.75f) == 0);
+  /* unit buffers: embed (tensors 0-1), each block (12), ln_f (2), copies of the parameters */
+  float *unit[16], *grad[16];
+  int first[16], count[16], nu = 0;
+  first[nu] = 0, count[nu++] = 2;
+  for (int l = 0; l < L; l++) first[nu] = 2 + 12 * l, count[nu++] = 12;
+  first[nu] = 2 + 12 * L, count[nu++] = 2;
+  for (int u = 0; u < nu; u++) {
+    const size_t a = gpt_tensor_at(m, first[u])->offset;
+    const gpt_tensor *last = gpt_tensor_at(m, first[u] + count[u] - 1);
+    const size_t len = last->offset + last->numel - a;
+    unit[u] = malloc(len * sizeof(float));
+    grad[u] = calloc(len, sizeof(float));
+    memcpy(unit[u], init + a, len * sizeof(float));
+  }
+  CHECK(gpt_forward_block(x, 0, unit[1]) != 0 && strstr(gpt_last_error(), "out of order"), "a block before the embedding: %s",
+        gpt_last_error());
+  REQUIRE(gpt_forward_embed(x, seq, 3, 6, 7, unit[0]) == 0);
+  CHECK(gpt_forward_head(x, unit[nu - 1], unit[0]) != 0, "the head before the blocks is refused");
+  for (int l = 0; l < L; l++) REQUIRE(gpt_forward_block(x, l, unit[1 + l]) == 0);
+  REQUIRE(gpt_forward_head(x, unit[nu - 1], unit[0]) == 0);
+  CHECK(memcmp(logits, gpt_logits(x), (size_t)3 * 6 * 32 * sizeof *logits) == 0, "the pieces' logits equal gpt_forward's");
+  REQUIRE(gpt_loss(x, seq + 1, 7, &loss_pieces, NULL) == 0);
+  CHECK(loss_pieces == loss_whole, "loss %.9g vs %.9g", loss_pieces, loss_whole);
+  CHECK(gpt_backward(x, 1.0f) != 0 && strstr(gpt_last_error(), "gpt_create_external"), "an external model refuses "
+        "gpt_backward: %s", gpt_last_error());
+  CHECK(gpt_backward_block(x, L - 1, unit[L], grad[L]) != 0, "a block's backward before the head's is refused");
+  REQUIRE(gpt_backward_head(x, 0.75f, unit[nu - 1], grad[nu - 1], unit[0], grad[0]) == 0);
+  for (int l = L - 1; l >= 0; l--) REQUIRE(gpt_backward_block(x, l, unit[1 + l], grad[1 + l]) == 0);
+  REQUIRE(gpt_backward_embed(x, grad[0]) == 0);
+  int same = 1;
+  for (int u = 0; u < nu; u++)
+    for (int t = first[u]; t < first[u] + count[u]; t++) {
+      const gpt_tensor *tt = gpt_tensor_at(m, t);
+      const size_t at = tt->offset - gpt_tensor_at(m, first[u])->offset;
+      if (memcmp(grad[u] + at, gpt_grads(m) + tt->offset, tt->numel * sizeof(float)) != 0) {
+        CHECK(0, "tensor %s: the pieces' gradient differs from gpt_backward's", tt->name);
+        same = 0;
+      }
+    }
+  CHECK(same && nt == 2 + 12 * L + 2, "every gradient bit-identical (%d tensors)", nt);
+  CHECK(gpt_forward(x, seq, 3, 6, 7) != 0 && strstr(gpt_last_error(), "unit by unit"), "an external model refuses "
+        "gpt_forward: %s", gpt_last_error());
+  for (int u = 0; u < nu; u++) {
+    free(unit[u]);
+    free(grad[u]);
+  }
+  free(logits);
+  free(init);
+  gpt_destroy(m);
+  gpt_destroy(x);
+}
+
 static void check_data(void) {
   char path[] = "/tmp/gpt_text_XXXXXX";
   int fd = mkstemp(path);
@@ -247,6 +324,7 @@ int main(void) {
   double w2 = check_grads(longer, 3, "context 70, every third element");
   printf("worst relative gradient error: %.3g (tiny), %.3g (context 70)\n", w1, w2);
   check_accumulation_and_hook();
+  check_pieces();
   check_bf16();
   check_data();
   gpt_config bad = {16, 5, 2, 3, 8, 2};
