@@ -34,8 +34,10 @@
  *   zero    llm.c's `-z 1`: zero_stage 1, the program's AdamW updates (and rounds) only its range
  *           of the table (acc_accelerator_zero_shard), acc_accelerator_zero_gather hands every
  *           process the others' ranges: master and bf16 parameters bit for bit ref.bin, and the
- *           moments on the process's range (its moments are not checkpointed in this mode:
- *           register_buffers is refused under ZeRO)
+ *           moments on the process's range. Its moments (its range only) are a
+ *           register_zero_buffers group: saved at step SAVE_AT, the file holds the same full
+ *           tensors as the kill launch's checkpoint of that step (run after kill); loaded back
+ *           and trained to the end again: bit for bit ref.bin once more
  * Every mode that trains to the end checks that acc_save_model writes the program's master
  * weights exactly, and that the library's extra memory for the table is at most its float32
  * gradients (printed). A last argument `cuda` runs on a GPU (the fake device under
@@ -442,8 +444,17 @@ int main(int argc, char **argv) {
           "zero_shard: process %d owns [%zu, %zu) of %d values", rank, first, first + count, NW);
     zlo = first;
     zhi = first + count;
-    acc_result rc = acc_accelerator_register_buffers(acc, "adamw", bufs, sizeof bufs / sizeof bufs[0]);
-    CHECK(rc != ACC_OK, "register_buffers under ZeRO is refused (the buffers would be shards)");
+    /* the moments of its range (llm.c keeps only those), as full tensors in the checkpoint */
+    static void *zm, *zv;
+    zm = (char *)mom + zlo * sizeof(float);
+    zv = (char *)vel + zlo * sizeof(float);
+    const acc_named_buffer zb[] = {{"m", ACC_F32, &zm, count, NULL}, {"v", ACC_F32, &zv, count, NULL}};
+    const acc_named_buffer bad[] = {{"m", ACC_F32, &zm, NW + 1, NULL}};
+    acc_result rc = acc_accelerator_register_zero_buffers(acc, "bad", m, bad, 1);
+    CHECK(rc == ACC_ERR_INVALID_ARGUMENT && strstr(acc_last_error(), "this process's range of the model is"),
+          "a sharded buffer of another length than the range is refused naming it: %s", acc_last_error());
+    REQUIRE_OK(acc_accelerator_register_zero_buffers(acc, "adamw", m, zb, 2));
+    REQUIRE_OK(acc_accelerator_register_buffers(acc, "adamw_scalars", bufs + 2, 3)); /* replicated */
   } else {
     REQUIRE_OK(acc_accelerator_register_buffers(acc, "adamw", bufs, sizeof bufs / sizeof bufs[0]));
   }
@@ -488,12 +499,20 @@ int main(int argc, char **argv) {
     h2d(params, hw, sizeof hw);
     from = (int)os.step;
   }
+  char zckpt[1100];
+  snprintf(zckpt, sizeof zckpt, "%s/ckpt_zero", dir);
+  if (zero) {
+    train(0, SAVE_AT);
+    sync_stream();
+    REQUIRE_OK(acc_accelerator_save_state(acc, zckpt, NULL));
+    from = SAVE_AT;
+  }
   train(from, STEPS);
   take(&got);
   const size_t early = acc__accelerator_early_buckets(acc) - early0;
   if (rank == 0)
     printf("llmc %s at %d process(es): %zu of %zu gradient buckets started by grad_ready before backward\n", mode,
-           nprocs, early, nbuckets * (size_t)(STEPS - from));
+           nprocs, early, nbuckets * (size_t)(STEPS - (zero ? 0 : from)));
   if (!overlap) CHECK(early == 0, "ref: %zu buckets started before backward without grad_ready", early);
   else if (nprocs > 1) CHECK(early > 0, "%s: no bucket's averaging started before backward", mode);
   static float init0[NW];
@@ -509,6 +528,53 @@ int main(int argc, char **argv) {
     memcpy(got.v, want_r.v, zlo * sizeof(float));
     memcpy(got.v + zhi, want_r.v + zhi, (NW - zhi) * sizeof(float));
     compare("zero_stage 1 with the program's optimizer on its shard vs without ZeRO", &got, &want_r);
+    if (rank == 0) { /* the gathered moments: the unsharded kill launch's tensors of the same step */
+      char p1[1200], p2[1200];
+      snprintf(p1, sizeof p1, "%s/adamw.safetensors", ckpt);
+      snprintf(p2, sizeof p2, "%s/adamw.safetensors", zckpt);
+      acc_safetensors *f1 = NULL, *f2 = NULL;
+      REQUIRE_OK(acc_safetensors_open(&f1, p1));
+      REQUIRE_OK(acc_safetensors_open(&f2, p2));
+      for (int k = 0; k < 2; k++) {
+        acc_tensor_view a, b;
+        REQUIRE_OK(acc_safetensors_find(f1, k ? "v" : "m", &a));
+        REQUIRE_OK(acc_safetensors_find(f2, k ? "v" : "m", &b));
+        CHECK(a.dtype == b.dtype && a.ndim == 1 && b.ndim == 1 && a.shape[0] == NW && b.shape[0] == NW &&
+                  memcmp(a.data, b.data, a.nbytes) == 0,
+              "the ZeRO checkpoint's '%s' is not the unsharded run's full tensor of step %d", k ? "v" : "m", SAVE_AT);
+      }
+      acc_safetensors_close(f1);
+      acc_safetensors_close(f2);
+    }
+    /* the kill launch's checkpoint has no 'adamw_scalars' group: refused, the moments untouched */
+    static float before[NW], after[NW];
+    d2h(before, mom, sizeof before);
+    sync_stream();
+    acc_result lr = acc_accelerator_load_state(acc, ckpt, NULL);
+    CHECK(lr != ACC_OK && strstr(acc_last_error(), "adamw_scalars"),
+          "loading a checkpoint without the scalars' group fails naming it (rc %d: %s)", (int)lr, acc_last_error());
+    d2h(after, mom, sizeof after);
+    sync_stream();
+    CHECK(memcmp(before, after, sizeof before) == 0, "a failed load_state left the sharded moments as they were");
+    /* the ZeRO checkpoint loaded back: its ranges into the moments, the run continued again */
+    float junk[NW];
+    for (int k = 0; k < NW; k++) junk[k] = -1.0f;
+    h2d(mom, junk, sizeof junk);
+    sync_stream();
+    REQUIRE_OK(acc_accelerator_load_state(acc, zckpt, NULL));
+    CHECK(os.step == SAVE_AT, "load_state of the ZeRO checkpoint restored step %lld, want %d", (long long)os.step,
+          SAVE_AT);
+    d2h(hm, master, sizeof hm);
+    sync_stream();
+    round_params(os.seed, 0); /* the program's stochastic rounding of that step, redone */
+    h2d(params, hw, sizeof hw);
+    train(SAVE_AT, STEPS);
+    take(&got);
+    memcpy(got.m, want_r.m, zlo * sizeof(float));
+    memcpy(got.m + zhi, want_r.m + zhi, (NW - zhi) * sizeof(float));
+    memcpy(got.v, want_r.v, zlo * sizeof(float));
+    memcpy(got.v + zhi, want_r.v + zhi, (NW - zhi) * sizeof(float));
+    compare("zero_stage 1 resumed from its checkpoint of step 5 vs without ZeRO", &got, &want_r);
   } else {
     read_ref(dir, &want_r);
     compare(!strcmp(mode, "resume") ? "killed at step 8, resumed from step 5 vs uninterrupted"
