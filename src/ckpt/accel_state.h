@@ -87,6 +87,11 @@ acc_result acc__zero_bufs_save(acc_state *st, acc__accel_ckpt *c, const char *di
 acc_result acc__zero_bufs_commit(acc__accel_ckpt *c);
 void acc__zero_bufs_release(acc__accel_ckpt *c);
 
+/* A group of that stem is registered (own_state.c's buffers, zero_bufs.c's sharded buffers): the
+ * two write <stem>.safetensors, so a stem names one group of either kind. */
+int acc__own_state_has_stem(const acc__accel_ckpt *c, const char *stem);
+int acc__zero_bufs_has_stem(const acc__accel_ckpt *c, const char *stem);
+
 /* A checkpoint file stem: letters, digits, '_', '-', '.', not starting with '.', at most 200. */
 int acc__ckpt_stem_ok(const char *s);
 

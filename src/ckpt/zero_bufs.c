@@ -143,8 +143,11 @@ static acc_result stage_group(zgroup *g, const char *dir) {
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, g->stem);
   acc_safetensors *f = NULL;
   acc_result rc = acc__safetensors_open_fd(&f, path);
-  if (rc != ACC_OK)
-    return acc__error(rc, "load_state: the program's sharded buffers '%s': %s", g->stem, acc_last_error());
+  if (rc != ACC_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", acc_last_error()); /* the message is rewritten next */
+    return acc__error(rc, "load_state: the program's sharded buffers '%s': %s", g->stem, why);
+  }
   for (size_t i = 0; rc == ACC_OK && i < g->n; i++) {
     zbuf *b = &g->bufs[i];
     acc_tensor_view v;
@@ -206,6 +209,13 @@ void acc__zero_bufs_release(acc__accel_ckpt *c) {
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
+int acc__zero_bufs_has_stem(const acc__accel_ckpt *c, const char *stem) {
+  const zreg *r = c ? c->zbufs : NULL;
+  for (size_t g = 0; r && g < r->ngroups; g++)
+    if (strcmp(r->groups[g].stem, stem) == 0) return 1;
+  return 0;
+}
+
 static acc_result get_reg(acc_accelerator *acc, zreg **out) {
   acc__accel_parts p;
   ACC_CHECK(acc__accelerator_parts(acc, &p));
@@ -239,7 +249,11 @@ acc_result acc_accelerator_register_zero_buffers(acc_accelerator *acc, const cha
   if (!bufs || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no buffers given for '%s'", fn, stem);
   size_t first = 0, n = 0;
   acc_result zr = acc_accelerator_zero_shard(acc, model, &first, &n);
-  if (zr != ACC_OK) return acc__error(zr, "%s: '%s': %s", fn, stem, acc_last_error());
+  if (zr != ACC_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", acc_last_error()); /* the message is rewritten next */
+    return acc__error(zr, "%s: '%s': %s", fn, stem, why);
+  }
   acc_model *m = model ? model : acc_accelerator_model(acc, 0);
   for (size_t i = 0; i < count; i++) {
     if (!bufs[i].name || !*bufs[i].name || (!bufs[i].data && !bufs[i].fixed) || acc_dtype_size(bufs[i].dtype) == 0)
@@ -257,9 +271,9 @@ acc_result acc_accelerator_register_zero_buffers(acc_accelerator *acc, const cha
   }
   zreg *r;
   ACC_CHECK(get_reg(acc, &r));
-  for (size_t g = 0; g < r->ngroups; g++)
-    if (strcmp(r->groups[g].stem, stem) == 0)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
+  acc__accel_ckpt *ck = acc__accelerator_ckpt(acc);
+  if (acc__own_state_has_stem(ck, stem) || acc__zero_bufs_has_stem(ck, stem))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
   zgroup *gs = acc__realloc(r->groups, (r->ngroups + 1) * sizeof *gs);
   if (!gs) return ACC_ERR_NOMEM;
   r->groups = gs;

@@ -224,12 +224,19 @@ acc_result acc__typed_params_in(acc_model *m) {
   return ACC_OK;
 }
 
-acc_result acc__typed_params_out(acc_model *m) {
+/* The master weights rounded into the program's buffers (library_only: of the tables whose master
+ * is the library's). */
+static acc_result params_out(acc_model *m, int library_only) {
   size_t n;
   acc__typed_group *g = acc__model_typed(m, &n);
-  for (size_t k = 0; k < n; k++) ACC_CHECK(g_narrow(&g[k], g[k].params, g[k].master, g[k].numel));
+  for (size_t k = 0; k < n; k++)
+    if (!library_only || !g[k].master_program) ACC_CHECK(g_narrow(&g[k], g[k].params, g[k].master, g[k].numel));
   return ACC_OK;
 }
+
+acc_result acc__typed_params_out(acc_model *m) { return params_out(m, 0); }
+
+acc_result acc__typed_params_out_library(acc_model *m) { return params_out(m, 1); }
 
 static acc_result no_grads(const acc_model *m, const acc__typed_group *g, const char *fn) {
   return acc__error(ACC_ERR_INVALID_USAGE,
@@ -248,14 +255,6 @@ static acc_result widen_rows(const acc_model *m, const acc__typed_group *g, size
   size_t lo = row_offset(m, g, a);
   size_t hi = b < g->first + g->count ? row_offset(m, g, b) : g->numel;
   return hi > lo ? g_widen(g, g->grad32 + lo, g->grads + lo, hi - lo) : ACC_OK;
-}
-
-acc_result acc__typed_params_out_library(acc_model *m) {
-  size_t n;
-  acc__typed_group *g = acc__model_typed(m, &n);
-  for (size_t k = 0; k < n; k++)
-    if (!g[k].master_program) ACC_CHECK(g_narrow(&g[k], g[k].params, g[k].master, g[k].numel));
-  return ACC_OK;
 }
 
 int acc__typed_program_master(const acc_model *m, size_t index) {

@@ -455,6 +455,9 @@ int main(int argc, char **argv) {
           "a sharded buffer of another length than the range is refused naming it: %s", acc_last_error());
     REQUIRE_OK(acc_accelerator_register_zero_buffers(acc, "adamw", m, zb, 2));
     REQUIRE_OK(acc_accelerator_register_buffers(acc, "adamw_scalars", bufs + 2, 3)); /* replicated */
+    rc = acc_accelerator_register_buffers(acc, "adamw", bufs + 2, 3);
+    CHECK(rc == ACC_ERR_INVALID_ARGUMENT && strstr(acc_last_error(), "'adamw' is already registered"),
+          "a stem of both kinds (one file) is refused: %s", acc_last_error());
   } else {
     REQUIRE_OK(acc_accelerator_register_buffers(acc, "adamw", bufs, sizeof bufs / sizeof bufs[0]));
   }
