@@ -22,6 +22,8 @@ void acc__accel_ckpt_free(acc__accel_ckpt *c) {
   acc_project_config_destroy(c->project);
   if (c->own_free) c->own_free(c->own);
   if (c->zbufs_free) c->zbufs_free(c->zbufs);
+  for (size_t i = 0; i < c->nstems; i++) acc__free(c->stems[i]);
+  acc__free(c->stems);
   acc__free(c->custom);
   acc__free(c->hooks);
   acc__free(c);
@@ -34,6 +36,21 @@ int acc__ckpt_stem_ok(const char *s) {
           *q == '-' || *q == '.'))
       return 0;
   return 1;
+}
+
+int acc__ckpt_stem_taken(const acc__accel_ckpt *c, const char *stem) {
+  for (size_t i = 0; c && i < c->nstems; i++)
+    if (strcmp(c->stems[i], stem) == 0) return 1;
+  return 0;
+}
+
+acc_result acc__ckpt_stem_add(acc__accel_ckpt *c, const char *stem) {
+  char **v = acc__realloc(c->stems, (c->nstems + 1) * sizeof *v);
+  if (!v) return ACC_ERR_NOMEM;
+  c->stems = v;
+  if (!(v[c->nstems] = acc__strdup(stem))) return ACC_ERR_NOMEM;
+  c->nstems++;
+  return ACC_OK;
 }
 
 static acc_result get_ckpt(acc__accel_parts *p, acc__accel_ckpt **out) {

@@ -40,6 +40,8 @@ struct acc__accel_ckpt {
   void *own;                   /* the program's buffers and per-process objects (own_state.c) */
   void (*own_free)(void *own); /* set with own, called by acc__accel_ckpt_free */
   void *zbufs;                     /* the program's sharded buffers under ZeRO (zero_bufs.c) */
+  char **stems;                    /* the stems of both kinds of buffer groups */
+  size_t nstems;
   void (*zbufs_free)(void *zbufs); /* set with zbufs */
 };
 
@@ -87,10 +89,11 @@ acc_result acc__zero_bufs_save(acc_state *st, acc__accel_ckpt *c, const char *di
 acc_result acc__zero_bufs_commit(acc__accel_ckpt *c);
 void acc__zero_bufs_release(acc__accel_ckpt *c);
 
-/* A group of that stem is registered (own_state.c's buffers, zero_bufs.c's sharded buffers): the
- * two write <stem>.safetensors, so a stem names one group of either kind. */
-int acc__own_state_has_stem(const acc__accel_ckpt *c, const char *stem);
-int acc__zero_bufs_has_stem(const acc__accel_ckpt *c, const char *stem);
+/* The stems of the program's buffer groups (own_state.c's, zero_bufs.c's: both write
+ * <stem>.safetensors, so a stem names one group of either kind). taken: registered already.
+ * add: registered now (a copy). */
+int acc__ckpt_stem_taken(const acc__accel_ckpt *c, const char *stem);
+acc_result acc__ckpt_stem_add(acc__accel_ckpt *c, const char *stem);
 
 /* A checkpoint file stem: letters, digits, '_', '-', '.', not starting with '.', at most 200. */
 int acc__ckpt_stem_ok(const char *s);

@@ -529,13 +529,6 @@ static acc_result get_reg(acc_accelerator *acc, own_reg **out) {
   return ACC_OK;
 }
 
-int acc__own_state_has_stem(const acc__accel_ckpt *c, const char *stem) {
-  const own_reg *r = c ? c->own : NULL;
-  for (size_t g = 0; r && g < r->ngroups; g++)
-    if (strcmp(r->groups[g].stem, stem) == 0) return 1;
-  return 0;
-}
-
 acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *stem, const acc_named_buffer *bufs,
                                             size_t count) {
   static const char fn[] = "acc_accelerator_register_buffers";
@@ -558,8 +551,9 @@ acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *st
   own_reg *r;
   ACC_CHECK(get_reg(acc, &r));
   acc__accel_ckpt *ck = acc__accelerator_ckpt(acc);
-  if (acc__own_state_has_stem(ck, stem) || acc__zero_bufs_has_stem(ck, stem))
+  if (acc__ckpt_stem_taken(ck, stem))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
+  ACC_CHECK(acc__ckpt_stem_add(ck, stem));
   own_group *gs = acc__realloc(r->groups, (r->ngroups + 1) * sizeof *gs);
   if (!gs) return ACC_ERR_NOMEM;
   r->groups = gs;

@@ -209,13 +209,6 @@ void acc__zero_bufs_release(acc__accel_ckpt *c) {
 
 /* ---- registration ---------------------------------------------------------------------------- */
 
-int acc__zero_bufs_has_stem(const acc__accel_ckpt *c, const char *stem) {
-  const zreg *r = c ? c->zbufs : NULL;
-  for (size_t g = 0; r && g < r->ngroups; g++)
-    if (strcmp(r->groups[g].stem, stem) == 0) return 1;
-  return 0;
-}
-
 static acc_result get_reg(acc_accelerator *acc, zreg **out) {
   acc__accel_parts p;
   ACC_CHECK(acc__accelerator_parts(acc, &p));
@@ -272,8 +265,9 @@ acc_result acc_accelerator_register_zero_buffers(acc_accelerator *acc, const cha
   zreg *r;
   ACC_CHECK(get_reg(acc, &r));
   acc__accel_ckpt *ck = acc__accelerator_ckpt(acc);
-  if (acc__own_state_has_stem(ck, stem) || acc__zero_bufs_has_stem(ck, stem))
+  if (acc__ckpt_stem_taken(ck, stem))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
+  ACC_CHECK(acc__ckpt_stem_add(ck, stem));
   zgroup *gs = acc__realloc(r->groups, (r->ngroups + 1) * sizeof *gs);
   if (!gs) return ACC_ERR_NOMEM;
   r->groups = gs;
