@@ -89,6 +89,14 @@ static acc_result move(acc__devctx *d, acc_model *m, int pass, size_t es, size_t
   return d && out ? acc__dstream_sync(d->dev, d->stream) : ACC_OK; /* buf is read next */
 }
 
+/* A bf16/fp16 table with the program's master takes pass 1 (the same answer on every process:
+ * every process registers the same tables). */
+static int any_program_master(const acc_model *m) {
+  for (size_t i = 0; i < acc_model_num_parameters(m); i++)
+    if (acc__typed_program_master(m, i)) return 1;
+  return 0;
+}
+
 static acc_result gather(acc_accelerator *acc, acc_model *m, int pass) {
   acc__devctx *d = acc__devctx_offhost(acc->dev) ? acc->dev : NULL;
   const int rank = acc_state_process_index(acc->st), n = acc_state_num_processes(acc->st);
@@ -127,7 +135,7 @@ acc_result acc_accelerator_zero_gather(acc_accelerator *acc, acc_model *model) {
   if (acc_state_num_processes(acc->st) == 1) return ACC_OK; /* one process updated everything */
   ACC_CHECK(acc__dev_prog_enter(acc->dev));
   ACC_CHECK(gather(acc, pm->model, 0));
-  ACC_CHECK(gather(acc, pm->model, 1));
+  if (any_program_master(pm->model)) ACC_CHECK(gather(acc, pm->model, 1));
   /* bf16/fp16 tables with the library's master: rounded into the program's buffer */
   ACC_CHECK(acc__typed_params_out_library(pm->model));
   return acc__dev_prog_leave(acc->dev);
