@@ -29,7 +29,8 @@ void acc__accel_ckpt_free(acc__accel_ckpt *c) {
   acc__free(c);
 }
 
-int acc__ckpt_stem_ok(const char *s) {
+/* A checkpoint file stem: letters, digits, '_', '-', '.', not starting with '.', at most 200. */
+static int stem_ok(const char *s) {
   if (!s || !*s || strlen(s) > 200 || s[0] == '.') return 0;
   for (const char *q = s; *q; q++)
     if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
@@ -38,19 +39,46 @@ int acc__ckpt_stem_ok(const char *s) {
   return 1;
 }
 
-int acc__ckpt_stem_taken(const acc__accel_ckpt *c, const char *stem) {
+static int stem_taken(const acc__accel_ckpt *c, const char *stem) {
   for (size_t i = 0; c && i < c->nstems; i++)
     if (strcmp(c->stems[i], stem) == 0) return 1;
   return 0;
 }
 
-acc_result acc__ckpt_stem_add(acc__accel_ckpt *c, const char *stem) {
+static acc_result stem_add(acc__accel_ckpt *c, const char *stem) {
   char **v = acc__realloc(c->stems, (c->nstems + 1) * sizeof *v);
   if (!v) return ACC_ERR_NOMEM;
   c->stems = v;
   if (!(v[c->nstems] = acc__strdup(stem))) return ACC_ERR_NOMEM;
   c->nstems++;
   return ACC_OK;
+}
+
+acc_result acc__ckpt_check_group(const char *fn, const char *stem, const acc_named_buffer *bufs, size_t count,
+                                 int allow_empty) {
+  if (!stem_ok(stem))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: stem '%s' is not a file name (letters, digits, '_', '-', '.'; not starting with '.')", fn,
+                      stem ? stem : "(null)");
+  if (!bufs || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no buffers given for '%s'", fn, stem);
+  for (size_t i = 0; i < count; i++) {
+    if (!bufs[i].name || !*bufs[i].name || (!bufs[i].data && !bufs[i].fixed) || acc_dtype_size(bufs[i].dtype) == 0 ||
+        (!allow_empty && !bufs[i].count))
+      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: buffer %zu of '%s' (%s) needs a name, data or fixed, a known "
+                        "dtype%s", fn, i, stem, bufs[i].name ? bufs[i].name : "no name",
+                        allow_empty ? "" : " and count >= 1");
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(bufs[i].name, bufs[j].name) == 0)
+        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: buffer name '%s' appears twice in '%s'", fn, bufs[i].name,
+                          stem);
+  }
+  return ACC_OK;
+}
+
+acc_result acc__ckpt_claim_stem(acc__accel_ckpt *c, const char *fn, const char *stem) {
+  if (stem_taken(c, stem))
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
+  return stem_add(c, stem);
 }
 
 static acc_result get_ckpt(acc__accel_parts *p, acc__accel_ckpt **out) {

@@ -89,13 +89,14 @@ acc_result acc__zero_bufs_save(acc_state *st, acc__accel_ckpt *c, const char *di
 acc_result acc__zero_bufs_commit(acc__accel_ckpt *c);
 void acc__zero_bufs_release(acc__accel_ckpt *c);
 
-/* The stems of the program's buffer groups (own_state.c's, zero_bufs.c's: both write
- * <stem>.safetensors, so a stem names one group of either kind). taken: registered already.
- * add: registered now (a copy). */
-int acc__ckpt_stem_taken(const acc__accel_ckpt *c, const char *stem);
-acc_result acc__ckpt_stem_add(acc__accel_ckpt *c, const char *stem);
+/* The arguments of a buffer group's registration (fn: the caller): the stem a file name, at least
+ * one buffer, each with a name, data or fixed, a known dtype and (unless allow_empty) count >= 1,
+ * no name twice. */
+acc_result acc__ckpt_check_group(const char *fn, const char *stem, const acc_named_buffer *bufs, size_t count,
+                                 int allow_empty);
+/* The stem taken for a group of c: own_state.c's and zero_bufs.c's groups both write
+ * <stem>.safetensors, so a stem names one group of either kind (refused when taken). */
+acc_result acc__ckpt_claim_stem(acc__accel_ckpt *c, const char *fn, const char *stem);
 
-/* A checkpoint file stem: letters, digits, '_', '-', '.', not starting with '.', at most 200. */
-int acc__ckpt_stem_ok(const char *s);
 
 #endif

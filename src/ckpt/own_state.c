@@ -533,27 +533,10 @@ acc_result acc_accelerator_register_buffers(acc_accelerator *acc, const char *st
                                             size_t count) {
   static const char fn[] = "acc_accelerator_register_buffers";
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
-  if (!acc__ckpt_stem_ok(stem))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s: stem '%s' is not a file name (letters, digits, '_', '-', '.'; not starting with '.')", fn,
-                      stem ? stem : "(null)");
-  if (!bufs || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no buffers given for '%s'", fn, stem);
-  for (size_t i = 0; i < count; i++) {
-    if (!bufs[i].name || !*bufs[i].name || (!bufs[i].data && !bufs[i].fixed) || acc_dtype_size(bufs[i].dtype) == 0 || !bufs[i].count)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                        "%s: buffer %zu of '%s' (%s) needs a name, data or fixed, a known dtype "
-                        "and count >= 1", fn, i, stem, bufs[i].name ? bufs[i].name : "no name");
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(bufs[i].name, bufs[j].name) == 0)
-        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: buffer name '%s' appears twice in '%s'", fn, bufs[i].name,
-                          stem);
-  }
+  ACC_CHECK(acc__ckpt_check_group(fn, stem, bufs, count, 0));
   own_reg *r;
   ACC_CHECK(get_reg(acc, &r));
-  acc__accel_ckpt *ck = acc__accelerator_ckpt(acc);
-  if (acc__ckpt_stem_taken(ck, stem))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
-  ACC_CHECK(acc__ckpt_stem_add(ck, stem));
+  ACC_CHECK(acc__ckpt_claim_stem(acc__accelerator_ckpt(acc), fn, stem));
   own_group *gs = acc__realloc(r->groups, (r->ngroups + 1) * sizeof *gs);
   if (!gs) return ACC_ERR_NOMEM;
   r->groups = gs;

@@ -235,11 +235,7 @@ acc_result acc_accelerator_register_zero_buffers(acc_accelerator *acc, const cha
                                                  const acc_named_buffer *bufs, size_t count) {
   static const char fn[] = "acc_accelerator_register_zero_buffers";
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, fn));
-  if (!acc__ckpt_stem_ok(stem))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s: stem '%s' is not a file name (letters, digits, '_', '-', '.'; not starting with '.')", fn,
-                      stem ? stem : "(null)");
-  if (!bufs || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: no buffers given for '%s'", fn, stem);
+  ACC_CHECK(acc__ckpt_check_group(fn, stem, bufs, count, 1)); /* the last ranges may be empty */
   size_t first = 0, n = 0;
   acc_result zr = acc_accelerator_zero_shard(acc, model, &first, &n);
   if (zr != ACC_OK) {
@@ -248,26 +244,15 @@ acc_result acc_accelerator_register_zero_buffers(acc_accelerator *acc, const cha
     return acc__error(zr, "%s: '%s': %s", fn, stem, why);
   }
   acc_model *m = model ? model : acc_accelerator_model(acc, 0);
-  for (size_t i = 0; i < count; i++) {
-    if (!bufs[i].name || !*bufs[i].name || (!bufs[i].data && !bufs[i].fixed) || acc_dtype_size(bufs[i].dtype) == 0)
-      return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: buffer %zu of '%s' (%s) needs a name, data or fixed and a "
-                        "known dtype", fn, i, stem, bufs[i].name ? bufs[i].name : "no name");
+  for (size_t i = 0; i < count; i++)
     if (bufs[i].count != n)
       return acc__error(ACC_ERR_INVALID_ARGUMENT,
                         "%s: buffer '%s' of '%s' holds %zu elements, but this process's range of the model is %zu "
                         "elements (acc_accelerator_zero_shard: [%zu, %zu)); a sharded buffer holds exactly its range",
                         fn, bufs[i].name, stem, bufs[i].count, n, first, first + n);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(bufs[i].name, bufs[j].name) == 0)
-        return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: buffer name '%s' appears twice in '%s'", fn, bufs[i].name,
-                          stem);
-  }
   zreg *r;
   ACC_CHECK(get_reg(acc, &r));
-  acc__accel_ckpt *ck = acc__accelerator_ckpt(acc);
-  if (acc__ckpt_stem_taken(ck, stem))
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: the stem '%s' is already registered", fn, stem);
-  ACC_CHECK(acc__ckpt_stem_add(ck, stem));
+  ACC_CHECK(acc__ckpt_claim_stem(acc__accelerator_ckpt(acc), fn, stem));
   zgroup *gs = acc__realloc(r->groups, (r->ngroups + 1) * sizeof *gs);
   if (!gs) return ACC_ERR_NOMEM;
   r->groups = gs;
