@@ -95,7 +95,11 @@ ACC_EXTERN acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version)
 /**
  * Creates the FSDP state of one flat parameter table over the accelerator's processes. `table`
  * has `count` rows (names unique, copied); `dtype` is the dtype of the gathered parameters and of
- * the gradients the program adds (ACC_F32; ACC_BF16 is not yet supported and refused). `plugin`
+ * the gradients the program adds: ACC_F32, or ACC_BF16 / ACC_F16 (the layout of the accelerator's
+ * typed tables, acc_model_add_flat_typed: the library keeps float32 master shards and float32
+ * gradient shards and steps them; each process rounds its master shard to 16 bits and the
+ * all-gather moves 16-bit values; the program reads 16-bit parameters and adds 16-bit gradients,
+ * which are widened and reduced in float32; reach the buffers with the _typed begin calls). `plugin`
  * may be NULL (everything from the environment / defaults). Not collective; nothing is allocated
  * for the parameters until acc_fsdp_prepare. Ownership: acc_fsdp_destroy.
  * @since 0.3
@@ -126,6 +130,9 @@ ACC_EXTERN acc_result acc_fsdp_add_unit(acc_fsdp *f, const char *name, size_t fi
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params);
+
+/** The dtype of the gathered parameters and gradient buffers (acc_fsdp_create's). @since 0.3 */
+ACC_EXTERN acc_dtype acc_fsdp_dtype(const acc_fsdp *f);
 
 /** Number of units (after prepare: also those the wrap policy made). @since 0.3 */
 ACC_EXTERN size_t acc_fsdp_num_units(const acc_fsdp *f);
@@ -160,20 +167,40 @@ ACC_EXTERN acc_model *acc_fsdp_model(acc_fsdp *f);
  * Pre-forward of a unit: all-gathers its parameters (or takes the prefetched or kept copy) and
  * sets *params to numel values laid out like the unit's rows (acc_fsdp_row_location gives each
  * row's offset). Valid until the unit's forward_end under FULL_SHARD, until its backward_end
- * under SHARD_GRAD_OP / NO_SHARD. Do not write into it.
+ * under SHARD_GRAD_OP / NO_SHARD. Do not write into it. For a float32 table only: a bf16/fp16
+ * table is ACC_ERR_MISMATCH (use acc_fsdp_unit_forward_begin_typed).
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **params);
+/**
+ * forward_begin for a table of any dtype: `dtype` is the dtype the program reads, which must be
+ * the table's (acc_fsdp_create's; ACC_ERR_MISMATCH naming both otherwise). *params: numel values
+ * of that dtype (uint16_t for ACC_BF16 / ACC_F16: the float32 master weights rounded to nearest
+ * even), laid out like the unit's rows. Same lifetime as forward_begin's.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_fsdp_unit_forward_begin_typed(acc_fsdp *f, size_t unit, acc_dtype dtype,
+                                                        const void **params);
 /** Post-forward: FULL_SHARD frees the gathered parameters (reshard after forward). @since 0.3 */
 ACC_EXTERN acc_result acc_fsdp_unit_forward_end(acc_fsdp *f, size_t unit);
 /**
  * Pre-backward: *params as in forward_begin (gathered again under FULL_SHARD), *grads a buffer of
  * numel floats laid out like the rows, zero (or holding the gradients accumulated under no_sync),
  * that the program's backward adds this process's gradient into. With BACKWARD_PRE the previous
- * unit's gather is issued here.
+ * unit's gather is issued here. For a float32 table only (bf16/fp16: the _typed call).
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **params, float **grads);
+/**
+ * backward_begin for a table of any dtype (`dtype` must be the table's): *params as in
+ * forward_begin_typed, *grads numel values of the table's dtype, zero (or the sum kept under
+ * no_sync), that the program adds its gradients into (in its 16-bit arithmetic, as a typed
+ * table's gradients). backward_end widens them to float32, reduces in float32 and adds the
+ * average into the float32 gradient shard (torch's MixedPrecision with reduce_dtype float32).
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_fsdp_unit_backward_begin_typed(acc_fsdp *f, size_t unit, acc_dtype dtype,
+                                                         const void **params, void **grads);
 /**
  * Post-backward: the gradients are averaged over the processes and added into the owning shards
  * (reduce-scatter; NO_SHARD: all-reduce), and both buffers go back to the pool (poisoned: a write
@@ -196,10 +223,32 @@ ACC_EXTERN acc_result acc_fsdp_set_no_sync(acc_fsdp *f, int on);
 /**
  * Collective: clips the averaged gradients to a global norm over every shard (the norm of the full
  * gradient, as an unsharded run computes it; padding left out) and returns it in *total_norm
- * (optional). norm_type 2.0 or INFINITY.
+ * (optional). norm_type 2.0 or INFINITY. Under fp16 mixed precision the gradients are unscaled
+ * first (acc_fsdp_unscale_gradients), so the norm is that of the true gradient.
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type, float *total_norm);
+
+/**
+ * Collective, under the accelerator's fp16 mixed precision (its grad scaler; the program seeded its
+ * backward with acc_accelerator_backward_scale): divides every gradient shard by the loss scale and
+ * agrees on overflow across processes (one all-reduce of a flag over all shards). Once per step:
+ * later calls before acc_fsdp_optimizer_step do nothing. Without fp16 (no scaler) it does nothing.
+ * *found_inf (optional): 1 when some process's shard held an inf or NaN.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_fsdp_unscale_gradients(acc_fsdp *f, int *found_inf);
+/**
+ * Collective under fp16: the accelerator's optimizer_step for the shards' optimizer `opt` (created over
+ * acc_fsdp_model). Unscales if not done yet; on overflow on any process the step is skipped on every
+ * process; the loss scale is updated (backed off on overflow, grown after growth_interval good steps).
+ * Without fp16 it is acc_optimizer_step. The accelerator's scheduler step follows the skip
+ * (acc_accelerator_optimizer_step_was_skipped). Zero the gradients after it as usual.
+ * @since 0.3
+ */
+ACC_EXTERN acc_result acc_fsdp_optimizer_step(acc_fsdp *f, acc_optimizer *opt);
+/** 1 when the last acc_fsdp_optimizer_step skipped (fp16 overflow). @since 0.3 */
+ACC_EXTERN int acc_fsdp_optimizer_step_was_skipped(const acc_fsdp *f);
 
 /** What the library holds for this process, in bytes (the accounting docs/fsdp.md explains). */
 typedef struct acc_fsdp_memory {

@@ -154,7 +154,7 @@ void acc__origin_describe(char *buf, size_t cap, int32_t origin, int64_t index) 
       return;
     case ACC__ORIGIN_FSDP: {
       static const char *const kinds[] = {"parameter all-gather", "gradient reduce-scatter", "gradient all-reduce",
-                                          "gradient norm", "prepare", "checkpoint", "?", "?"};
+                                          "gradient norm", "prepare", "checkpoint", "fp16 overflow flag", "?"};
       snprintf(buf, cap, "FSDP unit %lld %s", (long long)(index / 8), kinds[index % 8 < 0 ? 6 : index % 8]);
       return;
     }

@@ -43,7 +43,8 @@ typedef enum acc__origin {
   ACC__ORIGIN_PLACEMENT,          /* the device choices compared at accelerator creation */
   ACC__ORIGIN_JOIN,               /* next_batch_joined: 0 batch counts, 1 failing process, 2 its error */
   ACC__ORIGIN_FSDP,               /* FSDP (train/fsdp*.c): index unit * 8 + kind, kind 0 parameter all-gather,
-                                     1 gradient reduce-scatter, 2 gradient all-reduce, 3 norm, 4 prepare, 5 checkpoint */
+                                     1 gradient reduce-scatter, 2 gradient all-reduce, 3 norm, 4 prepare, 5 checkpoint,
+                                     6 fp16 overflow flag */
   ACC__ORIGIN_COUNT_
 } acc__origin;
 

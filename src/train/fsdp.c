@@ -181,10 +181,10 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   *out = NULL;
   ACC_CHECK(acc__check_handle(acc, ACC__HANDLE_ACCELERATOR, "acc_fsdp_create"));
   if (!table || !count) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_create: the table is empty");
-  if (dtype != ACC_F32)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "acc_fsdp_create: gathered parameters in %s are not supported yet; use ACC_F32 (docs/fsdp.md)",
-                      acc_dtype_name(dtype));
+  if (dtype != ACC_F32 && dtype != ACC_BF16 && dtype != ACC_F16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "acc_fsdp_create: dtype %s is not a parameter dtype: choose ACC_F32, or ACC_BF16 / ACC_F16 for "
+                      "16-bit gathered parameters over float32 master shards (docs/fsdp.md)", acc_dtype_name(dtype));
   if (acc_accelerator_device_type(acc) != ACC_DEVICE_CPU)
     return acc__error(ACC_ERR_NOT_SUPPORTED,
                       "acc_fsdp_create: the accelerator trains on %s; FSDP runs on the CPU only so far (docs/fsdp.md)",
@@ -200,6 +200,7 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   f->rank = acc_state_process_index(acc->st);
   f->world = acc_state_num_processes(acc->st);
   f->dtype = dtype;
+  f->acc = acc;
   acc_result rc = resolve_plugin(f, plugin);
   if (rc == ACC_OK) {
     f->rows = acc__calloc(count, sizeof *f->rows);

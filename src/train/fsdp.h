@@ -19,9 +19,10 @@ typedef struct acc__fsdp_unit {
   size_t lo, hi;   /* this process's range of the unit's elements, [lo, hi) (hi - lo <= S) */
   size_t shard_at; /* offset of this unit's shard in master / gshard */
   int phase;       /* ACC__FSDP_* */
-  float *pbuf;     /* gathered parameters (pool buffer), NULL when not held */
-  float *gbuf;     /* gradient buffer while in backward (pool buffer or nosync) */
-  float *nosync;   /* full gradients kept under no_sync (numel), NULL otherwise */
+  void *pbuf;      /* gathered parameters in the table's dtype (pool buffer; NO_SHARD float32: the
+                      master shard itself), NULL when not held */
+  void *gbuf;      /* gradient buffer in the table's dtype while in backward (pool buffer or nosync) */
+  void *nosync;    /* full gradients (table's dtype) kept under no_sync (padded), NULL otherwise */
   int prefetched;  /* pbuf filled ahead by a prefetch, not yet taken by a begin call */
 } acc__fsdp_unit;
 
@@ -41,7 +42,11 @@ struct acc_fsdp {
   int sharded;        /* FULL_SHARD or SHARD_GRAD_OP */
   int strategy, reshard, bwd_prefetch, fwd_prefetch, sdt, offload, wrap, sync_states;
   int64_t min_params;
-  acc_dtype dtype;
+  acc_dtype dtype;      /* of the gathered parameters and the program's gradients: F32, BF16 or F16 */
+  acc_accelerator *acc; /* the accelerator (its fp16 grad scaler, its skipped-step flag) */
+  int unscaled;         /* fp16: the gradient shards were divided by the loss scale since the last step */
+  int found_inf;        /* ... and an inf/NaN was found on some process (agreed) */
+  int skipped;          /* the last acc_fsdp_optimizer_step skipped (fp16 overflow) */
   acc_param_spec *rows; /* copied table (names owned) */
   size_t nrows;
   size_t *row_numel, *row_off; /* elements of each row, its offset in the whole table */
@@ -63,12 +68,23 @@ struct acc_fsdp {
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);
 acc_result acc__fsdp_check_ready(const acc_fsdp *f, const char *fn);
 /* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce,
- * 3 norm, 4 setup, 5 checkpoint) */
+ * 3 norm, 4 setup, 5 checkpoint, 6 fp16 overflow flag) */
 int64_t acc__fsdp_origin(size_t unit, int kind);
 /* elements of unit u's buffers: its padded size (shard x processes when sharded, numel otherwise) */
 size_t acc__fsdp_padded(const acc_fsdp *f, size_t u);
-/* all-gathers unit u's full parameters into dst (acc__fsdp_padded floats; only sharded strategies) */
-acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind);
+/* all-gathers unit u's full parameters into dst (acc__fsdp_padded elements of the table's dtype:
+ * the master shards rounded to 16 bits for a bf16/fp16 table; only sharded strategies) */
+acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind);
+/* bytes of one element of the program's buffers (4 for ACC_F32, 2 for ACC_BF16 / ACC_F16) */
+size_t acc__fsdp_esize(const acc_fsdp *f);
+/* mixed precision (src/train/fsdp_mp.c): the master values rounded to the table's 16-bit dtype,
+ * 16-bit gradients widened to float32 (exact), the table's dtype in words */
+void acc__fsdp_narrow(const acc_fsdp *f, void *dst, const float *src, size_t n);
+void acc__fsdp_widen(const acc_fsdp *f, float *dst, const void *src, size_t n);
+const char *acc__fsdp_dtype_word(acc_dtype d);
+/* fp16: divides the gradient shards by the accelerator's loss scale once per step and agrees on
+ * overflow across processes (one all-reduce); nothing without a scaler or when already done */
+acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn);
 /* releases every pool buffer (between steps / before a load); every unit back to not started */
 void acc__fsdp_pool_free(acc_fsdp *f);
 

@@ -11,9 +11,10 @@
 #include "backend/collcheck.h"
 #include "train/fsdp.h"
 
-/* A released buffer is filled with this quiet NaN: a program that reads it after the unit ended
+/* A released buffer is filled with this word: a quiet NaN read as one float32, and two NaNs read as
+ * bf16 or fp16 values (0x7fc1 is a NaN in both). A program that reads it after the unit ended
  * computes NaN, and one that writes it is caught when the buffer is taken again. */
-#define POISON 0x7fc0deadu
+#define POISON 0x7fc17fc1u
 
 static void poison(float *p, size_t n) {
   uint32_t *w = (uint32_t *)p;
@@ -27,7 +28,7 @@ static size_t poison_broken(const float *p, size_t n) {
   return SIZE_MAX;
 }
 
-static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const float *p) {
+static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const void *p) {
   for (size_t i = 0; i < f->npool; i++)
     if (f->pool[i].p == p) return &f->pool[i];
   return NULL;
@@ -38,6 +39,23 @@ size_t acc__fsdp_padded(const acc_fsdp *f, size_t u) {
   return f->sharded ? un->shard * (size_t)f->world : un->numel;
 }
 
+size_t acc__fsdp_esize(const acc_fsdp *f) { return f->dtype == ACC_F32 ? sizeof(float) : sizeof(uint16_t); }
+
+/* Buffer kinds: parameters and gradients in the table's dtype, and (16-bit tables) a float32
+ * scratch buffer the gradients are widened into for the reduction. */
+enum { BUF_PARAMS = 0, BUF_GRADS = 1, BUF_REDUCE32 = 2 };
+
+/* 4-byte words of unit u's buffer of `kind` (the pool counts in float32 words) */
+static size_t buf_words(const acc_fsdp *f, size_t u, int kind) {
+  size_t n = acc__fsdp_padded(f, u);
+  if (kind != BUF_REDUCE32 && f->dtype != ACC_F32) n = (n * acc__fsdp_esize(f) + sizeof(float) - 1) / sizeof(float);
+  return n ? n : 1;
+}
+
+/* The parameters a begin call returns come from the pool (gathered, or under NO_SHARD rounded to
+ * the table's 16-bit dtype); NO_SHARD in float32 returns the master shard itself. */
+static int params_pooled(const acc_fsdp *f) { return f->sharded || f->dtype != ACC_F32; }
+
 /* Every released buffer is checked (the pool holds a few) at each begin call: a late write is
  * reported at the next unit call whichever buffer it hit. */
 static acc_result pool_check(acc_fsdp *f) {
@@ -46,12 +64,18 @@ static acc_result pool_check(acc_fsdp *f) {
     if (b->in_use || !b->poisoned) continue;
     size_t at = poison_broken(b->p, b->cap);
     if (at != SIZE_MAX) {
+      /* the element in the dtype the program saw (16-bit buffers: two per word, the low half first) */
+      if (b->kind != BUF_REDUCE32 && acc__fsdp_esize(f) == sizeof(uint16_t)) {
+        uint16_t lo;
+        memcpy(&lo, (const char *)b->p + at * sizeof(float), sizeof lo);
+        at = 2 * at + (lo == (uint16_t)(POISON & 0xffffu) ? 1 : 0);
+      }
       poison(b->p, b->cap); /* reported once */
       return acc__error(ACC_ERR_INVALID_USAGE,
                         "FSDP: the gathered %s buffer of unit '%s' was written after the unit ended (element %zu): "
                         "the pointers acc_fsdp_unit_%s_begin returned are valid only until the unit's end call",
-                        b->kind ? "gradient" : "parameter", f->units[b->owner].name, at,
-                        b->kind ? "backward" : "forward");
+                        b->kind == BUF_GRADS ? "gradient" : "parameter", f->units[b->owner].name, at,
+                        b->kind == BUF_GRADS ? "backward" : "forward");
     }
   }
   return ACC_OK;
@@ -71,8 +95,8 @@ static void pool_mark(acc_fsdp *f, acc__fsdp_pool_buf *b, size_t unit, int kind)
 /* Takes a free buffer of at least the unit's padded size (the smallest that fits, unless it is
  * more than twice the size: then a buffer of the unit's size is allocated, so that a small unit
  * (the embedding, a final norm) kept while the blocks run does not hold a block-sized buffer). */
-static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, float **out) {
-  const size_t need = acc__fsdp_padded(f, unit) ? acc__fsdp_padded(f, unit) : 1;
+static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, void **out) {
+  const size_t need = buf_words(f, unit, kind);
   acc__fsdp_pool_buf *best = NULL;
   for (size_t i = 0; i < f->npool; i++) {
     acc__fsdp_pool_buf *b = &f->pool[i];
@@ -96,7 +120,7 @@ static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, float **out) {
   return ACC_OK;
 }
 
-static void pool_give(acc_fsdp *f, float *p) {
+static void pool_give(acc_fsdp *f, void *p) {
   acc__fsdp_pool_buf *b = pool_find(f, p);
   if (!b || !b->in_use) return;
   poison(b->p, b->cap);
@@ -106,14 +130,17 @@ static void pool_give(acc_fsdp *f, float *p) {
   f->pool_elems_in_use -= b->cap;
 }
 
-acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind) {
+acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind) {
   const acc__fsdp_unit *un = &f->units[u];
   (void)kind;
-  /* each process's block of dst is its shard: the all-gather in place */
-  float *mine = dst + un->shard * (size_t)f->rank;
-  memcpy(mine, f->master + un->shard_at, un->shard * sizeof(float));
+  /* each process's block of dst is its shard (rounded to the table's 16-bit dtype: half the
+   * bytes on the wire): the all-gather in place */
+  const size_t es = acc__fsdp_esize(f);
+  void *mine = (char *)dst + un->shard * (size_t)f->rank * es;
+  if (f->dtype == ACC_F32) memcpy(mine, f->master + un->shard_at, un->shard * sizeof(float));
+  else acc__fsdp_narrow(f, mine, f->master + un->shard_at, un->shard);
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
-  acc_result rc = acc_all_gather(f->st, mine, dst, un->shard, ACC_F32);
+  acc_result rc = acc_all_gather(f->st, mine, dst, un->shard, f->dtype);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
   return ACC_OK;
 }
@@ -122,12 +149,14 @@ acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind) {
 static acc_result hold_params(acc_fsdp *f, size_t u) {
   acc__fsdp_unit *un = &f->units[u];
   if (un->pbuf) return ACC_OK;
-  if (!f->sharded) {
+  if (!params_pooled(f)) {
     un->pbuf = f->master + un->shard_at; /* NO_SHARD: the full parameters are the shard */
     return ACC_OK;
   }
-  ACC_CHECK(pool_take(f, u, 0, &un->pbuf));
-  acc_result rc = acc__fsdp_gather_unit(f, u, un->pbuf, 0);
+  ACC_CHECK(pool_take(f, u, BUF_PARAMS, &un->pbuf));
+  acc_result rc = ACC_OK;
+  if (f->sharded) rc = acc__fsdp_gather_unit(f, u, un->pbuf, 0);
+  else acc__fsdp_narrow(f, un->pbuf, f->master + un->shard_at, un->numel); /* NO_SHARD, 16-bit */
   if (rc != ACC_OK) {
     pool_give(f, un->pbuf);
     un->pbuf = NULL;
@@ -137,7 +166,7 @@ static acc_result hold_params(acc_fsdp *f, size_t u) {
 
 static void drop_params(acc_fsdp *f, size_t u) {
   acc__fsdp_unit *un = &f->units[u];
-  if (un->pbuf && f->sharded) pool_give(f, un->pbuf);
+  if (un->pbuf && params_pooled(f)) pool_give(f, un->pbuf);
   un->pbuf = NULL;
   un->prefetched = 0;
 }
@@ -168,13 +197,28 @@ static const char *phase_name(int p) {
   return p == ACC__FSDP_IDLE ? "not started" : p == ACC__FSDP_FWD ? "in forward" : p == ACC__FSDP_FWD_DONE ? "after forward" : "in backward";
 }
 
-acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **params) {
-  ACC_CHECK(check_unit(f, unit, "acc_fsdp_unit_forward_begin"));
-  if (!params) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_unit_forward_begin: params is NULL");
+/* The begin calls name the dtype the program reads: the float calls only fit a float32 table, the
+ * _typed calls take the table's dtype. */
+static acc_result check_dtype(const acc_fsdp *f, size_t unit, acc_dtype want, const char *fn) {
+  if (want == f->dtype) return ACC_OK;
+  if (want != ACC_F32 && want != ACC_BF16 && want != ACC_F16)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: dtype %s is not a parameter dtype (ACC_F32, ACC_BF16, ACC_F16)",
+                      fn, acc_dtype_name(want));
+  return acc__error(ACC_ERR_MISMATCH,
+                    "%s: unit '%s' is gathered as %s (the dtype given to acc_fsdp_create) but the call asks for %s%s",
+                    fn, f->units[unit].name, acc__fsdp_dtype_word(f->dtype), acc__fsdp_dtype_word(want),
+                    want == ACC_F32 ? ": use acc_fsdp_unit_forward_begin_typed / acc_fsdp_unit_backward_begin_typed "
+                                      "with the table's dtype"
+                                    : ": pass the table's dtype");
+}
+
+static acc_result forward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, const void **params, const char *fn) {
+  ACC_CHECK(check_unit(f, unit, fn));
+  if (!params) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: params is NULL", fn);
+  ACC_CHECK(check_dtype(f, unit, dtype, fn));
   acc__fsdp_unit *un = &f->units[unit];
   if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
-    return acc__error(ACC_ERR_INVALID_USAGE,
-                      "acc_fsdp_unit_forward_begin: unit '%s' is %s: end it first", un->name, phase_name(un->phase));
+    return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s: end it first", fn, un->name, phase_name(un->phase));
   ACC_CHECK(pool_check(f));
   ACC_CHECK(hold_params(f, unit));
   un->prefetched = 0;
@@ -182,6 +226,17 @@ acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **p
   if (f->fwd_prefetch) ACC_CHECK(prefetch(f, unit + 1, 0));
   *params = un->pbuf;
   return ACC_OK;
+}
+
+acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **params) {
+  const void *p = NULL;
+  acc_result rc = forward_begin(f, unit, ACC_F32, params ? &p : NULL, "acc_fsdp_unit_forward_begin");
+  if (rc == ACC_OK) *params = p;
+  return rc;
+}
+
+acc_result acc_fsdp_unit_forward_begin_typed(acc_fsdp *f, size_t unit, acc_dtype dtype, const void **params) {
+  return forward_begin(f, unit, dtype, params, "acc_fsdp_unit_forward_begin_typed");
 }
 
 acc_result acc_fsdp_unit_forward_end(acc_fsdp *f, size_t unit) {
@@ -196,22 +251,22 @@ acc_result acc_fsdp_unit_forward_end(acc_fsdp *f, size_t unit) {
   return ACC_OK;
 }
 
-acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **params, float **grads) {
-  ACC_CHECK(check_unit(f, unit, "acc_fsdp_unit_backward_begin"));
-  if (!params || !grads)
-    return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_unit_backward_begin: params or grads is NULL");
+static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, const void **params, void **grads,
+                                 const char *fn) {
+  ACC_CHECK(check_unit(f, unit, fn));
+  if (!params || !grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: params or grads is NULL", fn);
+  ACC_CHECK(check_dtype(f, unit, dtype, fn));
   acc__fsdp_unit *un = &f->units[unit];
   if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
-    return acc__error(ACC_ERR_INVALID_USAGE, "acc_fsdp_unit_backward_begin: unit '%s' is %s", un->name,
-                      phase_name(un->phase));
+    return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s", fn, un->name, phase_name(un->phase));
   ACC_CHECK(pool_check(f));
   ACC_CHECK(hold_params(f, unit));
   un->prefetched = 0;
   if (un->nosync) {
     un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
   } else {
-    ACC_CHECK(pool_take(f, unit, 1, &un->gbuf));
-    memset(un->gbuf, 0, acc__fsdp_padded(f, unit) * sizeof(float));
+    ACC_CHECK(pool_take(f, unit, BUF_GRADS, &un->gbuf));
+    memset(un->gbuf, 0, acc__fsdp_padded(f, unit) * acc__fsdp_esize(f));
   }
   un->phase = ACC__FSDP_BWD;
   if (f->bwd_prefetch == ACC_FSDP_BACKWARD_PRE && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
@@ -220,17 +275,55 @@ acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **
   return ACC_OK;
 }
 
+acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **params, float **grads) {
+  const void *p = NULL;
+  void *g = NULL;
+  acc_result rc = backward_begin(f, unit, ACC_F32, params ? &p : NULL, grads ? &g : NULL,
+                                 "acc_fsdp_unit_backward_begin");
+  if (rc == ACC_OK) {
+    *params = p;
+    *grads = g;
+  }
+  return rc;
+}
+
+acc_result acc_fsdp_unit_backward_begin_typed(acc_fsdp *f, size_t unit, acc_dtype dtype, const void **params,
+                                              void **grads) {
+  return backward_begin(f, unit, dtype, params, grads, "acc_fsdp_unit_backward_begin_typed");
+}
+
 /* The averaged gradient of unit u (gbuf, numel floats) added into this process's shard. */
+/* The unit's gradients as float32 for the reduction: the program's buffer itself (float32 table), or
+ * a pool buffer they are widened into (16-bit table: the reduction runs in float32, as the
+ * accelerator's typed tables average, whatever the number of processes). *scratch: what to give
+ * back. */
+static acc_result grads_f32(acc_fsdp *f, size_t u, float **g, void **scratch) {
+  acc__fsdp_unit *un = &f->units[u];
+  *scratch = NULL;
+  if (f->dtype == ACC_F32) {
+    *g = un->gbuf;
+    return ACC_OK;
+  }
+  ACC_CHECK(pool_take(f, u, BUF_REDUCE32, scratch));
+  *g = *scratch;
+  acc__fsdp_widen(f, *g, un->gbuf, un->numel);
+  size_t padded = acc__fsdp_padded(f, u);
+  if (padded > un->numel) memset(*g + un->numel, 0, (padded - un->numel) * sizeof(float));
+  return ACC_OK;
+}
+
 static acc_result reduce_unit(acc_fsdp *f, size_t u) {
   acc__fsdp_unit *un = &f->units[u];
-  float *g = un->gbuf, *dst = f->gshard + un->shard_at;
+  float *g, *dst = f->gshard + un->shard_at;
+  void *scratch;
+  ACC_CHECK(grads_f32(f, u, &g, &scratch));
   const float scale = 1.0f / (float)f->world;
   acc_result rc;
   if (f->sharded) {
     size_t padded = un->shard * (size_t)f->world;
     float *send = g;
     float *tmp = NULL;
-    if (padded > un->numel) {
+    if (padded > un->numel && !scratch) {
       if (g == un->nosync) {
         tmp = acc__malloc(padded * sizeof(float));
         if (!tmp) return ACC_ERR_NOMEM;
@@ -251,6 +344,7 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
     if (rc == ACC_OK)
       for (size_t i = 0; i < un->numel; i++) dst[i] += g[i] * scale;
   }
+  if (scratch) pool_give(f, scratch);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: reducing the gradients of unit '%s'", un->name);
   return ACC_OK;
 }
@@ -264,11 +358,11 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
                       un->name, phase_name(un->phase));
   if (f->no_sync) {
     if (!un->nosync) {
-      const size_t padded = acc__fsdp_padded(f, unit);
-      un->nosync = acc__malloc(padded * sizeof(float));
+      const size_t bytes = acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
+      un->nosync = acc__malloc(bytes);
       if (!un->nosync) return ACC_ERR_NOMEM;
-      f->nosync_bytes += padded * sizeof(float);
-      memcpy(un->nosync, un->gbuf, padded * sizeof(float));
+      f->nosync_bytes += bytes;
+      memcpy(un->nosync, un->gbuf, bytes);
       pool_give(f, un->gbuf);
     }
   } else {
@@ -276,7 +370,7 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
     if (un->gbuf == un->nosync) {
       acc__free(un->nosync);
       un->nosync = NULL;
-      f->nosync_bytes -= acc__fsdp_padded(f, unit) * sizeof(float);
+      f->nosync_bytes -= acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
     } else {
       pool_give(f, un->gbuf);
     }
@@ -323,6 +417,7 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
                       norm_type);
   if (!(max_norm >= 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
+  ACC_CHECK(acc__fsdp_unscale(f, "acc_fsdp_clip_grad_norm")); /* fp16: clip what the optimizer steps */
   /* this process's part: its range of each unit (padding left out; NO_SHARD: counted on process 0
    * only, then shared, so the norm is never counted N times) */
   double local = 0;
