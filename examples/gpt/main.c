@@ -621,10 +621,9 @@ int main(int argc, char **argv) {
    *    in shards instead, and the model none of its own (the FSDP block above). */
   fsdp_run fr = {0};
   const int use_fsdp = fsdp_wanted();
-  if (use_fsdp && acc_accelerator_mixed_precision(acc) != ACC_PRECISION_NO) {
-    fprintf(stderr, "gpt: --use_fsdp trains in float32 so far: drop --mixed-precision %s (low-precision gathered "
-                    "parameters are not done yet: docs/fsdp.md)\n",
-            acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
+  if (use_fsdp && acc_accelerator_mixed_precision(acc) == ACC_PRECISION_FP16) {
+    fprintf(stderr, "gpt: --use_fsdp with --mixed-precision fp16 is not wired in this example (its fp16 mode rounds "
+                    "the gradients in the accelerator's backward, which FSDP replaces): use bf16 or no\n");
     return 2;
   }
   if (use_fsdp && o.overlap) {
@@ -730,7 +729,11 @@ int main(int argc, char **argv) {
 
   /* 7. bf16: the model's matrix products see bf16-rounded weights and activations. */
   bf16_weights bw = {NULL, NULL};
-  if (acc_accelerator_autocast_dtype(acc) == ACC_BF16) {
+  if (use_fsdp && acc_accelerator_autocast_dtype(acc) == ACC_BF16) {
+    /* under FSDP the float32 master weights exist only per unit, gathered: each unit-by-unit piece
+     * rounds its unit's matrices to bf16 itself (the same values as the rounded copy below) */
+    gpt_set_bf16(net, 1, NULL);
+  } else if (acc_accelerator_autocast_dtype(acc) == ACC_BF16) {
     bw.half = malloc(gpt_num_params(net) * sizeof *bw.half);
     bw.rounded = malloc(gpt_num_params(net) * sizeof *bw.rounded);
     if (!bw.half || !bw.rounded || refresh_bf16(&bw, model)) {
@@ -760,6 +763,8 @@ int main(int argc, char **argv) {
             o.max_steps, nprocs, o.batch, T, accum, per_forward * accum, o.lr, o.warmup,
             acc_mixed_precision_name(acc_accelerator_mixed_precision(acc)));
   if (bw.half) acc_print(st, "bf16: %s\n", gpt_bf16_backend(net));
+  else if (use_fsdp && acc_accelerator_autocast_dtype(acc) == ACC_BF16)
+    acc_print(st, "bf16: each unit's matrices rounded to bf16 as it is gathered; %s\n", gpt_bf16_backend(net));
 
   float *row_loss = malloc((size_t)o.batch * sizeof *row_loss);
   const int64_t gathered_cap = (int64_t)o.batch * nprocs;

@@ -55,6 +55,8 @@ struct gpt {
   uint16_t *lp_a, *lp_b;  /* lp: operands converted to bf16 */
   size_t lp_acap, lp_bcap;
   const float *weights;   /* matrices read from here in bf16 mode (NULL: params) */
+  float *unit_w;          /* bf16 mode, unit by unit: a unit's matrices rounded to bf16 */
+  size_t unit_wcap;
   float **x;              /* x[l], l = 0..n_layer: the residual stream entering block l, [N, C] */
   layer_acts *acts;
   float *lnf_mean, *lnf_rstd, *lnf_out, *logits;
@@ -141,6 +143,7 @@ void gpt_destroy(gpt *m) {
   free(m->tensors);
   free(m->lp_a);
   free(m->lp_b);
+  free(m->unit_w);
   free(m->params);
   if (!m->borrowed_grads) free(m->grads);
   if (m->x)
@@ -743,8 +746,33 @@ int gpt_forward(gpt *m, const int32_t *tokens, int batch, int T, size_t stride) 
 
 static int check_pieces(const gpt *m, const char *fn, const void *a, const void *b) {
   if (!m || !a || !b) return fail("%s: a model or buffer argument is NULL", fn);
-  if (m->bf16) return fail("%s: the unit-by-unit calls compute in float32 only (bf16 mode is on)", fn);
+  if (m->bf16 && (m->weights || m->half))
+    return fail("%s: in bf16 mode the unit-by-unit calls round each unit's matrices themselves: turn bf16 on with "
+                "gpt_set_bf16(m, 1, NULL) and no gpt_set_bf16_half copy", fn);
   return 0;
+}
+
+/* The weights a unit's matrix products read: the unit's own values in float32 mode; in bf16 mode
+ * the same values rounded to bf16 (what gpt_forward reads from the caller's rounded copy), in the
+ * model's scratch buffer. NULL (with a message) when out of memory. */
+static const float *unit_weights(gpt *m, const float *p, size_t n, const char *fn) {
+  if (!m->bf16) return p;
+  if (n > m->unit_wcap) {
+    free(m->unit_w);
+    m->unit_w = malloc(n * sizeof *m->unit_w);
+    m->unit_wcap = m->unit_w ? n : 0;
+    if (!m->unit_w) {
+      fail("%s: out of memory for the unit's bf16 weights", fn);
+      return NULL;
+    }
+  }
+  memcpy(m->unit_w, p, n * sizeof *p);
+  round_bf16(m->unit_w, n);
+  return m->unit_w;
+}
+
+static size_t block_numel(const gpt *m, int l) {
+  return m->tensors[2 + PER_BLOCK * (l + 1)].offset - m->tensors[2 + PER_BLOCK * l].offset;
 }
 
 int gpt_forward_embed(gpt *m, const int32_t *tokens, int batch, int T, size_t stride, const float *emb) {
@@ -759,7 +787,9 @@ int gpt_forward_block(gpt *m, int layer, const float *block) {
   if (layer < 0 || layer >= m->cfg.n_layer || m->fwd_next != layer + 1)
     return fail("gpt_forward_block: block %d out of order (the forward runs gpt_forward_embed, blocks 0..%d in "
                 "order, then gpt_forward_head)", layer, m->cfg.n_layer - 1);
-  block_fwd(m, layer, block, block);
+  const float *w = unit_weights(m, block, block_numel(m, layer), "gpt_forward_block");
+  if (!w) return -1;
+  block_fwd(m, layer, block, w);
   return 0;
 }
 
@@ -768,7 +798,9 @@ int gpt_forward_head(gpt *m, const float *lnf, const float *emb) {
   const int f = 2 + PER_BLOCK * m->cfg.n_layer;
   if (m->fwd_next != m->cfg.n_layer + 1)
     return fail("gpt_forward_head: call gpt_forward_embed and every block first");
-  head_fwd(m, lnf, lnf + (m->tensors[f + 1].offset - m->tensors[f].offset), emb);
+  const float *wte = unit_weights(m, emb, (size_t)m->cfg.vocab_size * m->cfg.n_embd, "gpt_forward_head");
+  if (!wte) return -1;
+  head_fwd(m, lnf, lnf + (m->tensors[f + 1].offset - m->tensors[f].offset), wte);
   return 0;
 }
 
@@ -914,7 +946,9 @@ int gpt_backward_head(gpt *m, float scale, const float *lnf, float *lnf_grad, co
   if (!m->have_probs || m->bwd_next != m->cfg.n_layer + 1)
     return fail("gpt_backward_head: call the forward and gpt_loss first (once per backward)");
   const int f = 2 + PER_BLOCK * m->cfg.n_layer;
-  head_bwd(m, scale, lnf, lnf_grad, lnf_grad + (m->tensors[f + 1].offset - m->tensors[f].offset), emb, emb_grad);
+  const float *wte = unit_weights(m, emb, (size_t)m->cfg.vocab_size * m->cfg.n_embd, "gpt_backward_head");
+  if (!wte) return -1;
+  head_bwd(m, scale, lnf, lnf_grad, lnf_grad + (m->tensors[f + 1].offset - m->tensors[f].offset), wte, emb_grad);
   return 0;
 }
 
@@ -923,7 +957,9 @@ int gpt_backward_block(gpt *m, int layer, const float *block, float *block_grad)
   if (layer < 0 || layer >= m->cfg.n_layer || !m->have_probs || m->bwd_next != layer + 1)
     return fail("gpt_backward_block: block %d out of order (the backward runs gpt_backward_head, blocks %d..0, then "
                 "gpt_backward_embed)", layer, m->cfg.n_layer - 1);
-  block_bwd(m, layer, block, block, block_grad);
+  const float *w = unit_weights(m, block, block_numel(m, layer), "gpt_backward_block");
+  if (!w) return -1;
+  block_bwd(m, layer, block, w, block_grad);
   return 0;
 }
 

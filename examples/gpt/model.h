@@ -131,7 +131,9 @@ const float *gpt_logits(const gpt *m);
  * The backward pieces ADD scale * d(mean loss)/d(param) into gradient buffers laid out the same
  * way. Order: gpt_forward_embed, gpt_forward_block 0..n_layer-1, gpt_forward_head, gpt_loss,
  * gpt_backward_head, gpt_backward_block n_layer-1..0, gpt_backward_embed (out of order: -1 and a
- * message). float32 only (not in bf16 mode). The arithmetic is gpt_forward's / gpt_backward's.
+ * message). In bf16 mode (gpt_set_bf16(m, 1, NULL), without gpt_set_bf16_half) each piece rounds
+ * its unit's matrices to bf16 itself, as gpt_forward reads them from a rounded copy; norms, biases
+ * and gradients stay float32. The arithmetic is gpt_forward's / gpt_backward's.
  */
 int gpt_forward_embed(gpt *m, const int32_t *tokens, int batch, int T, size_t stride, const float *emb);
 int gpt_forward_block(gpt *m, int layer, const float *block);

@@ -193,6 +193,16 @@ static acc_result check_unit(const acc_fsdp *f, size_t unit, const char *fn) {
   return ACC_OK;
 }
 
+/* fp16: gradients unscaled (by clipping or acc_fsdp_unscale_gradients) must be stepped by
+ * acc_fsdp_optimizer_step, which updates the loss scale, before the next pass adds scaled ones. */
+static acc_result check_not_unscaled(const acc_fsdp *f, const char *fn) {
+  if (!f->unscaled) return ACC_OK;
+  return acc__error(ACC_ERR_INVALID_USAGE,
+                    "%s: the gradients of the last step were unscaled but acc_fsdp_optimizer_step did not run: under "
+                    "fp16 step the shards' optimizer with acc_fsdp_optimizer_step (it skips on overflow and updates "
+                    "the loss scale), not acc_optimizer_step", fn);
+}
+
 static const char *phase_name(int p) {
   return p == ACC__FSDP_IDLE ? "not started" : p == ACC__FSDP_FWD ? "in forward" : p == ACC__FSDP_FWD_DONE ? "after forward" : "in backward";
 }
@@ -216,6 +226,7 @@ static acc_result forward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, const
   ACC_CHECK(check_unit(f, unit, fn));
   if (!params) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: params is NULL", fn);
   ACC_CHECK(check_dtype(f, unit, dtype, fn));
+  ACC_CHECK(check_not_unscaled(f, fn));
   acc__fsdp_unit *un = &f->units[unit];
   if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
     return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s: end it first", fn, un->name, phase_name(un->phase));
@@ -256,6 +267,7 @@ static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, cons
   ACC_CHECK(check_unit(f, unit, fn));
   if (!params || !grads) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: params or grads is NULL", fn);
   ACC_CHECK(check_dtype(f, unit, dtype, fn));
+  ACC_CHECK(check_not_unscaled(f, fn));
   acc__fsdp_unit *un = &f->units[unit];
   if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
     return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s", fn, un->name, phase_name(un->phase));

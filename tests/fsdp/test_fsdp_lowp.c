@@ -465,7 +465,12 @@ static void test_errors(void) {
   int inf = -1;
   CHECK_OK(acc_fsdp_unscale_gradients(r.f, &inf));
   CHECK(inf == 0, "found_inf %d on finite gradients", inf);
+  /* unscaled gradients stepped by the plain optimizer step: the next pass is refused */
+  CHECK_ERR(acc_fsdp_unit_forward_begin_typed(r.f, 0, ACC_BF16, &p), ACC_ERR_INVALID_USAGE,
+            "the gradients of the last step were unscaled but acc_fsdp_optimizer_step did not run");
   CHECK_OK(acc_fsdp_optimizer_step(r.f, r.opt));
+  CHECK_OK(acc_fsdp_unit_forward_begin_typed(r.f, 0, ACC_BF16, &p));
+  CHECK_OK(acc_fsdp_unit_forward_end(r.f, 0));
   CHECK(!acc_fsdp_optimizer_step_was_skipped(r.f), "a finite step was skipped");
   free_run(&r);
   /* a float32 table: the typed calls take ACC_F32 (generic code), the float calls work */

@@ -11,7 +11,9 @@
  *    parameters; the library's accounting is printed (GPT_MEMORY_REPORT);
  *  - a FULL_SHARD run resumed from its sharded checkpoint of step 20 ends as the uninterrupted run:
  *    the same validation loss and bit-identical shards (weights and AdamW state) at step 30;
- *  - --mixed-precision bf16 with --use_fsdp is refused with a sentence.
+ *  - --mixed-precision bf16 (the example's autocast: matrix products on bf16-rounded weights and
+ *    activations): FULL_SHARD and SHARD_GRAD_OP reach validation losses within 2e-4 of the unsharded
+ *    bf16 run's at every evaluation; --mixed-precision fp16 with --use_fsdp is refused with a sentence.
  * Usage: test_gpt_fsdp <accelerate> <gpt> */
 #include <math.h>
 
@@ -19,6 +21,7 @@
 #include "launch/launch_util.h"
 
 static const char *launcher, *gpt_bin;
+static const char *const *more_args; /* appended to the next runs' arguments when set */
 static double timeout_s = 120;
 static const char *const run_env[] = {"ACCELERATE_USE_FSDP", "FSDP_SHARDING_STRATEGY", "GPT_MEMORY_REPORT=1", NULL};
 
@@ -49,6 +52,7 @@ static void run_gpt(run_out *r, const char *strategy, const char *sdt, const cha
   }
   if (extra1) argv[n++] = extra1;
   if (extra2) argv[n++] = extra2;
+  for (int i = 0; more_args && more_args[i] && n < 63; i++) argv[n++] = more_args[i];
   argv[n] = NULL;
   double t0 = lu_now();
   pid_t p = lu_start((char *const *)argv, run_env);
@@ -172,9 +176,68 @@ int main(int argc, char **argv) {
     CHECK(d == 0.0, "process %d's shards at step 30: resumed and uninterrupted differ by %.3g", rank, d);
   }
 
-  /* bf16 is not done under FSDP: refused, not silently run in float32 */
-  run_gpt(r, "FULL_SHARD", NULL, NULL, "--mixed-precision", "bf16");
-  CHECK(r->status != 0 && strstr(r->err, "--use_fsdp trains in float32"), "bf16 under FSDP: %s", r->err);
+  /* bf16: each unit's matrices rounded per unit under FSDP, as the unsharded run's rounded copy */
+  char b16dir[600], want16[1200];
+  snprintf(b16dir, sizeof b16dir, "%s/unsharded_bf16", root);
+  snprintf(want16, sizeof want16, "%s/checkpoints/checkpoint_2/model.safetensors", b16dir);
+  run_gpt(base, NULL, NULL, b16dir, "--mixed-precision", "bf16");
+  CHECK(base->status == 0 && val_loss(base->out, 30) < val_loss(base->out, 0) - 0.3, "the unsharded bf16 run: %s",
+        base->out);
+  /* bf16 changes the run: its parameters are not the float32 run's (so the comparison below tells) */
+  double big32 = 0, d32 = base->status == 0 ? file_diff(want16, want, &big32) : -1;
+  printf("unsharded bf16 against float32: parameters at step 30 differ by %.3g (largest %.3g)\n", d32, big32);
+  CHECK(d32 > 1e-4 * big32, "the bf16 run's parameters are within %.3g of the float32 run's: bf16 is not on", d32);
+  for (int s = 0; s < 2 && base->status == 0; s++) {
+    char d16[600];
+    snprintf(d16, sizeof d16, "%s/%s_bf16", root, strategies[s]);
+    run_gpt(r, strategies[s], "FULL_STATE_DICT", d16, "--mixed-precision", "bf16");
+    CHECK(r->status == 0, "%s bf16 run", strategies[s]);
+    if (r->status != 0) continue;
+    CHECK(strstr(r->out, "bf16: each unit's matrices rounded to bf16 as it is gathered"), "%s bf16: %s", strategies[s],
+          r->out);
+    for (int k = 0; k < 4; k++) {
+      double ref = val_loss(base->out, steps[k]), got = val_loss(r->out, steps[k]);
+      printf("%-13s bf16 step %2d: validation loss %.4f (unsharded bf16 %.4f)\n", strategies[s], steps[k], got, ref);
+      CHECK(fabs(got - ref) <= 2e-4, "%s bf16: validation loss at step %d is %.4f, unsharded bf16 %.4f",
+            strategies[s], steps[k], got, ref);
+    }
+    snprintf(path, sizeof path, "%s/checkpoints/checkpoint_2/fsdp/model.safetensors", d16);
+    double largest = 0, d = file_diff(want16, path, &largest);
+    printf("%-13s bf16 parameters at step 30: largest difference %.3g (largest parameter %.3g)\n", strategies[s], d,
+           largest);
+    /* not 1e-5 as in float32: the summation order of the gradient averages differs (float32: 1e-6
+     * apart), and where a master weight sits next to a bf16 rounding boundary that moves its rounded
+     * value by a whole bf16 step, which training carries on (measured 1.2e-3 of the largest
+     * parameter, against 7.5e-3 between the bf16 and float32 runs); so: much nearer the unsharded
+     * bf16 run than the float32 run is (the validation losses above are the issue's criterion).
+     * With the same summation order the runs are bit for bit the same (below). */
+    CHECK(d >= 0 && d <= 0.25 * d32, "%s bf16: parameters differ from the unsharded bf16 run's by %.3g (largest %.3g), "
+          "not much less than the float32 run's %.3g", strategies[s], d, largest, d32);
+  }
+  /* without accumulation and clipping the gradient averages are summed in the same order sharded
+   * and unsharded: then the bf16 FSDP run is bit for bit the unsharded bf16 run */
+  static const char *const plain[] = {"--grad-accum", "1", "--clip", "0", "--max-steps", "20", NULL};
+  more_args = plain;
+  char p16[600], f16[600];
+  snprintf(p16, sizeof p16, "%s/plain_bf16", root);
+  snprintf(f16, sizeof f16, "%s/plain_bf16_fsdp", root);
+  run_gpt(base, NULL, NULL, p16, "--mixed-precision", "bf16");
+  run_gpt(r, "FULL_SHARD", "FULL_STATE_DICT", f16, "--mixed-precision", "bf16");
+  more_args = NULL;
+  CHECK(base->status == 0 && r->status == 0, "bf16 without accumulation and clipping");
+  if (base->status == 0 && r->status == 0) {
+    snprintf(want16, sizeof want16, "%s/checkpoints/checkpoint_1/model.safetensors", p16);
+    snprintf(path, sizeof path, "%s/checkpoints/checkpoint_1/fsdp/model.safetensors", f16);
+    double d = file_diff(want16, path, NULL);
+    printf("FULL_SHARD bf16 without accumulation and clipping: parameters at step 20 differ by %.3g\n", d);
+    CHECK(d == 0.0, "FULL_SHARD bf16 without accumulation and clipping: parameters differ from the unsharded bf16 "
+          "run's by %.3g (expected bit for bit)", d);
+  }
+
+  /* fp16 is not wired in the example under FSDP: refused, not silently run in float32 */
+  run_gpt(r, "FULL_SHARD", NULL, NULL, "--mixed-precision", "fp16");
+  CHECK(r->status != 0 && strstr(r->err, "--use_fsdp with --mixed-precision fp16 is not wired"), "fp16 under FSDP: %s",
+        r->err);
 
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   CHECK(system(cmd) == 0, "%s", cmd);
