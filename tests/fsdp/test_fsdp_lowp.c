@@ -17,7 +17,7 @@
  *   test_fsdp_lowp ckpt STRATEGY DIR
  *       bf16: 25 steps, a SHARDED_STATE_DICT save and a FULL save (acc_fsdp_save_model), 25 more;
  *       a new FSDP state loads the sharded checkpoint and its 25 steps end bit for bit where the
- *       uninterrupted run ended. Process 0: the FULL model.safetensors is byte-identical to what
+ *       uninterrupted run ended; a float32 and an fp16 table load it to the same float32 masters. Process 0: the FULL model.safetensors is byte-identical to what
  *       acc_save_model writes for an unsharded bf16 typed table (acc_model_add_flat_typed) holding
  *       the same float32 master weights.
  *   test_fsdp_lowp errors                 bad input, one process, fp16 accelerator.
@@ -433,6 +433,22 @@ static void test_ckpt(int strategy, const char *dir) {
   size_t ng = own_shards(&b, got);
   CHECK(nw == ng && memcmp(want, got, nw * sizeof *want) == 0, "the resumed bf16 run does not end bit for bit where "
         "the uninterrupted one ended");
+  /* the checkpoint holds float32 masters: a float32 table and an fp16 table load the same values */
+  const acc_dtype saved = DT;
+  const acc_dtype other[2] = {ACC_F32, ACC_F16};
+  for (int o = 0; o < 2; o++) {
+    run c = {0};
+    float *loaded = malloc(n * sizeof *loaded);
+    DT = other[o];
+    CHECK_OK(make_run(&c, strategy));
+    CHECK_OK(acc_fsdp_load_state(c.f, c.opt, sharded));
+    CHECK_OK(full_masters(&c, loaded));
+    CHECK(memcmp(loaded, masters, n * sizeof *loaded) == 0, "the bf16 run's checkpoint loaded into a %s table does "
+          "not hold its float32 master weights", acc_dtype_name(DT));
+    free(loaded);
+    free_run(&c);
+  }
+  DT = saved;
   /* FULL: what an unsharded bf16 typed table with these master weights writes */
   if (rank == 0) {
     acc_model *m;
