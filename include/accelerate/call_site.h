@@ -81,6 +81,10 @@ typedef enum acc_entry_point {
   ACC_ENTRY_FSDP_SAVE_STATE = 44,
   ACC_ENTRY_FSDP_LOAD_STATE = 45,
   ACC_ENTRY_FSDP_SAVE_MODEL = 46,
+  ACC_ENTRY_FSDP_UNIT_FORWARD_BEGIN_TYPED = 47,
+  ACC_ENTRY_FSDP_UNIT_BACKWARD_BEGIN_TYPED = 48,
+  ACC_ENTRY_FSDP_UNSCALE_GRADIENTS = 49,
+  ACC_ENTRY_FSDP_OPTIMIZER_STEP = 50,
   ACC_ENTRY_COUNT_ /* not an entry point */
 } acc_entry_point;
 
@@ -206,6 +210,14 @@ ACC_EXTERN const char *acc_entry_point_name(int entry);
 #define acc_fsdp_save_state(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_SAVE_STATE, acc_fsdp_save_state, __VA_ARGS__)
 #define acc_fsdp_load_state(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_LOAD_STATE, acc_fsdp_load_state, __VA_ARGS__)
 #define acc_fsdp_save_model(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_SAVE_MODEL, acc_fsdp_save_model, __VA_ARGS__)
+#define acc_fsdp_unit_forward_begin_typed(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNIT_FORWARD_BEGIN_TYPED, acc_fsdp_unit_forward_begin_typed, __VA_ARGS__)
+#define acc_fsdp_unit_backward_begin_typed(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNIT_BACKWARD_BEGIN_TYPED, acc_fsdp_unit_backward_begin_typed, __VA_ARGS__)
+#define acc_fsdp_unscale_gradients(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNSCALE_GRADIENTS, acc_fsdp_unscale_gradients, __VA_ARGS__)
+#define acc_fsdp_optimizer_step(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_OPTIMIZER_STEP, acc_fsdp_optimizer_step, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -91,6 +91,10 @@ static const char *const entry_names[ACC_ENTRY_COUNT_] = {
     [ACC_ENTRY_FSDP_SAVE_STATE] = "acc_fsdp_save_state",
     [ACC_ENTRY_FSDP_LOAD_STATE] = "acc_fsdp_load_state",
     [ACC_ENTRY_FSDP_SAVE_MODEL] = "acc_fsdp_save_model",
+    [ACC_ENTRY_FSDP_UNIT_FORWARD_BEGIN_TYPED] = "acc_fsdp_unit_forward_begin_typed",
+    [ACC_ENTRY_FSDP_UNIT_BACKWARD_BEGIN_TYPED] = "acc_fsdp_unit_backward_begin_typed",
+    [ACC_ENTRY_FSDP_UNSCALE_GRADIENTS] = "acc_fsdp_unscale_gradients",
+    [ACC_ENTRY_FSDP_OPTIMIZER_STEP] = "acc_fsdp_optimizer_step",
 };
 
 const char *acc_entry_point_name(int entry) {
