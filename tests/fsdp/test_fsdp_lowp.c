@@ -17,10 +17,15 @@
  *   test_fsdp_lowp ckpt STRATEGY DIR
  *       bf16: 25 steps, a SHARDED_STATE_DICT save and a FULL save (acc_fsdp_save_model), 25 more;
  *       a new FSDP state loads the sharded checkpoint and its 25 steps end bit for bit where the
- *       uninterrupted run ended; a float32 and an fp16 table load it to the same float32 masters. Process 0: the FULL model.safetensors is byte-identical to what
+ *       uninterrupted run ended; a float32 and an fp16 table load it to the same float32 masters.
+ *       Process 0: the FULL model.safetensors is byte-identical to what
  *       acc_save_model writes for an unsharded bf16 typed table (acc_model_add_flat_typed) holding
  *       the same float32 master weights.
- *   test_fsdp_lowp errors                 bad input, one process, fp16 accelerator.
+ *   test_fsdp_lowp errors                 bad input, one process, fp16 accelerator: a dtype that is
+ *       not a parameter dtype; the float begin calls on a bf16 table, a typed call with another 16-bit
+ *       dtype or a non-float dtype; a released 16-bit buffer reads NaN and a write into it is named
+ *       (unit, element); unscaling while a unit is in backward; a pass after unscaling without
+ *       acc_fsdp_optimizer_step; the typed calls with ACC_F32 on a float32 table.
  */
 #include <math.h>
 #include <stdio.h>
@@ -324,7 +329,8 @@ static void test_train(int strategy, int nosync) {
   if (sc) {
     float fin;
     CHECK_OK(acc_grad_scaler_get_state(sc, &fin, NULL));
-    CHECK(skipped == 1 && fin > scale_after_inf, "fp16: %d skipped steps, the scale %g after the overflow, %g at the end",
+    CHECK(skipped == 1 && fin > scale_after_inf, "fp16: %d skipped steps, the scale %g after the overflow, %g at "
+          "the end",
           skipped, (double)scale_after_inf, (double)fin);
   }
   size_t n = total_numel();
