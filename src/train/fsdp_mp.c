@@ -46,6 +46,8 @@ acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn) {
    * the multiplication); padding is zero and stays zero */
   int local = 0;
   ACC_CHECK(acc__grad_scaler_unscale_more(s, f->model, &local));
+  f->unscaled = 1; /* divided: never twice, even when the agreement below fails */
+  f->found_inf = 1;
   int32_t mine = local, any = mine;
   if (f->world > 1) {
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(0, 6));
