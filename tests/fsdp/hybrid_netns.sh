@@ -1,0 +1,90 @@
+#!/bin/sh
+# HYBRID_SHARD across two "machines": network namespaces joined by a veth pair
+# (tests/multinode/netns_lib.sh), one `accelerate launch --machine_rank R` of 2 processes per
+# machine, joined through the rendezvous store.
+#
+# usage: hybrid_netns.sh ACCELERATE TEST_FSDP
+#   1. HYBRID_SHARD and HYBRID_SHARD_ZERO2 on the hierarchical backend train test_fsdp's MLP 50
+#      steps (AdamW, clipping, accumulation) next to NO_SHARD in the same processes: parameters
+#      and every clip norm within 1e-5 relative (test_fsdp train), every process the same values.
+#   2. A SHARDED_STATE_DICT saved under HYBRID_SHARD on 2 x 2 holds 2 shard files (the first
+#      machine's processes; the second machine's are replicas) that say so (fsdp.files 2), and
+#      resumes under FULL_SHARD on 3 processes of one machine within 1e-5 of the uninterrupted
+#      run (test_fsdp save / resume).
+#   3. A process of machine 1 runs another unit than its machine's peer: both get
+#      ACC_ERR_MISMATCH from the subgroup's gather naming the FSDP unit, and the whole job ends
+#      (no hang: the launchers exit).
+#   4. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
+#      sentence naming the backend and the way out.
+# Exit 77 (skip) only when the namespaces cannot be created (needs root or CAP_NET_ADMIN).
+set -u
+ACC=$1
+PROG=$2
+
+. "$(dirname "$0")/../multinode/netns_lib.sh"
+netns_up hy
+
+export OMP_NUM_THREADS=1
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ACCELERATE_RUN_ID ACCELERATE_BACKEND \
+  MASTER_ADDR MASTER_PORT ACCELERATE_STORE_SECRET ACCELERATE_STORE_SECRET_FILE ACCELERATE_RDZV_ID \
+  FSDP_SHARDING_STRATEGY FSDP_RESHARD_AFTER_FORWARD ACCELERATE_USE_FSDP
+M=$(awk -v m="${ACC_TEST_TIMEOUT_MULTIPLIER:-1}" 'BEGIN { print (m < 1 ? 1 : m) }')
+PORT=29500
+
+# launch NS MACHINE_RANK OUT -- program args
+launch() {
+  ns=$1 mr=$2 out=$3
+  shift 3
+  timeout $((180 * M)) ip netns exec "$ns" "$ACC" launch --num_machines 2 --machine_rank "$mr" --num_processes 4 \
+    --main_process_ip $IPA --main_process_port $PORT "$PROG" "$@" >"$out" 2>&1
+}
+# both TAG -- program args: machine 1 in the background, machine 0 here; rc0 / rc1
+both() {
+  tag=$1
+  shift
+  launch "$NSB" 1 "$TMP/$tag.1" "$@" &
+  j1=$!
+  launch "$NSA" 0 "$TMP/$tag.0" "$@"
+  rc0=$?
+  wait $j1
+  rc1=$?
+}
+show() { echo "--- $1, machine 0:"; tail -8 "$TMP/$1.0"; echo "--- $1, machine 1:"; tail -8 "$TMP/$1.1"; }
+
+export ACCELERATE_BACKEND=hierarchical
+for strat in HYBRID_SHARD HYBRID_SHARD_ZERO2; do
+  both "$strat" train "$strat"
+  show "$strat"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "$strat on 2 machines x 2: the launchers exited with $rc0 and $rc1"
+  grep -q "test_fsdp: [0-9]* checks, 0 failed" "$TMP/$strat.0" || fail "$strat: machine 0 did not report its checks"
+done
+
+both save save HYBRID_SHARD SHARDED_STATE_DICT "$TMP/ck"
+show save
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the HYBRID_SHARD save: the launchers exited with $rc0 and $rc1"
+n=$(ls "$TMP/ck" | grep -c '^fsdp_shard_rank[0-9]*\.safetensors$')
+[ "$n" -eq 2 ] || { ls -l "$TMP/ck"; fail "the HYBRID_SHARD checkpoint holds $n shard files, expected 2 (machine 0's processes)"; }
+grep -q '"fsdp.files":"2"' "$TMP/ck/fsdp_shard_rank1.safetensors" ||
+  fail "fsdp_shard_rank1.safetensors does not say fsdp.files 2"
+grep -q '"fsdp.replicas":"2"' "$TMP/ck/fsdp_shard_rank0.safetensors" ||
+  fail "fsdp_shard_rank0.safetensors does not say fsdp.replicas 2"
+unset ACCELERATE_BACKEND
+timeout $((120 * M)) "$ACC" launch --num_processes 3 "$PROG" resume FULL_SHARD "$TMP/ck" >"$TMP/resume.out" 2>&1 ||
+  { cat "$TMP/resume.out"; fail "resuming the HYBRID_SHARD checkpoint under FULL_SHARD on 3 processes failed"; }
+tail -3 "$TMP/resume.out"
+
+export ACCELERATE_BACKEND=hierarchical ACCELERATE_TIMEOUT=60
+both mismatch mismatch HYBRID_SHARD
+show mismatch
+# machine 1's processes (ranks 2, 3) gather different units: their shm group names both calls;
+# ranks 0 and 1 see the job end (the launcher stops them, or their next call fails)
+grep -q "MISMATCH\|mismatch" "$TMP/mismatch.1" || fail "machine 1 did not report the mismatch"
+grep -q "FSDP unit" "$TMP/mismatch.1" || fail "machine 1's mismatch does not name the FSDP unit"
+
+export ACCELERATE_BACKEND=gloo
+both gloo train HYBRID_SHARD
+show gloo
+[ $rc0 -ne 0 ] || fail "HYBRID_SHARD on the flat gloo backend across machines was not refused"
+grep -q "the gloo backend offers no collectives over this machine's processes" "$TMP/gloo.0" ||
+  fail "the refusal on gloo does not say why"
+echo "PASS: HYBRID_SHARD and HYBRID_SHARD_ZERO2 on 2 machines x 2 match NO_SHARD; the HYBRID checkpoint resumes under FULL_SHARD on 3; a subgroup mismatch is named; flat gloo refuses"
