@@ -61,7 +61,7 @@ static acc_result resolve(acc_state *st, int which, grp *g, const char *fn) {
 acc_result acc__comm_group_info(acc_state *st, int which, int *rank, int *size) {
   ACC_CHECK(acc__state_check(st, "acc__comm_group_info"));
   if (!rank || !size) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_group_info: rank or size is NULL");
-  grp g;
+  grp g = {NULL, 0, 1};
   ACC_CHECK(resolve(st, which, &g, "acc__comm_group_info"));
   *rank = g.rank;
   *size = g.size;
@@ -154,7 +154,7 @@ acc_result acc__comm_group_all_gather_at(acc_state *st, int which, const void *s
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_gather");
   const char *fn = "all_gather (subgroup)";
   acc__call c = {.op = ACC__OP_ALL_GATHER, .dtype = dtype, .count = (int64_t)count};
-  grp g;
+  grp g = {NULL, 0, 1};
   int began;
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
@@ -184,7 +184,7 @@ acc_result acc__comm_group_reduce_scatter_at(acc_state *st, int which, const voi
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_reduce_scatter");
   const char *fn = "reduce_scatter (subgroup)";
   acc__call c = {.op = ACC__OP_REDUCE_SCATTER, .dtype = dtype, .count = (int64_t)count, .red = op};
-  grp g;
+  grp g = {NULL, 0, 1};
   int began;
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
@@ -226,7 +226,7 @@ acc_result acc__comm_group_all_reduce_at(acc_state *st, int which, const void *s
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_reduce");
   const char *fn = "all_reduce (subgroup)";
   acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op};
-  grp g;
+  grp g = {NULL, 0, 1};
   int began;
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {

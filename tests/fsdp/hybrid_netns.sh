@@ -11,9 +11,9 @@
 #      machine's processes; the second machine's are replicas) that say so (fsdp.files 2), and
 #      resumes under FULL_SHARD on 3 processes of one machine within 1e-5 of the uninterrupted
 #      run (test_fsdp save / resume).
-#   3. A process of machine 1 runs another unit than its machine's peer: both get
-#      ACC_ERR_MISMATCH from the subgroup's gather naming the FSDP unit, and the whole job ends
-#      (no hang: the launchers exit).
+#   3. Rank 1 (machine 0) runs another unit than its machine's peer: both get ACC_ERR_MISMATCH
+#      from the subgroup's gather naming both FSDP units; machine 1's processes, whose gathers
+#      agree, get an error from the job's next collective (no hang), and both launchers end.
 #   4. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
 #      sentence naming the backend and the way out.
 # Exit 77 (skip) only when the namespaces cannot be created (needs root or CAP_NET_ADMIN).
@@ -76,10 +76,17 @@ tail -3 "$TMP/resume.out"
 export ACCELERATE_BACKEND=hierarchical ACCELERATE_TIMEOUT=60
 both mismatch mismatch HYBRID_SHARD
 show mismatch
-# machine 1's processes (ranks 2, 3) gather different units: their shm group names both calls;
-# ranks 0 and 1 see the job end (the launcher stops them, or their next call fails)
-grep -q "MISMATCH\|mismatch" "$TMP/mismatch.1" || fail "machine 1 did not report the mismatch"
-grep -q "FSDP unit" "$TMP/mismatch.1" || fail "machine 1's mismatch does not name the FSDP unit"
+# rank 1 (machine 0) gathers another unit than rank 0: both name both calls over their machine's
+# group; machine 1's processes (whose gathers agree) get an error from the job's next collective
+# once machine 0's broken processes leave, never a hang
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "the mismatch run: the launchers exited with $rc0 and $rc1"
+[ "$(grep -c "expected error: FSDP: gathering the parameters of unit" "$TMP/mismatch.0")" -eq 2 ] ||
+  fail "machine 0's processes did not both report the mismatch"
+grep -q "over this machine's processes \[FSDP unit 0 parameter all-gather\]" "$TMP/mismatch.0" &&
+  grep -q "over this machine's processes \[FSDP unit 2 parameter all-gather\]" "$TMP/mismatch.0" ||
+  fail "machine 0's mismatch does not name both subgroup calls"
+[ "$(grep -c "expected error (another machine's mismatch)" "$TMP/mismatch.1")" -eq 2 ] ||
+  fail "machine 1's processes did not both fail their next job-wide call"
 
 export ACCELERATE_BACKEND=gloo
 both gloo train HYBRID_SHARD
