@@ -23,7 +23,7 @@ static const char *const group_names[] = {"the job", "this machine's processes",
 /* The group's backend (NULL: this process alone), this process's rank in it and its size. */
 typedef struct grp {
   acc__backend *be;
-  int rank, size;
+  int rank, size, which;
 } grp;
 
 static acc_result resolve(acc_state *st, int which, grp *g, const char *fn) {
@@ -32,6 +32,7 @@ static acc_result resolve(acc_state *st, int which, grp *g, const char *fn) {
   g->be = NULL;
   g->rank = 0;
   g->size = 1;
+  g->which = which;
   int whole = which == ACC__GROUP_WORLD || (which == ACC__GROUP_LOCAL && st->num_machines <= 1) ||
               (which == ACC__GROUP_RAIL && st->local_size <= 1 && st->num_machines > 1);
   if (whole) {
@@ -61,7 +62,7 @@ static acc_result resolve(acc_state *st, int which, grp *g, const char *fn) {
 acc_result acc__comm_group_info(acc_state *st, int which, int *rank, int *size) {
   ACC_CHECK(acc__state_check(st, "acc__comm_group_info"));
   if (!rank || !size) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_group_info: rank or size is NULL");
-  grp g = {NULL, 0, 1};
+  grp g = {NULL, 0, 1, 0};
   ACC_CHECK(resolve(st, which, &g, "acc__comm_group_info"));
   *rank = g.rank;
   *size = g.size;
@@ -136,6 +137,8 @@ static acc_result genter(acc_state *st, int which, const char *fn, acc__call *c,
 }
 
 static acc_result gleave(const grp *g, int began, acc_result rc) {
+  if (began && rc != ACC_OK && rc != ACC_ERR_INVALID_ARGUMENT) /* the backend's ranks are the group's */
+    rc = acc__error_context(rc, "over %s (member %d of %d)", group_names[g->which], g->rank, g->size);
   if (began) {
     if (g->be->ops->call_end) g->be->ops->call_end(g->be);
     g->be->call = NULL;
@@ -154,7 +157,7 @@ acc_result acc__comm_group_all_gather_at(acc_state *st, int which, const void *s
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_gather");
   const char *fn = "all_gather (subgroup)";
   acc__call c = {.op = ACC__OP_ALL_GATHER, .dtype = dtype, .count = (int64_t)count};
-  grp g = {NULL, 0, 1};
+  grp g = {NULL, 0, 1, 0};
   int began;
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
@@ -184,7 +187,7 @@ acc_result acc__comm_group_reduce_scatter_at(acc_state *st, int which, const voi
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_reduce_scatter");
   const char *fn = "reduce_scatter (subgroup)";
   acc__call c = {.op = ACC__OP_REDUCE_SCATTER, .dtype = dtype, .count = (int64_t)count, .red = op};
-  grp g = {NULL, 0, 1};
+  grp g = {NULL, 0, 1, 0};
   int began;
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
@@ -226,7 +229,7 @@ acc_result acc__comm_group_all_reduce_at(acc_state *st, int which, const void *s
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_reduce");
   const char *fn = "all_reduce (subgroup)";
   acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op};
-  grp g = {NULL, 0, 1};
+  grp g = {NULL, 0, 1, 0};
   int began;
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {

@@ -14,7 +14,10 @@
 #   3. Rank 1 (machine 0) runs another unit than its machine's peer: both get ACC_ERR_MISMATCH
 #      from the subgroup's gather naming both FSDP units; machine 1's processes, whose gathers
 #      agree, get an error from the job's next collective (no hang), and both launchers end.
-#   4. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
+#   4. Rank 3 exits inside a step: both launchers end non-zero within 60 s (collective timeout
+#      120 s); rank 2 names rank 3 as dead, machine 0's processes fail on their rail (or are
+#      stopped by their launcher once one of them did).
+#   5. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
 #      sentence naming the backend and the way out.
 # Exit 77 (skip) only when the namespaces cannot be created (needs root or CAP_NET_ADMIN).
 set -u
@@ -87,6 +90,21 @@ grep -q "over this machine's processes \[FSDP unit 0 parameter all-gather\]" "$T
   fail "machine 0's mismatch does not name both subgroup calls"
 [ "$(grep -c "expected error (another machine's mismatch)" "$TMP/mismatch.1")" -eq 2 ] ||
   fail "machine 1's processes did not both fail their next job-wide call"
+
+# a process dies inside a step (rank 3, machine 1, between two units' gathers): every launcher
+# ends non-zero well before the collective timeout
+export ACCELERATE_TIMEOUT=120
+t0=$(date +%s)
+both die train HYBRID_SHARD die
+t1=$(date +%s)
+show die
+[ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || fail "a dead process: the launchers exited with $rc0 and $rc1"
+[ $((t1 - t0)) -lt 60 ] || fail "a dead process: the job took $((t1 - t0)) s to end (hang guard 60 s)"
+# each survivor ended on an error of its own (not only the launcher's stop): rank 2 names rank 3,
+# machine 0's processes lost their rail peer
+grep -q "rank 3 (pid [0-9]*) died" "$TMP/die.1" || fail "rank 2 does not name the dead rank 3"
+grep -q "after the death: FSDP\|rank 3" "$TMP/die.0" || fail "machine 0 neither failed on its own nor names rank 3"
+unset ACCELERATE_TIMEOUT
 
 export ACCELERATE_BACKEND=gloo
 both gloo train HYBRID_SHARD

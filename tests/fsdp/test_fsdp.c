@@ -1,10 +1,11 @@
 /* FSDP (include/accelerate/fsdp.h) through the real launcher.
  *
- *   test_fsdp train STRATEGY [nosync|prefetch_post|fwd_prefetch]
+ *   test_fsdp train STRATEGY [nosync|prefetch_post|fwd_prefetch|die]
  *       an MLP (3 layers, sizes that do not divide by 2, 3 or 4, a unit smaller than 4 elements)
  *       trained 50 steps with AdamW (weight decay), clipping and 2 accumulation micro-steps, under
  *       STRATEGY and, side by side in the same processes, under NO_SHARD; the parameters must agree
  *       to 1e-5 relative, every step's clip norm too. nosync: the first micro-step under no_sync.
+ *       die: the last process exits inside step 5; the others print their error and exit 3.
  *       Also checks the memory accounting (shards = ceil(U / N) per unit, a bound on the pool buffers in use,
  *       pool buffers sized per unit).
  *   test_fsdp save STRATEGY TYPE DIR     train 25 steps, save_state (TYPE: FULL_STATE_DICT or
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "acc_test.h"
 #include "accelerate.h"
@@ -99,6 +101,8 @@ static void affine(const float *w, const float *b, const float *x, float *y, int
 
 /* One micro-step: this process's samples of the global batch (G / world each), the gradient of the
  * mean loss over the global batch times world (the library averages over processes). */
+static int die_at = -1; /* variant "die": the last process exits inside this step (hybrid_netns.sh) */
+
 static acc_result micro_step(run *r, int step, int micro) {
   int per = G / world;
   float x[G][D], h1[G][H], h2[G][H], y[G][O];
@@ -111,6 +115,10 @@ static acc_result micro_step(run *r, int step, int micro) {
     for (int k = 0; k < H; k++) h1[s][k] = tanhf(h1[s][k]);
   }
   ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[0]));
+  if (step == die_at && micro == 1 && rank == world - 1) {
+    fprintf(stderr, "[rank %d] exits inside step %d (test)\n", rank, step);
+    _exit(7);
+  }
   ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[1], &p2));
   for (int s = 0; s < per; s++) {
     affine(p2, p2 + H * H, h1[s], h2[s], H, H);
@@ -230,6 +238,7 @@ static void test_train(int strategy, const char *variant) {
   int bwd = variant && !strcmp(variant, "prefetch_post") ? ACC_FSDP_BACKWARD_POST : 0;
   int fwd = variant && !strcmp(variant, "fwd_prefetch");
   int nosync = variant && !strcmp(variant, "nosync");
+  if (variant && !strcmp(variant, "die")) die_at = 5;
   acc_result mrc = make_run(&a, strategy, bwd, fwd, 0);
   CHECK_OK(mrc);
   if (mrc != ACC_OK) return; /* (the gloo refusal of hybrid_netns.sh ends here) */
@@ -247,7 +256,15 @@ static void test_train(int strategy, const char *variant) {
   double worst_norm = 0;
   for (int s = 0; s < STEPS; s++) {
     float na = 0, nr = 0, ns = 0;
-    CHECK_OK(train_step(&a, s, nosync, &na));
+    if (die_at >= 0) { /* the others: an error (the dead process named), never a hang */
+      acc_result rc = train_step(&a, s, nosync, &na);
+      if (rc != ACC_OK) {
+        fprintf(stderr, "[rank %d] step %d after the death: %s\n", rank, s, acc_last_error());
+        _exit(3);
+      }
+    } else {
+      CHECK_OK(train_step(&a, s, nosync, &na));
+    }
     CHECK_OK(train_step(&ref, s, nosync, &nr));
     if (one_machine) {
       CHECK_OK(train_step(&same, s, nosync, &ns));
