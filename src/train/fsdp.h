@@ -69,8 +69,8 @@ struct acc_fsdp {
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);
 acc_result acc__fsdp_check_ready(const acc_fsdp *f, const char *fn);
-/* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce,
- * 3 norm, 4 setup, 5 checkpoint) */
+/* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce
+ * (NO_SHARD's of the unit; HYBRID's of the shard over the rail), 3 norm, 4 setup, 5 checkpoint) */
 int64_t acc__fsdp_origin(size_t unit, int kind);
 /* elements of unit u's buffers: its padded size (shard x processes when sharded, numel otherwise) */
 size_t acc__fsdp_padded(const acc_fsdp *f, size_t u);
