@@ -52,7 +52,9 @@ both() {
   wait $j1
   rc1=$?
 }
-show() { echo "--- $1, machine 0:"; tail -8 "$TMP/$1.0"; echo "--- $1, machine 1:"; tail -8 "$TMP/$1.1"; }
+n=8
+[ -n "${HYBRID_NETNS_VERBOSE:-}" ] && n=100000 # the whole output of every run
+show() { echo "--- $1, machine 0:"; tail -$n "$TMP/$1.0"; echo "--- $1, machine 1:"; tail -$n "$TMP/$1.1"; }
 
 export ACCELERATE_BACKEND=hierarchical
 for strat in HYBRID_SHARD HYBRID_SHARD_ZERO2; do
