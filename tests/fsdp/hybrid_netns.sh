@@ -17,7 +17,9 @@
 #   4. Rank 3 exits inside a step: both launchers end non-zero within 60 s (collective timeout
 #      120 s); rank 2 names rank 3 as dead, machine 0's processes fail on their rail (or are
 #      stopped by their launcher once one of them did).
-#   5. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
+#   5. 2 machines x 1 process (flat gloo): HYBRID_SHARD trains and matches NO_SHARD (each
+#      process's group is itself, the rail is the job).
+#   6. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
 #      sentence naming the backend and the way out.
 # Exit 77 (skip) only when the namespaces cannot be created (needs root or CAP_NET_ADMIN).
 set -u
@@ -34,11 +36,11 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ACCELERATE_RUN_ID A
 M=$(awk -v m="${ACC_TEST_TIMEOUT_MULTIPLIER:-1}" 'BEGIN { print (m < 1 ? 1 : m) }')
 PORT=29500
 
-# launch NS MACHINE_RANK OUT -- program args
+# launch NS MACHINE_RANK OUT -- program args (NP processes in all, default 4)
 launch() {
   ns=$1 mr=$2 out=$3
   shift 3
-  timeout $((180 * M)) ip netns exec "$ns" "$ACC" launch --num_machines 2 --machine_rank "$mr" --num_processes 4 \
+  timeout $((180 * M)) ip netns exec "$ns" "$ACC" launch --num_machines 2 --machine_rank "$mr" --num_processes "${NP:-4}" \
     --main_process_ip $IPA --main_process_port $PORT "$PROG" "$@" >"$out" 2>&1
 }
 # both TAG -- program args: machine 1 in the background, machine 0 here; rc0 / rc1
@@ -107,6 +109,13 @@ show die
 grep -q "rank 3 (pid [0-9]*) died" "$TMP/die.1" || fail "rank 2 does not name the dead rank 3"
 grep -q "after the death: FSDP\|rank 3" "$TMP/die.0" || fail "machine 0 neither failed on its own nor names rank 3"
 unset ACCELERATE_TIMEOUT
+
+# one process per machine (flat gloo, the default there): the machine's group is each process
+# alone, the rail is the job: HYBRID_SHARD computes NO_SHARD's arithmetic
+unset ACCELERATE_BACKEND
+NP=2 both one train HYBRID_SHARD
+show one
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "HYBRID_SHARD on 2 machines x 1: the launchers exited with $rc0 and $rc1"
 
 export ACCELERATE_BACKEND=gloo
 both gloo train HYBRID_SHARD
