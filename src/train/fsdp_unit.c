@@ -9,6 +9,7 @@
 #include "accelerate.h"
 #include "accelerate/fsdp.h"
 #include "backend/collcheck.h"
+#include "comm/group.h"
 #include "train/fsdp.h"
 
 /* A released buffer is filled with this word: a quiet NaN read as one float32, and two NaNs read as
@@ -36,7 +37,7 @@ static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const void *p) {
 
 size_t acc__fsdp_padded(const acc_fsdp *f, size_t u) {
   const acc__fsdp_unit *un = &f->units[u];
-  return f->sharded ? un->shard * (size_t)f->world : un->numel;
+  return f->sharded ? un->shard * (size_t)f->sworld : un->numel;
 }
 
 size_t acc__fsdp_esize(const acc_fsdp *f) { return f->dtype == ACC_F32 ? sizeof(float) : sizeof(uint16_t); }
@@ -134,13 +135,13 @@ acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind) {
   const acc__fsdp_unit *un = &f->units[u];
   (void)kind;
   /* each process's block of dst is its shard (rounded to the table's 16-bit dtype: half the
-   * bytes on the wire): the all-gather in place */
+   * bytes on the wire): the all-gather in place, over the shard group */
   const size_t es = acc__fsdp_esize(f);
-  void *mine = (char *)dst + un->shard * (size_t)f->rank * es;
+  void *mine = (char *)dst + un->shard * (size_t)f->srank * es;
   if (f->dtype == ACC_F32) memcpy(mine, f->master + un->shard_at, un->shard * sizeof(float));
   else acc__fsdp_narrow(f, mine, f->master + un->shard_at, un->shard);
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
-  acc_result rc = acc_all_gather(f->st, mine, dst, un->shard, f->dtype);
+  acc_result rc = acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
   return ACC_OK;
 }
@@ -332,7 +333,7 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
   const float scale = 1.0f / (float)f->world;
   acc_result rc;
   if (f->sharded) {
-    size_t padded = un->shard * (size_t)f->world;
+    size_t padded = un->shard * (size_t)f->sworld;
     float *send = g;
     float *tmp = NULL;
     if (padded > un->numel && !scratch) {
@@ -344,9 +345,13 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       }
       memset(send + un->numel, 0, (padded - un->numel) * sizeof(float));
     }
-    float *out = send + un->shard * (size_t)f->rank; /* in place: this process's block */
+    float *out = send + un->shard * (size_t)f->srank; /* in place: this process's block */
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
-    rc = acc_reduce_scatter(f->st, send, out, un->shard, ACC_F32, ACC_SUM);
+    rc = acc__comm_group_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM);
+    if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
+      acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+      rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM);
+    }
     if (rc == ACC_OK)
       for (size_t i = 0; i < un->shard; i++) dst[i] += out[i] * scale;
     acc__free(tmp);
@@ -431,9 +436,10 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
   ACC_CHECK(acc__fsdp_unscale(f, "acc_fsdp_clip_grad_norm")); /* fp16: clip what the optimizer steps */
   /* this process's part: its range of each unit (padding left out; NO_SHARD: counted on process 0
-   * only, then shared, so the norm is never counted N times) */
+   * only, HYBRID: on the first machine's processes only, then shared, so no shard is counted
+   * twice) */
   double local = 0;
-  int count_here = f->sharded || f->rank == 0;
+  int count_here = f->sharded ? f->replica == 0 : f->rank == 0;
   if (count_here)
     for (size_t k = 0; k < f->nunits; k++) {
       const acc__fsdp_unit *u = &f->units[k];
