@@ -14,7 +14,10 @@
  * operation instead of a hang, and an MPI error (MPI_ERRORS_RETURN) gives ACC_ERR_BACKEND.
  * MPI cannot cancel a started collective: after either failure the group is marked broken,
  * later calls fail at once, and destroy skips MPI_Finalize (which would wait for the peers);
- * the process should exit, and mpirun then stops the job. */
+ * the process should exit, and mpirun then stops the job.
+ *
+ * Subgroups (backend.h): on several machines with several processes each, two communicators split
+ * at start-up, the machine's ranks and this local rank's rail (make_subgroups). */
 #include <limits.h>
 #include <mpi.h>
 #include <sched.h>
