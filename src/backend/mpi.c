@@ -550,7 +550,15 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
         goto fail;
       }
   /* several machines with several processes each: the subgroups (FSDP's HYBRID strategies) */
-  if (info->local_size > 1 && info->local_size < info->size && (rc = make_subgroups(m, info->local_size)) != ACC_OK) goto fail;
+  if (info->size > 1) { /* every process decides alike: the same local size everywhere (one allreduce) */
+    int k[2] = {info->local_size, -info->local_size};
+    if ((err = MPI_Allreduce(MPI_IN_PLACE, k, 2, MPI_INT, MPI_MIN, m->comm)) != MPI_SUCCESS) {
+      rc = mpi_fail(be, err, "MPI_Allreduce (local sizes)");
+      goto fail;
+    }
+    int even = k[0] == -k[1] && k[0] > 1 && k[0] < info->size && info->size % k[0] == 0;
+    if (even && (rc = make_subgroups(m, k[0])) != ACC_OK) goto fail;
+  }
   *out = be;
   return ACC_OK;
 fail:
