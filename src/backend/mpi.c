@@ -14,7 +14,10 @@
  * operation instead of a hang, and an MPI error (MPI_ERRORS_RETURN) gives ACC_ERR_BACKEND.
  * MPI cannot cancel a started collective: after either failure the group is marked broken,
  * later calls fail at once, and destroy skips MPI_Finalize (which would wait for the peers);
- * the process should exit, and mpirun then stops the job. */
+ * the process should exit, and mpirun then stops the job.
+ *
+ * Subgroups (backend.h): on several machines with several processes each, two communicators split
+ * at start-up, the machine's ranks and this local rank's rail (make_subgroups). */
 #include <limits.h>
 #include <mpi.h>
 #include <sched.h>
@@ -39,6 +42,12 @@ typedef struct mpi_backend {
   char broken_why[256];
   MPI_Datatype f16_type, bf16_type;
   MPI_Op half_ops[2][3]; /* [f16|bf16][sum|min|max] */
+  /* The subgroups (backend.h's subgroup op), made at start-up on several machines: [0] this
+   * machine's processes (ranks m*K .. m*K+K-1, K the local size: the placement the callers
+   * require and check), [1] this local rank's rail (rank % K, ranked as the job); NULL otherwise. A subgroup borrows its parent's
+   * datatypes and ops (parent non-NULL) and frees only its communicator. */
+  struct mpi_backend *sub[2];
+  struct mpi_backend *parent;
 } mpi_backend;
 
 static mpi_backend *as_mpi(acc__backend *be) { return (mpi_backend *)be; }
@@ -389,6 +398,15 @@ static void mpi_destroy(acc__backend *be) {
   mpi_backend *m = as_mpi(be);
   int finalized = 0;
   MPI_Finalized(&finalized);
+  for (int i = 0; i < 2; i++)
+    if (m->sub[i]) {
+      if (m->sub[i]->broken) m->broken = 1; /* a collective in flight there: leave MPI as it is */
+      if (!finalized && !m->broken && m->sub[i]->comm != MPI_COMM_NULL) MPI_Comm_free(&m->sub[i]->comm);
+      acc__free(m->sub[i]);
+    }
+  if (m->parent) { /* a subgroup: its parent frees it */
+    return;
+  }
   /* A broken group has a collective MPI cannot cancel: freeing the communicator or finalizing
    * would wait for the peers, which may never come. Leave MPI as it is. */
   if (!finalized && !m->broken) {
@@ -404,12 +422,56 @@ static void mpi_destroy(acc__backend *be) {
 }
 
 /* Tags: comm.c compares them with a 16-byte all_reduce before each collective (checks_tags 0). */
+static acc_result mpi_subgroup(acc__backend *be, int which, acc__backend **out);
+
 static const acc__backend_ops mpi_ops = {
     "mpi",          mpi_barrier, mpi_broadcast,    mpi_all_reduce, mpi_reduce,
     mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,    NULL,
     0,              mpi_reduce_scatter, NULL, NULL, NULL, /* no memory to share */
-    NULL, /* no subgroups (across machines HYBRID is refused; one machine: comm.c's rule) */
+    mpi_subgroup,
 };
+
+static acc_result mpi_subgroup(acc__backend *be, int which, acc__backend **out) {
+  mpi_backend *m = as_mpi(be);
+  *out = NULL;
+  if (which != ACC__GROUP_LOCAL && which != ACC__GROUP_RAIL)
+    return acc__error(ACC_ERR_INVALID_ARGUMENT, "MPI backend: group %d is not a subgroup", which);
+  mpi_backend *g = m->sub[which == ACC__GROUP_LOCAL ? 0 : 1];
+  if (!g)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "MPI backend: no subgroups were made (they are made at start-up "
+                      "when the job spans several machines with several processes each)");
+  *out = g->base.size > 1 ? &g->base : NULL;
+  return ACC_OK;
+}
+
+/* The subgroups: a collective of every process at start-up (two MPI_Comm_split). */
+static acc_result make_subgroups(mpi_backend *m, int k) {
+  MPI_Comm c[2] = {MPI_COMM_NULL, MPI_COMM_NULL};
+  int err = MPI_Comm_split(m->comm, m->base.rank / k, m->base.rank, &c[0]);
+  if (err == MPI_SUCCESS) err = MPI_Comm_split(m->comm, m->base.rank % k, m->base.rank, &c[1]);
+  if (err != MPI_SUCCESS) {
+    for (int i = 0; i < 2; i++)
+      if (c[i] != MPI_COMM_NULL) MPI_Comm_free(&c[i]);
+    return mpi_fail(&m->base, err, "MPI_Comm_split (subgroups)");
+  }
+  for (int i = 0; i < 2; i++) {
+    mpi_backend *g = acc__calloc(1, sizeof *g);
+    if (!g) {
+      for (int j = i; j < 2; j++) MPI_Comm_free(&c[j]);
+      return ACC_ERR_NOMEM;
+    }
+    *g = *m;
+    g->sub[0] = g->sub[1] = NULL;
+    g->parent = m;
+    g->we_initialized = 0;
+    g->comm = c[i];
+    MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(g->comm, &g->base.rank);
+    MPI_Comm_size(g->comm, &g->base.size);
+    m->sub[i] = g;
+  }
+  return ACC_OK;
+}
 
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info) {
   int initialized = 0, finalized = 0;
@@ -487,6 +549,16 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
         rc = mpi_fail(be, err, "MPI_Op_create");
         goto fail;
       }
+  /* several machines with several processes each: the subgroups (FSDP's HYBRID strategies) */
+  if (info->size > 1) { /* every process decides alike: the same local size everywhere (one allreduce) */
+    int k[2] = {info->local_size, -info->local_size};
+    if ((err = MPI_Allreduce(MPI_IN_PLACE, k, 2, MPI_INT, MPI_MIN, m->comm)) != MPI_SUCCESS) {
+      rc = mpi_fail(be, err, "MPI_Allreduce (local sizes)");
+      goto fail;
+    }
+    int even = k[0] == -k[1] && k[0] > 1 && k[0] < info->size && info->size % k[0] == 0;
+    if (even && (rc = make_subgroups(m, k[0])) != ACC_OK) goto fail;
+  }
   *out = be;
   return ACC_OK;
 fail:
