@@ -248,7 +248,8 @@ static double rel_diff(const float *a, const float *b, size_t n) {
 
 static int parse_strategy(const char *s) {
   return !strcmp(s, "FULL_SHARD") ? ACC_FSDP_FULL_SHARD : !strcmp(s, "SHARD_GRAD_OP") ? ACC_FSDP_SHARD_GRAD_OP
-         : !strcmp(s, "NO_SHARD") ? ACC_FSDP_NO_SHARD : ACC_UNSET;
+         : !strcmp(s, "NO_SHARD") ? ACC_FSDP_NO_SHARD : !strcmp(s, "HYBRID_SHARD") ? ACC_FSDP_HYBRID_SHARD
+                                                    : ACC_UNSET;
 }
 
 /* The 16-bit values a forward gathers are the master weights rounded, every element. */
