@@ -81,6 +81,17 @@ acc_result acc__typed_add(acc_model *m, const acc_param_spec *table, size_t coun
 /* model.c: frees a group's master and grad32 (on its device while that device is open). */
 void acc__typed_group_free(acc__typed_group *g);
 
+/* A model whose parameters and gradients are device memory that its owner steps (FSDP on a
+ * device, fsdp_optim.c): acc_optimizer_step and acc_optimizer_zero_grad call these instead of
+ * their host loops. */
+typedef struct acc__model_stepper {
+  acc_result (*step)(void *ctx, acc_optimizer *opt);
+  acc_result (*zero_grad)(void *ctx, acc_optimizer *opt);
+  void *ctx;
+} acc__model_stepper;
+void acc__model_set_stepper(acc_model *m, const acc__model_stepper *s);
+const acc__model_stepper *acc__model_stepper_of(const acc_model *m); /* NULL: none */
+
 /* flat.c: the element count of one table row, checked (fn names the caller in the message). */
 acc_result acc__spec_numel(const acc_param_spec *s, size_t row, const char *fn, size_t *out);
 /* flat.c: ACC_ERR_MISMATCH when parameter index belongs to a bf16/fp16 table (fn: the float call). */
