@@ -34,13 +34,7 @@
 
 #include "acc_test.h"
 #include "accelerate.h"
-#include "device/device.h"
-
-#define ACC_CHECK(x)                 \
-  do {                               \
-    acc_result rc__ = (x);           \
-    if (rc__ != ACC_OK) return rc__; \
-  } while (0)
+#include "device/device.h" /* the CUDA probe; also ACC_CHECK (return on error) */
 
 enum { D = 7, H = 13, O = 3, G = 12, STEPS = 50, HALF = 25, MICRO = 2 };
 
