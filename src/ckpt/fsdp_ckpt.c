@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "accelerate.h"
 #include "accelerate/fsdp.h"
 #include "backend/collcheck.h"
@@ -545,6 +547,48 @@ static acc_result load_sharded_file(const acc_fsdp *f, staged *s, const char *pa
   return rc;
 }
 
+/* An accelerator's save_state (any ZeRO stage) writes the same model.safetensors and
+ * optimizer.safetensors (state.<row>.<buffer>) as a FULL_STATE_DICT, but its optimizer scalars
+ * (kind, step, lr, ...) in optimizer.json rather than in the tensors file's metadata: read them
+ * from there, so such a checkpoint resumes under FSDP with its step count (docs/fsdp.md). */
+static acc_result load_accel_scalars(staged *s, const char *dir) {
+  char *path = acc__path_join(dir, "optimizer.json");
+  if (!path) return ACC_ERR_NOMEM;
+  if (!acc__is_file(path)) {
+    acc__free(path);
+    return ACC_OK;
+  }
+  json_t *j = NULL;
+  json_error_t err;
+  acc_result rc = acc__json_load_regular(path, "checkpoint file", 0, &j, &err);
+  if (rc == ACC_OK && !j)
+    rc = acc__error(ACC_ERR_FORMAT, "acc_fsdp_load_state: checkpoint file '%s' is not valid JSON (line %d: %s)", path,
+                    err.line, err.text);
+  else if (rc == ACC_OK && !json_is_object(j))
+    rc = acc__error(ACC_ERR_FORMAT, "acc_fsdp_load_state: checkpoint file '%s' must hold a JSON object", path);
+  const char *key;
+  json_t *v;
+  if (rc == ACC_OK) json_object_foreach(j, key, v) {
+      if (strncmp(key, "group", 5) == 0) {
+        rc = acc__error(ACC_ERR_MISMATCH, "acc_fsdp_load_state: '%s' holds parameter group scalar '%s': the optimizer "
+                        "over FSDP shards has one group, so a checkpoint of several groups cannot resume under FSDP",
+                        path, key);
+        break;
+      }
+      if (!json_is_number(v)) {
+        rc = acc__error(ACC_ERR_FORMAT, "acc_fsdp_load_state: checkpoint file '%s': \"%s\" is not a number", path, key);
+        break;
+      }
+      char text[40];
+      snprintf(text, sizeof text, "%.17g", json_number_value(v));
+      rc = staged_scalar(s, key, text);
+      if (rc != ACC_OK) break;
+    }
+  json_decref(j);
+  acc__free(path);
+  return rc;
+}
+
 static acc_result load_full_files(const acc_fsdp *f, staged *s, const char *dir) {
   char *path = acc__path_join(dir, FULL_MODEL);
   if (!path) return ACC_ERR_NOMEM;
@@ -599,6 +643,7 @@ static acc_result load_full_files(const acc_fsdp *f, staged *s, const char *dir)
   }
   acc_safetensors_close(st);
   acc__free(path);
+  if (rc == ACC_OK && s->nscal == 0) rc = load_accel_scalars(s, dir);
   return rc;
 }
 
