@@ -552,10 +552,7 @@ void acc_fsdp_destroy(acc_fsdp *f) {
   acc__fsdp_optim_free(f);
   acc__fsdp_mem_free(f, f->master);
   acc__fsdp_mem_free(f, f->gshard);
-  if (f->dev) {
-    acc__device_free(f->dev->dev, f->d_coef);
-    acc__device_free(f->dev->dev, f->d_partials);
-  }
+  acc__fsdp_mem_release(f);
   f->magic = 0;
   acc__free(f);
 }

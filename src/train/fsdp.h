@@ -65,6 +65,7 @@ struct acc_fsdp {
   struct acc__devctx *dev;
   float *d_coef;                /* the clip coefficient for the scale kernel */
   double *d_partials;           /* norm partial sums */
+  void *h_stage;                /* host staging of the poison check and the max norm (kept) */
   size_t d_partials_cap;
   acc_optimizer *dopt;          /* the optimizer whose state d_state holds (fsdp_optim.c) */
   float *d_state[2];            /* its state over master: momentum, or exp_avg and exp_avg_sq */

@@ -16,6 +16,26 @@
 static acc__device *dev_of(const acc_fsdp *f) { return f->dev->dev; }
 static acc__dstream *stream_of(const acc_fsdp *f) { return f->dev->stream; }
 
+/* The host staging buffer (STAGE_ELEMS floats, page-locked where the device has it), taken once:
+ * the poison check runs at every begin call. */
+static acc_result stage(acc_fsdp *f, void **out) {
+  if (!f->h_stage) ACC_CHECK(acc__device_host_alloc(dev_of(f), STAGE_ELEMS * sizeof(float), &f->h_stage));
+  *out = f->h_stage;
+  return ACC_OK;
+}
+
+void acc__fsdp_mem_release(acc_fsdp *f) {
+  if (!f->dev) return;
+  acc__dstream_sync(dev_of(f), stream_of(f));
+  acc__device_free(dev_of(f), f->d_coef);
+  acc__device_free(dev_of(f), f->d_partials);
+  acc__device_host_free(dev_of(f), f->h_stage);
+  f->d_coef = NULL;
+  f->d_partials = NULL;
+  f->d_partials_cap = 0;
+  f->h_stage = NULL;
+}
+
 acc_result acc__fsdp_mem_alloc(acc_fsdp *f, size_t n, float **out) {
   size_t bytes = (n ? n : 1) * sizeof(float);
   *out = NULL;
@@ -134,7 +154,7 @@ acc_result acc__fsdp_mem_poison_find(acc_fsdp *f, const float *p, size_t n, size
   }
   size_t chunk = n < STAGE_ELEMS ? n : STAGE_ELEMS;
   uint32_t *h = NULL;
-  ACC_CHECK(acc__device_host_alloc(dev_of(f), chunk * sizeof *h, (void **)&h));
+  ACC_CHECK(stage(f, (void **)&h));
   acc_result rc = ACC_OK;
   for (size_t off = 0; off < n && rc == ACC_OK && *at == SIZE_MAX; off += chunk) {
     size_t m = n - off < chunk ? n - off : chunk;
@@ -145,7 +165,6 @@ acc_result acc__fsdp_mem_poison_find(acc_fsdp *f, const float *p, size_t n, size
       if (k != SIZE_MAX) *at = off + k;
     }
   }
-  acc__device_host_free(dev_of(f), h);
   return rc;
 }
 
@@ -175,7 +194,7 @@ acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum
   if (max) { /* no max kernel: bounded host staging */
     size_t chunk = n < STAGE_ELEMS ? n : STAGE_ELEMS;
     float *h = NULL;
-    ACC_CHECK(acc__device_host_alloc(dev_of(f), chunk * sizeof *h, (void **)&h));
+    ACC_CHECK(stage(f, (void **)&h));
     acc_result rc = ACC_OK;
     for (size_t off = 0; off < n && rc == ACC_OK; off += chunk) {
       size_t m = n - off < chunk ? n - off : chunk;
@@ -183,7 +202,6 @@ acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum
       if (rc == ACC_OK) rc = acc__dstream_sync(dev_of(f), stream_of(f));
       if (rc == ACC_OK) host_max(h, m, max);
     }
-    acc__device_host_free(dev_of(f), h);
     return rc;
   }
   /* the partial sums on the device, read back (n / 4096 doubles) and added in order */

@@ -37,6 +37,8 @@ acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum
  * after FSDP's. No-ops on the host. */
 acc_result acc__fsdp_mem_enter(acc_fsdp *f);
 acc_result acc__fsdp_mem_leave(acc_fsdp *f);
+/* Frees the device scalars and host staging fsdp_mem.c keeps (destroy). */
+void acc__fsdp_mem_release(acc_fsdp *f);
 /* Waits for everything FSDP queued on the compute stream. */
 acc_result acc__fsdp_mem_sync(acc_fsdp *f);
 
