@@ -11,12 +11,13 @@
  *       the device shards. Process 0 writes the STRATEGY run's final parameters and clip norms to
  *       OUT (a CPU run's file and a fake-device run's must be byte-identical: `same`).
  *   test_fsdp_device same A B [TOL]       the files are identical (TOL: within TOL relative).
- *   test_fsdp_device save STRATEGY DEVICE DIR
- *       25 steps, acc_fsdp_save_state (SHARDED_STATE_DICT) into DIR/ckpt, 25 more; process 0
- *       writes the final parameters to DIR/expected.
+ *   test_fsdp_device save STRATEGY DEVICE DIR [FULL]
+ *       25 steps, acc_fsdp_save_state (SHARDED_STATE_DICT; FULL: FULL_STATE_DICT) into DIR/ckpt, 25
+ *       more; process 0 writes the final parameters to DIR/expected.
  *   test_fsdp_device resume STRATEGY DEVICE DIR
  *       a new run takes one step of its own (so that the device optimizer state exists and differs),
- *       loads DIR/ckpt, trains steps 25-49: its parameters must be DIR/expected bit for bit.
+ *       loads DIR/ckpt, trains steps 25-49: its parameters must be DIR/expected bit for bit (on
+ *       the saving process count; DEVICE may differ from the saving run's).
  *   test_fsdp_device fault              (fake device, one process) the pointers the begin calls
  *       return and the shards under acc_fsdp_model are device memory: a host read or write dies by
  *       SIGSEGV; a released buffer reads back NaN through a device copy, and a write into it (a
@@ -54,10 +55,12 @@ typedef struct run {
   size_t u[4];
 } run;
 
+static int sdt = ACC_FSDP_SHARDED_STATE_DICT; /* save / resume: the last argument FULL: FULL_STATE_DICT */
+
 static acc_result make_run(run *r, int strategy) {
   acc_fsdp_plugin pl = ACC_FSDP_PLUGIN_INIT;
   pl.sharding_strategy = strategy;
-  pl.state_dict_type = ACC_FSDP_SHARDED_STATE_DICT;
+  pl.state_dict_type = sdt;
   ACC_CHECK(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &r->f));
   ACC_CHECK(acc_fsdp_add_unit(r->f, "layer1", 0, 2, &r->u[0]));
   ACC_CHECK(acc_fsdp_add_unit(r->f, "layer2", 2, 2, &r->u[1]));
@@ -427,6 +430,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "unknown strategy %s\n", argv[2]);
       return 2;
     }
+    if (argc > 5 && !strcmp(argv[5], "FULL")) sdt = ACC_FSDP_FULL_STATE_DICT;
     open_acc(argv[3]);
     if (!strcmp(argv[1], "train")) test_train(strategy, argv[4]);
     else if (!strcmp(argv[1], "save")) test_save(strategy, argv[4]);
