@@ -24,6 +24,7 @@
 #include "comm.h"
 #include "control.h"
 #include "data.h"
+#include "fsdp.h"
 #include "obs.h"
 #include "program_state.h"
 
@@ -71,6 +72,15 @@ typedef enum acc_entry_point {
   ACC_ENTRY_SAVE_MODEL = 35,
   ACC_ENTRY_LOG_EX = 36,
   ACC_ENTRY_DATALOADER_NEXT = 37,
+  ACC_ENTRY_FSDP_PREPARE = 38,
+  ACC_ENTRY_FSDP_UNIT_FORWARD_BEGIN = 39,
+  ACC_ENTRY_FSDP_UNIT_FORWARD_END = 40,
+  ACC_ENTRY_FSDP_UNIT_BACKWARD_BEGIN = 41,
+  ACC_ENTRY_FSDP_UNIT_BACKWARD_END = 42,
+  ACC_ENTRY_FSDP_CLIP_GRAD_NORM = 43,
+  ACC_ENTRY_FSDP_SAVE_STATE = 44,
+  ACC_ENTRY_FSDP_LOAD_STATE = 45,
+  ACC_ENTRY_FSDP_SAVE_MODEL = 46,
   ACC_ENTRY_COUNT_ /* not an entry point */
 } acc_entry_point;
 
@@ -182,6 +192,20 @@ ACC_EXTERN const char *acc_entry_point_name(int entry);
 #define acc_log_ex(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_LOG_EX, acc_log_ex, __VA_ARGS__)
 #define acc_dataloader_next(...) \
   ACC_CALL_SITE_WRAP(ACC_ENTRY_DATALOADER_NEXT, acc_dataloader_next, __VA_ARGS__)
+#define acc_fsdp_prepare(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_PREPARE, acc_fsdp_prepare, __VA_ARGS__)
+#define acc_fsdp_unit_forward_begin(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNIT_FORWARD_BEGIN, acc_fsdp_unit_forward_begin, __VA_ARGS__)
+#define acc_fsdp_unit_forward_end(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNIT_FORWARD_END, acc_fsdp_unit_forward_end, __VA_ARGS__)
+#define acc_fsdp_unit_backward_begin(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNIT_BACKWARD_BEGIN, acc_fsdp_unit_backward_begin, __VA_ARGS__)
+#define acc_fsdp_unit_backward_end(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_UNIT_BACKWARD_END, acc_fsdp_unit_backward_end, __VA_ARGS__)
+#define acc_fsdp_clip_grad_norm(...) \
+  ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_CLIP_GRAD_NORM, acc_fsdp_clip_grad_norm, __VA_ARGS__)
+#define acc_fsdp_save_state(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_SAVE_STATE, acc_fsdp_save_state, __VA_ARGS__)
+#define acc_fsdp_load_state(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_LOAD_STATE, acc_fsdp_load_state, __VA_ARGS__)
+#define acc_fsdp_save_model(...) ACC_CALL_SITE_WRAP(ACC_ENTRY_FSDP_SAVE_MODEL, acc_fsdp_save_model, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -82,6 +82,15 @@ static const char *const entry_names[ACC_ENTRY_COUNT_] = {
     [ACC_ENTRY_SAVE_MODEL] = "acc_save_model",
     [ACC_ENTRY_LOG_EX] = "acc_log_ex",
     [ACC_ENTRY_DATALOADER_NEXT] = "acc_dataloader_next",
+    [ACC_ENTRY_FSDP_PREPARE] = "acc_fsdp_prepare",
+    [ACC_ENTRY_FSDP_UNIT_FORWARD_BEGIN] = "acc_fsdp_unit_forward_begin",
+    [ACC_ENTRY_FSDP_UNIT_FORWARD_END] = "acc_fsdp_unit_forward_end",
+    [ACC_ENTRY_FSDP_UNIT_BACKWARD_BEGIN] = "acc_fsdp_unit_backward_begin",
+    [ACC_ENTRY_FSDP_UNIT_BACKWARD_END] = "acc_fsdp_unit_backward_end",
+    [ACC_ENTRY_FSDP_CLIP_GRAD_NORM] = "acc_fsdp_clip_grad_norm",
+    [ACC_ENTRY_FSDP_SAVE_STATE] = "acc_fsdp_save_state",
+    [ACC_ENTRY_FSDP_LOAD_STATE] = "acc_fsdp_load_state",
+    [ACC_ENTRY_FSDP_SAVE_MODEL] = "acc_fsdp_save_model",
 };
 
 const char *acc_entry_point_name(int entry) {

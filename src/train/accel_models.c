@@ -113,12 +113,11 @@ static acc_result zero_layout(acc__pmodel *pm, acc_state *st, size_t bucket_cap)
   for (size_t i = 0; i < np; i++) {
     const acc_param *p = acc_model_parameter(m, i);
     int g = acc_model_requires_grad(m, i);
-    pm->zoff[i] = g ? t : SIZE_MAX;
+    pm->zoff[i] = g ? t : SIZE_MAX; /* end to end, as acc__model_zero_span counts them */
     if (g) t += p->numel;
     if (g && p->numel > big) big = p->numel;
   }
-  pm->ztotal = t;
-  pm->zshard = t ? (t + n - 1) / n : 1; /* padded, never refused */
+  pm->zshard = acc__model_zero_span(m, n, &pm->ztotal);
   if (n == 1) return ACC_OK; /* one process owns everything: no exchange buffer */
   if (pm->zero == 1) {
     pm->zflat = acc__calloc(pm->zshard * n, sizeof(float));

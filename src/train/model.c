@@ -126,6 +126,14 @@ void acc__model_mark(acc_model *m, size_t i, size_t flat_first) {
   m->flat_first[i] = flat_first;
 }
 
+size_t acc__model_zero_span(const acc_model *m, size_t n, size_t *total) {
+  size_t t = 0;
+  for (size_t i = 0; i < m->count; i++)
+    if (acc_model_requires_grad(m, i)) t += m->params[i].numel;
+  if (total) *total = t;
+  return t && n ? (t + n - 1) / n : 1; /* padded, never refused */
+}
+
 size_t acc__model_flat_first(const acc_model *m, size_t i) { return i < m->count ? m->flat_first[i] : SIZE_MAX; }
 
 void acc__model_set_grad(acc_model *m, size_t i, float *grad) {

@@ -92,6 +92,12 @@ typedef struct acc__model_stepper {
 void acc__model_set_stepper(acc_model *m, const acc__model_stepper *s);
 const acc__model_stepper *acc__model_stepper_of(const acc_model *m); /* NULL: none */
 
+/* ZeRO's one layout of m over n processes: the parameters that take a gradient, end to end in
+ * index order (*total elements), cut into n shards of the returned length, ceil(total / n) (1 when
+ * total is 0); process r owns [r * shard, (r + 1) * shard), clipped to total. Both the library's
+ * CPU ZeRO (accel_models.c) and acc_accelerator_zero_shard (zero_shard.c) use it. */
+size_t acc__model_zero_span(const acc_model *m, size_t n, size_t *total);
+
 /* flat.c: the element count of one table row, checked (fn names the caller in the message). */
 acc_result acc__spec_numel(const acc_param_spec *s, size_t row, const char *fn, size_t *out);
 /* flat.c: ACC_ERR_MISMATCH when parameter index belongs to a bf16/fp16 table (fn: the float call). */

@@ -23,10 +23,8 @@
 #define GATHER_CHUNK ((size_t)1 << 20)
 
 static void layout(const acc_model *m, int rank, int n, size_t *total, size_t *lo, size_t *hi) {
-  size_t t = 0;
-  for (size_t i = 0; i < acc_model_num_parameters(m); i++)
-    if (acc_model_requires_grad(m, i)) t += acc_model_parameter(m, i)->numel;
-  size_t shard = t ? (t + (size_t)n - 1) / (size_t)n : 1;
+  size_t t;
+  size_t shard = acc__model_zero_span(m, (size_t)n, &t);
   size_t a = (size_t)rank * shard;
   *total = t;
   *lo = a < t ? a : t;

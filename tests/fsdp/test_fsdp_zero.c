@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "acc_test.h"
 #include "accelerate.h"
@@ -211,6 +212,12 @@ static acc_result fs_step(fs *r, int step, int die) {
     const float *pk;
     rc = acc_fsdp_unit_forward_begin(r->f, r->u[k], &pk);
     if (rc != ACC_OK) break;
+    if (die == 2 && k == 1) {
+      fprintf(stderr, "[rank %d] test_fsdp_zero: stopping on purpose at step %d, inside unit layer2's forward\n",
+              rank, step);
+      fflush(stderr);
+      for (;;) pause(); /* a hung process: alive, in no collective; the launcher ends it */
+    }
     if (die && k == 1) {
       fprintf(stderr, "[rank %d] test_fsdp_zero: dying on purpose at step %d, inside unit layer2's forward\n", rank,
               step);
@@ -337,11 +344,30 @@ static int run_elastic(const char *dir, const char *strategy) {
   return acc_test_finish("test_fsdp_zero");
 }
 
+/* Process 1 stops (alive, in no collective) inside unit layer2's forward at step 3; the others wait
+ * in the next FSDP collective, print a hang report naming it, and fail at ACCELERATE_TIMEOUT with
+ * an error naming the unit (checked by the ctest's output regex): never a silent hang. */
+static int run_hang(const char *strategy) {
+  acc_accelerator *acc = open_acc();
+  fs r;
+  REQUIRE_OK(make_fs(acc, strategy, &r));
+  for (int step = 0; step < 5; step++) {
+    acc_result rc = fs_step(&r, step, step == 3 && rank == 1 ? 2 : 0);
+    if (rc != ACC_OK) {
+      fprintf(stderr, "[rank %d] test_fsdp_zero: step %d failed: %s\n", rank, step, acc_last_error());
+      return 1;
+    }
+  }
+  fprintf(stderr, "[rank %d] test_fsdp_zero: all 5 steps finished although process 1 stopped\n", rank);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "save")) return run_save(argv[2]);
   if (argc >= 4 && !strcmp(argv[1], "resume")) return run_resume(argv[2], argv[3], 1);
   if (argc >= 4 && !strcmp(argv[1], "fresh")) return run_resume(argv[2], argv[3], 0);
   if (argc >= 4 && !strcmp(argv[1], "elastic")) return run_elastic(argv[2], argv[3]);
+  if (argc >= 3 && !strcmp(argv[1], "hang")) return run_hang(argv[2]);
   fprintf(stderr, "usage: test_fsdp_zero save DIR | resume DIR STRATEGY | fresh DIR STRATEGY | elastic DIR STRATEGY\n");
   return 2;
 }
