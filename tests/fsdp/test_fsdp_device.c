@@ -21,7 +21,8 @@
  *   test_fsdp_device fault              (fake device, one process) the pointers the begin calls
  *       return and the shards under acc_fsdp_model are device memory: a host read or write dies by
  *       SIGSEGV; a released buffer reads back NaN through a device copy, and a write into it (a
- *       device copy) is reported by the next begin call.
+ *       device copy) is reported by the next begin call; prepare from init_params in device
+ *       memory gives the shards prepare from host memory gives.
  *   test_fsdp_device probe              exit 77 unless a CUDA GPU is usable.
  */
 #include <math.h>
@@ -57,6 +58,8 @@ typedef struct run {
 
 static int sdt = ACC_FSDP_SHARDED_STATE_DICT; /* save / resume: the last argument FULL: FULL_STATE_DICT */
 
+static int dev_init; /* fault: init_params in device memory */
+
 static acc_result make_run(run *r, int strategy) {
   acc_fsdp_plugin pl = ACC_FSDP_PLUGIN_INIT;
   pl.sharding_strategy = strategy;
@@ -68,7 +71,14 @@ static acc_result make_run(run *r, int strategy) {
   ACC_CHECK(acc_fsdp_add_unit(r->f, "head_bias", 5, 1, &r->u[3]));
   float *p = malloc(NUMEL * sizeof *p); /* host memory: the library copies its ranges to the device */
   for (size_t i = 0; i < NUMEL; i++) p[i] = 0.4f * (float)cos(0.91 * (double)i);
-  acc_result rc = acc_fsdp_prepare(r->f, p);
+  float *d = NULL;
+  acc_result rc = ACC_OK;
+  if (dev_init) {
+    rc = acc_accelerator_alloc(acc, NUMEL * sizeof *p, (void **)&d);
+    if (rc == ACC_OK) rc = acc_accelerator_memcpy(acc, d, p, NUMEL * sizeof *p, ACC_COPY_HOST_TO_DEVICE);
+  }
+  if (rc == ACC_OK) rc = acc_fsdp_prepare(r->f, dev_init ? d : p);
+  acc_accelerator_free(acc, d);
   free(p);
   ACC_CHECK(rc);
   acc_adamw_options ao;
@@ -406,6 +416,18 @@ static void test_fault(void) {
   CHECK_OK(acc_fsdp_clip_grad_norm(r.f, 1.0f, INFINITY, &clip));
   CHECK(clip == 0.0f, "the max norm of zero gradients is 0 (%g)", (double)clip);
   free_run(&r);
+  /* init_params in device memory: the same shards as from host memory */
+  run h = {0}, dv = {0};
+  float ph[NUMEL], pd[NUMEL];
+  REQUIRE_OK(make_run(&h, ACC_FSDP_FULL_SHARD));
+  dev_init = 1;
+  REQUIRE_OK(make_run(&dv, ACC_FSDP_FULL_SHARD));
+  dev_init = 0;
+  REQUIRE_OK(full_params(&h, ph));
+  REQUIRE_OK(full_params(&dv, pd));
+  CHECK(memcmp(ph, pd, sizeof ph) == 0 && ph[5] != 0.0f, "prepare from device memory gives the same parameters");
+  free_run(&h);
+  free_run(&dv);
 }
 
 static int probe(void) {
