@@ -746,9 +746,11 @@ int main(int argc, char **argv) {
     acc_fsdp_memory fm;
     TRY(acc_fsdp_memory_stats(fr.f, &fm));
     acc_print(st, "fsdp: %s, %zu units (embed, %d blocks, ln_f); this process holds %zu of %zu parameters\n",
-              acc_fsdp_strategy(fr.f) == ACC_FSDP_FULL_SHARD      ? "FULL_SHARD"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
-                                                                  : "NO_SHARD",
+              acc_fsdp_strategy(fr.f) == ACC_FSDP_FULL_SHARD           ? "FULL_SHARD"
+              : acc_fsdp_strategy(fr.f) == ACC_FSDP_SHARD_GRAD_OP      ? "SHARD_GRAD_OP"
+              : acc_fsdp_strategy(fr.f) == ACC_FSDP_HYBRID_SHARD       ? "HYBRID_SHARD"
+              : acc_fsdp_strategy(fr.f) == ACC_FSDP_HYBRID_SHARD_ZERO2 ? "HYBRID_SHARD_ZERO2"
+                                                                       : "NO_SHARD",
               acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float), fm.total_params);
   }
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,

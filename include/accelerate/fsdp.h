@@ -34,8 +34,8 @@ typedef enum acc_fsdp_sharding_strategy {
   ACC_FSDP_FULL_SHARD = 1,     /* ZeRO-3: parameters gathered per unit, freed after forward */
   ACC_FSDP_SHARD_GRAD_OP = 2,  /* ZeRO-2 + sharded parameters between steps: kept from forward to backward */
   ACC_FSDP_NO_SHARD = 3,       /* DDP: every process holds everything, gradients all-reduced */
-  ACC_FSDP_HYBRID_SHARD = 4,   /* not yet: refused with a sentence */
-  ACC_FSDP_HYBRID_SHARD_ZERO2 = 5
+  ACC_FSDP_HYBRID_SHARD = 4,   /* FULL_SHARD inside a machine, replicated across machines (docs/fsdp.md) */
+  ACC_FSDP_HYBRID_SHARD_ZERO2 = 5 /* SHARD_GRAD_OP inside a machine, replicated across */
 } acc_fsdp_sharding_strategy;
 
 /** torch's BackwardPrefetch (FSDP_BACKWARD_PREFETCH), plus NO_PREFETCH. */

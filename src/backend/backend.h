@@ -53,6 +53,15 @@ typedef struct acc__backend_ops {
   acc_result (*alloc_shared)(acc__backend *be, size_t bytes, void **out);
   /* Optional, with alloc_shared. Local: frees p when it came from alloc_shared (1), else 0. */
   int (*free_shared)(acc__backend *be, void *p);
+  /* Optional (NULL: the backend offers no subgroups; comm.c answers for one machine itself and
+   * refuses otherwise). Local, no communication: the backend over `which` (ACC__GROUP_LOCAL:
+   * this machine's processes; ACC__GROUP_RAIL: the processes of this local rank, one per
+   * machine, ranked by machine) in *out, owned by be (never destroyed by the caller), whose rank
+   * and size are the group's. *out NULL: the group is this process alone. Every process of the
+   * job must then make the same subgroup calls in the same order (each group's members the same
+   * ones), as with the job's own collectives; comm.c numbers them with the job's counter and
+   * publishes their descriptor (be->call, with its group) to the group's backend. */
+  acc_result (*subgroup)(acc__backend *be, int which, acc__backend **out);
 } acc__backend_ops;
 
 struct acc__backend {

@@ -194,15 +194,18 @@ void acc__call_rec_describe(char *buf, size_t cap, const acc__call_rec *r) {
   char entry[80] = "";
   if (r->entry > 0 && r->entry < ACC_ENTRY_COUNT_)
     snprintf(entry, sizeof entry, " in %s", acc_entry_point_name(r->entry));
+  static const char *const groups[] = {"", " over this machine's processes", " over this local rank's rail"};
+  const char *grp = r->group > 0 && r->group < ACC__GROUP_COUNT_ ? groups[r->group] : "";
   if (site[0])
-    snprintf(buf, cap, "%s [%s]%s at %s:%d", shape, origin, entry, site, (int)r->line);
+    snprintf(buf, cap, "%s%s [%s]%s at %s:%d", shape, grp, origin, entry, site, (int)r->line);
   else
-    snprintf(buf, cap, "%s [%s]%s at an unknown call site", shape, origin, entry);
+    snprintf(buf, cap, "%s%s [%s]%s at an unknown call site", shape, grp, origin, entry);
 }
 
 static int same_call(const acc__call_rec *a, const acc__call_rec *b) {
   return a->seq == b->seq && a->op == b->op && a->dtype == b->dtype && a->red == b->red &&
          a->root == b->root && a->origin == b->origin && a->origin_index == b->origin_index &&
+         a->group == b->group &&
          (a->op == ACC__OP_ALL_GATHER_BYTES || a->count == b->count);
 }
 

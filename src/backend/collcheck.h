@@ -25,6 +25,12 @@ enum {
   ACC__OP_COUNT_
 };
 
+/* Which processes a collective runs over (the group field of a descriptor): the whole job, or
+ * one of the two subgroups a backend may offer (backend.h's subgroup op, comm/group.h): the
+ * processes of this machine, or the "rail" of this local rank (one process per machine). A
+ * subgroup call is numbered by the job's counter, so every process's numbers stay in step. */
+enum { ACC__GROUP_WORLD = 0, ACC__GROUP_LOCAL = 1, ACC__GROUP_RAIL = 2, ACC__GROUP_COUNT_ };
+
 /* Who makes a collective call. Library layers name themselves; everything else is a user call.
  * Calls of different origins never pair, even when their shapes agree. */
 typedef enum acc__origin {
@@ -82,10 +88,11 @@ typedef struct acc__call {
   int line;
   int32_t entry;        /* acc_entry_point whose call (at file:line) made it; 0: none */
   uint64_t tag;         /* acc__call_tag of the above */
+  int32_t group;        /* ACC__GROUP_*: the processes it runs over (0: the whole job) */
 } acc__call;
 
 /* 64-bit tag of everything every process must agree on: number, operation, dtype, count (not
- * for all_gather_bytes), root, reduction and origin. Equal calls give equal tags; calls that
+ * for all_gather_bytes), root, reduction, origin and group. Equal calls give equal tags; calls that
  * differ in one field always differ (the small fields are packed, and the number, the count and
  * the origin index are multiplied by different odd constants, which is injective), in several
  * fields at once they collide with probability ~2^-64. A few instructions: it is computed for
@@ -96,7 +103,7 @@ static inline uint64_t acc__call_tag(const acc__call *c) {
                    (uint64_t)(uint32_t)c->root << 32;
   uint64_t count = c->op == ACC__OP_ALL_GATHER_BYTES ? 0 : (uint64_t)c->count;
   return small ^ c->seq * 0x9e3779b97f4a7c15ull ^ count * 0xff51afd7ed558ccdull ^
-         (uint64_t)c->origin_index * 0xc4ceb9fe1a85ec53ull;
+         (uint64_t)c->origin_index * 0xc4ceb9fe1a85ec53ull ^ (uint64_t)c->group * 0x94d049bb133111ebull;
 }
 
 /* The same call as plain bytes (shared memory, exchanges): fixed size, no pointers. */
@@ -107,7 +114,7 @@ typedef struct acc__call_rec {
   int64_t count;
   int32_t origin, line;
   int64_t origin_index;
-  int32_t entry, reserved_;
+  int32_t entry, group;
   char site[ACC__SITE_CHARS]; /* file of the call site ("" when unknown), NUL-terminated */
 } acc__call_rec;
 
@@ -123,6 +130,7 @@ static inline void acc__call_rec_fields(acc__call_rec *r, const acc__call *c) {
   r->line = c->line;
   r->origin_index = c->origin_index;
   r->entry = c->entry;
+  r->group = c->group;
 }
 /* Copies the call site's file into r->site (the end of the path when it is too long). */
 void acc__call_rec_site(acc__call_rec *r, const char *file);

@@ -525,6 +525,7 @@ void op_destroy(acc__backend *be) {
 const acc__backend_ops gloo_ops = {
     "gloo",        op_barrier, op_broadcast, op_all_reduce, op_reduce, op_all_gather, op_gather,
     op_all_gather_v, op_destroy, nullptr, 1, op_reduce_scatter, nullptr, nullptr, nullptr,
+    nullptr,  // no subgroups: HYBRID across machines needs the hierarchical backend
 };
 
 }  // namespace

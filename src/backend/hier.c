@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/collcheck.h"
 #include "backend/hier.h"
 #include "backend/shm.h"
 
@@ -435,9 +436,25 @@ static void h_destroy(acc__backend *be) {
   acc__free(h);
 }
 
+/* The subgroups (backend.h): the machine's shm group and this local rank's gloo rail, the very
+ * backends the job's collectives use for their steps. Between the job's collectives they are
+ * idle (the rail thread of h_all_reduce has finished before it returns), so a subgroup call
+ * cannot cross one of the job's. The shm group checks the call tags itself and the gloo rail
+ * carries them in its header exchange, so a subgroup call that differs between processes fails
+ * with ACC_ERR_MISMATCH on every member; a dead member is seen by shm (its robust mutex, the
+ * board) or by gloo (a closed connection, else the timeout). */
+static acc_result h_subgroup(acc__backend *be, int which, acc__backend **out) {
+  hier_be *h = (hier_be *)be;
+  *out = NULL;
+  if (which == ACC__GROUP_LOCAL) *out = h->k > 1 ? h->local : NULL;
+  else if (which == ACC__GROUP_RAIL) *out = h->rail;
+  else return acc__error(ACC_ERR_INVALID_ARGUMENT, "hierarchical backend: group %d is not a subgroup", which);
+  return ACC_OK;
+}
+
 static const acc__backend_ops hier_ops = {
     "hierarchical", h_barrier, h_broadcast, h_all_reduce, h_reduce, h_all_gather, h_gather,
-    h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter, NULL, NULL, NULL,
+    h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter, NULL, NULL, NULL, h_subgroup,
 };
 
 acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,

@@ -408,6 +408,7 @@ static const acc__backend_ops mpi_ops = {
     "mpi",          mpi_barrier, mpi_broadcast,    mpi_all_reduce, mpi_reduce,
     mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,    NULL,
     0,              mpi_reduce_scatter, NULL, NULL, NULL, /* no memory to share */
+    NULL, /* no subgroups (across machines HYBRID is refused; one machine: comm.c's rule) */
 };
 
 acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *info) {

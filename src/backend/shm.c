@@ -109,6 +109,7 @@ static const acc__backend_ops shm_ops = {
     acc__shm_all_reduce_scaled_f32,
     acc__shm_alloc_shared,
     acc__shm_free_shared,
+    NULL, /* subgroup: shm is one machine; comm.c answers for one machine itself */
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */

@@ -55,6 +55,7 @@ static const acc__backend_ops single_ops = {
     NULL,              /* all_reduce_scaled_f32: comm.c multiplies */
     NULL,              /* alloc_shared: nothing to share */
     NULL,
+    NULL,              /* subgroup: comm.c answers for one machine */
 };
 
 acc_result acc__backend_single_create(acc__backend **out) {

@@ -120,11 +120,12 @@ static int state_of(const acc_fsdp *f, const acc_optimizer *opt, size_t i, size_
 
 static acc_result write_sharded(acc_fsdp *f, const acc_optimizer *opt, const char *tmp_dir) {
   if (!f->sharded && f->rank != 0) return ACC_OK; /* NO_SHARD: process 0 holds everything */
+  if (f->replica != 0) return ACC_OK; /* HYBRID: the first machine's processes write, the others hold replicas */
   size_t nstate = opt ? acc_optimizer_state_count(opt) : 0, nscal = opt ? acc_optimizer_scalar_count(opt) : 0;
   size_t cap = f->nunits * (1 + nstate), nt = 0;
   acc_tensor_view *v = acc__calloc(cap ? cap : 1, sizeof *v);
   char **names = acc__calloc(cap ? cap : 1, sizeof *names);
-  size_t nmeta = 7 + f->nunits + nscal;
+  size_t nmeta = 8 + f->nunits + nscal;
   char **keys = acc__calloc(nmeta, sizeof *keys), **vals = acc__calloc(nmeta, sizeof *vals);
   char *rows = rows_text(f->rows, f->row_numel, f->nrows);
   acc_result rc = (v && names && keys && vals && rows) ? ACC_OK : ACC_ERR_NOMEM;
@@ -141,8 +142,9 @@ static acc_result write_sharded(acc_fsdp *f, const acc_optimizer *opt, const cha
   if (rc == ACC_OK) {
     META("fsdp.format", "1");
     META("fsdp.world", "%d", f->world);
-    META("fsdp.rank", "%d", f->rank);
-    META("fsdp.files", "%d", f->sharded ? f->world : 1);
+    META("fsdp.rank", "%d", f->srank);
+    META("fsdp.files", "%d", f->sharded ? f->sworld : 1);
+    META("fsdp.replicas", "%d", f->replicas);
     META("fsdp.strategy", "%d", f->strategy);
     keys[nm] = acc__strdup("fsdp.rows");
     vals[nm] = acc__strdup(rows);
@@ -199,7 +201,7 @@ static acc_result write_sharded(acc_fsdp *f, const acc_optimizer *opt, const cha
 #undef META
   if (rc == ACC_OK) {
     char fname[64];
-    shard_file_name(fname, sizeof fname, f->rank);
+    shard_file_name(fname, sizeof fname, f->srank);
     char *path = acc__path_join(tmp_dir, fname);
     /* on a device the shards are written chunk by chunk through bounded host staging */
     char what[96];
@@ -255,7 +257,10 @@ static acc_result full_model(const acc_param_spec *rows, size_t nrows, float *fu
 static acc_result write_full(acc_fsdp *f, const acc_optimizer *opt, const char *dir, int weights_only) {
   int main = f->rank == 0;
   float *full = main ? acc__calloc(f->total ? f->total : 1, sizeof(float)) : NULL;
-  float *tmp = main ? acc__malloc((f->buf_elems ? f->buf_elems : 1) * sizeof(float)) : NULL;
+  /* a unit's gather: S floats from every process (HYBRID: every machine's replicas too; the first
+   * machine's processes, ranks 0 .. sworld - 1, hold the whole unit) */
+  size_t tmp_elems = f->sharded ? f->buf_elems / (size_t)f->sworld * (size_t)f->world : f->buf_elems;
+  float *tmp = main ? acc__malloc((tmp_elems ? tmp_elems : 1) * sizeof(float)) : NULL;
   const float **src = acc__calloc(f->nunits, sizeof *src);
   acc_result rc = (!main || (full && tmp)) && src ? ACC_OK : ACC_ERR_NOMEM;
   rc = agree(f, rc, "FSDP full state dict");

@@ -146,12 +146,12 @@ static void set_int(acc_cli_value *v, long i) {
  * (FSDP1) or reshard_after_forward (FSDP2), offload, the wrap policy for a program that declares
  * no units, prefetch, the state dict type and sync_module_states. What means nothing in C
  * (use_orig_params, RAM-efficient loading, activation checkpointing, layer classes to wrap) is not
- * asked and not written, and HYBRID_SHARD / LOCAL_STATE_DICT / TRANSFORMER_BASED_WRAP are not
- * offered. The keys are written as Accelerate writes them: FSDP1's strategy name goes into
+ * asked and not written, and LOCAL_STATE_DICT / TRANSFORMER_BASED_WRAP are not offered. The keys are written as Accelerate writes them: FSDP1's strategy name goes into
  * fsdp_reshard_after_forward, which the launcher accepts. */
 static int ask_fsdp(asker *a, acc_cli_cfg *c, int gpu) {
   static const char *const versions[] = {"1", "2"};
-  static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+  static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                           "HYBRID_SHARD_ZERO2"};
   static const char *const wraps[] = {"NO_WRAP", "SIZE_BASED_WRAP"};
   static const char *const prefetches[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
   static const char *const sdts[] = {"FULL_STATE_DICT", "SHARDED_STATE_DICT"};
@@ -171,7 +171,7 @@ static int ask_fsdp(asker *a, acc_cli_cfg *c, int gpu) {
     ASK(r = ask_yes_no(a, "Do you want to enable resharding after forward (FULL_SHARD; no: SHARD_GRAD_OP)?", 1));
     set_str(&c->fsdp_reshard_after_forward, r ? "true" : "false");
   } else {
-    ASK(r = ask_menu(a, "What should be your sharding strategy?", strategies, 3, 0));
+    ASK(r = ask_menu(a, "What should be your sharding strategy?", strategies, 5, 0));
     set_str(&c->fsdp_reshard_after_forward, strategies[r]);
   }
   ASK(r = ask_yes_no(a, "Do you want to offload parameters and gradients to CPU?", 0));

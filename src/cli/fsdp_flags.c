@@ -65,16 +65,13 @@ int acc_cli_fsdp_check(int use_fsdp, const char **v, int quiet, int cfg_sets_typ
       fprintf(stderr, WHO ": note: --fsdp_* options take effect with --use_fsdp; they are not exported\n");
     return 0;
   }
-  static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "1", "2", "3", NULL};
+  static const char *const strategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                           "HYBRID_SHARD_ZERO2", "1", "2", "3", "4", "5", NULL};
   static const char *const prefetch[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", NULL};
   static const char *const sdt[] = {"SHARDED_STATE_DICT", "FULL_STATE_DICT", NULL};
   static const char *const wrap[] = {"NO_WRAP", "SIZE_BASED_WRAP", NULL};
-  static const char *const reshard[] = {"true", "false", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", NULL};
-  const char *s = v[ACC_CLI_FSDP_STRATEGY];
-  if (s && (!strcasecmp(s, "HYBRID_SHARD") || !strcasecmp(s, "HYBRID_SHARD_ZERO2") || !strcmp(s, "4") || !strcmp(s, "5")))
-    return bad(acc_cli_fsdp_keys[ACC_CLI_FSDP_STRATEGY], s,
-               "is not supported yet (no process subgroups per machine): HYBRID_SHARD is not supported yet; use "
-               "FULL_SHARD or SHARD_GRAD_OP");
+  static const char *const reshard[] = {"true",     "false",        "FULL_SHARD",         "SHARD_GRAD_OP",
+                                        "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2", NULL};
   if (v[ACC_CLI_FSDP_STATE_DICT] && !strcasecmp(v[ACC_CLI_FSDP_STATE_DICT], "LOCAL_STATE_DICT"))
     return bad(acc_cli_fsdp_keys[ACC_CLI_FSDP_STATE_DICT], v[ACC_CLI_FSDP_STATE_DICT],
                "is not supported: SHARDED_STATE_DICT writes the same per-process files and resumes on any number "
@@ -84,7 +81,8 @@ int acc_cli_fsdp_check(int use_fsdp, const char **v, int quiet, int cfg_sets_typ
                "needs layer classes a C program does not have: declare the units with acc_fsdp_add_unit");
   if (v[ACC_CLI_FSDP_RESHARD] && (!strcmp(v[ACC_CLI_FSDP_RESHARD], "1") || !strcmp(v[ACC_CLI_FSDP_RESHARD], "0")))
     v[ACC_CLI_FSDP_RESHARD] = v[ACC_CLI_FSDP_RESHARD][0] == '1' ? "true" : "false";
-  if (choice(v, ACC_CLI_FSDP_STRATEGY, strategies, "FULL_SHARD, SHARD_GRAD_OP or NO_SHARD") ||
+  if (choice(v, ACC_CLI_FSDP_STRATEGY, strategies,
+             "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2") ||
       choice(v, ACC_CLI_FSDP_RESHARD, reshard, "true or false (or a strategy name)") ||
       choice(v, ACC_CLI_FSDP_BWD_PREFETCH, prefetch, "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH") ||
       choice(v, ACC_CLI_FSDP_STATE_DICT, sdt, "SHARDED_STATE_DICT or FULL_STATE_DICT") ||

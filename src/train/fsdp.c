@@ -11,6 +11,7 @@
 #include "accelerate.h"
 #include "accelerate/fsdp.h"
 #include "backend/collcheck.h"
+#include "comm/group.h"
 #include "core/env.h"
 #include "train/accel.h"
 #include "train/fsdp.h"
@@ -44,7 +45,7 @@ static acc_result parse_strategy(const char *text, const char *what, int *out) {
       return ACC_OK;
     }
   return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                    "%s=\"%s\" is not a sharding strategy: use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (or 1-3)", what,
+                    "%s=\"%s\" is not a sharding strategy: use FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2 (or 1-5)", what,
                     text);
 }
 
@@ -85,6 +86,32 @@ static acc_result env_bool(const char *name, int *field, int def) {
   return ACC_OK;
 }
 
+/* Over which processes the shards are spread: the job, or (HYBRID) this machine's processes,
+ * each shard replicated on the same local rank of every machine. The file of a sharded
+ * checkpoint and the gathers of a full one count on the machines' processes holding the job's
+ * consecutive ranks (machine m's local rank r is rank m * sworld + r): checked here. */
+static acc_result shard_groups(acc_fsdp *f) {
+  f->srank = f->rank;
+  f->sworld = f->world;
+  f->shard_group = ACC__GROUP_WORLD;
+  f->replica = 0;
+  f->replicas = 1;
+  if (!f->hybrid) return ACC_OK;
+  acc_result rc = acc__comm_group_info(f->st, ACC__GROUP_LOCAL, &f->srank, &f->sworld);
+  if (rc == ACC_OK) rc = acc__comm_group_info(f->st, ACC__GROUP_RAIL, &f->replica, &f->replicas);
+  if (rc != ACC_OK)
+    return acc__error_context(rc, "acc_fsdp_create: sharding strategy %s (shard inside a machine, replicate "
+                              "across machines) needs this machine's processes as a group",
+                              strategy_names[f->strategy]);
+  if (f->sworld * f->replicas != f->world || f->rank != f->replica * f->sworld + f->srank)
+    return acc__error(ACC_ERR_NOT_SUPPORTED,
+                      "acc_fsdp_create: sharding strategy %s needs the same number of processes on every "
+                      "machine with consecutive ranks; process %d is process %d of %d on machine %d of %d",
+                      strategy_names[f->strategy], f->rank, f->srank, f->sworld, f->replica, f->replicas);
+  f->shard_group = ACC__GROUP_LOCAL;
+  return ACC_OK;
+}
+
 static acc_result resolve_plugin(acc_fsdp *f, const acc_fsdp_plugin *user) {
   acc_fsdp_plugin p = ACC_FSDP_PLUGIN_INIT;
   if (user) ACC__READ_OPTIONS(p, user, acc_fsdp_plugin, ACC_FSDP_PLUGIN_VERSION, "acc_fsdp_create");
@@ -105,21 +132,21 @@ static acc_result resolve_plugin(acc_fsdp *f, const acc_fsdp_plugin *user) {
     if (named != ACC_UNSET && strategy == ACC_UNSET) strategy = named;
   }
   if (strategy == ACC_UNSET) strategy = reshard == 0 ? ACC_FSDP_SHARD_GRAD_OP : ACC_FSDP_FULL_SHARD;
-  if (reshard == 0 && strategy == ACC_FSDP_FULL_SHARD)
+  int resharding = strategy == ACC_FSDP_FULL_SHARD || strategy == ACC_FSDP_HYBRID_SHARD;
+  if (reshard == 0 && resharding)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_fsdp_create: reshard_after_forward false contradicts sharding strategy FULL_SHARD (which "
-                      "reshards after forward): give one of them, or SHARD_GRAD_OP");
-  if (reshard == 1 && strategy == ACC_FSDP_SHARD_GRAD_OP)
+                      "acc_fsdp_create: reshard_after_forward false contradicts sharding strategy %s (which "
+                      "reshards after forward): give one of them, or %s", strategy_names[strategy],
+                      strategy == ACC_FSDP_FULL_SHARD ? "SHARD_GRAD_OP" : "HYBRID_SHARD_ZERO2");
+  if (reshard == 1 && (strategy == ACC_FSDP_SHARD_GRAD_OP || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2))
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "acc_fsdp_create: reshard_after_forward true contradicts sharding strategy SHARD_GRAD_OP (which "
-                      "keeps the parameters until backward): give one of them, or FULL_SHARD");
-  if (strategy == ACC_FSDP_HYBRID_SHARD || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2)
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "acc_fsdp_create: sharding strategy %s is not supported yet (it needs process subgroups per "
-                      "machine); use FULL_SHARD or SHARD_GRAD_OP (docs/fsdp.md)", strategy_names[strategy]);
+                      "acc_fsdp_create: reshard_after_forward true contradicts sharding strategy %s (which "
+                      "keeps the parameters until backward): give one of them, or %s", strategy_names[strategy],
+                      strategy == ACC_FSDP_SHARD_GRAD_OP ? "FULL_SHARD" : "HYBRID_SHARD");
   f->strategy = strategy;
-  f->reshard = strategy == ACC_FSDP_FULL_SHARD;
-  f->sharded = strategy == ACC_FSDP_FULL_SHARD || strategy == ACC_FSDP_SHARD_GRAD_OP;
+  f->hybrid = strategy == ACC_FSDP_HYBRID_SHARD || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2;
+  f->reshard = strategy == ACC_FSDP_FULL_SHARD || strategy == ACC_FSDP_HYBRID_SHARD;
+  f->sharded = strategy != ACC_FSDP_NO_SHARD;
 
   f->bwd_prefetch = p.backward_prefetch;
   if (f->bwd_prefetch != ACC_UNSET && (f->bwd_prefetch < 1 || f->bwd_prefetch > 3))
@@ -204,6 +231,7 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
     rc = acc__error(ACC_ERR_NOT_SUPPORTED,
                     "acc_fsdp_create: offload_params (FSDP_OFFLOAD_PARAMS) is not supported when training on %s yet: "
                     "the shards live in device memory; unset it (docs/fsdp.md)", acc_accelerator_device_name(acc));
+  if (rc == ACC_OK) rc = shard_groups(f);
   if (rc == ACC_OK) {
     f->rows = acc__calloc(count, sizeof *f->rows);
     f->row_numel = acc__calloc(count, sizeof *f->row_numel);
@@ -391,13 +419,13 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
     u->off = f->row_off[u->first_row];
     u->numel = 0;
     for (size_t r = u->first_row; r < u->first_row + u->num_rows; r++) u->numel += f->row_numel[r];
-    u->shard = f->sharded ? (u->numel + (size_t)f->world - 1) / (size_t)f->world : u->numel;
-    u->lo = f->sharded ? u->shard * (size_t)f->rank : 0;
+    u->shard = f->sharded ? (u->numel + (size_t)f->sworld - 1) / (size_t)f->sworld : u->numel;
+    u->lo = f->sharded ? u->shard * (size_t)f->srank : 0;
     if (u->lo > u->numel) u->lo = u->numel;
     u->hi = u->lo + u->shard < u->numel ? u->lo + u->shard : u->numel;
     u->shard_at = f->shard_total;
     f->shard_total += u->shard;
-    size_t padded = f->sharded ? u->shard * (size_t)f->world : u->numel;
+    size_t padded = f->sharded ? u->shard * (size_t)f->sworld : u->numel;
     if (padded > f->buf_elems) f->buf_elems = padded;
   }
   if (rc == ACC_OK) rc = agree_units(f);

@@ -40,7 +40,14 @@ struct acc_fsdp {
   uint32_t magic;
   acc_state *st;
   int rank, world;
-  int sharded;        /* FULL_SHARD or SHARD_GRAD_OP */
+  int sharded;        /* FULL_SHARD, SHARD_GRAD_OP or a HYBRID strategy */
+  /* HYBRID_SHARD / HYBRID_SHARD_ZERO2 (hybrid 1): sharded over this machine's processes,
+   * replicated across machines. srank / sworld: this process's index among the processes the
+   * shards are spread over, and their number (rank / world otherwise); shard_group: the group of
+   * the gathers and reduce-scatters (comm/group.h: the job, or this machine's processes);
+   * replica / replicas: this process's machine and the number of machines holding each shard
+   * (the rail over which a shard's gradients are all-reduced; 0 / 1 otherwise). */
+  int hybrid, srank, sworld, shard_group, replica, replicas;
   int strategy, reshard, bwd_prefetch, fwd_prefetch, sdt, offload, wrap, sync_states;
   int64_t min_params;
   acc_dtype dtype;
@@ -73,8 +80,8 @@ struct acc_fsdp {
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);
 acc_result acc__fsdp_check_ready(const acc_fsdp *f, const char *fn);
-/* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce,
- * 3 norm, 4 setup, 5 checkpoint) */
+/* the origin index of an FSDP collective: unit u, kind k (0 gather, 1 reduce-scatter, 2 all-reduce
+ * (NO_SHARD's of the unit; HYBRID's of the shard over the rail), 3 norm, 4 setup, 5 checkpoint) */
 int64_t acc__fsdp_origin(size_t unit, int kind);
 /* elements of unit u's buffers: its padded size (shard x processes when sharded, numel otherwise) */
 size_t acc__fsdp_padded(const acc_fsdp *f, size_t u);

@@ -9,6 +9,7 @@
 #include "accelerate.h"
 #include "accelerate/fsdp.h"
 #include "backend/collcheck.h"
+#include "comm/group.h"
 #include "train/fsdp.h"
 #include "train/fsdp_mem.h"
 
@@ -24,7 +25,7 @@ static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const float *p) {
 
 size_t acc__fsdp_padded(const acc_fsdp *f, size_t u) {
   const acc__fsdp_unit *un = &f->units[u];
-  return f->sharded ? un->shard * (size_t)f->world : un->numel;
+  return f->sharded ? un->shard * (size_t)f->sworld : un->numel;
 }
 
 /* Every released buffer is checked (the pool holds a few) at each begin call: a late write is
@@ -100,10 +101,10 @@ acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, float *dst, int kind) {
   const acc__fsdp_unit *un = &f->units[u];
   (void)kind;
   /* each process's block of dst is its shard: the all-gather in place */
-  float *mine = dst + un->shard * (size_t)f->rank;
+  float *mine = dst + un->shard * (size_t)f->srank;
   ACC_CHECK(acc__fsdp_mem_copy(f, mine, f->master + un->shard_at, un->shard));
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
-  acc_result rc = acc_all_gather(f->st, mine, dst, un->shard, ACC_F32);
+  acc_result rc = acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, ACC_F32);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
   return ACC_OK;
 }
@@ -220,7 +221,7 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
   const float scale = 1.0f / (float)f->world;
   acc_result rc;
   if (f->sharded) {
-    size_t padded = un->shard * (size_t)f->world;
+    size_t padded = un->shard * (size_t)f->sworld;
     float *send = g;
     float *tmp = NULL;
     if (padded > un->numel) {
@@ -239,9 +240,13 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
         return rc;
       }
     }
-    float *out = send + un->shard * (size_t)f->rank; /* in place: this process's block */
+    float *out = send + un->shard * (size_t)f->srank; /* in place: this process's block */
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
-    rc = acc_reduce_scatter(f->st, send, out, un->shard, ACC_F32, ACC_SUM);
+    rc = acc__comm_group_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM);
+    if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
+      acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+      rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM);
+    }
     if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, dst, out, un->shard, scale);
     acc__fsdp_mem_free(f, tmp);
   } else {
@@ -323,10 +328,11 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
   if (!(max_norm >= 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
   /* this process's part: its range of each unit (padding left out; NO_SHARD: counted on process 0
-   * only, then shared, so the norm is never counted N times) */
+   * only, HYBRID: on the first machine's processes only, then shared, so no shard is counted
+   * twice) */
   ACC_CHECK(acc__fsdp_mem_enter(f));
   double local = 0;
-  int count_here = f->sharded || f->rank == 0;
+  int count_here = f->sharded ? f->replica == 0 : f->rank == 0;
   if (count_here)
     for (size_t k = 0; k < f->nunits; k++) {
       const acc__fsdp_unit *u = &f->units[k];

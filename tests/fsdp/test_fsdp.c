@@ -1,10 +1,11 @@
 /* FSDP (include/accelerate/fsdp.h) through the real launcher.
  *
- *   test_fsdp train STRATEGY [nosync|prefetch_post|fwd_prefetch]
+ *   test_fsdp train STRATEGY [nosync|prefetch_post|fwd_prefetch|die]
  *       an MLP (3 layers, sizes that do not divide by 2, 3 or 4, a unit smaller than 4 elements)
  *       trained 50 steps with AdamW (weight decay), clipping and 2 accumulation micro-steps, under
  *       STRATEGY and, side by side in the same processes, under NO_SHARD; the parameters must agree
  *       to 1e-5 relative, every step's clip norm too. nosync: the first micro-step under no_sync.
+ *       die: the last process exits inside step 5; the others print their error and exit 3.
  *       Also checks the memory accounting (shards = ceil(U / N) per unit, a bound on the pool buffers in use,
  *       pool buffers sized per unit).
  *   test_fsdp save STRATEGY TYPE DIR     train 25 steps, save_state (TYPE: FULL_STATE_DICT or
@@ -14,10 +15,10 @@
  *       25 steps and must end at DIR.expected (1e-5 relative).
  *   test_fsdp merge DIR OUT               merge-weights of a sharded DIR equals a FULL save's file.
  *   test_fsdp errors                      bad input, one process: overlapping units, a row in no unit,
- *       unknown strategy / prefetch values, HYBRID refused, a contradicting reshard_after_forward, a
+ *       unknown strategy / prefetch values, HYBRID accepted on one process, a contradicting reshard_after_forward, a
  *       gathered buffer written after its unit ended, calls out of order, a checkpoint of another table,
  *       a torn checkpoint.
- *   test_fsdp mismatch                    2+ processes: units that differ between processes are named at
+ *   test_fsdp mismatch [STRATEGY]         2+ processes: units that differ between processes are named at
  *       prepare; a process that runs another unit gets ACC_ERR_MISMATCH, not a hang.
  */
 #include <math.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "acc_test.h"
 #include "accelerate.h"
@@ -99,6 +101,8 @@ static void affine(const float *w, const float *b, const float *x, float *y, int
 
 /* One micro-step: this process's samples of the global batch (G / world each), the gradient of the
  * mean loss over the global batch times world (the library averages over processes). */
+static int die_at = -1; /* variant "die": the last process exits inside this step (hybrid_netns.sh) */
+
 static acc_result micro_step(run *r, int step, int micro) {
   int per = G / world;
   float x[G][D], h1[G][H], h2[G][H], y[G][O];
@@ -111,6 +115,10 @@ static acc_result micro_step(run *r, int step, int micro) {
     for (int k = 0; k < H; k++) h1[s][k] = tanhf(h1[s][k]);
   }
   ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[0]));
+  if (step == die_at && micro == 1 && rank == world - 1) {
+    fprintf(stderr, "[rank %d] exits inside step %d (test)\n", rank, step);
+    _exit(7);
+  }
   ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[1], &p2));
   for (int s = 0; s < per; s++) {
     affine(p2, p2 + H * H, h1[s], h2[s], H, H);
@@ -214,7 +222,15 @@ static double norm_diff(const float *a, const float *b, size_t n) {
 
 static int parse_strategy(const char *s) {
   return !strcmp(s, "FULL_SHARD") ? ACC_FSDP_FULL_SHARD : !strcmp(s, "SHARD_GRAD_OP") ? ACC_FSDP_SHARD_GRAD_OP
-         : !strcmp(s, "NO_SHARD") ? ACC_FSDP_NO_SHARD : ACC_UNSET;
+         : !strcmp(s, "NO_SHARD") ? ACC_FSDP_NO_SHARD : !strcmp(s, "HYBRID_SHARD") ? ACC_FSDP_HYBRID_SHARD
+         : !strcmp(s, "HYBRID_SHARD_ZERO2") ? ACC_FSDP_HYBRID_SHARD_ZERO2 : ACC_UNSET;
+}
+
+static int is_hybrid(int strategy) { return strategy == ACC_FSDP_HYBRID_SHARD || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2; }
+
+/* the processes a unit is spread over: the machine's under HYBRID, all otherwise */
+static int shard_world(int strategy) {
+  return is_hybrid(strategy) ? acc_state_local_num_processes(acc_accelerator_state(acc)) : world;
 }
 
 static void test_train(int strategy, const char *variant) {
@@ -222,21 +238,52 @@ static void test_train(int strategy, const char *variant) {
   int bwd = variant && !strcmp(variant, "prefetch_post") ? ACC_FSDP_BACKWARD_POST : 0;
   int fwd = variant && !strcmp(variant, "fwd_prefetch");
   int nosync = variant && !strcmp(variant, "nosync");
-  CHECK_OK(make_run(&a, strategy, bwd, fwd, 0));
+  if (variant && !strcmp(variant, "die")) die_at = 5;
+  acc_result mrc = make_run(&a, strategy, bwd, fwd, 0);
+  CHECK_OK(mrc);
+  if (mrc != ACC_OK) return; /* (the gloo refusal of hybrid_netns.sh ends here) */
   CHECK_OK(make_run(&ref, ACC_FSDP_NO_SHARD, ACC_FSDP_NO_PREFETCH, 0, 0));
+  /* HYBRID on one machine: the same arithmetic as FULL_SHARD (SHARD_GRAD_OP), checked bit for bit */
+  run same = {0};
+  int one_machine = is_hybrid(strategy) && acc_state_num_machines(acc_accelerator_state(acc)) == 1;
+  if (one_machine)
+    CHECK_OK(make_run(&same, strategy == ACC_FSDP_HYBRID_SHARD ? ACC_FSDP_FULL_SHARD : ACC_FSDP_SHARD_GRAD_OP, bwd,
+                      fwd, 0));
+  if (is_hybrid(strategy))
+    CHECK((int)acc_fsdp_strategy(a.f) == strategy, "strategy %d reported as %d", strategy, acc_fsdp_strategy(a.f));
   size_t n = total_numel();
   float *pa = malloc(n * sizeof *pa), *pr = malloc(n * sizeof *pr);
   double worst_norm = 0;
   for (int s = 0; s < STEPS; s++) {
-    float na = 0, nr = 0;
-    CHECK_OK(train_step(&a, s, nosync, &na));
+    float na = 0, nr = 0, ns = 0;
+    if (die_at >= 0) { /* the others: an error (the dead process named), never a hang */
+      acc_result rc = train_step(&a, s, nosync, &na);
+      if (rc != ACC_OK) {
+        fprintf(stderr, "[rank %d] step %d after the death: %s\n", rank, s, acc_last_error());
+        _exit(3);
+      }
+    } else {
+      CHECK_OK(train_step(&a, s, nosync, &na));
+    }
     CHECK_OK(train_step(&ref, s, nosync, &nr));
+    if (one_machine) {
+      CHECK_OK(train_step(&same, s, nosync, &ns));
+      CHECK(memcmp(&na, &ns, sizeof na) == 0, "step %d: clip norm %.9g under HYBRID, %.9g under its one-machine twin", s,
+            (double)na, (double)ns);
+    }
     double d = fabs((double)na - nr) / (fabs((double)nr) + 1e-12);
     if (d > worst_norm) worst_norm = d;
   }
   CHECK(worst_norm <= 1e-5, "clip norms differ by %g relative", worst_norm);
   CHECK_OK(full_params(&a, pa));
   CHECK_OK(full_params(&ref, pr));
+  if (one_machine) {
+    float *ps = malloc(n * sizeof *ps);
+    CHECK_OK(full_params(&same, ps));
+    CHECK(memcmp(ps, pa, n * sizeof *pa) == 0, "HYBRID on one machine differs from FULL_SHARD / SHARD_GRAD_OP");
+    free(ps);
+    free_run(&same);
+  }
   double d = rel_diff(pa, pr, n);
   CHECK(d <= 1e-5, "%d vs NO_SHARD: parameters differ by %g relative after %d steps", strategy, d, STEPS);
   float init[1024];
@@ -254,10 +301,11 @@ static void test_train(int strategy, const char *variant) {
   for (int k = 0; k < 4; k++) {
     size_t u;
     acc_fsdp_unit_info(a.f, a.u[k], NULL, NULL, NULL, &u);
-    want += strategy == ACC_FSDP_NO_SHARD ? u : (u + (size_t)world - 1) / (size_t)world;
+    size_t sw = (size_t)shard_world(strategy);
+    want += strategy == ACC_FSDP_NO_SHARD ? u : (u + sw - 1) / sw;
   }
   CHECK(m.shard_params == want * sizeof(float), "shard bytes %zu, expected %zu", m.shard_params, want * sizeof(float));
-  size_t cap = strategy == ACC_FSDP_SHARD_GRAD_OP ? 6 : 5; /* the head and its bias are in backward together */
+  size_t cap = strategy == ACC_FSDP_SHARD_GRAD_OP || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2 ? 6 : 5; /* the head and its bias are in backward together */
   CHECK(m.pool_peak_in_use <= cap, "%zu pool buffers in use at once (at most %zu expected)", m.pool_peak_in_use, cap);
   CHECK(m.no_sync_bytes == 0, "no_sync buffers left after the sync step: %zu bytes", m.no_sync_bytes);
   /* pool buffers are sized per unit: the 3-element bias unit takes a buffer of its own size, not
@@ -400,8 +448,14 @@ static void test_errors(const char *tmpdir) {
   acc_fsdp_destroy(f);
   /* values we cannot honour */
   acc_fsdp_plugin pl = ACC_FSDP_PLUGIN_INIT;
+  pl.sharding_strategy = ACC_FSDP_HYBRID_SHARD_ZERO2; /* one process: accepted (= SHARD_GRAD_OP) */
+  CHECK_OK(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &f));
+  CHECK(acc_fsdp_strategy(f) == ACC_FSDP_HYBRID_SHARD_ZERO2, "HYBRID_SHARD_ZERO2 reported as %d", acc_fsdp_strategy(f));
+  acc_fsdp_destroy(f);
   pl.sharding_strategy = ACC_FSDP_HYBRID_SHARD;
-  EXPECT_ERR(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &f), ACC_ERR_NOT_SUPPORTED, "HYBRID_SHARD");
+  pl.reshard_after_forward = 0;
+  EXPECT_ERR(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &f), ACC_ERR_INVALID_ARGUMENT, "contradicts");
+  pl.reshard_after_forward = ACC_UNSET;
   pl.sharding_strategy = 9;
   EXPECT_ERR(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &f), ACC_ERR_INVALID_ARGUMENT, "sharding_strategy 9");
   pl.sharding_strategy = ACC_FSDP_SHARD_GRAD_OP;
@@ -460,7 +514,7 @@ static void test_errors(const char *tmpdir) {
   free(p);
 }
 
-static void test_mismatch(void) {
+static void test_mismatch(int strategy) {
   float *p = malloc(total_numel() * sizeof *p);
   init_params(p);
   acc_fsdp *f = NULL;
@@ -476,9 +530,22 @@ static void test_mismatch(void) {
   acc_fsdp_destroy(f);
   /* the same units, but process 1 runs unit 2 where the others run unit 0 */
   run r = {0};
-  CHECK_OK(make_run(&r, ACC_FSDP_FULL_SHARD, 0, 0, 0));
+  CHECK_OK(make_run(&r, strategy, 0, 0, 0));
   const float *pp;
   acc_result rc = acc_fsdp_unit_forward_begin(r.f, rank == 1 ? r.u[2] : r.u[0], &pp);
+  acc_state *st = acc_accelerator_state(acc);
+  int local_n = acc_state_local_num_processes(st);
+  if (is_hybrid(strategy) && acc_state_num_machines(st) > 1 && rank / local_n != 1 / local_n && rc == ACC_OK) {
+    /* HYBRID across machines: this machine's processes gathered the same unit (their group is
+     * another machine's); the job's next collective must fail (the other machine's processes are
+     * broken and leave), never hang */
+    rc = acc_barrier(st);
+    CHECK(rc != ACC_OK, "a job-wide call after another machine's mismatch succeeded");
+    fprintf(stderr, "[rank %d] expected error (another machine's mismatch): %s\n", rank, acc_last_error());
+    free_run(&r);
+    free(p);
+    return;
+  }
   CHECK(rc != ACC_OK, "a process running another unit was not detected");
   CHECK(strstr(acc_last_error(), "FSDP unit") != NULL, "message does not name the FSDP unit: %s", acc_last_error());
   fprintf(stderr, "[rank %d] expected error: %s\n", rank, acc_last_error());
@@ -515,7 +582,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "resume") && argc >= 4) test_resume(parse_strategy(argv[2]), argv[3], argc > 4 && !strcmp(argv[4], "exact"));
   else if (!strcmp(mode, "merge") && argc >= 4) test_merge(argv[2], argv[3]);
   else if (!strcmp(mode, "errors") && argc >= 3) test_errors(argv[2]);
-  else if (!strcmp(mode, "mismatch")) test_mismatch();
+  else if (!strcmp(mode, "mismatch")) test_mismatch(argc > 2 ? parse_strategy(argv[2]) : ACC_FSDP_FULL_SHARD);
   else {
     fprintf(stderr, "test_fsdp: bad arguments\n");
     return 2;
