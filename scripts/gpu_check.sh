@@ -8,7 +8,8 @@
 #      Python; the wheel has no unversioned libnccl.so, so the link is made in the build folder);
 #   3. configures and builds the project with CUDA (ACC_WITH_CUDA=ON);
 #   4. runs `ctest -L gpu` (every test at most 120 s; the *_2gpu tests only with two GPUs), the
-#      llm.c-style trainer's tests (devtrain_gpu_llmc_*) as a step of their own;
+#      llm.c-style trainer's tests (devtrain_gpu_llmc_*) and FSDP's (fsdp_gpu_*) as steps of
+#      their own;
 #   5. trains the Fashion-MNIST example on the GPU and on the CPU with the same arguments;
 #   6. saves, kills (SIGKILL) and resumes the example on the GPU: the checkpoint written after the
 #      resume must be byte-identical to the one of an uninterrupted run;
@@ -261,9 +262,11 @@ ctest_ran() {
 }
 # the llm.c-style trainer (test_llmc) has a step of its own, below
 llmc_re='^devtrain_gpu_llmc_'
+# so do FSDP's GPU tests (tests/fsdp/test_fsdp_device.c)
+fsdp_re='^fsdp_gpu_'
 # shellcheck disable=SC2317 # invoked through step
 gpu_tests() {
-  local skip_re=$llmc_re
+  local skip_re="$llmc_re|$fsdp_re"
   [ "$gpus" -lt 2 ] && skip_re="$skip_re|_2gpu\$" # NCCL across two GPUs: needs two
   ctest_ran -j 4 -L gpu -E "$skip_re"
 }
@@ -272,6 +275,9 @@ step ctest_gpu 240 gpu_tests
 # stream and AdamW, overlap vs no overlap bit for bit, SIGKILL after save_state and resume bit for
 # bit, at 1 process and 2 sharing the GPU
 step llmc 120 ctest_ran -j 2 -R "$llmc_re"
+# FSDP on the GPU (FULL_SHARD, shards and unit buffers in GPU memory, the library's AdamW on them):
+# 1 process and 2 sharing the GPU, each against the CPU run of the same program (1e-5)
+step fsdp 120 ctest_ran -j 2 -R "$fsdp_re"
 [ "$gpus" -lt 2 ] && skip ctest_2gpu "one GPU: the *_2gpu tests (NCCL across two GPUs) need two"
 if [ "$suite" = 1 ]; then
   step ctest_device 240 "${ct[@]}" -j 8 -L device

@@ -101,7 +101,10 @@ ACC_EXTERN acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version)
  * all-gather moves 16-bit values; the program reads 16-bit parameters and adds 16-bit gradients,
  * which are widened and reduced in float32; reach the buffers with the _typed begin calls). `plugin`
  * may be NULL (everything from the environment / defaults). Not collective; nothing is allocated
- * for the parameters until acc_fsdp_prepare. Ownership: acc_fsdp_destroy.
+ * for the parameters until acc_fsdp_prepare. Ownership: acc_fsdp_destroy (before the accelerator's).
+ * When the accelerator trains on a device, the shards, the unit buffers and the optimizer state
+ * over acc_fsdp_model are device memory: the pointers the begin calls return are device pointers
+ * for the program's kernels (docs/fsdp.md, "On a device"); offload_params is refused there.
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, size_t count,
@@ -125,7 +128,7 @@ ACC_EXTERN acc_result acc_fsdp_add_unit(acc_fsdp *f, const char *name, size_t fi
  * auto_wrap_policy makes them), compares them across processes (a process whose units differ is
  * named with the first differing unit: ACC_ERR_MISMATCH), allocates this process's shards and
  * fills them from `init_params` (the full table laid out like acc_model_add_flat's buffer, host
- * memory; with sync_module_states, process 0's values reach every process and the others may pass
+ * memory or, on a device, memory of the accelerator's device; with sync_module_states, process 0's values reach every process and the others may pass
  * NULL). The program may free its full copy afterwards: that is where the memory is saved.
  * @since 0.3
  */

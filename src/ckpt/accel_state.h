@@ -79,6 +79,10 @@ void acc__own_state_release(acc__accel_ckpt *c);
  * this process, since the last reset) and the largest host staging buffer they used; reset: zero
  * both after reading. */
 void acc__own_state_stage_stats(uint64_t *chunks, size_t *peak_bytes, int reset);
+/* An acc__st_source_fn (load_defer.h): host memory written as it is, device memory of a registered
+ * device (devio.h) staged through one host buffer of at most ACCELERATE_CKPT_STAGE_BYTES (counted
+ * in the stats above). what: a const char * naming the buffer in a message. */
+acc_result acc__ckpt_write_staged(void *what, const acc_tensor_view *v, size_t nbytes, int fd, const char *path);
 
 /* zero_bufs.c: the program's sharded buffers (acc_accelerator_register_zero_buffers). save:
  * every process's range gathered to process 0, which writes the full tensors (collective: call

@@ -15,9 +15,13 @@
 #include "accelerate.h"
 #include "accelerate/fsdp.h"
 #include "backend/collcheck.h"
+#include "ckpt/accel_state.h"
 #include "ckpt/ckpt_dir.h"
+#include "ckpt/load_defer.h"
 #include "core/fs.h"
+#include "device/devio.h"
 #include "train/fsdp.h"
+#include "train/fsdp_mem.h"
 
 #define FULL_MODEL "model.safetensors"
 #define FULL_OPTIM "optimizer.safetensors"
@@ -199,7 +203,11 @@ static acc_result write_sharded(acc_fsdp *f, const acc_optimizer *opt, const cha
     char fname[64];
     shard_file_name(fname, sizeof fname, f->srank);
     char *path = acc__path_join(tmp_dir, fname);
-    rc = path ? acc_safetensors_write(path, v, nt, (const char *const *)keys, (const char *const *)vals, nm)
+    /* on a device the shards are written chunk by chunk through bounded host staging */
+    char what[96];
+    snprintf(what, sizeof what, "the FSDP shards of process %d", f->rank);
+    rc = path ? acc__safetensors_write_src_meta(path, v, nt, (const char *const *)keys, (const char *const *)vals, nm,
+                                                acc__ckpt_write_staged, what)
               : ACC_ERR_NOMEM;
     acc__free(path);
   }
@@ -225,7 +233,7 @@ static acc_result gather_full(acc_fsdp *f, const float *const *src, float *full,
   for (size_t k = 0; k < f->nunits; k++) {
     const acc__fsdp_unit *u = &f->units[k];
     if (!f->sharded) {
-      if (f->rank == 0) memcpy(full + u->off, src[k], u->numel * sizeof(float));
+      if (f->rank == 0) ACC_CHECK(acc__devio_to_host(full + u->off, src[k], u->numel * sizeof(float)));
       continue;
     }
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(k, 5));
@@ -359,8 +367,10 @@ acc_result acc_fsdp_save_state(acc_fsdp *f, const acc_optimizer *opt, const char
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_fsdp_save_state: the optimizer was not created over acc_fsdp_model of this FSDP state");
   acc__ckpt_txn txn = {0};
-  acc_result rc = ACC_OK;
-  if (f->rank == 0) rc = acc__ckpt_begin(&txn, dir);
+  /* on a device: the optimizer's state into its host buffers, which the files are written from */
+  acc_result rc = acc__fsdp_optim_sync(f, (acc_optimizer *)opt, 1);
+  if (rc == ACC_OK) rc = acc__fsdp_mem_sync(f);
+  if (f->rank == 0 && rc == ACC_OK) rc = acc__ckpt_begin(&txn, dir);
   rc = agree(f, rc, "acc_fsdp_save_state");
   if (rc != ACC_OK) return rc;
   size_t n = strlen(dir);
@@ -731,8 +741,8 @@ acc_result acc_fsdp_load_state(acc_fsdp *f, acc_optimizer *opt, const char *dir)
     return rc;
   }
   /* commit: every process read everything it needs */
-  memcpy(f->master, s.master, f->shard_total * sizeof(float));
-  memset(f->gshard, 0, f->shard_total * sizeof(float));
+  rc = acc__fsdp_mem_in(f, f->master, s.master, f->shard_total);
+  if (rc == ACC_OK) rc = acc__fsdp_mem_zero(f, f->gshard, f->shard_total);
   acc__fsdp_pool_free(f);
   for (size_t k = 0; opt && k < f->nunits && rc == ACC_OK; k++) {
     const acc__fsdp_unit *u = &f->units[k];
@@ -746,6 +756,7 @@ acc_result acc_fsdp_load_state(acc_fsdp *f, acc_optimizer *opt, const char *dir)
     }
   }
   for (size_t i = 0; opt && i < s.nscal && rc == ACC_OK; i++) rc = acc_optimizer_scalar_set(opt, s.sname[i], s.sval[i]);
+  if (rc == ACC_OK) rc = acc__fsdp_optim_sync(f, opt, 0); /* on a device: the loaded state into its copy */
   staged_free(&s);
   return rc;
 }

@@ -24,6 +24,10 @@ typedef acc_result (*acc__st_source_fn)(void *payload, const acc_tensor_view *v,
  * other, instead of from the views' data: the same checks, the same crash-safe write. */
 acc_result acc__safetensors_write_src(const char *path, const acc_tensor_view *tensors, size_t count,
                                       acc__st_source_fn src, void *payload);
+/* The same with metadata (acc_safetensors_write's keys and values). */
+acc_result acc__safetensors_write_src_meta(const char *path, const acc_tensor_view *tensors, size_t count,
+                                           const char *const *meta_keys, const char *const *meta_values,
+                                           size_t meta_count, acc__st_source_fn src, void *payload);
 
 /* acc_safetensors_open that keeps the file open, for acc__safetensors_pread. */
 acc_result acc__safetensors_open_fd(acc_safetensors **out, const char *path);

@@ -155,13 +155,19 @@ static void *stage_alloc(size_t bytes) {
 /* save_state's source of a tensor's bytes: host memory as it is, device memory chunk by chunk. */
 static acc_result write_staged(void *payload, const acc_tensor_view *v, size_t nbytes, int fd, const char *path) {
   const own_group *g = payload;
+  char what[300];
+  snprintf(what, sizeof what, "the program's device buffer '%s' of '%s'", v->name, g->stem);
+  return acc__ckpt_write_staged(what, v, nbytes, fd, path);
+}
+
+acc_result acc__ckpt_write_staged(void *what, const acc_tensor_view *v, size_t nbytes, int fd, const char *path) {
   if (!acc__devio_find(v->data)) return acc__write_all(fd, v->data, nbytes, path);
   size_t chunk;
   ACC_CHECK(stage_chunk(acc_dtype_size(v->dtype), nbytes, &chunk));
   unsigned char *h = stage_alloc(chunk);
   if (!h)
-    return acc__error(ACC_ERR_NOMEM, "save_state: no host memory to stage the program's device buffer '%s' of "
-                      "'%s' (%zu bytes a chunk; ACCELERATE_CKPT_STAGE_BYTES sets the chunk)", v->name, g->stem, chunk);
+    return acc__error(ACC_ERR_NOMEM, "save_state: no host memory to stage %s (%zu bytes a chunk; "
+                      "ACCELERATE_CKPT_STAGE_BYTES sets the chunk)", (const char *)what, chunk);
   acc_result rc = ACC_OK;
   for (size_t off = 0; rc == ACC_OK && off < nbytes; off += chunk) {
     size_t n = nbytes - off < chunk ? nbytes - off : chunk;

@@ -87,6 +87,13 @@ acc_result acc__safetensors_write_src(const char *path, const acc_tensor_view *t
   return st_write(path, tensors, count, NULL, NULL, 0, src, payload);
 }
 
+acc_result acc__safetensors_write_src_meta(const char *path, const acc_tensor_view *tensors, size_t count,
+                                           const char *const *meta_keys, const char *const *meta_values,
+                                           size_t meta_count, acc__st_source_fn src, void *payload) {
+  if (!src) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__safetensors_write_src_meta: src is NULL");
+  return st_write(path, tensors, count, meta_keys, meta_values, meta_count, src, payload);
+}
+
 static acc_result st_write(const char *path, const acc_tensor_view *tensors, size_t count, const char *const *meta_keys,
                            const char *const *meta_values, size_t meta_count, acc__st_source_fn src, void *payload) {
   if (!path || !*path) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_safetensors_write: path is empty");

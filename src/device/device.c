@@ -295,6 +295,16 @@ acc_result acc__device_clamp(acc__device *d, float *buf, size_t n, float clip, a
   return done(d, d->ops->clamp(d->ctx, buf, n, clip, s), "clamp");
 }
 
+acc_result acc__device_axpy(acc__device *d, float *dst, const float *src, size_t n, float a,
+                            acc__dstream *s) {
+  ACC_CHECK(check_dev(d, "acc__device_axpy"));
+  if (!n) return ACC_OK;
+  if (!d->ops->axpy)
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "acc__device_axpy: the %s device has no axpy operation",
+                      acc__device_name(d));
+  return done(d, d->ops->axpy(d->ctx, dst, src, n, a, s), "axpy");
+}
+
 acc_result acc__device_round_f16(acc__device *d, float *buf, size_t n, acc__dstream *s) {
   ACC_CHECK(check_dev(d, "acc__device_round_f16"));
   return done(d, d->ops->round_f16(d->ctx, buf, n, s), "round_f16");

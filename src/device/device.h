@@ -104,6 +104,9 @@ acc_result acc__device_widen(acc__device *d, float *d_dst, const uint16_t *d_src
 
 /* d_buf[i] clamped to [-clip, clip] (acc_clip_grad_value's arithmetic; clip >= 0). */
 acc_result acc__device_clamp(acc__device *d, float *d_buf, size_t n, float clip, acc__dstream *s);
+/* d_dst[i] = d_dst[i] + d_src[i] * a (acc__k_axpy: two roundings, never fused). */
+acc_result acc__device_axpy(acc__device *d, float *d_dst, const float *d_src, size_t n, float a,
+                            acc__dstream *s);
 /* d_buf[i] rounded to the nearest fp16 value, kept in fp32 (fp16 gradients). */
 acc_result acc__device_round_f16(acc__device *d, float *d_buf, size_t n, acc__dstream *s);
 

@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 6u
+#define ACC__DEVICE_ABI_VERSION 7u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -136,6 +136,10 @@ typedef struct acc__device_ops {
    * its memory is otherwise unreachable from host code). NULL: host code can never reach the
    * device's memory (CUDA). */
   int (*host_kernel)(void *ctx, void (*fn)(void *), void *arg);
+  /* ---- ABI 7: FSDP on a device (src/train/fsdp_mem.c) ---- */
+  /* dst[i] = dst[i] + src[i] * a (no fused multiply-add: acc__k_axpy), the reduce-scatter's
+   * averaged gradient added into the gradient shard. */
+  int (*axpy)(void *ctx, float *dst, const float *src, size_t n, float a, void *s);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */

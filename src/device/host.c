@@ -43,11 +43,12 @@ enum {
   OP_CAST,
   OP_CLAMP,
   OP_ROUND16,
-  OP_WIDEN
+  OP_WIDEN,
+  OP_AXPY
 };
 static const char *const op_names[] = {"copy",  "memset", "sgd",   "adamw",
                                        "unscale", "norm_partials", "norm_finish", "scale",
-                                       "cast",  "clamp",  "round_f16", "widen"};
+                                       "cast",  "clamp",  "round_f16", "widen", "axpy"};
 
 typedef struct range {
   const void *p;
@@ -111,6 +112,12 @@ typedef struct fop {
       size_t n;
       int dtype;
     } widen;
+    struct {
+      float *dst;
+      const float *src;
+      size_t n;
+      float a;
+    } axpy;
   } u;
   range r[6];
   int nr;
@@ -189,6 +196,10 @@ static void run_op(const fop *o) {
     case OP_ROUND16:
       for (size_t k = 0; k < o->u.clamp.n; k++)
         o->u.clamp.buf[k] = acc__k_round_f16(o->u.clamp.buf[k]);
+      break;
+    case OP_AXPY:
+      for (size_t k = 0; k < o->u.axpy.n; k++)
+        o->u.axpy.dst[k] = acc__k_axpy(o->u.axpy.dst[k], o->u.axpy.src[k], o->u.axpy.a);
       break;
     case OP_WIDEN: {
       const uint16_t *s = o->u.widen.src;
@@ -728,6 +739,7 @@ static void translate(const fake *f, fop *o) {
     case OP_CLAMP:
     case OP_ROUND16: XL(o->u.clamp.buf); break;
     case OP_WIDEN: XL(o->u.widen.dst); XL(o->u.widen.src); break;
+    case OP_AXPY: XL(o->u.axpy.dst); XL(o->u.axpy.src); break;
     default: break;
   }
 }
@@ -920,6 +932,18 @@ static int h_widen(void *ctx, float *dst, const uint16_t *src, size_t n, int dty
   return submit(ctx, &o, dev, s);
 }
 
+static int h_axpy(void *ctx, float *dst, const float *src, size_t n, float a, void *s) {
+  fop o = {.type = OP_AXPY, .nr = 2};
+  o.u.axpy.dst = dst;
+  o.u.axpy.src = src;
+  o.u.axpy.n = n;
+  o.u.axpy.a = a;
+  o.r[0] = RANGE(dst, n * sizeof(float), 1, "dst");
+  o.r[1] = RANGE(src, n * sizeof(float), 0, "src");
+  int dev[2] = {1, 1};
+  return submit(ctx, &o, dev, s);
+}
+
 size_t acc__fake_queued(void *ctx) {
   hostdev *h = ctx;
   size_t n = 0;
@@ -938,7 +962,7 @@ static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
    h_event_create, h_event_destroy, h_event_record, h_stream_wait, h_event_sync, h_event_query, \
    h_copy, h_memset, h_sgd, h_adamw, h_unscale, h_norm_partials, h_norm_finish, h_scale, h_cast, \
    NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL, h_widen,       \
-   h_host_kernel}
+   h_host_kernel, h_axpy}
 
 const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu);
 const acc__device_ops acc__device_fake_ops = HOST_OPS("fake", h_open_fake);

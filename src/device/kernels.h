@@ -25,6 +25,9 @@ ACC__KFN uint32_t acc__k_bits(float f) {
   return u;
 }
 
+/* dst + src * a, rounded twice (the expression of FSDP's host path, fsdp_mem.c) */
+ACC__KFN float acc__k_axpy(float d, float s, float a) { return d + s * a; }
+
 ACC__KFN int acc__k_finite(float f) { return (acc__k_bits(f) & 0x7f800000u) != 0x7f800000u; }
 
 ACC__KFN void acc__k_sgd(const acc__sgd_args *a, float scale, size_t k) {

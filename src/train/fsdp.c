@@ -15,6 +15,7 @@
 #include "core/env.h"
 #include "train/accel.h"
 #include "train/fsdp.h"
+#include "train/fsdp_mem.h"
 #include "train/model_internal.h"
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn) {
@@ -212,9 +213,10 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_fsdp_create: dtype %s is not a parameter dtype: choose ACC_F32, or ACC_BF16 / ACC_F16 for "
                       "16-bit gathered parameters over float32 master shards (docs/fsdp.md)", acc_dtype_name(dtype));
-  if (acc_accelerator_device_type(acc) != ACC_DEVICE_CPU)
+  if (dtype != ACC_F32 && acc__devctx_offhost(acc->dev))
     return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "acc_fsdp_create: the accelerator trains on %s; FSDP runs on the CPU only so far (docs/fsdp.md)",
+                      "acc_fsdp_create: a %s table on a device is not supported yet (the accelerator trains on %s): "
+                      "16-bit FSDP runs on the CPU; on a device use ACC_F32 (docs/fsdp.md)", acc_dtype_name(dtype),
                       acc_accelerator_device_name(acc));
   if (acc->zero)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -229,6 +231,17 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   f->dtype = dtype;
   f->acc = acc;
   acc_result rc = resolve_plugin(f, plugin);
+  /* on a device the shards and unit buffers are its memory (fsdp_mem.c) */
+  if (acc__devctx_offhost(acc->dev)) f->dev = acc->dev;
+  if (rc == ACC_OK && f->dev && acc_grad_scaler_enabled(acc_accelerator_grad_scaler(acc)))
+    rc = acc__error(ACC_ERR_NOT_SUPPORTED,
+                    "acc_fsdp_create: fp16 mixed precision (its loss scaler) under FSDP on %s is not supported yet: "
+                    "the scaler's unscale runs on host memory; train in float32 or bf16 autocast there (docs/fsdp.md)",
+                    acc_accelerator_device_name(acc));
+  if (rc == ACC_OK && f->dev && f->offload)
+    rc = acc__error(ACC_ERR_NOT_SUPPORTED,
+                    "acc_fsdp_create: offload_params (FSDP_OFFLOAD_PARAMS) is not supported when training on %s yet: "
+                    "the shards live in device memory; unset it (docs/fsdp.md)", acc_accelerator_device_name(acc));
   if (rc == ACC_OK) rc = shard_groups(f);
   if (rc == ACC_OK) {
     f->rows = acc__calloc(count, sizeof *f->rows);
@@ -427,16 +440,14 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
     if (padded > f->buf_elems) f->buf_elems = padded;
   }
   if (rc == ACC_OK) rc = agree_units(f);
-  if (rc == ACC_OK) {
-    f->master = acc__calloc(f->shard_total, sizeof(float));
-    f->gshard = acc__calloc(f->shard_total, sizeof(float));
-    if (!f->master || !f->gshard) rc = ACC_ERR_NOMEM;
-  }
+  if (rc == ACC_OK) rc = acc__fsdp_mem_alloc(f, f->shard_total, &f->master);
+  if (rc == ACC_OK) rc = acc__fsdp_mem_alloc(f, f->shard_total, &f->gshard);
   if (rc == ACC_OK) rc = acc_model_create(&f->model);
   for (size_t k = 0; k < f->nunits && rc == ACC_OK; k++) {
     acc__fsdp_unit *u = &f->units[k];
     if (init_params && u->hi > u->lo)
-      memcpy(f->master + u->shard_at, init_params + u->off + u->lo, (u->hi - u->lo) * sizeof(float));
+      rc = acc__fsdp_mem_in(f, f->master + u->shard_at, init_params + u->off + u->lo, u->hi - u->lo);
+    if (rc != ACC_OK) break;
     char name[512];
     snprintf(name, sizeof name, "%s.flat_param_shard", u->name);
     int64_t shape[1] = {(int64_t)u->shard};
@@ -449,19 +460,19 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
     if (!tmp) rc = ACC_ERR_NOMEM;
     for (size_t k = 0; k < f->nunits && rc == ACC_OK; k++) {
       acc__fsdp_unit *u = &f->units[k];
-      if (f->rank == 0) memcpy(tmp, init_params + u->off, u->numel * sizeof(float));
+      /* host tmp: init_params may be host or device memory */
+      if (f->rank == 0) rc = acc__fsdp_mem_out(f, tmp, init_params + u->off, u->numel);
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(k, 4));
-      rc = acc_broadcast(f->st, tmp, u->numel, ACC_F32, 0);
-      if (rc == ACC_OK && u->hi > u->lo)
-        memcpy(f->master + u->shard_at, tmp + u->lo, (u->hi - u->lo) * sizeof(float));
+      if (rc == ACC_OK) rc = acc_broadcast(f->st, tmp, u->numel, ACC_F32, 0);
+      if (rc == ACC_OK && u->hi > u->lo) rc = acc__fsdp_mem_in(f, f->master + u->shard_at, tmp + u->lo, u->hi - u->lo);
     }
     acc__free(tmp);
   }
   if (rc != ACC_OK) {
     acc_model_destroy(f->model);
     f->model = NULL;
-    acc__free(f->master);
-    acc__free(f->gshard);
+    acc__fsdp_mem_free(f, f->master);
+    acc__fsdp_mem_free(f, f->gshard);
     f->master = f->gshard = NULL;
     if (!declared) {
       for (size_t k = 0; k < f->nunits; k++) acc__free(f->units[k].name);
@@ -469,6 +480,7 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
     }
     return rc;
   }
+  acc__fsdp_optim_install(f);
   f->prepared = 1;
   return ACC_OK;
 }
@@ -551,7 +563,7 @@ acc_result acc_fsdp_memory_stats(const acc_fsdp *f, acc_fsdp_memory *out) {
 }
 
 void acc__fsdp_pool_free(acc_fsdp *f) {
-  for (size_t i = 0; i < f->npool; i++) acc__free(f->pool[i].p);
+  for (size_t i = 0; i < f->npool; i++) acc__fsdp_mem_free(f, f->pool[i].p);
   acc__free(f->pool);
   f->pool = NULL;
   f->npool = f->pool_in_use = 0;
@@ -568,7 +580,7 @@ void acc_fsdp_destroy(acc_fsdp *f) {
   acc__fsdp_pool_free(f);
   for (size_t k = 0; k < f->nunits; k++) {
     acc__free(f->units[k].name);
-    acc__free(f->units[k].nosync);
+    acc__fsdp_mem_free(f, f->units[k].nosync);
   }
   acc__free(f->units);
   for (size_t r = 0; r < f->nrows; r++) acc__free((char *)f->rows[r].name);
@@ -576,8 +588,10 @@ void acc_fsdp_destroy(acc_fsdp *f) {
   acc__free(f->row_numel);
   acc__free(f->row_off);
   acc_model_destroy(f->model);
-  acc__free(f->master);
-  acc__free(f->gshard);
+  acc__fsdp_optim_free(f);
+  acc__fsdp_mem_free(f, f->master);
+  acc__fsdp_mem_free(f, f->gshard);
+  acc__fsdp_mem_release(f);
   f->magic = 0;
   acc__free(f);
 }

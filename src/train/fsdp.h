@@ -5,6 +5,8 @@
 
 #include "core/internal.h"
 
+struct acc__devctx;
+
 #define ACC__FSDP_MAGIC 0x46534450u /* "FSDP" */
 
 /* where a unit is in its step */
@@ -70,6 +72,15 @@ struct acc_fsdp {
   size_t buf_elems;       /* the largest padded unit (the largest pool buffer) */
   size_t nosync_bytes;
   int no_sync;
+  /* on a device (fsdp_mem.c): the accelerator's device; NULL on the CPU. master, gshard, the pool
+   * and the no_sync buffers are then its memory, and so are the rest: */
+  struct acc__devctx *dev;
+  float *d_coef;                /* the clip coefficient for the scale kernel */
+  double *d_partials;           /* norm partial sums */
+  void *h_stage;                /* host staging of the poison check and the max norm (kept) */
+  size_t d_partials_cap;
+  acc_optimizer *dopt;          /* the optimizer whose state d_state holds (fsdp_optim.c) */
+  float *d_state[2];            /* its state over master: momentum, or exp_avg and exp_avg_sq */
 };
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);

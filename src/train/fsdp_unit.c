@@ -11,23 +11,13 @@
 #include "backend/collcheck.h"
 #include "comm/group.h"
 #include "train/fsdp.h"
+#include "train/fsdp_mem.h"
 
-/* A released buffer is filled with this word: a quiet NaN read as one float32, and two NaNs read as
- * bf16 or fp16 values (0x7fc1 is a NaN in both). A program that reads it after the unit ended
- * computes NaN, and one that writes it is caught when the buffer is taken again. */
-#define POISON 0x7fc17fc1u
-
-static void poison(float *p, size_t n) {
-  uint32_t *w = (uint32_t *)p;
-  for (size_t i = 0; i < n; i++) w[i] = POISON;
-}
-
-static size_t poison_broken(const float *p, size_t n) {
-  const uint32_t *w = (const uint32_t *)p;
-  for (size_t i = 0; i < n; i++)
-    if (w[i] != POISON) return i;
-  return SIZE_MAX;
-}
+/* A released buffer is filled with 0xff bytes (fsdp_mem.c's poison): a NaN read as float32, and two
+ * NaNs read as bf16 or fp16 values (0xffff is a NaN in both). A program that reads it after the unit
+ * ended computes NaN, and one that writes it is caught when the buffer is taken again. Every buffer
+ * operation goes through fsdp_mem.h, so the same code runs on host and device memory (16-bit tables
+ * are host memory only: acc_fsdp_create refuses them on a device). */
 
 static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const void *p) {
   for (size_t i = 0; i < f->npool; i++)
@@ -63,15 +53,17 @@ static acc_result pool_check(acc_fsdp *f) {
   for (size_t i = 0; i < f->npool; i++) {
     acc__fsdp_pool_buf *b = &f->pool[i];
     if (b->in_use || !b->poisoned) continue;
-    size_t at = poison_broken(b->p, b->cap);
+    size_t at;
+    ACC_CHECK(acc__fsdp_mem_poison_find(f, b->p, b->cap, &at));
     if (at != SIZE_MAX) {
-      /* the element in the dtype the program saw (16-bit buffers: two per word, the low half first) */
+      /* the element in the dtype the program saw (16-bit buffers, host memory: two per word, the low
+       * half first) */
       if (b->kind != BUF_REDUCE32 && acc__fsdp_esize(f) == sizeof(uint16_t)) {
         uint16_t lo;
         memcpy(&lo, (const char *)b->p + at * sizeof(float), sizeof lo);
-        at = 2 * at + (lo == (uint16_t)(POISON & 0xffffu) ? 1 : 0);
+        at = 2 * at + (lo == 0xffffu ? 1 : 0);
       }
-      poison(b->p, b->cap); /* reported once */
+      ACC_CHECK(acc__fsdp_mem_poison(f, b->p, b->cap)); /* reported once */
       return acc__error(ACC_ERR_INVALID_USAGE,
                         "FSDP: the gathered %s buffer of unit '%s' was written after the unit ended (element %zu): "
                         "the pointers acc_fsdp_unit_%s_begin returned are valid only until the unit's end call",
@@ -112,8 +104,8 @@ static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, void **out) {
   acc__fsdp_pool_buf *np = acc__realloc(f->pool, (f->npool + 1) * sizeof *np);
   if (!np) return ACC_ERR_NOMEM;
   f->pool = np;
-  float *p = acc__malloc(need * sizeof(float));
-  if (!p) return ACC_ERR_NOMEM;
+  float *p;
+  ACC_CHECK(acc__fsdp_mem_alloc(f, need, &p));
   f->pool[f->npool] = (acc__fsdp_pool_buf){p, need, 0, 0, 0, 0};
   f->pool_elems += need;
   pool_mark(f, &f->pool[f->npool++], unit, kind);
@@ -124,8 +116,8 @@ static acc_result pool_take(acc_fsdp *f, size_t unit, int kind, void **out) {
 static void pool_give(acc_fsdp *f, void *p) {
   acc__fsdp_pool_buf *b = pool_find(f, p);
   if (!b || !b->in_use) return;
-  poison(b->p, b->cap);
-  b->poisoned = 1;
+  /* a buffer whose poison could not be queued is not checked later (no false report) */
+  b->poisoned = acc__fsdp_mem_poison(f, b->p, b->cap) == ACC_OK;
   b->in_use = 0;
   f->pool_in_use--;
   f->pool_elems_in_use -= b->cap;
@@ -138,8 +130,8 @@ acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind) {
    * bytes on the wire): the all-gather in place, over the shard group */
   const size_t es = acc__fsdp_esize(f);
   void *mine = (char *)dst + un->shard * (size_t)f->srank * es;
-  if (f->dtype == ACC_F32) memcpy(mine, f->master + un->shard_at, un->shard * sizeof(float));
-  else acc__fsdp_narrow(f, mine, f->master + un->shard_at, un->shard);
+  if (f->dtype == ACC_F32) ACC_CHECK(acc__fsdp_mem_copy(f, mine, f->master + un->shard_at, un->shard));
+  else acc__fsdp_narrow(f, mine, f->master + un->shard_at, un->shard); /* host memory only */
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
   acc_result rc = acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
@@ -231,13 +223,14 @@ static acc_result forward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, const
   acc__fsdp_unit *un = &f->units[unit];
   if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
     return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s: end it first", fn, un->name, phase_name(un->phase));
+  ACC_CHECK(acc__fsdp_mem_enter(f));
   ACC_CHECK(pool_check(f));
   ACC_CHECK(hold_params(f, unit));
   un->prefetched = 0;
   un->phase = ACC__FSDP_FWD;
   if (f->fwd_prefetch) ACC_CHECK(prefetch(f, unit + 1, 0));
   *params = un->pbuf;
-  return ACC_OK;
+  return acc__fsdp_mem_leave(f);
 }
 
 acc_result acc_fsdp_unit_forward_begin(acc_fsdp *f, size_t unit, const float **params) {
@@ -258,6 +251,7 @@ acc_result acc_fsdp_unit_forward_end(acc_fsdp *f, size_t unit) {
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "acc_fsdp_unit_forward_end: unit '%s' is %s, not in forward (call acc_fsdp_unit_forward_begin)",
                       un->name, phase_name(un->phase));
+  ACC_CHECK(acc__fsdp_mem_enter(f)); /* the poison after the program's last read */
   if (f->reshard) drop_params(f, unit);
   un->phase = ACC__FSDP_FWD_DONE;
   return ACC_OK;
@@ -272,6 +266,7 @@ static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, cons
   acc__fsdp_unit *un = &f->units[unit];
   if (un->phase == ACC__FSDP_FWD || un->phase == ACC__FSDP_BWD)
     return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s", fn, un->name, phase_name(un->phase));
+  ACC_CHECK(acc__fsdp_mem_enter(f));
   ACC_CHECK(pool_check(f));
   ACC_CHECK(hold_params(f, unit));
   un->prefetched = 0;
@@ -279,13 +274,13 @@ static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, cons
     un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
   } else {
     ACC_CHECK(pool_take(f, unit, BUF_GRADS, &un->gbuf));
-    memset(un->gbuf, 0, acc__fsdp_padded(f, unit) * acc__fsdp_esize(f));
+    ACC_CHECK(acc__fsdp_mem_zero(f, un->gbuf, buf_words(f, unit, BUF_GRADS)));
   }
   un->phase = ACC__FSDP_BWD;
   if (f->bwd_prefetch == ACC_FSDP_BACKWARD_PRE && unit > 0) ACC_CHECK(prefetch(f, unit - 1, 1));
   *params = un->pbuf;
   *grads = un->gbuf;
-  return ACC_OK;
+  return acc__fsdp_mem_leave(f);
 }
 
 acc_result acc_fsdp_unit_backward_begin(acc_fsdp *f, size_t unit, const float **params, float **grads) {
@@ -338,12 +333,19 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
     float *tmp = NULL;
     if (padded > un->numel && !scratch) {
       if (g == un->nosync) {
-        tmp = acc__malloc(padded * sizeof(float));
-        if (!tmp) return ACC_ERR_NOMEM;
-        memcpy(tmp, g, un->numel * sizeof(float));
+        ACC_CHECK(acc__fsdp_mem_alloc(f, padded, &tmp));
+        rc = acc__fsdp_mem_copy(f, tmp, g, un->numel);
+        if (rc != ACC_OK) {
+          acc__fsdp_mem_free(f, tmp);
+          return rc;
+        }
         send = tmp;
       }
-      memset(send + un->numel, 0, (padded - un->numel) * sizeof(float));
+      rc = acc__fsdp_mem_zero(f, send + un->numel, padded - un->numel);
+      if (rc != ACC_OK) {
+        acc__fsdp_mem_free(f, tmp);
+        return rc;
+      }
     }
     float *out = send + un->shard * (size_t)f->srank; /* in place: this process's block */
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
@@ -352,14 +354,12 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
       rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM);
     }
-    if (rc == ACC_OK)
-      for (size_t i = 0; i < un->shard; i++) dst[i] += out[i] * scale;
-    acc__free(tmp);
+    if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, dst, out, un->shard, scale);
+    acc__fsdp_mem_free(f, tmp);
   } else {
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
     rc = acc_all_reduce(f->st, g, g, un->numel, ACC_F32, ACC_SUM);
-    if (rc == ACC_OK)
-      for (size_t i = 0; i < un->numel; i++) dst[i] += g[i] * scale;
+    if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, dst, g, un->numel, scale);
   }
   if (scratch) pool_give(f, scratch);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: reducing the gradients of unit '%s'", un->name);
@@ -373,19 +373,21 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
     return acc__error(ACC_ERR_INVALID_USAGE,
                       "acc_fsdp_unit_backward_end: unit '%s' is %s, not in backward (call acc_fsdp_unit_backward_begin)",
                       un->name, phase_name(un->phase));
+  ACC_CHECK(acc__fsdp_mem_enter(f)); /* the program's gradients are written */
   if (f->no_sync) {
     if (!un->nosync) {
-      const size_t bytes = acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
-      un->nosync = acc__malloc(bytes);
-      if (!un->nosync) return ACC_ERR_NOMEM;
-      f->nosync_bytes += bytes;
-      memcpy(un->nosync, un->gbuf, bytes);
+      const size_t words = buf_words(f, unit, BUF_GRADS);
+      float *keep;
+      ACC_CHECK(acc__fsdp_mem_alloc(f, words, &keep));
+      un->nosync = keep;
+      f->nosync_bytes += acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
+      ACC_CHECK(acc__fsdp_mem_copy(f, un->nosync, un->gbuf, words));
       pool_give(f, un->gbuf);
     }
   } else {
     ACC_CHECK(reduce_unit(f, unit));
     if (un->gbuf == un->nosync) {
-      acc__free(un->nosync);
+      acc__fsdp_mem_free(f, un->nosync);
       un->nosync = NULL;
       f->nosync_bytes -= acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
     } else {
@@ -413,6 +415,7 @@ acc_result acc_fsdp_reshard(acc_fsdp *f) {
       return acc__error(ACC_ERR_INVALID_USAGE, "acc_fsdp_reshard: unit '%s' is %s: end it first", un->name,
                         phase_name(un->phase));
   }
+  ACC_CHECK(acc__fsdp_mem_enter(f));
   for (size_t k = 0; k < f->nunits; k++) {
     drop_params(f, k);
     f->units[k].phase = ACC__FSDP_IDLE;
@@ -438,17 +441,13 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
   /* this process's part: its range of each unit (padding left out; NO_SHARD: counted on process 0
    * only, HYBRID: on the first machine's processes only, then shared, so no shard is counted
    * twice) */
+  ACC_CHECK(acc__fsdp_mem_enter(f));
   double local = 0;
   int count_here = f->sharded ? f->replica == 0 : f->rank == 0;
   if (count_here)
     for (size_t k = 0; k < f->nunits; k++) {
       const acc__fsdp_unit *u = &f->units[k];
-      const float *g = f->gshard + u->shard_at;
-      for (size_t i = 0; i < u->hi - u->lo; i++) {
-        double v = g[i];
-        if (inf) local = fabs(v) > local || isnan(v) ? fabs(v) : local;
-        else local += v * v;
-      }
+      ACC_CHECK(acc__fsdp_mem_norm(f, f->gshard + u->shard_at, u->hi - u->lo, &local, inf ? &local : NULL));
     }
   double total = local;
   if (f->world > 1) {
@@ -459,7 +458,5 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
   float norm = inf ? (float)total : (float)sqrt(total);
   if (total_norm) *total_norm = norm;
   float coef = max_norm / (norm + 1e-6f);
-  if (coef < 1.0f)
-    for (size_t i = 0; i < f->shard_total; i++) f->gshard[i] *= coef;
-  return ACC_OK;
+  return acc__fsdp_mem_scale(f, f->gshard, f->shard_total, coef);
 }

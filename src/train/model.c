@@ -15,7 +15,16 @@ struct acc_model {
   uint64_t grad_gen;        /* bumped by every acc__model_set_grad */
   acc__typed_group *typed;  /* bf16/fp16 tables and their fp32 master copies (src/train/typed.c) */
   size_t ntyped;
+  acc__model_stepper stepper; /* the owner of device-memory parameters that steps them (FSDP) */
 };
+
+void acc__model_set_stepper(acc_model *m, const acc__model_stepper *s) {
+  if (acc__handle_ok(m, ACC__HANDLE_MODEL)) m->stepper = *s;
+}
+
+const acc__model_stepper *acc__model_stepper_of(const acc_model *m) {
+  return acc__handle_ok(m, ACC__HANDLE_MODEL) && m->stepper.step ? &m->stepper : NULL;
+}
 
 acc_result acc_model_create(acc_model **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_model_create: out is NULL");

@@ -81,6 +81,17 @@ acc_result acc__typed_add(acc_model *m, const acc_param_spec *table, size_t coun
 /* model.c: frees a group's master and grad32 (on its device while that device is open). */
 void acc__typed_group_free(acc__typed_group *g);
 
+/* A model whose parameters and gradients are device memory that its owner steps (FSDP on a
+ * device, fsdp_optim.c): acc_optimizer_step and acc_optimizer_zero_grad call these instead of
+ * their host loops. */
+typedef struct acc__model_stepper {
+  acc_result (*step)(void *ctx, acc_optimizer *opt);
+  acc_result (*zero_grad)(void *ctx, acc_optimizer *opt);
+  void *ctx;
+} acc__model_stepper;
+void acc__model_set_stepper(acc_model *m, const acc__model_stepper *s);
+const acc__model_stepper *acc__model_stepper_of(const acc_model *m); /* NULL: none */
+
 /* ZeRO's one layout of m over n processes: the parameters that take a gradient, end to end in
  * index order (*total elements), cut into n shards of the returned length, ceil(total / n) (1 when
  * total is 0); process r owns [r * shard, (r + 1) * shard), clipped to total. Both the library's

@@ -6,6 +6,7 @@
 
 #include "backend/collcheck.h"
 #include "core/internal.h"
+#include "train/model_internal.h"
 
 enum { MAX_BUFS = 2 };
 
@@ -394,6 +395,8 @@ static void adamw_param(const acc_optimizer *o, const group *gr, const acc_param
 acc_result acc_optimizer_step(acc_optimizer *o) {
   ACC_CHECK(check_opt(o, "acc_optimizer_step"));
   ACC_CHECK(check_model_unchanged(o, "acc_optimizer_step"));
+  const acc__model_stepper *ms = acc__model_stepper_of(o->model);
+  if (ms) return ms->step(ms->ctx, o); /* device memory (FSDP on a device): its kernels */
   if (o->kind == ACC_OPTIMIZER_SGD && o->momentum != 0.0)
     for (size_t i = 0; i < o->nparams; i++)
       if (o->slots[i].group >= 0 && acc_model_parameter(o->model, i)->grad && !ensure_buf(o, i, 0))
@@ -426,6 +429,8 @@ acc_result acc_optimizer_step(acc_optimizer *o) {
 acc_result acc_optimizer_zero_grad(acc_optimizer *o) {
   ACC_CHECK(check_opt(o, "acc_optimizer_zero_grad"));
   ACC_CHECK(check_model_unchanged(o, "acc_optimizer_zero_grad"));
+  const acc__model_stepper *ms = acc__model_stepper_of(o->model);
+  if (ms) return ms->zero_grad(ms->ctx, o);
   for (size_t i = 0; i < o->nparams; i++) {
     const acc_param *p = acc_model_parameter(o->model, i);
     if (p->grad && o->slots[i].group >= 0) memset(p->grad, 0, p->numel * sizeof(float));

@@ -21,7 +21,7 @@ grep -q "NCCL: $T/build/nccl-wheel/lib/libnccl.so (headers $T/build/nccl-wheel/i
 [ "$(readlink "$T/build/nccl-wheel/lib/libnccl.so")" = "$site/nvidia/nccl/lib/libnccl.so.2" ] ||
   fail "no unversioned libnccl.so link to the wheel's library in the build folder"
 [ -f "$T/build/nccl-wheel/include/nccl.h" ] || fail "the headers are not reachable through the link folder"
-for s in configure build ctest_gpu llmc example_gpu example_cpu kill_resume shared_gpu bench; do
+for s in configure build ctest_gpu llmc fsdp example_gpu example_cpu kill_resume shared_gpu bench; do
   grep -Eq "^\| $s +\| DRY +\| +- +\| +[0-9]+ \|" "$T/out.txt" || fail "step $s is not listed with its limit"
 done
 grep -q "^| ctest_2gpu .*SKIP.*need two" "$T/out.txt" || fail "the skipped 2-GPU tests are not named with the reason"

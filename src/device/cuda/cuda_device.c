@@ -245,6 +245,11 @@ static int round_f16(void *ctx, float *buf, size_t n, void *s) {
   LAUNCH(acc__cuda_launch_round_f16(buf, n, s), "round_f16 kernel");
 }
 
+static int axpy(void *ctx, float *dst, const float *src, size_t n, float a, void *s) {
+  if (!n) return ACC_OK;
+  LAUNCH(acc__cuda_launch_axpy(dst, src, n, a, s), "axpy kernel");
+}
+
 static const acc__device_ops ops = {
     ACC__DEVICE_ABI_VERSION, sizeof(acc__device_ops), "cuda", acc__cuda_last_error, probe,
     dev_open, dev_close, dev_alloc, dev_free, is_device_ptr, stream_create, stream_destroy,
@@ -263,6 +268,7 @@ static const acc__device_ops ops = {
 #endif
     widen,
     NULL, /* host_kernel: host code never reaches GPU memory */
+    axpy,
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {

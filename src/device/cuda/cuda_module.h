@@ -38,6 +38,7 @@ cudaError_t acc__cuda_launch_cast(uint16_t *dst, const float *src, size_t n, int
                                   cudaStream_t s);
 cudaError_t acc__cuda_launch_widen(float *dst, const uint16_t *src, size_t n, int bf16,
                                    cudaStream_t s);
+cudaError_t acc__cuda_launch_axpy(float *dst, const float *src, size_t n, float a, cudaStream_t s);
 cudaError_t acc__cuda_launch_clamp(float *buf, size_t n, float clip, cudaStream_t s);
 cudaError_t acc__cuda_launch_round_f16(float *buf, size_t n, cudaStream_t s);
 #ifdef __cplusplus

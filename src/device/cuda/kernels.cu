@@ -92,6 +92,12 @@ __global__ void clamp_kernel(float *buf, size_t n, float clip) {
     buf[k] = acc__k_clamp(buf[k], clip);
 }
 
+__global__ void axpy_kernel(float *dst, const float *src, size_t n, float a) {
+  for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+       k += (size_t)gridDim.x * blockDim.x)
+    dst[k] = acc__k_axpy(dst[k], src[k], a);
+}
+
 __global__ void round_f16_kernel(float *buf, size_t n) {
   for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
        k += (size_t)gridDim.x * blockDim.x)
@@ -154,6 +160,11 @@ cudaError_t acc__cuda_launch_clamp(float *buf, size_t n, float clip, cudaStream_
 
 cudaError_t acc__cuda_launch_round_f16(float *buf, size_t n, cudaStream_t s) {
   round_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(buf, n);
+  return cudaGetLastError();
+}
+
+cudaError_t acc__cuda_launch_axpy(float *dst, const float *src, size_t n, float a, cudaStream_t s) {
+  axpy_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n, a);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,233 @@
+/* FSDP's memory operations on the host or on the accelerator's device (fsdp_mem.h). On a device
+ * every operation is a call of the device interface on the compute stream (copies, memset, the
+ * axpy / scale / norm_partials kernels); what the host must see (the poison check, the partial
+ * sums of a norm) comes back through host buffers of bounded size. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "device/kernels.h"
+#include "train/fsdp_mem.h"
+#include "train/train.h"
+
+/* elements of host staging per copy (poison check, max norm): 256 KiB */
+#define STAGE_ELEMS ((size_t)65536)
+
+static acc__device *dev_of(const acc_fsdp *f) { return f->dev->dev; }
+static acc__dstream *stream_of(const acc_fsdp *f) { return f->dev->stream; }
+
+/* The host staging buffer (STAGE_ELEMS floats, page-locked where the device has it), taken once:
+ * the poison check runs at every begin call. */
+static acc_result stage(acc_fsdp *f, void **out) {
+  if (!f->h_stage) ACC_CHECK(acc__device_host_alloc(dev_of(f), STAGE_ELEMS * sizeof(float), &f->h_stage));
+  *out = f->h_stage;
+  return ACC_OK;
+}
+
+void acc__fsdp_mem_release(acc_fsdp *f) {
+  if (!f->dev) return;
+  acc__dstream_sync(dev_of(f), stream_of(f));
+  acc__device_free(dev_of(f), f->d_coef);
+  acc__device_free(dev_of(f), f->d_partials);
+  acc__device_host_free(dev_of(f), f->h_stage);
+  f->d_coef = NULL;
+  f->d_partials = NULL;
+  f->d_partials_cap = 0;
+  f->h_stage = NULL;
+}
+
+acc_result acc__fsdp_mem_alloc(acc_fsdp *f, size_t n, float **out) {
+  size_t bytes = (n ? n : 1) * sizeof(float);
+  *out = NULL;
+  if (!f->dev) {
+    *out = acc__calloc(n ? n : 1, sizeof(float));
+    return *out ? ACC_OK : ACC_ERR_NOMEM;
+  }
+  void *p = NULL;
+  ACC_CHECK(acc__device_alloc(dev_of(f), bytes, &p));
+  acc_result rc = acc__device_memset(dev_of(f), p, 0, bytes, stream_of(f));
+  if (rc != ACC_OK) {
+    acc__device_free(dev_of(f), p);
+    return rc;
+  }
+  *out = p;
+  return ACC_OK;
+}
+
+void acc__fsdp_mem_free(acc_fsdp *f, float *p) {
+  if (!p) return;
+  if (!f->dev) {
+    acc__free(p);
+    return;
+  }
+  /* queued work may still use it (the fake device checks): wait first */
+  acc__dstream_sync(dev_of(f), stream_of(f));
+  acc__device_free(dev_of(f), p);
+}
+
+acc_result acc__fsdp_mem_zero(acc_fsdp *f, float *p, size_t n) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    memset(p, 0, n * sizeof(float));
+    return ACC_OK;
+  }
+  return acc__device_memset(dev_of(f), p, 0, n * sizeof(float), stream_of(f));
+}
+
+acc_result acc__fsdp_mem_copy(acc_fsdp *f, float *dst, const float *src, size_t n) {
+  if (!n || dst == src) return ACC_OK;
+  if (!f->dev) {
+    memmove(dst, src, n * sizeof(float));
+    return ACC_OK;
+  }
+  return acc__device_copy(dev_of(f), dst, src, n * sizeof(float), ACC__COPY_D2D, stream_of(f));
+}
+
+acc_result acc__fsdp_mem_in(acc_fsdp *f, float *dst, const float *src, size_t n) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    memcpy(dst, src, n * sizeof(float));
+    return ACC_OK;
+  }
+  int on_dev = 0;
+  ACC_CHECK(acc__device_is_device_ptr(dev_of(f), src, &on_dev));
+  ACC_CHECK(acc__device_copy(dev_of(f), dst, src, n * sizeof(float), on_dev ? ACC__COPY_D2D : ACC__COPY_H2D,
+                             stream_of(f)));
+  return acc__dstream_sync(dev_of(f), stream_of(f));
+}
+
+acc_result acc__fsdp_mem_out(acc_fsdp *f, float *h_dst, const float *src, size_t n) {
+  if (!n) return ACC_OK;
+  int on_dev = 0;
+  if (f->dev) ACC_CHECK(acc__device_is_device_ptr(dev_of(f), src, &on_dev));
+  if (!on_dev) {
+    memcpy(h_dst, src, n * sizeof(float));
+    return ACC_OK;
+  }
+  ACC_CHECK(acc__device_copy(dev_of(f), h_dst, src, n * sizeof(float), ACC__COPY_D2H, stream_of(f)));
+  return acc__dstream_sync(dev_of(f), stream_of(f));
+}
+
+acc_result acc__fsdp_mem_axpy(acc_fsdp *f, float *dst, const float *src, size_t n, float a) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    for (size_t i = 0; i < n; i++) dst[i] = acc__k_axpy(dst[i], src[i], a);
+    return ACC_OK;
+  }
+  return acc__device_axpy(dev_of(f), dst, src, n, a, stream_of(f));
+}
+
+acc_result acc__fsdp_mem_scale(acc_fsdp *f, float *p, size_t n, float coef) {
+  if (!n || !(coef < 1.0f)) return ACC_OK;
+  if (!f->dev) {
+    for (size_t i = 0; i < n; i++) p[i] *= coef;
+    return ACC_OK;
+  }
+  /* the scale kernel reads its coefficient from device memory */
+  if (!f->d_coef) ACC_CHECK(acc__device_alloc(dev_of(f), sizeof(float), (void **)&f->d_coef));
+  ACC_CHECK(acc__device_copy(dev_of(f), f->d_coef, &coef, sizeof coef, ACC__COPY_H2D, stream_of(f)));
+  ACC_CHECK(acc__device_scale(dev_of(f), p, n, f->d_coef, stream_of(f)));
+  return acc__dstream_sync(dev_of(f), stream_of(f)); /* &coef is on this stack frame */
+}
+
+acc_result acc__fsdp_mem_poison(acc_fsdp *f, float *p, size_t n) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    memset(p, 0xff, n * sizeof(float));
+    return ACC_OK;
+  }
+  return acc__device_memset(dev_of(f), p, 0xff, n * sizeof(float), stream_of(f));
+}
+
+static size_t first_unpoisoned(const uint32_t *w, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (w[i] != 0xffffffffu) return i;
+  return SIZE_MAX;
+}
+
+acc_result acc__fsdp_mem_poison_find(acc_fsdp *f, const float *p, size_t n, size_t *at) {
+  *at = SIZE_MAX;
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    *at = first_unpoisoned((const uint32_t *)(const void *)p, n);
+    return ACC_OK;
+  }
+  size_t chunk = n < STAGE_ELEMS ? n : STAGE_ELEMS;
+  uint32_t *h = NULL;
+  ACC_CHECK(stage(f, (void **)&h));
+  acc_result rc = ACC_OK;
+  for (size_t off = 0; off < n && rc == ACC_OK && *at == SIZE_MAX; off += chunk) {
+    size_t m = n - off < chunk ? n - off : chunk;
+    rc = acc__device_copy(dev_of(f), h, p + off, m * sizeof *h, ACC__COPY_D2H, stream_of(f));
+    if (rc == ACC_OK) rc = acc__dstream_sync(dev_of(f), stream_of(f));
+    if (rc == ACC_OK) {
+      size_t k = first_unpoisoned(h, m);
+      if (k != SIZE_MAX) *at = off + k;
+    }
+  }
+  return rc;
+}
+
+static void host_sumsq(const float *p, size_t n, double *sum) {
+  for (size_t c = 0; c < n; c += ACC__NORM_CHUNK) {
+    size_t end = c + ACC__NORM_CHUNK < n ? c + ACC__NORM_CHUNK : n;
+    double s = 0.0;
+    for (size_t k = c; k < end; k++) s += (double)p[k] * (double)p[k];
+    *sum += s;
+  }
+}
+
+static void host_max(const float *p, size_t n, double *max) {
+  for (size_t i = 0; i < n; i++) {
+    double v = fabs((double)p[i]);
+    if (v > *max || isnan(v)) *max = v;
+  }
+}
+
+acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    if (max) host_max(p, n, max);
+    else host_sumsq(p, n, sum);
+    return ACC_OK;
+  }
+  if (max) { /* no max kernel: bounded host staging */
+    size_t chunk = n < STAGE_ELEMS ? n : STAGE_ELEMS;
+    float *h = NULL;
+    ACC_CHECK(stage(f, (void **)&h));
+    acc_result rc = ACC_OK;
+    for (size_t off = 0; off < n && rc == ACC_OK; off += chunk) {
+      size_t m = n - off < chunk ? n - off : chunk;
+      rc = acc__device_copy(dev_of(f), h, p + off, m * sizeof *h, ACC__COPY_D2H, stream_of(f));
+      if (rc == ACC_OK) rc = acc__dstream_sync(dev_of(f), stream_of(f));
+      if (rc == ACC_OK) host_max(h, m, max);
+    }
+    return rc;
+  }
+  /* the partial sums on the device, read back (n / 4096 doubles) and added in order */
+  size_t np = acc__norm_partials(n);
+  if (np > f->d_partials_cap) {
+    acc__device_free(dev_of(f), f->d_partials);
+    f->d_partials = NULL;
+    f->d_partials_cap = 0;
+    ACC_CHECK(acc__device_alloc(dev_of(f), np * sizeof(double), (void **)&f->d_partials));
+    f->d_partials_cap = np;
+  }
+  double *h = acc__malloc(np * sizeof *h);
+  if (!h) return ACC_ERR_NOMEM;
+  acc_result rc = acc__device_norm_partials(dev_of(f), p, n, f->d_partials, stream_of(f));
+  if (rc == ACC_OK)
+    rc = acc__device_copy(dev_of(f), h, f->d_partials, np * sizeof *h, ACC__COPY_D2H, stream_of(f));
+  if (rc == ACC_OK) rc = acc__dstream_sync(dev_of(f), stream_of(f));
+  for (size_t i = 0; i < np && rc == ACC_OK; i++) *sum += h[i];
+  acc__free(h);
+  return rc;
+}
+
+acc_result acc__fsdp_mem_enter(acc_fsdp *f) { return f->dev ? acc__dev_prog_enter(f->dev) : ACC_OK; }
+
+acc_result acc__fsdp_mem_leave(acc_fsdp *f) { return f->dev ? acc__dev_prog_leave(f->dev) : ACC_OK; }
+
+acc_result acc__fsdp_mem_sync(acc_fsdp *f) {
+  return f->dev ? acc__dstream_sync(dev_of(f), stream_of(f)) : ACC_OK;
+}

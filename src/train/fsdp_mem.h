@@ -1,0 +1,52 @@
+/* FSDP's memory operations (src/train/fsdp_mem.c): one call per operation whether FSDP's buffers
+ * (the shards, the pool of unit buffers, the no_sync buffers) are host memory (an accelerator on
+ * the CPU) or device memory of the accelerator's device (f->dev set). On a device every call goes
+ * through the device interface on the accelerator's compute stream; host code never loads or
+ * stores FSDP's buffers. Not API. docs/fsdp.md, "On a device". */
+#ifndef ACC_TRAIN_FSDP_MEM_H
+#define ACC_TRAIN_FSDP_MEM_H
+
+#include "train/fsdp.h"
+
+/* n floats, zeroed (at least one element is allocated). */
+acc_result acc__fsdp_mem_alloc(acc_fsdp *f, size_t n, float **out);
+void acc__fsdp_mem_free(acc_fsdp *f, float *p);
+acc_result acc__fsdp_mem_zero(acc_fsdp *f, float *p, size_t n);
+/* dst = src, both FSDP buffers (queued on the compute stream on a device). */
+acc_result acc__fsdp_mem_copy(acc_fsdp *f, float *dst, const float *src, size_t n);
+/* dst (an FSDP buffer) = src, src host memory or memory of f's device; done when it returns (src
+ * may be freed). */
+acc_result acc__fsdp_mem_in(acc_fsdp *f, float *dst, const float *src, size_t n);
+/* h_dst (host) = src (an FSDP buffer, or any host memory); done when it returns. */
+acc_result acc__fsdp_mem_out(acc_fsdp *f, float *h_dst, const float *src, size_t n);
+/* dst[i] = dst[i] + src[i] * a (two roundings, never fused: the same bits on host and device). */
+acc_result acc__fsdp_mem_axpy(acc_fsdp *f, float *dst, const float *src, size_t n, float a);
+/* dst[i] *= coef (coef < 1: gradient clipping). */
+acc_result acc__fsdp_mem_scale(acc_fsdp *f, float *p, size_t n, float coef);
+/* Fills a released buffer with the poison (every byte 0xff: a NaN in float32, bf16 and fp16). */
+acc_result acc__fsdp_mem_poison(acc_fsdp *f, float *p, size_t n);
+/* *at = the first element that is no longer the poison, SIZE_MAX when the buffer is intact (on a
+ * device: read back through a bounded host buffer). */
+acc_result acc__fsdp_mem_poison_find(acc_fsdp *f, const float *p, size_t n, size_t *at);
+/* The sum of squares of p[0, n) added into *sum, as partial sums of ACC__NORM_CHUNK elements in
+ * double taken in order (the device's norm_partials), or the largest |p[i]| into *max when max is
+ * not NULL (NaN wins). */
+acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max);
+/* Around the unit calls on a device: FSDP's work on the compute stream comes after what the
+ * program queued on its stream (acc_accelerator_set_program_stream), and the program's later work
+ * after FSDP's. No-ops on the host. */
+acc_result acc__fsdp_mem_enter(acc_fsdp *f);
+acc_result acc__fsdp_mem_leave(acc_fsdp *f);
+/* Frees the device scalars and host staging fsdp_mem.c keeps (destroy). */
+void acc__fsdp_mem_release(acc_fsdp *f);
+/* Waits for everything FSDP queued on the compute stream. */
+acc_result acc__fsdp_mem_sync(acc_fsdp *f);
+
+/* The library's optimizer over acc_fsdp_model on a device (fsdp_optim.c): install sets the model's
+ * stepper (a no-op on the host); sync moves opt's device state to its host buffers (to_host 1,
+ * before a save) or back (0, after a load); free releases the device state. */
+void acc__fsdp_optim_install(acc_fsdp *f);
+acc_result acc__fsdp_optim_sync(acc_fsdp *f, acc_optimizer *opt, int to_host);
+void acc__fsdp_optim_free(acc_fsdp *f);
+
+#endif
