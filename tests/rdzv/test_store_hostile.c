@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "acc_test.h"
@@ -48,9 +49,13 @@ static acc__store_hello who(int kind, int machine, int rank) {
   return h;
 }
 
-static int raw_connect(int port) {
+/* rcvbuf > 0: the socket's receive buffer, fixed before connecting (no autotuning: this kernel
+ * lets a loopback receive buffer grow to tcp_rmem's maximum, 32 MiB here, which can hold most of
+ * what a "client that does not read" is sent). */
+static int raw_connect_buf(int port, int rcvbuf) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  if (rcvbuf > 0) (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
   a.sin_port = htons((uint16_t)port);
@@ -61,6 +66,8 @@ static int raw_connect(int port) {
   }
   return fd;
 }
+
+static int raw_connect(int port) { return raw_connect_buf(port, 0); }
 
 /* 1 when the server closed fd within seconds (EOF or reset), 0 when it is still open. */
 static int closed_within(int fd, double seconds) {
@@ -272,7 +279,7 @@ void hostile_clients(void) {
   char *big = malloc(ACC_STORE_MAX_VALUE);
   memset(big, 'v', ACC_STORE_MAX_VALUE);
   CHECK_OK(acc__store_set(c, "mib", big, ACC_STORE_MAX_VALUE));
-  fd = raw_connect(port);
+  fd = raw_connect_buf(port, 64 << 10);
   CHECK(raw_hello_ok(fd), "the slow client's HELLO");
   for (int i = 0; i < 64; i++) send_raw_frame(fd, ACC_STORE_OP_GET, "mib", NULL, 0);
   served o = {port, 0, 0};
@@ -284,12 +291,18 @@ void hostile_clients(void) {
    * buffers and the 4 MiB queue hold far less) */
   size_t total = 0;
   char *sink = malloc(1 << 16);
+  struct timeval guard = {30, 0}; /* a hang guard: the store must have closed it long before */
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  int timed_out = 0;
   for (;;) {
     ssize_t k = recv(fd, sink, 1 << 16, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) timed_out = 1;
     if (k <= 0) break;
     total += (size_t)k;
   }
   free(sink);
+  CHECK(!timed_out, "the slow client's connection was neither closed nor fed for 30 s (%zu bytes read)", total);
   CHECK(total < 64u * ACC_STORE_MAX_VALUE, "the slow client got all %zu bytes", total);
   close(fd);
 
