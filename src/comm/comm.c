@@ -160,7 +160,7 @@ static acc_result leave(acc_state *st, int began, acc_result rc) {
   return rc;
 }
 
-static acc_result need_buf(const void *p, const char *fn, const char *what) {
+acc_result acc__comm_need_buf(const void *p, const char *fn, const char *what) {
   if (!p) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: %s is NULL but count > 0", fn, what);
   return ACC_OK;
 }
@@ -185,7 +185,7 @@ acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dt
   int began;
   acc_result rc = enter(st, "broadcast", &c, file, line, &began);
   if (rc != ACC_OK || count == 0 || st->size == 1) return leave(st, began, rc);
-  rc = need_buf(buf, "broadcast", "buf");
+  rc = acc__comm_need_buf(buf, "broadcast", "buf");
   size_t nb = count * acc_dtype_size(dtype);
   acc__devio io = {0}; /* device memory: staged through the host (comm/stage.h) */
   if (rc == ACC_OK) rc = acc__comm_stage_begin(&io, NULL, 0, 0, buf, nb, st->rank == root);
@@ -200,8 +200,8 @@ acc_result acc_broadcast_at(acc_state *st, void *buf, size_t count, acc_dtype dt
 static acc_result all_reduce_body(acc_state *st, const void *send, void *recv, size_t count,
                                   acc_dtype dtype, acc_op op, const float *scale) {
   if (count == 0) return ACC_OK;
-  ACC_CHECK(need_buf(send, "all_reduce", "send"));
-  ACC_CHECK(need_buf(recv, "all_reduce", "recv"));
+  ACC_CHECK(acc__comm_need_buf(send, "all_reduce", "send"));
+  ACC_CHECK(acc__comm_need_buf(recv, "all_reduce", "recv"));
   if (st->size == 1) {
     if (send != recv) memmove(recv, send, count * acc_dtype_size(dtype));
   } else if (scale && st->be->ops->all_reduce_scaled_f32) {
@@ -246,8 +246,8 @@ acc_result acc__all_reduce_scaled_at(acc_state *st, float *buf, size_t count, fl
 static acc_result reduce_body(acc_state *st, const void *send, void *recv, size_t count,
                               acc_dtype dtype, acc_op op, int root) {
   if (count == 0) return ACC_OK;
-  ACC_CHECK(need_buf(send, "reduce", "send"));
-  if (st->rank == root) ACC_CHECK(need_buf(recv, "reduce", "recv (on the root)"));
+  ACC_CHECK(acc__comm_need_buf(send, "reduce", "send"));
+  if (st->rank == root) ACC_CHECK(acc__comm_need_buf(recv, "reduce", "recv (on the root)"));
   if (st->size == 1) {
     if (send != recv) memmove(recv, send, count * acc_dtype_size(dtype));
     return ACC_OK;
@@ -293,8 +293,8 @@ static acc_result reduce_scatter_fallback(acc_state *st, const void *send, void 
 static acc_result reduce_scatter_body(acc_state *st, const void *send, void *recv, size_t count,
                                       acc_dtype dtype, acc_op op) {
   if (count == 0) return ACC_OK;
-  ACC_CHECK(need_buf(send, "reduce_scatter", "send"));
-  ACC_CHECK(need_buf(recv, "reduce_scatter", "recv"));
+  ACC_CHECK(acc__comm_need_buf(send, "reduce_scatter", "send"));
+  ACC_CHECK(acc__comm_need_buf(recv, "reduce_scatter", "recv"));
   size_t es = acc_dtype_size(dtype), n = (size_t)st->size;
   const uint8_t *s0 = send, *own = s0 + (size_t)st->rank * count * es;
   const uint8_t *r0 = recv;
@@ -334,8 +334,8 @@ acc_result acc_reduce_scatter_at(acc_state *st, const void *send, void *recv, si
 static acc_result all_gather_body(acc_state *st, const void *send, void *recv, size_t count,
                                   acc_dtype dtype) {
   if (count == 0) return ACC_OK;
-  ACC_CHECK(need_buf(send, "all_gather", "send"));
-  ACC_CHECK(need_buf(recv, "all_gather", "recv"));
+  ACC_CHECK(acc__comm_need_buf(send, "all_gather", "send"));
+  ACC_CHECK(acc__comm_need_buf(recv, "all_gather", "recv"));
   size_t nbytes = count * acc_dtype_size(dtype);
   if (st->size == 1) {
     if (send != recv) memmove(recv, send, nbytes);
@@ -363,8 +363,8 @@ acc_result acc_all_gather_at(acc_state *st, const void *send, void *recv, size_t
 static acc_result gather_body(acc_state *st, const void *send, void *recv, size_t count,
                               acc_dtype dtype, int root) {
   if (count == 0) return ACC_OK;
-  ACC_CHECK(need_buf(send, "gather", "send"));
-  if (st->rank == root) ACC_CHECK(need_buf(recv, "gather", "recv (on the root)"));
+  ACC_CHECK(acc__comm_need_buf(send, "gather", "send"));
+  if (st->rank == root) ACC_CHECK(acc__comm_need_buf(recv, "gather", "recv (on the root)"));
   size_t nbytes = count * acc_dtype_size(dtype);
   if (st->size == 1) {
     if (send != recv) memmove(recv, send, nbytes);
@@ -395,7 +395,7 @@ acc_result acc_gather_at(acc_state *st, const void *send, void *recv, size_t cou
  * allocated or copied. */
 static acc_result all_gather_bytes_body(acc_state *st, const acc__call *c, const void *send,
                                         size_t nbytes, void **out, size_t **out_sizes) {
-  if (nbytes) ACC_CHECK(need_buf(send, "all_gather_bytes", "send"));
+  if (nbytes) ACC_CHECK(acc__comm_need_buf(send, "all_gather_bytes", "send"));
   int n = st->size;
   size_t *sizes = acc__calloc((size_t)n, sizeof *sizes);
   if (!sizes) return ACC_ERR_NOMEM;

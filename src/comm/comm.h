@@ -27,4 +27,8 @@ acc_result acc__comm_alloc_shared_at(acc_state *st, size_t bytes, void **out, co
 /* Local: frees p when it came from acc__comm_alloc_shared (1); 0 when it did not. */
 int acc__comm_free_shared(acc_state *st, void *p);
 
+/* ACC_ERR_INVALID_ARGUMENT "<fn>: <what> is NULL but count > 0" when p is NULL (the collectives'
+ * buffer check, comm.c and comm_group.c). */
+acc_result acc__comm_need_buf(const void *p, const char *fn, const char *what);
+
 #endif

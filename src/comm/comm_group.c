@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
+#include "comm/comm.h"
 #include "comm/group.h"
 #include "comm/stage.h"
 #include "core/profile.h"
@@ -146,11 +147,6 @@ static acc_result gleave(const grp *g, int began, acc_result rc) {
   return rc;
 }
 
-static acc_result need_buf(const void *p, const char *fn, const char *what) {
-  if (!p) return acc__error(ACC_ERR_INVALID_ARGUMENT, "%s: %s is NULL but count > 0", fn, what);
-  return ACC_OK;
-}
-
 acc_result acc__comm_group_all_gather_at(acc_state *st, int which, const void *send, void *recv, size_t count,
                                          acc_dtype dtype, const char *file, int line) {
   if (which == ACC__GROUP_WORLD) return acc_all_gather_at(st, send, recv, count, dtype, file, line);
@@ -162,8 +158,8 @@ acc_result acc__comm_group_all_gather_at(acc_state *st, int which, const void *s
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
     size_t nb = count * acc_dtype_size(dtype);
-    rc = need_buf(send, fn, "send");
-    if (rc == ACC_OK) rc = need_buf(recv, fn, "recv");
+    rc = acc__comm_need_buf(send, fn, "send");
+    if (rc == ACC_OK) rc = acc__comm_need_buf(recv, fn, "recv");
     acc__devio io;
     if (rc == ACC_OK) {
       rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb * (size_t)g.size, 0);
@@ -192,8 +188,8 @@ acc_result acc__comm_group_reduce_scatter_at(acc_state *st, int which, const voi
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
     size_t es = acc_dtype_size(dtype), nb = count * es, n = (size_t)g.size;
-    rc = need_buf(send, fn, "send");
-    if (rc == ACC_OK) rc = need_buf(recv, fn, "recv");
+    rc = acc__comm_need_buf(send, fn, "send");
+    if (rc == ACC_OK) rc = acc__comm_need_buf(recv, fn, "recv");
     const uint8_t *s0 = send, *own = s0 + (size_t)g.rank * nb, *r0 = recv;
     if (rc == ACC_OK && r0 != own && r0 < s0 + nb * n && s0 < r0 + nb)
       rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -234,8 +230,8 @@ acc_result acc__comm_group_all_reduce_at(acc_state *st, int which, const void *s
   acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
   if (rc == ACC_OK && count > 0) {
     size_t nb = count * acc_dtype_size(dtype);
-    rc = need_buf(send, fn, "send");
-    if (rc == ACC_OK) rc = need_buf(recv, fn, "recv");
+    rc = acc__comm_need_buf(send, fn, "send");
+    if (rc == ACC_OK) rc = acc__comm_need_buf(recv, fn, "recv");
     acc__devio io;
     if (rc == ACC_OK) {
       rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb, 0);
