@@ -26,6 +26,8 @@ typedef struct acc__fsdp_unit {
   void *gbuf;      /* gradient buffer in the table's dtype while in backward (pool buffer or nosync) */
   void *nosync;    /* full gradients (table's dtype) kept under no_sync (padded), NULL otherwise */
   int prefetched;  /* pbuf filled ahead by a prefetch, not yet taken by a begin call */
+  struct acc__comm_job *pending; /* the prefetch's gather into pbuf, submitted and not yet waited
+                                    (comm/async.h); NULL otherwise */
 } acc__fsdp_unit;
 
 typedef struct acc__fsdp_pool_buf {
@@ -104,6 +106,9 @@ const char *acc__fsdp_dtype_word(acc_dtype d);
 /* fp16: divides the gradient shards by the accelerator's loss scale once per step and agrees on
  * overflow across processes (one all-reduce); nothing without a scaler or when already done */
 acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn);
+/* waits for every submitted prefetch gather (before anything reads or frees the pool); the first
+ * failure's error, after every unit was settled */
+acc_result acc__fsdp_settle(acc_fsdp *f);
 /* releases every pool buffer (between steps / before a load); every unit back to not started */
 void acc__fsdp_pool_free(acc_fsdp *f);
 

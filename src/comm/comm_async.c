@@ -1,0 +1,282 @@
+/* Submitted collectives and the state's comm worker thread (async.h).
+ *
+ * One worker per state, started by the first submit that can overlap, stopped and joined by
+ * acc_state_destroy (through st->async_stop) after it ran every queued job. Jobs form one FIFO
+ * queue; a job stays at its head while it runs and leaves it when it ended, so "the queue is
+ * empty" means "nothing queued and nothing running": the condition every synchronous collective
+ * waits for (acc__comm_async_drain). Only the worker calls the backend while the queue is not
+ * empty, only the program's threads call it while it is empty.
+ *
+ * What a job runs is the synchronous collective of comm_group.c, on the worker, with the
+ * submitting thread's origin and call site put back into the worker's thread-locals first, and
+ * with device staging switched off on the worker (the submitting thread staged the buffers). Its
+ * result and error sentence (thread-local, acc_last_error) are carried back to the waiter. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/collcheck.h"
+#include "comm/async.h"
+#include "comm/group.h"
+#include "comm/stage.h"
+#include "state/state.h"
+
+enum { JOB_ALL_GATHER, JOB_REDUCE_SCATTER, JOB_ALL_REDUCE };
+
+struct acc__comm_job {
+  acc__comm_job *next;
+  acc_state *st;
+  int kind, which;
+  size_t count;
+  acc_dtype dtype;
+  acc_op op;
+  const void *send; /* host pointers the backend uses (staged when the program's were device memory) */
+  void *recv;
+  acc__devio io;    /* the staging, ended by the waiter */
+  int staged;
+  /* the submitting thread's descriptor inputs */
+  int32_t origin;
+  int64_t origin_index;
+  int32_t site_depth, site_entry, site_line;
+  const char *site_file;
+  const char *file;
+  int line;
+  /* outcome (under the queue's lock) */
+  int done;
+  acc_result rc;
+  char msg[2048];
+};
+
+typedef struct acc__comm_async {
+  pthread_mutex_t mu;
+  pthread_cond_t work; /* a job was queued, or stop */
+  pthread_cond_t idle; /* a job ended */
+  pthread_t thread;
+  int started, stop;
+  acc__comm_job *head, *tail;
+} acc__comm_async;
+
+static _Thread_local int on_worker; /* this thread is a comm worker */
+
+static acc_result run_sync(acc__comm_job *j, const void *send, void *recv) {
+  switch (j->kind) {
+    case JOB_ALL_GATHER:
+      return acc__comm_group_all_gather_at(j->st, j->which, send, recv, j->count, j->dtype, j->file, j->line);
+    case JOB_REDUCE_SCATTER:
+      return acc__comm_group_reduce_scatter_at(j->st, j->which, send, recv, j->count, j->dtype, j->op, j->file,
+                                               j->line);
+    default:
+      return acc__comm_group_all_reduce_at(j->st, j->which, send, recv, j->count, j->dtype, j->op, j->file,
+                                           j->line);
+  }
+}
+
+static void run_job(acc__comm_job *j) {
+  acc__comm_origin((acc__origin)j->origin, j->origin_index);
+  acc__tls_site_depth = j->site_depth;
+  acc__tls_site_entry = j->site_entry;
+  acc__tls_site_line = j->site_line;
+  acc__tls_site_file = j->site_file;
+  acc_result rc = run_sync(j, j->send, j->recv);
+  acc__tls_site_depth = 0;
+  acc__tls_site_file = NULL;
+  j->rc = rc;
+  if (rc != ACC_OK) snprintf(j->msg, sizeof j->msg, "%s", acc_last_error());
+}
+
+static void *worker_main(void *arg) {
+  acc__comm_async *a = arg;
+  on_worker = 1;
+  acc__comm_stage_host_only(1); /* the submitting thread staged every device buffer */
+  pthread_mutex_lock(&a->mu);
+  for (;;) {
+    while (!a->head && !a->stop) pthread_cond_wait(&a->work, &a->mu);
+    if (!a->head) break; /* stop, and nothing left to run */
+    acc__comm_job *j = a->head;
+    pthread_mutex_unlock(&a->mu);
+    run_job(j);
+    pthread_mutex_lock(&a->mu);
+    a->head = j->next;
+    if (!a->head) a->tail = NULL;
+    j->done = 1;
+    pthread_cond_broadcast(&a->idle);
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+/* acc_state_destroy: every queued job runs, then the worker is joined (before the backend goes). */
+static void async_stop(acc_state *st) {
+  acc__comm_async *a = st->async;
+  if (!a) return;
+  if (a->started) {
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_signal(&a->work);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+  }
+  pthread_cond_destroy(&a->work);
+  pthread_cond_destroy(&a->idle);
+  pthread_mutex_destroy(&a->mu);
+  acc__free(a);
+  st->async = NULL;
+  st->async_stop = NULL;
+}
+
+static acc_result get_async(acc_state *st, acc__comm_async **out) {
+  acc__comm_async *a = st->async;
+  if (!a) {
+    a = acc__calloc(1, sizeof *a);
+    if (!a) return acc__error(ACC_ERR_NOMEM, "cannot allocate the comm worker's queue");
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->work, NULL);
+    pthread_cond_init(&a->idle, NULL);
+    st->async = a;
+    st->async_stop = async_stop;
+  }
+  if (!a->started) {
+    /* the worker takes no signals: the program's handlers run where they always did */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&a->thread, NULL, worker_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0)
+      return acc__error(ACC_ERR_SYSTEM, "cannot start the comm worker thread (pthread_create: %s)", strerror(e));
+    a->started = 1;
+  }
+  *out = a;
+  return ACC_OK;
+}
+
+int acc__comm_async_overlaps(acc_state *st) {
+  return st && st->be && st->size > 1 && !st->be->caller_thread_only;
+}
+
+void acc__comm_async_drain(acc_state *st) {
+  if (on_worker || !st || !st->async) return;
+  acc__comm_async *a = st->async;
+  pthread_mutex_lock(&a->mu);
+  while (a->head) pthread_cond_wait(&a->idle, &a->mu);
+  pthread_mutex_unlock(&a->mu);
+}
+
+static acc_result submit(acc__comm_job *j, acc__comm_job **out) {
+  acc_state *st = j->st;
+  *out = NULL;
+  acc__comm_take_origin(&j->origin, &j->origin_index); /* the caller's, whatever happens next */
+  acc__comm_job *job = acc__calloc(1, sizeof *job);
+  if (!job) return acc__error(ACC_ERR_NOMEM, "cannot allocate a submitted collective");
+  *job = *j;
+  job->site_depth = acc__tls_site_depth;
+  job->site_entry = acc__tls_site_entry;
+  job->site_line = acc__tls_site_line;
+  job->site_file = acc__tls_site_file;
+  int grank = 0, gsize = 1;
+  int overlap = acc__state_check(st, "acc__comm_async") == ACC_OK && acc__comm_async_overlaps(st) && !on_worker &&
+                acc__comm_group_info(st, job->which, &grank, &gsize) == ACC_OK && gsize > 1;
+  if (!overlap) { /* at submit time, on this thread: the synchronous call, its result kept */
+    acc__comm_origin((acc__origin)job->origin, job->origin_index);
+    job->rc = run_sync(job, j->send, j->recv);
+    if (job->rc != ACC_OK) snprintf(job->msg, sizeof job->msg, "%s", acc_last_error());
+    job->done = 1;
+    *out = job;
+    return ACC_OK;
+  }
+  size_t nb = job->count * acc_dtype_size(job->dtype), n = (size_t)gsize;
+  size_t a_bytes = job->kind == JOB_REDUCE_SCATTER ? nb * n : nb;
+  size_t b_bytes = job->kind == JOB_ALL_GATHER ? nb * n : nb;
+  acc_result rc = acc__comm_stage_begin(&job->io, j->send, a_bytes, 1, j->recv, b_bytes, 0);
+  if (rc != ACC_OK) {
+    acc__free(job);
+    return rc;
+  }
+  job->staged = 1;
+  job->send = job->io.a;
+  job->recv = job->io.b;
+  acc__comm_async *a;
+  rc = get_async(st, &a);
+  if (rc != ACC_OK) {
+    acc__comm_stage_end(&job->io, rc, 0);
+    acc__free(job);
+    return rc;
+  }
+  pthread_mutex_lock(&a->mu);
+  if (a->tail) a->tail->next = job;
+  else a->head = job;
+  a->tail = job;
+  pthread_cond_signal(&a->work);
+  pthread_mutex_unlock(&a->mu);
+  *out = job;
+  return ACC_OK;
+}
+
+acc_result acc__comm_async_all_gather_at(acc_state *st, int which, const void *send, void *recv, size_t count,
+                                         acc_dtype dtype, acc__comm_job **out, const char *file, int line) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_async_all_gather: out is NULL");
+  acc__comm_job j = {.st = st, .kind = JOB_ALL_GATHER, .which = which, .count = count, .dtype = dtype,
+                     .send = send, .recv = recv, .file = file, .line = line};
+  return submit(&j, out);
+}
+
+acc_result acc__comm_async_reduce_scatter_at(acc_state *st, int which, const void *send, void *recv, size_t count,
+                                             acc_dtype dtype, acc_op op, acc__comm_job **out, const char *file,
+                                             int line) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_async_reduce_scatter: out is NULL");
+  acc__comm_job j = {.st = st, .kind = JOB_REDUCE_SCATTER, .which = which, .count = count, .dtype = dtype,
+                     .op = op, .send = send, .recv = recv, .file = file, .line = line};
+  return submit(&j, out);
+}
+
+acc_result acc__comm_async_all_reduce_at(acc_state *st, int which, const void *send, void *recv, size_t count,
+                                         acc_dtype dtype, acc_op op, acc__comm_job **out, const char *file, int line) {
+  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_async_all_reduce: out is NULL");
+  acc__comm_job j = {.st = st, .kind = JOB_ALL_REDUCE, .which = which, .count = count, .dtype = dtype,
+                     .op = op, .send = send, .recv = recv, .file = file, .line = line};
+  return submit(&j, out);
+}
+
+static void wait_done(acc__comm_job *h) {
+  acc__comm_async *a = h->st->async;
+  if (!a) return; /* ran at submit time */
+  pthread_mutex_lock(&a->mu);
+  while (!h->done) pthread_cond_wait(&a->idle, &a->mu);
+  pthread_mutex_unlock(&a->mu);
+}
+
+acc_result acc__comm_async_wait(acc__comm_job *h) {
+  if (!h) return ACC_OK;
+  wait_done(h);
+  acc_result rc = h->rc;
+  if (h->staged) {
+    acc_result se = acc__comm_stage_end(&h->io, rc, rc == ACC_OK);
+    if (rc == ACC_OK) rc = se; /* a staging failure's sentence is this thread's already */
+  }
+  if (h->rc != ACC_OK) acc__error(h->rc, "%s", h->msg);
+  acc__free(h);
+  return rc;
+}
+
+int acc__comm_async_finished(acc__comm_job *h, double timeout_s) {
+  if (!h) return 1;
+  acc__comm_async *a = h->st->async;
+  if (!a) return h->done;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  double whole = (double)(time_t)timeout_s;
+  until.tv_sec += (time_t)timeout_s;
+  until.tv_nsec += (long)((timeout_s - whole) * 1e9);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&a->mu);
+  int e = 0;
+  while (!h->done && e == 0) e = pthread_cond_timedwait(&a->idle, &a->mu, &until);
+  int done = h->done;
+  pthread_mutex_unlock(&a->mu);
+  return done;
+}
