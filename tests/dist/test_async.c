@@ -122,7 +122,7 @@ static void mismatch(acc_state *st, int rank) {
   snprintf(site, sizeof site, "test_async.c:%d", line);
   CHECK(strstr(acc_last_error(), site) != NULL, "the mismatch names the submitting line %s: %s", site,
         acc_last_error());
-  CHECK(strstr(acc_last_error(), "count 4") && strstr(acc_last_error(), "count 5"),
+  CHECK(strstr(acc_last_error(), "count=4") && strstr(acc_last_error(), "count=5"),
         "the mismatch names both counts: %s", acc_last_error());
 }
 
