@@ -45,7 +45,8 @@ acc_result acc__comm_async_all_reduce_at(acc_state *st, int which, const void *s
 
 /* Waits until the collective of h ended, copies a staged result back to the device, frees h and
  * returns the collective's result; its error sentence is set on the calling thread. Every handle
- * is waited exactly once, on the thread that submitted it. NULL: ACC_OK. */
+ * is waited exactly once, on the thread that submitted it; also after acc_state_destroy (which
+ * runs every queued job before the worker ends). NULL: ACC_OK. */
 acc_result acc__comm_async_wait(acc__comm_job *h);
 
 /* 1 once the collective of h has ended on the worker (without waiting for it, and without

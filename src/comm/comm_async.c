@@ -26,7 +26,9 @@
 enum { JOB_ALL_GATHER, JOB_REDUCE_SCATTER, JOB_ALL_REDUCE };
 
 struct acc__comm_job {
-  acc__comm_job *next;
+  acc__comm_job *next;                  /* in the queue */
+  acc__comm_job *out_prev, *out_next;   /* submitted to the worker and not waited yet */
+  struct acc__comm_async *q;            /* the worker's queue; NULL: ran at submit, or the state ended */
   acc_state *st;
   int kind, which;
   size_t count;
@@ -56,6 +58,7 @@ typedef struct acc__comm_async {
   pthread_t thread;
   int started, stop;
   acc__comm_job *head, *tail;
+  acc__comm_job *outstanding; /* every job submitted here and not waited yet */
 } acc__comm_async;
 
 static _Thread_local int on_worker; /* this thread is a comm worker */
@@ -118,6 +121,9 @@ static void async_stop(acc_state *st) {
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->thread, NULL);
   }
+  /* handles not waited yet (an FSDP destroyed after its state): their jobs ran; their waits
+   * no longer touch the queue */
+  for (acc__comm_job *j = a->outstanding; j; j = j->out_next) j->q = NULL;
   pthread_cond_destroy(&a->work);
   pthread_cond_destroy(&a->idle);
   pthread_mutex_destroy(&a->mu);
@@ -204,7 +210,11 @@ static acc_result submit(acc__comm_job *j, acc__comm_job **out) {
     acc__free(job);
     return rc;
   }
+  job->q = a;
   pthread_mutex_lock(&a->mu);
+  job->out_next = a->outstanding;
+  if (a->outstanding) a->outstanding->out_prev = job;
+  a->outstanding = job;
   if (a->tail) a->tail->next = job;
   else a->head = job;
   a->tail = job;
@@ -240,10 +250,13 @@ acc_result acc__comm_async_all_reduce_at(acc_state *st, int which, const void *s
 }
 
 static void wait_done(acc__comm_job *h) {
-  acc__comm_async *a = h->st->async;
-  if (!a) return; /* ran at submit time */
+  acc__comm_async *a = h->q;
+  if (!a) return; /* ran at submit time, or the worker ran it and ended with its state */
   pthread_mutex_lock(&a->mu);
   while (!h->done) pthread_cond_wait(&a->idle, &a->mu);
+  if (h->out_prev) h->out_prev->out_next = h->out_next;
+  else a->outstanding = h->out_next;
+  if (h->out_next) h->out_next->out_prev = h->out_prev;
   pthread_mutex_unlock(&a->mu);
 }
 
@@ -262,7 +275,7 @@ acc_result acc__comm_async_wait(acc__comm_job *h) {
 
 int acc__comm_async_finished(acc__comm_job *h, double timeout_s) {
   if (!h) return 1;
-  acc__comm_async *a = h->st->async;
+  acc__comm_async *a = h->q;
   if (!a) return h->done;
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);

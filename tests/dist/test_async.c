@@ -6,7 +6,8 @@
  *             after it (FIFO); the overlap itself: after submit and before wait this thread blocks
  *             until it sees the worker finished the gather (a gather that ran only at wait would
  *             never finish there: the hang guard fails the test); an argument error comes back
- *             from wait with its sentence; teardown with a job never run by the program's thread.
+ *             from wait with its sentence; a job still queued at acc_state_destroy runs before
+ *             the worker ends, and its handle is waited after the state is gone.
  *   mismatch  one process submits a different count: wait returns ACC_ERR_MISMATCH naming the
  *             submitting line of this file (captured at submit, not on the worker), never a hang.
  *   death     the last process exits without taking part: every other process's wait returns
@@ -99,14 +100,17 @@ static void basic(acc_state *st, int rank, int n) {
 
   /* The program's collectives after all that still agree. */
   CHECK_OK(acc_barrier(st));
-  /* Teardown with a finished job never waited by the program is not exercised (every handle is
-   * waited exactly once); a job still queued at acc_state_destroy runs first: */
-  {
-    int32_t mine = rank, got[64];
-    acc__comm_job *h = NULL;
-    CHECK_OK(acc__comm_async_all_gather(st, ACC__GROUP_WORLD, &mine, got, 1, ACC_I32, &h));
-    CHECK_OK(acc__comm_async_wait(h));
-  }
+}
+
+/* A job submitted and not waited when the state is destroyed: the worker runs it before it ends,
+ * and the handle can still be waited afterwards (an FSDP object destroyed after its state). */
+static void orphan(acc_state *st, int rank, int n) {
+  int32_t mine = rank + 100, got[64];
+  acc__comm_job *h = NULL;
+  CHECK_OK(acc__comm_async_all_gather(st, ACC__GROUP_WORLD, &mine, got, 1, ACC_I32, &h));
+  acc_state_destroy(st);
+  CHECK_OK(acc__comm_async_wait(h));
+  for (int r = 0; r < n && r < 64; r++) CHECK(got[r] == r + 100, "gather waited after the state: block %d is %d", r, got[r]);
 }
 
 static void mismatch(acc_state *st, int rank) {
@@ -145,8 +149,11 @@ int main(int argc, char **argv) {
   REQUIRE_OK(acc_state_create(&st, NULL));
   int rank = acc_state_process_index(st), n = acc_state_num_processes(st);
   acc_test_rank = rank;
-  if (strcmp(sc, "basic") == 0) basic(st, rank, n);
-  else if (strcmp(sc, "mismatch") == 0) mismatch(st, rank);
+  if (strcmp(sc, "basic") == 0) {
+    basic(st, rank, n);
+    orphan(st, rank, n);
+    return acc_test_finish("test_dist_async");
+  } else if (strcmp(sc, "mismatch") == 0) mismatch(st, rank);
   else if (strcmp(sc, "death") == 0) {
     death(st, rank, n);
     /* not acc_state_destroy: gloo's teardown after a lost peer waits a fixed 60 s (not this test's
