@@ -1,4 +1,5 @@
-/* Submitted collectives and the state's comm worker thread (async.h).
+/* The state's comm worker thread and its queue of submitted collectives (async.h; the submit
+ * calls are in comm_submit.c).
  *
  * One worker per state, started by the first submit that can overlap, stopped and joined by
  * acc_state_destroy (through st->async_stop) after it ran every queued job. Jobs form one FIFO
@@ -18,38 +19,8 @@
 #include <time.h>
 
 #include "backend/collcheck.h"
-#include "comm/async.h"
-#include "comm/group.h"
-#include "comm/stage.h"
+#include "comm/async_job.h"
 #include "state/state.h"
-
-enum { JOB_ALL_GATHER, JOB_REDUCE_SCATTER, JOB_ALL_REDUCE };
-
-struct acc__comm_job {
-  acc__comm_job *next;                  /* in the queue */
-  acc__comm_job *out_prev, *out_next;   /* submitted to the worker and not waited yet */
-  struct acc__comm_async *q;            /* the worker's queue; NULL: ran at submit, or the state ended */
-  acc_state *st;
-  int kind, which;
-  size_t count;
-  acc_dtype dtype;
-  acc_op op;
-  const void *send; /* host pointers the backend uses (staged when the program's were device memory) */
-  void *recv;
-  acc__devio io;    /* the staging, ended by the waiter */
-  int staged;
-  /* the submitting thread's descriptor inputs */
-  int32_t origin;
-  int64_t origin_index;
-  int32_t site_depth, site_entry, site_line;
-  const char *site_file;
-  const char *file;
-  int line;
-  /* outcome (under the queue's lock) */
-  int done;
-  acc_result rc;
-  char msg[2048];
-};
 
 typedef struct acc__comm_async {
   pthread_mutex_t mu;
@@ -63,26 +34,13 @@ typedef struct acc__comm_async {
 
 static _Thread_local int on_worker; /* this thread is a comm worker */
 
-static acc_result run_sync(acc__comm_job *j, const void *send, void *recv) {
-  switch (j->kind) {
-    case JOB_ALL_GATHER:
-      return acc__comm_group_all_gather_at(j->st, j->which, send, recv, j->count, j->dtype, j->file, j->line);
-    case JOB_REDUCE_SCATTER:
-      return acc__comm_group_reduce_scatter_at(j->st, j->which, send, recv, j->count, j->dtype, j->op, j->file,
-                                               j->line);
-    default:
-      return acc__comm_group_all_reduce_at(j->st, j->which, send, recv, j->count, j->dtype, j->op, j->file,
-                                           j->line);
-  }
-}
-
 static void run_job(acc__comm_job *j) {
   acc__comm_origin((acc__origin)j->origin, j->origin_index);
   acc__tls_site_depth = j->site_depth;
   acc__tls_site_entry = j->site_entry;
   acc__tls_site_line = j->site_line;
   acc__tls_site_file = j->site_file;
-  acc_result rc = run_sync(j, j->send, j->recv);
+  acc_result rc = j->run(j, j->send, j->recv);
   acc__tls_site_depth = 0;
   acc__tls_site_file = NULL;
   j->rc = rc;
@@ -170,46 +128,11 @@ void acc__comm_async_drain(acc_state *st) {
   pthread_mutex_unlock(&a->mu);
 }
 
-static acc_result submit(acc__comm_job *j, acc__comm_job **out) {
-  acc_state *st = j->st;
-  *out = NULL;
-  acc__comm_take_origin(&j->origin, &j->origin_index); /* the caller's, whatever happens next */
-  acc__comm_job *job = acc__calloc(1, sizeof *job);
-  if (!job) return acc__error(ACC_ERR_NOMEM, "cannot allocate a submitted collective");
-  *job = *j;
-  job->site_depth = acc__tls_site_depth;
-  job->site_entry = acc__tls_site_entry;
-  job->site_line = acc__tls_site_line;
-  job->site_file = acc__tls_site_file;
-  int grank = 0, gsize = 1;
-  int overlap = acc__state_check(st, "acc__comm_async") == ACC_OK && acc__comm_async_overlaps(st) && !on_worker &&
-                acc__comm_group_info(st, job->which, &grank, &gsize) == ACC_OK && gsize > 1;
-  if (!overlap) { /* at submit time, on this thread: the synchronous call, its result kept */
-    acc__comm_origin((acc__origin)job->origin, job->origin_index);
-    job->rc = run_sync(job, j->send, j->recv);
-    if (job->rc != ACC_OK) snprintf(job->msg, sizeof job->msg, "%s", acc_last_error());
-    job->done = 1;
-    *out = job;
-    return ACC_OK;
-  }
-  size_t nb = job->count * acc_dtype_size(job->dtype), n = (size_t)gsize;
-  size_t a_bytes = job->kind == JOB_REDUCE_SCATTER ? nb * n : nb;
-  size_t b_bytes = job->kind == JOB_ALL_GATHER ? nb * n : nb;
-  acc_result rc = acc__comm_stage_begin(&job->io, j->send, a_bytes, 1, j->recv, b_bytes, 0);
-  if (rc != ACC_OK) {
-    acc__free(job);
-    return rc;
-  }
-  job->staged = 1;
-  job->send = job->io.a;
-  job->recv = job->io.b;
+int acc__comm_async_on_worker(void) { return on_worker; }
+
+acc_result acc__comm_async_enqueue(acc_state *st, acc__comm_job *job) {
   acc__comm_async *a;
-  rc = get_async(st, &a);
-  if (rc != ACC_OK) {
-    acc__comm_stage_end(&job->io, rc, 0);
-    acc__free(job);
-    return rc;
-  }
+  ACC_CHECK(get_async(st, &a));
   job->q = a;
   pthread_mutex_lock(&a->mu);
   job->out_next = a->outstanding;
@@ -220,33 +143,7 @@ static acc_result submit(acc__comm_job *j, acc__comm_job **out) {
   a->tail = job;
   pthread_cond_signal(&a->work);
   pthread_mutex_unlock(&a->mu);
-  *out = job;
   return ACC_OK;
-}
-
-acc_result acc__comm_async_all_gather_at(acc_state *st, int which, const void *send, void *recv, size_t count,
-                                         acc_dtype dtype, acc__comm_job **out, const char *file, int line) {
-  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_async_all_gather: out is NULL");
-  acc__comm_job j = {.st = st, .kind = JOB_ALL_GATHER, .which = which, .count = count, .dtype = dtype,
-                     .send = send, .recv = recv, .file = file, .line = line};
-  return submit(&j, out);
-}
-
-acc_result acc__comm_async_reduce_scatter_at(acc_state *st, int which, const void *send, void *recv, size_t count,
-                                             acc_dtype dtype, acc_op op, acc__comm_job **out, const char *file,
-                                             int line) {
-  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_async_reduce_scatter: out is NULL");
-  acc__comm_job j = {.st = st, .kind = JOB_REDUCE_SCATTER, .which = which, .count = count, .dtype = dtype,
-                     .op = op, .send = send, .recv = recv, .file = file, .line = line};
-  return submit(&j, out);
-}
-
-acc_result acc__comm_async_all_reduce_at(acc_state *st, int which, const void *send, void *recv, size_t count,
-                                         acc_dtype dtype, acc_op op, acc__comm_job **out, const char *file, int line) {
-  if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc__comm_async_all_reduce: out is NULL");
-  acc__comm_job j = {.st = st, .kind = JOB_ALL_REDUCE, .which = which, .count = count, .dtype = dtype,
-                     .op = op, .send = send, .recv = recv, .file = file, .line = line};
-  return submit(&j, out);
 }
 
 static void wait_done(acc__comm_job *h) {

@@ -83,6 +83,7 @@ struct acc_fsdp {
   size_t d_partials_cap;
   acc_optimizer *dopt;          /* the optimizer whose state d_state holds (fsdp_optim.c) */
   float *d_state[2];            /* its state over master: momentum, or exp_avg and exp_avg_sq */
+  acc_result (*settle)(acc_fsdp *f); /* waits for the prefetch gathers in flight (acc__fsdp_settle) */
 };
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);
@@ -107,8 +108,9 @@ const char *acc__fsdp_dtype_word(acc_dtype d);
  * overflow across processes (one all-reduce); nothing without a scaler or when already done */
 acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn);
 /* waits for every submitted prefetch gather (before anything reads or frees the pool); the first
- * failure's error, after every unit was settled */
-acc_result acc__fsdp_settle(acc_fsdp *f);
+ * failure's error, after every unit was settled. Through the hook fsdp_unit.c installs with its
+ * first prefetch (fsdp.c and fsdp_mp.c sit below fsdp_unit.c: no call up) */
+static inline acc_result acc__fsdp_settle(acc_fsdp *f) { return f && f->settle ? f->settle(f) : ACC_OK; }
 /* releases every pool buffer (between steps / before a load); every unit back to not started */
 void acc__fsdp_pool_free(acc_fsdp *f);
 

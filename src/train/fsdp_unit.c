@@ -162,7 +162,7 @@ static acc_result settle_unit(acc_fsdp *f, size_t u) {
   return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s' (prefetched)", un->name);
 }
 
-acc_result acc__fsdp_settle(acc_fsdp *f) {
+static acc_result settle_all(acc_fsdp *f) {
   acc_result first = ACC_OK;
   char msg[1024] = "";
   for (size_t k = 0; f && k < f->nunits; k++) {
@@ -214,6 +214,7 @@ static acc_result prefetch(acc_fsdp *f, size_t next, int backward) {
    * forward ended and whose backward has not begun (a unit already done would be gathered for
    * nothing, and its copy would outlive the optimizer step) */
   if (un->pbuf || un->phase != (backward ? ACC__FSDP_FWD_DONE : ACC__FSDP_IDLE)) return ACC_OK;
+  f->settle = settle_all;
   ACC_CHECK(hold_params(f, next, 1));
   un->prefetched = 1;
   return ACC_OK;
