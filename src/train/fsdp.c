@@ -213,11 +213,6 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_fsdp_create: dtype %s is not a parameter dtype: choose ACC_F32, or ACC_BF16 / ACC_F16 for "
                       "16-bit gathered parameters over float32 master shards (docs/fsdp.md)", acc_dtype_name(dtype));
-  if (dtype != ACC_F32 && acc__devctx_offhost(acc->dev))
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "acc_fsdp_create: a %s table on a device is not supported yet (the accelerator trains on %s): "
-                      "16-bit FSDP runs on the CPU; on a device use ACC_F32 (docs/fsdp.md)", acc_dtype_name(dtype),
-                      acc_accelerator_device_name(acc));
   if (acc->zero)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_fsdp_create: the accelerator runs ZeRO stage %d; FSDP shards by itself (leave zero_stage 0)",
@@ -233,11 +228,7 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   acc_result rc = resolve_plugin(f, plugin);
   /* on a device the shards and unit buffers are its memory (fsdp_mem.c) */
   if (acc__devctx_offhost(acc->dev)) f->dev = acc->dev;
-  if (rc == ACC_OK && f->dev && acc_grad_scaler_enabled(acc_accelerator_grad_scaler(acc)))
-    rc = acc__error(ACC_ERR_NOT_SUPPORTED,
-                    "acc_fsdp_create: fp16 mixed precision (its loss scaler) under FSDP on %s is not supported yet: "
-                    "the scaler's unscale runs on host memory; train in float32 or bf16 autocast there (docs/fsdp.md)",
-                    acc_accelerator_device_name(acc));
+  if (rc == ACC_OK) rc = acc__fsdp_comm_hook(f, acc->comm_hook); /* fp16/bf16 compression (fsdp_mp.c) */
   if (rc == ACC_OK && f->dev && f->offload)
     rc = acc__error(ACC_ERR_NOT_SUPPORTED,
                     "acc_fsdp_create: offload_params (FSDP_OFFLOAD_PARAMS) is not supported when training on %s yet: "
