@@ -10,11 +10,27 @@
  *       parameters must agree to 1e-5 relative, the clip norms too; the library's optimizer steps
  *       the device shards. Process 0 writes the STRATEGY run's final parameters and clip norms to
  *       OUT (a CPU run's file and a fake-device run's must be byte-identical: `same`).
+ *       A trailing bf16 / fp16 makes the table 16-bit (the typed begin calls, the program's 16-bit
+ *       gradients) under the accelerator's mixed precision of that type; fp16: process 0 alone writes
+ *       an inf into a gradient at step 5, which must be skipped on every process (both strategies),
+ *       with the two strategies' scaler states equal after every step. The file holds the float32
+ *       master weights and the clip norms.
+ *   test_fsdp_device hook STRATEGY DEVICE OUT [bf16|fp16]
+ *       the accelerator's comm hook (ACCELERATE_COMM_HOOK) on FSDP's reductions: STRATEGY and
+ *       NO_SHARD, no clipping, 50 steps: the masters must be bit-identical (2 processes); OUT: the
+ *       masters.
+ *   test_fsdp_device hookgrad STRATEGY DEVICE -
+ *       one backward of known gradients under the comm hook: each process's gradient shard is the
+ *       hook's 16-bit arithmetic computed by the test (2 processes: bit for bit; more: within one
+ *       16-bit step, the sum's order being the backend's).
+ *   test_fsdp_device differ A B TOL     master files that differ, by at most TOL of B's largest.
+ *   test_fsdp_device psgd cpu|fake      (ACCELERATE_COMM_HOOK=power_sgd) acc_fsdp_create refuses it.
  *   test_fsdp_device same A B [TOL]       the files are identical (TOL: within TOL relative).
- *   test_fsdp_device save STRATEGY DEVICE DIR [FULL]
+ *   test_fsdp_device save STRATEGY DEVICE DIR [FULL] [bf16|fp16]
  *       25 steps, acc_fsdp_save_state (SHARDED_STATE_DICT; FULL: FULL_STATE_DICT) into DIR/ckpt, 25
- *       more; process 0 writes the final parameters to DIR/expected.
- *   test_fsdp_device resume STRATEGY DEVICE DIR
+ *       more; process 0 writes the final master weights to DIR/expected (and the fp16 scaler's
+ *       state at the save to DIR/scaler: FSDP's checkpoint does not hold it, the accelerator's does).
+ *   test_fsdp_device resume STRATEGY DEVICE DIR [FULL] [bf16|fp16]
  *       a new run takes one step of its own (so that the device optimizer state exists and differs),
  *       loads DIR/ckpt, trains steps 25-49: its parameters must be DIR/expected bit for bit (on
  *       the saving process count; DEVICE may differ from the saving run's).
@@ -22,7 +38,9 @@
  *       return and the shards under acc_fsdp_model are device memory: a host read or write dies by
  *       SIGSEGV; a released buffer reads back NaN through a device copy, and a write into it (a
  *       device copy) is reported by the next begin call; prepare from init_params in device
- *       memory gives the shards prepare from host memory gives.
+ *       memory gives the shards prepare from host memory gives; bf16 / fp16 tables: the 16-bit
+ *       gathered parameters and gradient buffers fault on host access, the unscale, clipping and
+ *       step run, a write into a released 16-bit buffer is named by element.
  *   test_fsdp_device probe              exit 77 unless a CUDA GPU is usable.
  */
 #include <math.h>
@@ -411,6 +429,89 @@ static void test_hook(int strategy, const char *out) {
   free_run(&ref);
 }
 
+/* One backward of every unit under the accelerator's comm hook, the gradients known: process r
+ * adds value(r, k, i) to element i of unit k. Each process's gradient shard must hold what the
+ * hook's arithmetic gives, computed here in the same 16-bit roundings (2 processes: exact, the sum of
+ * two is one rounding whatever the order; more: within one 16-bit step of it, the backend may add in
+ * another order), and differ from the float32 mean (so the compression is visible). */
+static float hook_value(int r, int k, size_t i) {
+  return (float)(1.2345 * sin(1.7 * (double)i + 0.3 * r + k) * pow(10.0, -(double)(i % 4)));
+}
+
+static float r16(acc_dtype dt, float x) {
+  uint16_t h;
+  float y;
+  if (dt == ACC_BF16) {
+    acc_f32_to_bf16(&h, &x, 1);
+    acc_bf16_to_f32(&y, &h, 1);
+  } else {
+    acc_f32_to_f16(&h, &x, 1);
+    acc_f16_to_f32(&y, &h, 1);
+  }
+  return y;
+}
+
+static void test_hookgrad(int strategy) {
+  int hook = acc_accelerator_comm_hook(acc);
+  acc_dtype dt = hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
+  CHECK(hook == ACC_COMM_HOOK_FP16 || hook == ACC_COMM_HOOK_BF16, "the accelerator runs an fp16 / bf16 hook");
+  int pre = 1;
+  while (world % pre == 0 && world / pre > pre) pre *= 2;
+  const float post = (float)world / (float)pre;
+  run r = {0};
+  REQUIRE_OK(make_run(&r, strategy));
+  for (int k = 0; k < 4; k++) {
+    const void *p;
+    void *g;
+    size_t n;
+    REQUIRE_OK(acc_fsdp_unit_info(r.f, r.u[k], NULL, NULL, NULL, &n));
+    float v[H * H + H];
+    for (size_t i = 0; i < n; i++) v[i] = hook_value(rank, k, i);
+    REQUIRE_OK(fwd_begin(&r, k, &p));
+    REQUIRE_OK(acc_fsdp_unit_forward_end(r.f, r.u[k]));
+    REQUIRE_OK(bwd_begin(&r, k, &p, &g));
+    REQUIRE_OK(add_into(g, v, n));
+    REQUIRE_OK(acc_fsdp_unit_backward_end(r.f, r.u[k]));
+  }
+  acc_model *m = acc_fsdp_model(r.f);
+  size_t checked = 0, off16 = 0, same32 = 0;
+  for (int k = 0; k < 4; k++) {
+    size_t lo, hi;
+    REQUIRE_OK(acc_fsdp_shard_range(r.f, r.u[k], &lo, &hi));
+    const acc_param *sp = acc_model_parameter(m, r.u[k]);
+    float got[H * H + H];
+    REQUIRE_OK(acc_accelerator_memcpy(acc, got, sp->grad, (hi - lo) * sizeof(float), ACC_COPY_DEVICE_TO_HOST));
+    for (size_t i = lo; i < hi; i++) {
+      float sum = 0, mean32 = 0;
+      for (int q = 0; q < world; q++) {
+        float h = r16(dt, r16(dt, hook_value(q, k, i)) * (1.0f / (float)pre));
+        sum = q == 0 ? h : r16(dt, sum + h);
+        mean32 += hook_value(q, k, i);
+      }
+      mean32 *= 1.0f / (float)world;
+      float want = post > 1.0f ? r16(dt, sum * (1.0f / post)) : sum;
+      float g = got[i - lo];
+      if (world == 2) {
+        if (g == want) checked++;
+        else if (off16++ < 3)
+          fprintf(stderr, "unit %d element %zu: %.9g, the hook's arithmetic gives %.9g\n", k, i, (double)g, (double)want);
+      } else {
+        double step = fabs((double)want) * (dt == ACC_BF16 ? 1.0 / 64 : 1.0 / 512) + 1e-30;
+        if (fabs((double)g - want) <= step) checked++;
+        else if (off16++ < 3)
+          fprintf(stderr, "unit %d element %zu: %.9g, the hook's arithmetic gives %.9g\n", k, i, (double)g, (double)want);
+      }
+      same32 += g == mean32;
+    }
+  }
+  CHECK(off16 == 0 && checked > 0, "%zu gradient elements are the hook's 16-bit arithmetic (%zu are not)", checked,
+        off16);
+  CHECK(same32 < checked, "the compressed gradients are not the float32 mean (%zu of %zu equal)", same32, checked);
+  printf("hookgrad: %s hook, %d processes (divided by %d before the sum, %g after): %zu elements checked, %zu equal "
+         "to the float32 mean\n", dt == ACC_F16 ? "fp16" : "bf16", world, pre, (double)post, checked, same32);
+  free_run(&r);
+}
+
 /* A and B (masters) differ, by at most tol of B's largest |value| */
 static int test_differ(const char *pa, const char *pb, double tol) {
   static float a[NUMEL + 1], b[NUMEL + 1];
@@ -666,6 +767,7 @@ int main(int argc, char **argv) {
     open_acc(argv[3]);
     if (!strcmp(argv[1], "train")) test_train(strategy, argv[4]);
     else if (!strcmp(argv[1], "hook")) test_hook(strategy, argv[4]);
+    else if (!strcmp(argv[1], "hookgrad")) test_hookgrad(strategy);
     else if (!strcmp(argv[1], "save")) test_save(strategy, argv[4]);
     else if (!strcmp(argv[1], "resume")) test_resume(strategy, argv[4]);
     else return 2;
