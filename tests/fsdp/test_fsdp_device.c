@@ -399,7 +399,9 @@ static void test_train(int strategy, const char *out) {
   CHECK(m.pool_buffers > 0 || strategy == ACC_FSDP_NO_SHARD, "unit buffers were used");
   if (rank == 0) CHECK(write_file(out, pa, sizeof pa, norms, sizeof norms), "wrote %s", out);
   printf("train: %s %s on %s, %d processes: masters within %.3g of NO_SHARD, clip norms within %.3g, %d skipped\n",
-         acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD ? "FULL_SHARD" : "SHARD_GRAD_OP", dt_word(),
+         acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD      ? "FULL_SHARD"
+         : acc_fsdp_strategy(a.f) == ACC_FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
+                                                             : "another strategy", dt_word(),
          acc_accelerator_device_name(acc), world, d, worst_norm, skipped);
   free_run(&a);
   free_run(&ref);
