@@ -203,6 +203,26 @@ acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version) {
 
 /* ---- create / units ------------------------------------------------------------------------ */
 
+/* The accelerator's comm hook: f->compress for fp16 / bf16 (fsdp_unit.c compresses the gradient
+ * reductions, docs/fsdp.md "Comm hooks"); PowerSGD refused with a sentence. */
+static acc_result comm_hook(acc_fsdp *f, int hook) {
+  f->compress = ACC_F32;
+  if (hook == ACC_COMM_HOOK_FP16 || hook == ACC_COMM_HOOK_BF16) {
+    f->compress = hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
+    return ACC_OK;
+  }
+  if (hook != ACC_COMM_HOOK_POWERSGD) return ACC_OK;
+  /* PyTorch FSDP refuses PowerSGD under the sharded strategies (a reduce-scatter has no low-rank
+   * form); under NO_SHARD it is refused here too: FSDP's gradients are one flat buffer per unit,
+   * not the matrices PowerSGD factors */
+  return acc__error(ACC_ERR_NOT_SUPPORTED,
+                    "acc_fsdp_create: comm_hook power_sgd (ACCELERATE_COMM_HOOK) does not apply to FSDP (strategy "
+                    "%s): a sharded strategy reduce-scatters its gradients, which PowerSGD cannot compress, and "
+                    "FSDP's units are flat buffers, not matrices; use comm_hook fp16 or bf16, or no hook "
+                    "(docs/fsdp.md, \"Comm hooks\")",
+                    strategy_names[f->strategy]);
+}
+
 acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, size_t count, acc_dtype dtype,
                            const acc_fsdp_plugin *plugin, acc_fsdp **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_create: out is NULL");
@@ -228,7 +248,7 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   acc_result rc = resolve_plugin(f, plugin);
   /* on a device the shards and unit buffers are its memory (fsdp_mem.c) */
   if (acc__devctx_offhost(acc->dev)) f->dev = acc->dev;
-  if (rc == ACC_OK) rc = acc__fsdp_comm_hook(f, acc->comm_hook); /* fp16/bf16 compression (fsdp_mp.c) */
+  if (rc == ACC_OK) rc = comm_hook(f, acc->comm_hook);
   if (rc == ACC_OK && f->dev && f->offload)
     rc = acc__error(ACC_ERR_NOT_SUPPORTED,
                     "acc_fsdp_create: offload_params (FSDP_OFFLOAD_PARAMS) is not supported when training on %s yet: "

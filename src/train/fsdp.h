@@ -101,9 +101,6 @@ acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind);
 size_t acc__fsdp_esize(const acc_fsdp *f);
 /* the table's dtype in words (src/train/fsdp_mp.c) */
 const char *acc__fsdp_dtype_word(acc_dtype d);
-/* the accelerator's comm hook for f (create): f->compress set for fp16 / bf16 compression; PowerSGD
- * is refused with a sentence (src/train/fsdp_mp.c) */
-acc_result acc__fsdp_comm_hook(acc_fsdp *f, int hook);
 /* fp16: divides the gradient shards by the accelerator's loss scale once per step and agrees on
  * overflow across processes (one all-reduce); nothing without a scaler or when already done */
 acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn);

@@ -18,26 +18,6 @@ const char *acc__fsdp_dtype_word(acc_dtype d) {
   return d == ACC_BF16 ? "bf16" : d == ACC_F16 ? "fp16" : d == ACC_F32 ? "float32" : acc_dtype_name(d);
 }
 
-acc_result acc__fsdp_comm_hook(acc_fsdp *f, int hook) {
-  f->compress = ACC_F32;
-  if (hook == ACC_COMM_HOOK_FP16 || hook == ACC_COMM_HOOK_BF16) {
-    f->compress = hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
-    return ACC_OK;
-  }
-  if (hook != ACC_COMM_HOOK_POWERSGD) return ACC_OK;
-  static const char *const names[] = {"?", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
-                                      "HYBRID_SHARD_ZERO2"};
-  /* PyTorch FSDP refuses PowerSGD under the sharded strategies (a reduce-scatter has no low-rank
-   * form); under NO_SHARD it is refused here too: FSDP's gradients are one flat buffer per unit,
-   * not the matrices PowerSGD factors */
-  return acc__error(ACC_ERR_NOT_SUPPORTED,
-                    "acc_fsdp_create: comm_hook power_sgd (ACCELERATE_COMM_HOOK) does not apply to FSDP (strategy "
-                    "%s): a sharded strategy reduce-scatters its gradients, which PowerSGD cannot compress, and "
-                    "FSDP's units are flat buffers, not matrices; use comm_hook fp16 or bf16, or no hook "
-                    "(docs/fsdp.md, \"Comm hooks\")",
-                    names[f->strategy >= 1 && f->strategy <= 5 ? f->strategy : 0]);
-}
-
 acc_dtype acc_fsdp_dtype(const acc_fsdp *f) {
   return acc__fsdp_check(f, "acc_fsdp_dtype") == ACC_OK ? f->dtype : ACC_F32;
 }
