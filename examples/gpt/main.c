@@ -28,6 +28,7 @@
 #include <accelerate.h>
 
 #include "data.h"
+#include "fsdp.h"
 #include "model.h"
 
 typedef struct options {
@@ -236,158 +237,6 @@ static int refresh_bf16(bf16_weights *w, const acc_model *model) {
 
 static int save_init(const char *path, const float *params, size_t nparams, int64_t nwindows, uint64_t seed);
 
-/* ---- FSDP (accelerate launch --use_fsdp, docs/fsdp.md) -------------------------------------
- * The units: the embedding (tok_emb, pos_emb), each block, and ln_f. tok_emb is also the head's
- * output projection (tied weights live in one unit), so the embedding unit stays gathered from the
- * embedding's forward to the head's, and from the head's backward to the embedding's (torch's root
- * unit does the same); it is small next to a block. The model keeps no parameters or gradients of
- * its own (gpt_create_external): each piece runs over the unit buffers the library gathers. */
-typedef struct fsdp_run {
-  acc_fsdp *f;
-  gpt *net;
-  int L; /* units: 0 the embedding, 1 + l block l, L + 1 ln_f */
-  acc_model *shards; /* acc_fsdp_model: one parameter per unit, this process's shard */
-} fsdp_run;
-
-static int fsdp_wanted(void) {
-  const char *e = getenv("ACCELERATE_USE_FSDP");
-  return e && (!strcasecmp(e, "true") || !strcmp(e, "1") || !strcasecmp(e, "yes"));
-}
-
-#define FSDP_TRY(call)                                                     \
-  do {                                                                     \
-    if ((call) != ACC_OK) {                                                \
-      fprintf(stderr, "gpt: %s failed: %s\n", #call, acc_last_error());    \
-      return -1;                                                           \
-    }                                                                      \
-  } while (0)
-#define FSDP_MODEL(call)                                \
-  do {                                                  \
-    if ((call) != 0) {                                  \
-      fprintf(stderr, "gpt: %s\n", gpt_last_error());   \
-      return -1;                                        \
-    }                                                   \
-  } while (0)
-
-/* The forward, unit by unit (also gpt_generate's forward: every process runs it). */
-static int fsdp_forward(gpt *net, const int32_t *tokens, int batch, int T, size_t stride, void *payload) {
-  fsdp_run *r = payload;
-  const float *emb, *p;
-  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, 0, &emb));
-  FSDP_MODEL(gpt_forward_embed(net, tokens, batch, T, stride, emb));
-  for (int l = 0; l < r->L; l++) {
-    FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(1 + l), &p));
-    FSDP_MODEL(gpt_forward_block(net, l, p));
-    FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(1 + l)));
-  }
-  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(r->L + 1), &p));
-  FSDP_MODEL(gpt_forward_head(net, p, emb));
-  FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(r->L + 1)));
-  FSDP_TRY(acc_fsdp_unit_forward_end(r->f, 0));
-  return 0;
-}
-
-/* The backward in reverse: each unit's gradients are reduce-scattered into the shards as its
- * backward ends. */
-static int fsdp_backward(fsdp_run *r, float scale) {
-  const float *emb, *p;
-  float *gemb, *g;
-  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, 0, &emb, &gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(r->L + 1), &p, &g));
-  FSDP_MODEL(gpt_backward_head(r->net, scale, p, g, emb, gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(r->L + 1)));
-  for (int l = r->L - 1; l >= 0; l--) {
-    FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(1 + l), &p, &g));
-    FSDP_MODEL(gpt_backward_block(r->net, l, p, g));
-    FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(1 + l)));
-  }
-  FSDP_MODEL(gpt_backward_embed(r->net, gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, 0));
-  return 0;
-}
-
-/* Weight decay on the matrices only. The optimizer over the shards has one group (docs/fsdp.md),
- * so it runs with weight_decay 0 and this applies AdamW's decoupled decay, w *= 1 - lr * wd (the
- * optimizer's own first operation, in the same float arithmetic), to this process's part of each
- * matrix row, just before the step. */
-static int fsdp_decay(fsdp_run *r, double lr, double wd) {
-  if (wd == 0.0) return 0;
-  const float decay = (float)(1.0 - lr * wd);
-  for (int i = 0; i < gpt_num_tensors(r->net); i++) {
-    const gpt_tensor *t = gpt_tensor_at(r->net, i);
-    if (!t->is_matrix) continue;
-    size_t unit, off, lo, hi;
-    FSDP_TRY(acc_fsdp_row_location(r->f, (size_t)i, &unit, &off));
-    FSDP_TRY(acc_fsdp_shard_range(r->f, unit, &lo, &hi));
-    size_t a = off > lo ? off : lo, b = off + t->numel < hi ? off + t->numel : hi;
-    float *w = acc_model_parameter(r->shards, unit)->data;
-    for (size_t k = a; k < b; k++) w[k - lo] = w[k - lo] * decay;
-  }
-  return 0;
-}
-
-/* Checkpoints: the shards and the optimizer's state go into <checkpoint>/fsdp (each process writes
- * its own file, fsdp_state_dict_type), through save_state's pre-hook, so that the accelerator's
- * checkpoint (loaders, scheduler, RNG, counters) and the shards are one directory, renamed into
- * place when both are written. */
-typedef struct fsdp_ckpt {
-  fsdp_run *run;
-  acc_optimizer *opt;
-} fsdp_ckpt;
-
-static acc_result fsdp_save_hook(acc_accelerator *acc, const char *dir, void *payload) {
-  (void)acc;
-  fsdp_ckpt *c = payload;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/fsdp", dir);
-  return acc_fsdp_save_state(c->run->f, c->opt, path);
-}
-
-static acc_result fsdp_load_hook(acc_accelerator *acc, const char *dir, void *payload) {
-  (void)acc;
-  fsdp_ckpt *c = payload;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/fsdp", dir);
-  return acc_fsdp_load_state(c->run->f, c->opt, path);
-}
-
-/* The units over the model's table, prepared from the initial parameters (the same seed on every
- * process; a full copy exists only during this call). */
-static int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, const char *save_init_path,
-                      int64_t nwindows, int is_main) {
-  const int nt = gpt_num_tensors(net), L = gpt_get_config(net)->n_layer;
-  acc_param_spec *table = calloc((size_t)nt, sizeof *table);
-  float *init = malloc(gpt_num_params(net) * sizeof *init);
-  if (!table || !init) {
-    fprintf(stderr, "gpt: out of memory for the FSDP table\n");
-    return -1;
-  }
-  for (int i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(net, i);
-    table[i].name = t->name;
-    table[i].ndim = t->ndim;
-    table[i].shape[0] = t->shape[0];
-    table[i].shape[1] = t->shape[1];
-  }
-  r->net = net;
-  r->L = L;
-  FSDP_TRY(acc_fsdp_create(acc, table, (size_t)nt, ACC_F32, NULL, &r->f));
-  FSDP_TRY(acc_fsdp_add_unit(r->f, "embed", 0, 2, NULL));
-  for (int l = 0; l < L; l++) {
-    char name[32];
-    snprintf(name, sizeof name, "blocks.%d", l);
-    FSDP_TRY(acc_fsdp_add_unit(r->f, name, (size_t)(2 + 12 * l), 12, NULL));
-  }
-  FSDP_TRY(acc_fsdp_add_unit(r->f, "ln_f", (size_t)(2 + 12 * L), 2, NULL));
-  gpt_init_params(net, seed, init);
-  if (save_init_path && is_main && save_init(save_init_path, init, gpt_num_params(net), nwindows, seed)) return -1;
-  FSDP_TRY(acc_fsdp_prepare(r->f, init));
-  free(init); /* where the memory is saved: from here on this process holds its shards only */
-  free(table);
-  r->shards = acc_fsdp_model(r->f);
-  return 0;
-}
-
 /* Mean loss over the validation windows: every process evaluates its shard, and
  * gather_for_metrics drops the padding the last batch may carry, so each window counts once. */
 static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, fsdp_run *fr, int T, float *row_loss,
@@ -429,6 +278,18 @@ static int save_init(const char *path, const float *params, size_t nparams, int6
   free(order);
   if (bad) fprintf(stderr, "gpt: cannot write %s / %s\n", path, order_path);
   return bad;
+}
+
+/* --save-init under FSDP: called by fsdp_setup while the full initial parameters exist. */
+typedef struct save_init_args {
+  const char *path;
+  int64_t nwindows;
+  uint64_t seed;
+} save_init_args;
+
+static int save_init_cb(const float *init, size_t n, void *arg) {
+  const save_init_args *a = arg;
+  return save_init(a->path, init, n, a->nwindows, a->seed);
 }
 
 /* The text as two llm.c shards: training bytes and the first val_windows validation windows. */
@@ -645,7 +506,8 @@ int main(int argc, char **argv) {
   aw.weight_decay = o.weight_decay;
   if (use_fsdp) {
     /* process 0's initial parameters (seed + 0) on every process, as prepare gives them below */
-    if (fsdp_setup(acc, &fr, net, o.seed, o.save_init, acc_dataset_length(train_ds), acc_state_is_main_process(st)))
+    save_init_args sa = {o.save_init, acc_dataset_length(train_ds), o.seed};
+    if (fsdp_setup(acc, &fr, net, o.seed, o.save_init && acc_state_is_main_process(st) ? save_init_cb : NULL, &sa))
       return 1;
     aw.weight_decay = 0.0; /* the matrices' decay: fsdp_decay before each step */
     TRY(acc_optimizer_create_adamw(&opt, fr.shards, &aw));
@@ -749,11 +611,7 @@ int main(int argc, char **argv) {
     acc_fsdp_memory fm;
     TRY(acc_fsdp_memory_stats(fr.f, &fm));
     acc_print(st, "fsdp: %s, %zu units (embed, %d blocks, ln_f); this process holds %zu of %zu parameters\n",
-              acc_fsdp_strategy(fr.f) == ACC_FSDP_FULL_SHARD           ? "FULL_SHARD"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_SHARD_GRAD_OP      ? "SHARD_GRAD_OP"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_HYBRID_SHARD       ? "HYBRID_SHARD"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_HYBRID_SHARD_ZERO2 ? "HYBRID_SHARD_ZERO2"
-                                                                       : "NO_SHARD",
+              fsdp_strategy_name(&fr),
               acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float), fm.total_params);
   }
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
