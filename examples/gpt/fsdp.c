@@ -26,18 +26,79 @@ int fsdp_wanted(void) {
     }                                                   \
   } while (0)
 
+/* A 16-bit table (--param-dtype bf16 / fp16): the library gathers the unit in 16 bits; the
+ * model's pieces compute in float32, so each unit is widened (exactly) into a float scratch buffer
+ * of the run's (one for the embedding unit, which stays gathered across the blocks, one for the
+ * unit at hand). In backward the piece adds its float32 gradient into a zeroed float scratch, and
+ * the sum is then added into the library's 16-bit gradient buffer in 16-bit arithmetic (g16 =
+ * round(g16 + g), round to nearest even): what a trainer with 16-bit gradient buffers does. */
+static void widen(const fsdp_run *r, float *dst, const void *src, size_t n) {
+  if (r->dtype == ACC_BF16) acc_bf16_to_f32(dst, src, n);
+  else acc_f16_to_f32(dst, src, n);
+}
+
+static void add_into_16(const fsdp_run *r, void *g16, const float *g, size_t n) {
+  uint16_t *h = g16;
+  float tmp[256];
+  for (size_t i = 0; i < n; i += 256) {
+    const size_t k = n - i < 256 ? n - i : 256;
+    widen(r, tmp, h + i, k);
+    for (size_t j = 0; j < k; j++) tmp[j] += g[i + j];
+    if (r->dtype == ACC_BF16) acc_f32_to_bf16(h + i, tmp, k);
+    else acc_f32_to_f16(h + i, tmp, k);
+  }
+}
+
+static size_t unit_numel(const fsdp_run *r, size_t u) {
+  return u == 0 ? r->n_emb : u == (size_t)(r->L + 1) ? r->n_lnf : r->n_block;
+}
+
+static int fwd_begin(fsdp_run *r, size_t u, float *scratch, const float **p) {
+  if (r->dtype == ACC_F32) {
+    FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, u, p));
+    return 0;
+  }
+  const void *p16;
+  FSDP_TRY(acc_fsdp_unit_forward_begin_typed(r->f, u, r->dtype, &p16));
+  widen(r, scratch, p16, unit_numel(r, u));
+  *p = scratch;
+  return 0;
+}
+
+/* *g16: the library's 16-bit gradient buffer (16-bit tables), for bwd_end */
+static int bwd_begin(fsdp_run *r, size_t u, float *ps, float *gs, const float **p, float **g, void **g16) {
+  if (r->dtype == ACC_F32) {
+    FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, u, p, g));
+    return 0;
+  }
+  const void *p16;
+  FSDP_TRY(acc_fsdp_unit_backward_begin_typed(r->f, u, r->dtype, &p16, g16));
+  const size_t n = unit_numel(r, u);
+  widen(r, ps, p16, n);
+  memset(gs, 0, n * sizeof *gs);
+  *p = ps;
+  *g = gs;
+  return 0;
+}
+
+static int bwd_end(fsdp_run *r, size_t u, void *g16, const float *gs) {
+  if (r->dtype != ACC_F32) add_into_16(r, g16, gs, unit_numel(r, u));
+  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, u));
+  return 0;
+}
+
 /* The forward, unit by unit (also gpt_generate's forward: every process runs it). */
 int fsdp_forward(gpt *net, const int32_t *tokens, int batch, int T, size_t stride, void *payload) {
   fsdp_run *r = payload;
   const float *emb, *p;
-  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, 0, &emb));
+  if (fwd_begin(r, 0, r->emb_p, &emb)) return -1;
   FSDP_MODEL(gpt_forward_embed(net, tokens, batch, T, stride, emb));
   for (int l = 0; l < r->L; l++) {
-    FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(1 + l), &p));
+    if (fwd_begin(r, (size_t)(1 + l), r->cur_p, &p)) return -1;
     FSDP_MODEL(gpt_forward_block(net, l, p));
     FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(1 + l)));
   }
-  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(r->L + 1), &p));
+  if (fwd_begin(r, (size_t)(r->L + 1), r->cur_p, &p)) return -1;
   FSDP_MODEL(gpt_forward_head(net, p, emb));
   FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(r->L + 1)));
   FSDP_TRY(acc_fsdp_unit_forward_end(r->f, 0));
@@ -49,18 +110,20 @@ int fsdp_forward(gpt *net, const int32_t *tokens, int batch, int T, size_t strid
 int fsdp_backward(fsdp_run *r, float scale) {
   const float *emb, *p;
   float *gemb, *g;
-  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, 0, &emb, &gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(r->L + 1), &p, &g));
+  void *gemb16 = NULL, *g16 = NULL;
+  const size_t head = (size_t)(r->L + 1);
+  if (bwd_begin(r, 0, r->emb_p, r->emb_g, &emb, &gemb, &gemb16) ||
+      bwd_begin(r, head, r->cur_p, r->cur_g, &p, &g, &g16))
+    return -1;
   FSDP_MODEL(gpt_backward_head(r->net, scale, p, g, emb, gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(r->L + 1)));
+  if (bwd_end(r, head, g16, g)) return -1;
   for (int l = r->L - 1; l >= 0; l--) {
-    FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(1 + l), &p, &g));
+    if (bwd_begin(r, (size_t)(1 + l), r->cur_p, r->cur_g, &p, &g, &g16)) return -1;
     FSDP_MODEL(gpt_backward_block(r->net, l, p, g));
-    FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(1 + l)));
+    if (bwd_end(r, (size_t)(1 + l), g16, g)) return -1;
   }
   FSDP_MODEL(gpt_backward_embed(r->net, gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, 0));
-  return 0;
+  return bwd_end(r, 0, gemb16, gemb);
 }
 
 /* Weight decay on the matrices only. The optimizer over the shards has one group (docs/fsdp.md),
@@ -106,7 +169,8 @@ acc_result fsdp_load_hook(acc_accelerator *acc, const char *dir, void *payload) 
 
 /* The units over the model's table, prepared from the initial parameters (the same seed on every
  * process; a full copy exists only during this call). */
-int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, fsdp_init_fn on_init, void *arg) {
+int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, acc_dtype dtype, fsdp_init_fn on_init,
+               void *arg) {
   const int nt = gpt_num_tensors(net), L = gpt_get_config(net)->n_layer;
   acc_param_spec *table = calloc((size_t)nt, sizeof *table);
   float *init = malloc(gpt_num_params(net) * sizeof *init);
@@ -123,7 +187,25 @@ int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, fsdp_
   }
   r->net = net;
   r->L = L;
-  FSDP_TRY(acc_fsdp_create(acc, table, (size_t)nt, ACC_F32, NULL, &r->f));
+  r->dtype = dtype;
+  for (int i = 0; i < nt; i++) {
+    const size_t n = gpt_tensor_at(net, i)->numel;
+    if (i < 2) r->n_emb += n;
+    else if (i < 2 + 12) r->n_block += n; /* every block has the same size */
+    else if (i >= 2 + 12 * L) r->n_lnf += n;
+  }
+  if (dtype != ACC_F32) {
+    const size_t cur = r->n_block > r->n_lnf ? r->n_block : r->n_lnf;
+    r->emb_p = malloc(r->n_emb * sizeof(float));
+    r->emb_g = malloc(r->n_emb * sizeof(float));
+    r->cur_p = malloc(cur * sizeof(float));
+    r->cur_g = malloc(cur * sizeof(float));
+    if (!r->emb_p || !r->emb_g || !r->cur_p || !r->cur_g) {
+      fprintf(stderr, "gpt: out of memory for the FSDP unit scratch buffers\n");
+      return -1;
+    }
+  }
+  FSDP_TRY(acc_fsdp_create(acc, table, (size_t)nt, dtype, NULL, &r->f));
   FSDP_TRY(acc_fsdp_add_unit(r->f, "embed", 0, 2, NULL));
   for (int l = 0; l < L; l++) {
     char name[32];
@@ -148,4 +230,13 @@ const char *fsdp_strategy_name(const fsdp_run *r) {
   case ACC_FSDP_HYBRID_SHARD_ZERO2: return "HYBRID_SHARD_ZERO2";
   default: return "NO_SHARD";
   }
+}
+
+void fsdp_release(fsdp_run *r) {
+  acc_fsdp_destroy(r->f);
+  free(r->emb_p);
+  free(r->emb_g);
+  free(r->cur_p);
+  free(r->cur_g);
+  *r = (fsdp_run){0};
 }

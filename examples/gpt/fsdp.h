@@ -19,6 +19,9 @@ typedef struct fsdp_run {
   gpt *net;
   int L; /* units: 0 the embedding, 1 + l block l, L + 1 ln_f */
   acc_model *shards; /* acc_fsdp_model: one parameter per unit, this process's shard */
+  acc_dtype dtype;   /* the table's: ACC_F32, or ACC_BF16 / ACC_F16 (16-bit gathers, float32 masters) */
+  size_t n_emb, n_block, n_lnf; /* elements of the units */
+  float *emb_p, *emb_g, *cur_p, *cur_g; /* 16-bit tables: the units widened to float32 for the model */
 } fsdp_run;
 
 /** 1 when `accelerate launch --use_fsdp` (ACCELERATE_USE_FSDP) asks for sharded training. */
@@ -28,8 +31,13 @@ int fsdp_wanted(void);
 typedef int (*fsdp_init_fn)(const float *init, size_t n, void *arg);
 
 /** The units over the model's table, prepared from the initial parameters of `seed` (the same on
- *  every process; a full copy exists only during this call). 0, or -1 with a message printed. */
-int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, fsdp_init_fn on_init, void *arg);
+ *  every process; a full copy exists only during this call). dtype: the table's (ACC_F32, or
+ *  ACC_BF16 / ACC_F16: the library gathers 16-bit values over float32 master shards, and the
+ *  pieces compute in float32 over a widened copy of each unit). 0, or -1 with a message printed. */
+int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, acc_dtype dtype, fsdp_init_fn on_init,
+               void *arg);
+/** Destroys the FSDP state (after the optimizer over its shards) and the scratch buffers. */
+void fsdp_release(fsdp_run *r);
 /** The forward, unit by unit (a gpt_forward_fn: also gpt_generate's forward; payload: fsdp_run). */
 int fsdp_forward(gpt *net, const int32_t *tokens, int batch, int T, size_t stride, void *payload);
 /** The backward in reverse; each unit's gradients are reduce-scattered as its backward ends. */

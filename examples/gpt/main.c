@@ -35,10 +35,11 @@ typedef struct options {
   int layers, heads, width, context, batch, grad_accum, prefetch, overlap, bucket_kb, quiet;
   int private_grads; /* gradients in the model's own memory, not memory the processes share */
   long batch_tokens, max_steps, warmup, eval_every, val_windows, save_every, log_every;
-  double lr, weight_decay, clip, beta2;
+  double lr, weight_decay, clip, beta2, init_scale;
+  long growth_interval;
   int sample_bytes;
   double temperature;
-  const char *data, *mixed_precision, *output_dir, *save_init;
+  const char *data, *mixed_precision, *output_dir, *save_init, *param_dtype;
   const char *train_tokens, *val_tokens, *token_format, *write_tokens;
   int vocab;
   int resume;
@@ -65,6 +66,11 @@ static void usage(FILE *f) {
           "  --beta2 X           AdamW beta2 (0.95)\n"
           "  --clip X            clip the global gradient norm to X (1.0; 0: off)\n"
           "  --mixed-precision no|bf16|fp16   (default: what accelerate launch set)\n"
+          "  --init-scale X      fp16: the loss scaler's initial scale (65536)\n"
+          "  --growth-interval N fp16: good steps before the scale doubles (2000)\n"
+          "  --param-dtype fp32|bf16|fp16  under --use_fsdp: the dtype the units are gathered in\n"
+          "                      (float32 master shards; default fp16 under fp16 mixed precision,\n"
+          "                      else fp32)\n"
           "  --seed N            initialization and shuffling seed (1337)\n"
           "  --data FILE         training text (" TEXT_DEFAULT_PATH "), one token per byte\n"
           "  --train-tokens F[,F...]  train on these token files instead of a text (llm.c shards:\n"
@@ -121,6 +127,9 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--beta2")) o->beta2 = atof(v);
     else if (ARG("--clip")) o->clip = atof(v);
     else if (ARG("--mixed-precision")) o->mixed_precision = v;
+    else if (ARG("--param-dtype")) o->param_dtype = v;
+    else if (ARG("--init-scale")) o->init_scale = atof(v);
+    else if (ARG("--growth-interval")) o->growth_interval = atol(v);
     else if (ARG("--seed")) o->seed = strtoull(v, NULL, 10);
     else if (ARG("--data")) o->data = v;
     else if (ARG("--train-tokens")) o->train_tokens = v;
@@ -151,7 +160,7 @@ static int parse(int argc, char **argv, options *o) {
   }
   if (o->layers < 1 || o->heads < 1 || o->width < 1 || o->width % o->heads || o->context < 1 ||
       o->batch < 1 || o->batch_tokens < 1 || o->grad_accum < 0 || o->max_steps < 1 || !(o->lr > 0) ||
-      o->warmup < 0 || o->weight_decay < 0 || !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
+      o->warmup < 0 || o->weight_decay < 0 || o->init_scale < 0 || o->growth_interval < 0 || !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
       o->eval_every < 0 || o->val_windows < 0 || o->save_every < 0 || o->sample_bytes < 0 ||
       !(o->temperature > 0) || o->log_every < 0 || ((o->save_every > 0 || o->resume) && !o->output_dir) ||
       o->vocab < 2 || !o->train_tokens != !o->val_tokens || (o->train_tokens && o->data)) {
@@ -163,6 +172,11 @@ static int parse(int argc, char **argv, options *o) {
   if (o->token_format && strcmp(o->token_format, "llmc") && strcmp(o->token_format, "u16") &&
       strcmp(o->token_format, "u32")) {
     fprintf(stderr, "gpt: --token-format '%s': expected llmc, u16 or u32\n", o->token_format);
+    return -1;
+  }
+  if (o->param_dtype && strcmp(o->param_dtype, "fp32") && strcmp(o->param_dtype, "bf16") &&
+      strcmp(o->param_dtype, "fp16")) {
+    fprintf(stderr, "gpt: --param-dtype '%s': expected fp32, bf16 or fp16\n", o->param_dtype);
     return -1;
   }
   if (!o->train_tokens && o->vocab != 256) {
@@ -440,6 +454,10 @@ int main(int argc, char **argv) {
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.overlap_grad_sync = o.overlap;
   ao.bucket_cap_bytes = (size_t)o.bucket_kb * 1024;
+  acc_grad_scaler_options so_scaler = ACC_GRAD_SCALER_OPTIONS_INIT; /* torch's defaults unless given */
+  if (o.init_scale > 0) so_scaler.init_scale = (float)o.init_scale;
+  if (o.growth_interval > 0) so_scaler.growth_interval = o.growth_interval;
+  ao.scaler = &so_scaler;
   if (o.mixed_precision) {
     acc_mixed_precision mp;
     TRY(acc_mixed_precision_parse(o.mixed_precision, &mp));
@@ -482,11 +500,18 @@ int main(int argc, char **argv) {
    *    in shards instead, and the model none of its own (the FSDP block above). */
   fsdp_run fr = {0};
   const int use_fsdp = fsdp_wanted();
-  if (use_fsdp && acc_accelerator_mixed_precision(acc) == ACC_PRECISION_FP16) {
-    fprintf(stderr, "gpt: --use_fsdp with --mixed-precision fp16 is not wired in this example (its fp16 mode rounds "
-                    "the gradients in the accelerator's backward, which FSDP replaces): use bf16 or no\n");
+  const int fp16 = acc_accelerator_mixed_precision(acc) == ACC_PRECISION_FP16;
+  if (!use_fsdp && o.param_dtype && strcmp(o.param_dtype, "fp32")) {
+    fprintf(stderr, "gpt: --param-dtype %s is for --use_fsdp (the units gathered in 16 bits over float32 master "
+                    "shards); the unsharded example keeps float32 parameters (--mixed-precision bf16|fp16 for "
+                    "16-bit compute)\n", o.param_dtype);
     return 2;
   }
+  /* under FSDP: the table's dtype (fp16 mixed precision gathers fp16 unless told otherwise) */
+  const acc_dtype param_dtype = !o.param_dtype ? (use_fsdp && fp16 ? ACC_F16 : ACC_F32)
+                                : !strcmp(o.param_dtype, "bf16") ? ACC_BF16
+                                : !strcmp(o.param_dtype, "fp16") ? ACC_F16
+                                                                 : ACC_F32;
   if (use_fsdp && o.overlap) {
     fprintf(stderr, "gpt: --use_fsdp reduces each unit's gradients as its backward ends (reduce-scatter): drop "
                     "--overlap, which is for the unsharded gradient buckets\n");
@@ -507,7 +532,8 @@ int main(int argc, char **argv) {
   if (use_fsdp) {
     /* process 0's initial parameters (seed + 0) on every process, as prepare gives them below */
     save_init_args sa = {o.save_init, acc_dataset_length(train_ds), o.seed};
-    if (fsdp_setup(acc, &fr, net, o.seed, o.save_init && acc_state_is_main_process(st) ? save_init_cb : NULL, &sa))
+    if (fsdp_setup(acc, &fr, net, o.seed, param_dtype, o.save_init && acc_state_is_main_process(st) ? save_init_cb : NULL,
+                   &sa))
       return 1;
     aw.weight_decay = 0.0; /* the matrices' decay: fsdp_decay before each step */
     TRY(acc_optimizer_create_adamw(&opt, fr.shards, &aw));
@@ -613,6 +639,9 @@ int main(int argc, char **argv) {
     acc_print(st, "fsdp: %s, %zu units (embed, %d blocks, ln_f); this process holds %zu of %zu parameters\n",
               fsdp_strategy_name(&fr),
               acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float), fm.total_params);
+    if (param_dtype != ACC_F32)
+      acc_print(st, "fsdp: parameters gathered as %s over float32 master shards (gradients added in %s, reduced "
+                    "in float32)\n", param_dtype == ACC_BF16 ? "bf16" : "fp16", param_dtype == ACC_BF16 ? "bf16" : "fp16");
   }
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
             o.heads, o.width, T, gpt_num_params(net), gpt_matmul_backend());
@@ -640,6 +669,7 @@ int main(int argc, char **argv) {
   double t_data = 0, t_model = 0, t_sync = 0, t_opt = 0, train_time = 0;
   int64_t tokens = 0, steps = counters.steps;
   double loss_sum = 0, cpu_time = 0;
+  int64_t skipped = 0; /* fp16 under FSDP: optimizer steps skipped on overflow */
   int loss_n = 0;
   while (steps < o.max_steps) {
     double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
@@ -659,9 +689,14 @@ int main(int argc, char **argv) {
       TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, NULL));
       if (fsdp_backward(&fr, acc_accelerator_backward_scale(acc))) return 1;
       t2 = t3 = now_s();
+      /* fp16: the clip unscales first (the true gradient's norm); on an overflow on any process the
+       * step is skipped everywhere, the decay with it (it is the optimizer's first operation) */
+      int found_inf = 0;
       if (sync && o.clip > 0) TRY(acc_fsdp_clip_grad_norm(fr.f, (float)o.clip, 2.0, &norm));
-      if (sync && fsdp_decay(&fr, acc_optimizer_group_lr(opt, 0), o.weight_decay)) return 1;
-      if (sync) TRY(acc_optimizer_step(opt));
+      if (sync) TRY(acc_fsdp_unscale_gradients(fr.f, &found_inf));
+      if (sync && !found_inf && fsdp_decay(&fr, acc_optimizer_group_lr(opt, 0), o.weight_decay)) return 1;
+      if (sync) TRY(acc_fsdp_optimizer_step(fr.f, opt));
+      if (sync && acc_fsdp_optimizer_step_was_skipped(fr.f)) skipped++;
       TRY(acc_accelerator_scheduler_step(acc, sched));
       if (sync) TRY(acc_optimizer_zero_grad(opt));
     } else {
@@ -710,6 +745,9 @@ int main(int argc, char **argv) {
     if (o.save_every > 0 && steps % o.save_every == 0) TRY(acc_accelerator_save_state(acc, NULL, NULL));
   }
 
+  if (use_fsdp && fp16)
+    acc_print(st, "fp16: %lld optimizer step(s) skipped on overflow, loss scale %g\n", (long long)skipped,
+              (double)acc_grad_scaler_scale(acc_accelerator_grad_scaler(acc)));
   /* 9. Figures, summed or maxed over processes. */
   /* tokens per second of wall time, summed over processes; and per CPU-second of each process
    * (a figure that time-sharing with other programs does not change much) */
@@ -757,7 +795,7 @@ int main(int argc, char **argv) {
   acc_dataset_destroy(val_ds);
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
-  acc_fsdp_destroy(fr.f); /* after the optimizer over its shards */
+  fsdp_release(&fr); /* after the optimizer over its shards */
   free(names);
   acc_model_destroy(model);
   gpt_destroy(net);
