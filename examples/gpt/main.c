@@ -497,7 +497,7 @@ int main(int argc, char **argv) {
 
   /* 3. The model: registered tensor by tensor, then prepared (every process gets process 0's
    *    initial parameters). Under `accelerate launch --use_fsdp` the library holds the parameters
-   *    in shards instead, and the model none of its own (the FSDP block above). */
+   *    in shards instead, and the model none of its own (fsdp.c). */
   fsdp_run fr = {0};
   const int use_fsdp = fsdp_wanted();
   const int fp16 = acc_accelerator_mixed_precision(acc) == ACC_PRECISION_FP16;
