@@ -147,33 +147,83 @@ static acc_result gleave(const grp *g, int began, acc_result rc) {
   return rc;
 }
 
-acc_result acc__comm_group_all_gather_at(acc_state *st, int which, const void *send, void *recv, size_t count,
-                                         acc_dtype dtype, const char *file, int line) {
-  if (which == ACC__GROUP_WORLD) return acc_all_gather_at(st, send, recv, count, dtype, file, line);
-  ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_gather");
-  const char *fn = "all_gather (subgroup)";
-  acc__call c = {.op = ACC__OP_ALL_GATHER, .dtype = dtype, .count = (int64_t)count};
+/* The part of a group collective that differs by op: the backend call on the staged buffers a
+ * and b (host memory), nb bytes a process, over g (size > 1). */
+typedef acc_result (*grp_body)(acc_state *st, const grp *g, const acc__call *c, const void *a, void *b, size_t nb);
+
+/* One group collective: enter, argument checks, device staging of send (send_all: a block from
+ * every member, else one) and recv (recv_all likewise), the body, leave. */
+static acc_result group_call(acc_state *st, int which, const char *fn, acc__call *c, const void *send,
+                             int send_all, void *recv, int recv_all, grp_body body, const char *file, int line) {
   grp g = {NULL, 0, 1, 0};
   int began;
-  acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
-  if (rc == ACC_OK && count > 0) {
-    size_t nb = count * acc_dtype_size(dtype);
+  acc_result rc = genter(st, which, fn, c, &g, file, line, &began);
+  if (rc == ACC_OK && c->count > 0) {
+    size_t nb = (size_t)c->count * acc_dtype_size((acc_dtype)c->dtype), n = (size_t)g.size;
     rc = acc__comm_need_buf(send, fn, "send");
     if (rc == ACC_OK) rc = acc__comm_need_buf(recv, fn, "recv");
+    const uint8_t *s0 = send, *r0 = recv;
+    if (rc == ACC_OK && send_all && !recv_all && r0 != s0 + (size_t)g.rank * nb && r0 < s0 + nb * n && s0 < r0 + nb)
+      rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
+                      "%s: recv overlaps send but is not this process's block of it (send + rank * count "
+                      "elements, the in-place form)", fn);
     acc__devio io;
     if (rc == ACC_OK) {
-      rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb * (size_t)g.size, 0);
+      rc = acc__comm_stage_begin(&io, send, send_all ? nb * n : nb, 1, recv, recv_all ? nb * n : nb, 0);
       if (rc == ACC_OK) {
         if (g.size == 1) {
           if (io.a != io.b) memmove(io.b, io.a, nb);
         } else {
-          rc = fail_remote(st, g.be->ops->all_gather(g.be, io.a, io.b, nb));
+          rc = body(st, &g, c, io.a, io.b, nb);
         }
       }
       rc = acc__comm_stage_end(&io, rc, 1);
     }
   }
   return gleave(&g, began, rc);
+}
+
+static acc_result gather_body(acc_state *st, const grp *g, const acc__call *c, const void *a, void *b, size_t nb) {
+  (void)c;
+  return fail_remote(st, g->be->ops->all_gather(g->be, a, b, nb));
+}
+
+static acc_result reduce_scatter_body(acc_state *st, const grp *g, const acc__call *c, const void *a, void *b,
+                                      size_t nb) {
+  acc_dtype dtype = (acc_dtype)c->dtype;
+  size_t count = (size_t)c->count, n = (size_t)g->size;
+  acc_op bop = c->red == ACC_MEAN ? ACC_SUM : (acc_op)c->red;
+  acc_result rc;
+  if (g->be->ops->reduce_scatter) {
+    rc = fail_remote(st, g->be->ops->reduce_scatter(g->be, a, b, count, dtype, bop));
+  } else { /* the whole buffer all-reduced into a temporary, this process's block kept */
+    uint8_t *tmp = acc__malloc(nb * n);
+    rc = tmp ? fail_remote(st, g->be->ops->all_reduce(g->be, a, tmp, count * n, dtype, bop))
+             : acc__error(ACC_ERR_NOMEM, "%s: cannot allocate %zu bytes", g->be->op_name, nb * n);
+    if (rc == ACC_OK) memmove(b, tmp + (size_t)g->rank * nb, nb);
+    acc__free(tmp);
+  }
+  if (rc == ACC_OK && c->red == ACC_MEAN) acc__divide(b, count, dtype, g->size);
+  return rc;
+}
+
+static acc_result all_reduce_body(acc_state *st, const grp *g, const acc__call *c, const void *a, void *b,
+                                  size_t nb) {
+  (void)nb;
+  acc_dtype dtype = (acc_dtype)c->dtype;
+  size_t count = (size_t)c->count;
+  acc_result rc = fail_remote(st, g->be->ops->all_reduce(g->be, a, b, count, dtype,
+                                                         c->red == ACC_MEAN ? ACC_SUM : (acc_op)c->red));
+  if (rc == ACC_OK && c->red == ACC_MEAN) acc__divide(b, count, dtype, g->size);
+  return rc;
+}
+
+acc_result acc__comm_group_all_gather_at(acc_state *st, int which, const void *send, void *recv, size_t count,
+                                         acc_dtype dtype, const char *file, int line) {
+  if (which == ACC__GROUP_WORLD) return acc_all_gather_at(st, send, recv, count, dtype, file, line);
+  ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_gather");
+  acc__call c = {.op = ACC__OP_ALL_GATHER, .dtype = dtype, .count = (int64_t)count};
+  return group_call(st, which, "all_gather (subgroup)", &c, send, 0, recv, 1, gather_body, file, line);
 }
 
 acc_result acc__comm_group_reduce_scatter_at(acc_state *st, int which, const void *send, void *recv,
@@ -181,70 +231,14 @@ acc_result acc__comm_group_reduce_scatter_at(acc_state *st, int which, const voi
                                              int line) {
   if (which == ACC__GROUP_WORLD) return acc_reduce_scatter_at(st, send, recv, count, dtype, op, file, line);
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_reduce_scatter");
-  const char *fn = "reduce_scatter (subgroup)";
   acc__call c = {.op = ACC__OP_REDUCE_SCATTER, .dtype = dtype, .count = (int64_t)count, .red = op};
-  grp g = {NULL, 0, 1, 0};
-  int began;
-  acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
-  if (rc == ACC_OK && count > 0) {
-    size_t es = acc_dtype_size(dtype), nb = count * es, n = (size_t)g.size;
-    rc = acc__comm_need_buf(send, fn, "send");
-    if (rc == ACC_OK) rc = acc__comm_need_buf(recv, fn, "recv");
-    const uint8_t *s0 = send, *own = s0 + (size_t)g.rank * nb, *r0 = recv;
-    if (rc == ACC_OK && r0 != own && r0 < s0 + nb * n && s0 < r0 + nb)
-      rc = acc__error(ACC_ERR_INVALID_ARGUMENT,
-                      "%s: recv overlaps send but is not this process's block of it (send + rank * count "
-                      "elements, the in-place form)", fn);
-    acc__devio io;
-    if (rc == ACC_OK) {
-      rc = acc__comm_stage_begin(&io, send, nb * n, 1, recv, nb, 0);
-      acc_op bop = op == ACC_MEAN ? ACC_SUM : op;
-      if (rc == ACC_OK) {
-        if (g.size == 1) {
-          if (io.a != io.b) memmove(io.b, io.a, nb);
-        } else if (g.be->ops->reduce_scatter) {
-          rc = fail_remote(st, g.be->ops->reduce_scatter(g.be, io.a, io.b, count, dtype, bop));
-        } else { /* the whole buffer all-reduced into a temporary, this process's block kept */
-          uint8_t *tmp = acc__malloc(nb * n);
-          rc = tmp ? fail_remote(st, g.be->ops->all_reduce(g.be, io.a, tmp, count * n, dtype, bop))
-                   : acc__error(ACC_ERR_NOMEM, "%s: cannot allocate %zu bytes", fn, nb * n);
-          if (rc == ACC_OK) memmove(io.b, tmp + (size_t)g.rank * nb, nb);
-          acc__free(tmp);
-        }
-        if (rc == ACC_OK && op == ACC_MEAN && g.size > 1) acc__divide(io.b, count, dtype, g.size);
-      }
-      rc = acc__comm_stage_end(&io, rc, 1);
-    }
-  }
-  return gleave(&g, began, rc);
+  return group_call(st, which, "reduce_scatter (subgroup)", &c, send, 1, recv, 0, reduce_scatter_body, file, line);
 }
 
 acc_result acc__comm_group_all_reduce_at(acc_state *st, int which, const void *send, void *recv, size_t count,
                                          acc_dtype dtype, acc_op op, const char *file, int line) {
   if (which == ACC__GROUP_WORLD) return acc_all_reduce_at(st, send, recv, count, dtype, op, file, line);
   ACC_PROF_SCOPE(ACC_PROF_COMM, "group_all_reduce");
-  const char *fn = "all_reduce (subgroup)";
   acc__call c = {.op = ACC__OP_ALL_REDUCE, .dtype = dtype, .count = (int64_t)count, .red = op};
-  grp g = {NULL, 0, 1, 0};
-  int began;
-  acc_result rc = genter(st, which, fn, &c, &g, file, line, &began);
-  if (rc == ACC_OK && count > 0) {
-    size_t nb = count * acc_dtype_size(dtype);
-    rc = acc__comm_need_buf(send, fn, "send");
-    if (rc == ACC_OK) rc = acc__comm_need_buf(recv, fn, "recv");
-    acc__devio io;
-    if (rc == ACC_OK) {
-      rc = acc__comm_stage_begin(&io, send, nb, 1, recv, nb, 0);
-      if (rc == ACC_OK) {
-        if (g.size == 1) {
-          if (io.a != io.b) memmove(io.b, io.a, nb);
-        } else {
-          rc = fail_remote(st, g.be->ops->all_reduce(g.be, io.a, io.b, count, dtype, op == ACC_MEAN ? ACC_SUM : op));
-          if (rc == ACC_OK && op == ACC_MEAN) acc__divide(io.b, count, dtype, g.size);
-        }
-      }
-      rc = acc__comm_stage_end(&io, rc, 1);
-    }
-  }
-  return gleave(&g, began, rc);
+  return group_call(st, which, "all_reduce (subgroup)", &c, send, 0, recv, 0, all_reduce_body, file, line);
 }

@@ -3,7 +3,7 @@
 # (tests/multinode/netns_lib.sh), one `accelerate launch --machine_rank R` of 2 processes per
 # machine, joined through the rendezvous store.
 #
-# usage: hybrid_netns.sh ACCELERATE TEST_FSDP
+# usage: hybrid_netns.sh ACCELERATE TEST_FSDP TEST_FSDP_LOWP
 #   1. HYBRID_SHARD and HYBRID_SHARD_ZERO2 on the hierarchical backend train test_fsdp's MLP 50
 #      steps (AdamW, clipping, accumulation) next to NO_SHARD in the same processes: parameters
 #      and every clip norm within 1e-5 relative (test_fsdp train), every process the same values.
@@ -21,10 +21,13 @@
 #      process's group is itself, the rail is the job).
 #   6. ACCELERATE_BACKEND=gloo (flat, no per-machine groups): HYBRID_SHARD is refused with a
 #      sentence naming the backend and the way out.
+#   7. A bf16 table (test_fsdp_lowp train bf16) under HYBRID_SHARD and HYBRID_SHARD_ZERO2 on
+#      2 x 2: the float32 master shards equal NO_SHARD's (1e-5) in the same processes.
 # Exit 77 (skip) only when the namespaces cannot be created (needs root or CAP_NET_ADMIN).
 set -u
 ACC=$1
 PROG=$2
+LOWP=$3
 
 . "$(dirname "$0")/../multinode/netns_lib.sh"
 netns_up hy
@@ -117,10 +120,24 @@ NP=2 both one train HYBRID_SHARD
 show one
 [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "HYBRID_SHARD on 2 machines x 1: the launchers exited with $rc0 and $rc1"
 
+export ACCELERATE_BACKEND=hierarchical
+MLP=$PROG
+PROG=$LOWP
+for strat in HYBRID_SHARD HYBRID_SHARD_ZERO2; do
+  both "bf16_$strat" train bf16 "$strat"
+  show "bf16_$strat"
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || fail "bf16 $strat on 2 machines x 2: the launchers exited with $rc0 and $rc1"
+  for mr in 0 1; do
+    [ "$(grep -c "checks, 0 failed" "$TMP/bf16_$strat.$mr")" -eq 2 ] ||
+      fail "bf16 $strat: machine $mr's two processes did not both report their checks passing"
+  done
+done
+PROG=$MLP
+
 export ACCELERATE_BACKEND=gloo
 both gloo train HYBRID_SHARD
 show gloo
 [ $rc0 -ne 0 ] || fail "HYBRID_SHARD on the flat gloo backend across machines was not refused"
 grep -q "the gloo backend offers no collectives over this machine's processes" "$TMP/gloo.0" ||
   fail "the refusal on gloo does not say why"
-echo "PASS: HYBRID_SHARD and HYBRID_SHARD_ZERO2 on 2 machines x 2 match NO_SHARD; the HYBRID checkpoint resumes under FULL_SHARD on 3; a subgroup mismatch is named; flat gloo refuses"
+echo "PASS: HYBRID_SHARD and HYBRID_SHARD_ZERO2 on 2 machines x 2 match NO_SHARD (float32 and bf16); the HYBRID checkpoint resumes under FULL_SHARD on 3; a subgroup mismatch is named; flat gloo refuses"

@@ -371,11 +371,15 @@ static void test_train(int strategy, int nosync) {
   CHECK(finer > n / 2, "only %zu of %zu master weights hold more than 16-bit precision", finer, n);
   check_gathered(&a, pa);
   check_gathered(&ref, pr);
-  /* the shards are float32: ceil(U / N) floats per unit */
+  /* the shards are float32: ceil(U / N) floats per unit, N the processes sharing a unit (under
+   * HYBRID across machines, the machine's) */
   acc_fsdp_memory m;
   CHECK_OK(acc_fsdp_memory_stats(a.f, &m));
+  const size_t sn = strategy == ACC_FSDP_HYBRID_SHARD || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2
+                        ? (size_t)acc_state_local_num_processes(acc_accelerator_state(acc))
+                        : (size_t)world;
   size_t floats = 0;
-  for (int k = 0; k < NUNITS; k++) floats += (a.numel[k] + (size_t)world - 1) / (size_t)world;
+  for (int k = 0; k < NUNITS; k++) floats += (a.numel[k] + sn - 1) / sn;
   CHECK(m.shard_params == floats * sizeof(float) && m.shard_grads == m.shard_params, "shard bytes %zu, expected %zu",
         m.shard_params, floats * sizeof(float));
   CHECK(m.no_sync_bytes == 0, "no_sync buffers left after the sync step: %zu bytes", m.no_sync_bytes);

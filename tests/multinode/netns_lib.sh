@@ -44,3 +44,49 @@ netns_up() {
   for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
   ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
 }
+
+# netns_up_hub PREFIX N: N "machines" (N >= 2) joined by a bridge in a hub namespace, for the
+# tests of more than two machines. Sets NS1..NSN (machine 0 .. N-1), IP1..IPN ($NET.1 ..),
+# NSH (the hub), NET and TMP, with the same cleanup trap as netns_up. Exits 77 (skip) when the
+# namespaces cannot be created, fails when the bridge cannot (the kernel lacks it).
+netns_hub_cleanup() {
+  i=1
+  while [ "$i" -le "$HUB_N" ]; do
+    eval ns=\$NS$i
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+    i=$((i + 1))
+  done
+  ip netns del "$NSH" 2>/dev/null
+  rm -rf "$TMP"
+}
+
+netns_up_hub() {
+  command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
+  HUB_N=$2
+  ID=$(( $$ % 100000 ))$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
+  NET=10.$(( 100 + $$ % 100 )).$(od -An -N1 -tu1 /dev/urandom | tr -d " ")
+  NSH=acc-$1-$ID-hub
+  TMP=$(mktemp -d /tmp/acc-$1.XXXXXX) || fail "mktemp"
+  i=1
+  while [ "$i" -le "$HUB_N" ]; do eval NS$i=acc-$1-$ID-m$i; eval IP$i=$NET.$i; i=$((i + 1)); done
+  trap netns_hub_cleanup EXIT
+  trap 'exit 130' INT TERM HUP
+  if ! ip netns add "$NSH" 2>"$TMP/err"; then
+    skip "cannot create a network namespace ($(cat "$TMP/err")); needs root or CAP_NET_ADMIN"
+  fi
+  ip -n "$NSH" link add br0 type bridge || fail "cannot create a bridge in $NSH (the kernel's bridge support)"
+  ip -n "$NSH" link set br0 up || fail "br0 up"
+  i=1
+  while [ "$i" -le "$HUB_N" ]; do
+    eval ns=\$NS$i ip=\$IP$i
+    ip netns add "$ns" || fail "ip netns add $ns"
+    # the pair is made inside the hub, then one end moves to the machine (names are per namespace)
+    ip -n "$NSH" link add "p$i" type veth peer name eth0 netns "$ns" || fail "cannot create the veth pair of $ns"
+    ip -n "$NSH" link set "p$i" master br0 && ip -n "$NSH" link set "p$i" up || fail "cannot attach p$i to br0"
+    ip -n "$ns" addr add "$ip/24" dev eth0 && ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up ||
+      fail "cannot set up $ns"
+    i=$((i + 1))
+  done
+}
