@@ -238,6 +238,9 @@ int main(int argc, char **argv) {
   /* a 16-bit table is FSDP's (the unsharded example keeps float32 parameters): refused with a sentence */
   run_gpt(r, NULL, NULL, NULL, "--param-dtype", "bf16");
   CHECK(r->status != 0 && strstr(r->err, "--param-dtype bf16 is for --use_fsdp"), "--param-dtype unsharded: %s", r->err);
+  run_gpt(r, "FULL_SHARD", NULL, NULL, "--param-dtype", "fp8");
+  CHECK(r->status != 0 && strstr(r->err, "--param-dtype 'fp8': expected fp32, bf16 or fp16"), "--param-dtype fp8: %s",
+        r->err);
 
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   CHECK(system(cmd) == 0, "%s", cmd);

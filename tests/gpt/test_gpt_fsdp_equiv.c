@@ -17,7 +17,9 @@
  *    against NO_SHARD fp16: validation losses within 2e-4, parameters within 1e-5 of the largest,
  *    the same number of skipped (overflow) steps and the same final loss scale; the scaler did
  *    work (steps skipped: the runs start at a scale of 2^24 that overflows fp16 gradients, and grow
- *    it every 8 good steps).
+ *    it every 8 good steps);
+ *  - bf16 and fp16: a FULL_SHARD run resumed from its checkpoint of step 25 (shards, AdamW state, the
+ *    loss scaler's state) ends bit for bit as the uninterrupted run.
  *
  *   test_gpt_fsdp_equiv compare A.safetensors B.safetensors REL
  *
@@ -41,7 +43,7 @@ static void run_gpt(run_out *r, const char *strategy, const char *out_dir, const
   const char *rest[] = {gpt_bin, "--layers", "2", "--heads", "3", "--width", "21", "--context", "32", "--batch", "4",
                         "--grad-accum", "2", "--max-steps", "50", "--warmup", "5", "--lr", "3e-3", "--val-windows",
                         "32", "--eval-every", "10", "--sample-bytes", "0", "--log-every", "10", "--prefetch", "0",
-                        "--seed", "7", "--save-every", "50", "--output-dir", out_dir, NULL};
+                        "--seed", "7", "--save-every", "25", "--output-dir", out_dir, NULL};
   for (int i = 0; rest[i]; i++) argv[n++] = rest[i];
   for (int i = 0; extra && extra[i] && n < 63; i++) argv[n++] = extra[i];
   argv[n] = NULL;
@@ -89,8 +91,8 @@ out:
 }
 
 static void model_path(char *buf, size_t cap, const char *dir) {
-  /* the FULL_STATE_DICT the save_state pre-hook wrote at step 50 (the first checkpoint) */
-  snprintf(buf, cap, "%s/checkpoints/checkpoint_0/fsdp/model.safetensors", dir);
+  /* the FULL_STATE_DICT the save_state pre-hook wrote at step 50 (the second checkpoint) */
+  snprintf(buf, cap, "%s/checkpoints/checkpoint_1/fsdp/model.safetensors", dir);
 }
 
 static const char *after(const char *out, const char *key) {
@@ -131,7 +133,7 @@ int main(int argc, char **argv) {
                                        "8", NULL};
   const char *const *extra = bf16 ? x_bf16 : fp16 ? x_fp16 : x_fp32;
 
-  run_out *base = malloc(sizeof *base), *r = malloc(sizeof *r);
+  run_out *base = malloc(sizeof *base), *r = malloc(sizeof *r), *full = malloc(sizeof *full);
   char bdir[512], want[1200], path[1200];
   snprintf(bdir, sizeof bdir, "%s/NO_SHARD", root);
   run_gpt(base, "NO_SHARD", bdir, extra);
@@ -168,6 +170,7 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/%s", root, strategies[s]);
     run_gpt(r, strategies[s], dir, extra);
     CHECK(r->status == 0, "%s %s on %s processes", strategies[s], mode, nprocs);
+    if (s == 0) *full = *r; /* FULL_SHARD's output, for the resumed run below */
     if (r->status != 0) continue;
     char line[96];
     snprintf(line, sizeof line, "fsdp: %s, 4 units (embed, 2 blocks, ln_f)", strategies[s]);
@@ -194,11 +197,44 @@ int main(int argc, char **argv) {
           strategies[s], mode, d, largest);
   }
 
-  char cmd[400];
+  /* bf16 / fp16: FULL_SHARD resumed from its checkpoint of step 25 (the shards, the AdamW state and,
+   * for fp16, the loss scaler's state) ends bit for bit as the uninterrupted run */
+  char cmd[2048];
+  if (bf16 || fp16) {
+    char a[600], c[600], pa[1200], pc[1200];
+    snprintf(a, sizeof a, "%s/FULL_SHARD", root);
+    snprintf(c, sizeof c, "%s/FULL_SHARD_resumed", root);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s' && rm -rf '%s/checkpoints/checkpoint_1'", a, c, c);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    const char *const *x = extra;
+    const char *xr[16];
+    int n = 0;
+    while (x[n] && n < 14) xr[n] = x[n], n++;
+    xr[n++] = "--resume";
+    xr[n] = NULL;
+    const run_out *u = full;
+    run_gpt(r, "FULL_SHARD", c, xr);
+    CHECK(r->status == 0 && strstr(r->out, "at step 25"), "%s resume: %s %s", mode, r->out, r->err);
+    model_path(pa, sizeof pa, a);
+    model_path(pc, sizeof pc, c);
+    double largest = 0, d = r->status == 0 ? file_diff(pa, pc, &largest) : -1;
+    printf("FULL_SHARD    %s np%s resumed at step 25: parameters at step %d differ by %.3g from the uninterrupted "
+           "run's\n", mode, nprocs, STEPS, d);
+    CHECK(d == 0.0, "%s: FULL_SHARD resumed from step 25 ends %.3g from the uninterrupted run", mode, d);
+    CHECK(val_loss(r->out, STEPS) == val_loss(u->out, STEPS), "%s resumed: validation loss %.4f, uninterrupted %.4f",
+          mode, val_loss(r->out, STEPS), val_loss(u->out, STEPS));
+    if (fp16) {
+      const char *sa = strstr(u->out, "loss scale "), *sc = strstr(r->out, "loss scale ");
+      CHECK(sa && sc && atof(sa + 11) == atof(sc + 11), "fp16 resumed: loss scale %s, uninterrupted %s",
+            sc ? sc + 11 : "?", sa ? sa + 11 : "?");
+    }
+  }
+
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   CHECK(system(cmd) == 0, "%s", cmd);
   free(base);
   free(r);
+  free(full);
   char name[64];
   snprintf(name, sizeof name, "gpt_fsdp_equiv_%s_np%s", mode, nprocs);
   return acc_test_finish(name);
