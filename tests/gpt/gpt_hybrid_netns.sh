@@ -5,7 +5,8 @@
 # rendezvous store, against NO_SHARD on the same 2 x 2 processes (docs/fsdp.md).
 #
 # usage: gpt_hybrid_netns.sh ACCELERATE GPT TEST_GPT_FSDP_EQUIV
-#   For float32 and for the bf16 table (--param-dtype bf16, bf16 autocast): NO_SHARD, HYBRID_SHARD and
+#   For float32, the bf16 table (--param-dtype bf16, bf16 autocast) and fp16 (an fp16 table, the loss
+#   scaler from 2^24: the same skipped steps and final scale as NO_SHARD's): NO_SHARD, HYBRID_SHARD and
 #   HYBRID_SHARD_ZERO2 train the example 50 steps (accumulation 2, clipping, weight decay on the
 #   matrices); the HYBRID runs' validation losses are within 2e-4 of NO_SHARD's at every evaluation
 #   and their parameters at step 50 (FULL_STATE_DICT, written by process 0) within 1e-5 of the
@@ -55,8 +56,12 @@ run() {
 }
 vals() { grep "validation loss" "$1" | sed 's/.*validation loss //'; }
 
-for prec in fp32 bf16; do
-  if [ $prec = bf16 ]; then set -- --mixed-precision bf16 --param-dtype bf16; else set -- --mixed-precision no; fi
+for prec in fp32 bf16 fp16; do
+  case $prec in
+  bf16) set -- --mixed-precision bf16 --param-dtype bf16 ;;
+  fp16) set -- --mixed-precision fp16 --init-scale 16777216 --growth-interval 8 ;; # overflows: skipped steps
+  *) set -- --mixed-precision no ;;
+  esac
   run "NO_SHARD_$prec" NO_SHARD "$@"
   grep -q "fsdp: NO_SHARD, 4 units" "$TMP/NO_SHARD_$prec.0" || fail "NO_SHARD $prec: no FSDP line"
   [ "$(vals "$TMP/NO_SHARD_$prec.0" | wc -l)" -eq 6 ] || fail "NO_SHARD $prec: not 6 validation losses"
@@ -66,7 +71,14 @@ for prec in fp32 bf16; do
     grep -q "fsdp: $strat, 4 units" "$TMP/$tag.0" || fail "$tag: the run does not say $strat"
     # 17220 parameters, blocks of 5565 sharded over a machine's 2 processes: 8611 each
     grep -q "this process holds 8611 of 17220 parameters" "$TMP/$tag.0" || fail "$tag: not sharded over the machine's 2"
-    [ $prec = fp32 ] || grep -q "parameters gathered as bf16" "$TMP/$tag.0" || fail "$tag: not a bf16 table"
+    [ $prec = fp32 ] || grep -q "parameters gathered as $prec" "$TMP/$tag.0" || fail "$tag: not a $prec table"
+    if [ $prec = fp16 ]; then
+      want=$(grep "^fp16: " "$TMP/NO_SHARD_$prec.0")
+      got=$(grep "^fp16: " "$TMP/$tag.0")
+      echo "$tag: $got (NO_SHARD: $want)"
+      case $want in "fp16: 0 "*|"") fail "NO_SHARD fp16: no step skipped at a scale of 2^24: $want" ;; esac
+      [ "$got" = "$want" ] || fail "$tag: skipped steps and loss scale differ from NO_SHARD's"
+    fi
     vals "$TMP/$tag.0" >"$TMP/$tag.val"
     vals "$TMP/NO_SHARD_$prec.0" | paste - "$TMP/$tag.val" | awk -v t="$tag" '
       { d = $1 - $2; if (d < 0) d = -d; printf "%s: validation loss %s (NO_SHARD %s)\n", t, $2, $1
@@ -76,4 +88,4 @@ for prec in fp32 bf16; do
       fail "$tag: parameters at step 50 differ from NO_SHARD's by more than 1e-5 of the largest"
   done
 done
-echo "PASS: the GPT example under HYBRID_SHARD and HYBRID_SHARD_ZERO2 on 2 machines x 2 (hierarchical backend) matches NO_SHARD, float32 and the bf16 table"
+echo "PASS: the GPT example under HYBRID_SHARD and HYBRID_SHARD_ZERO2 on 2 machines x 2 (hierarchical backend) matches NO_SHARD, float32, the bf16 table and fp16"
