@@ -55,9 +55,9 @@ void acc__pmodel_zero_range(const acc__pmodel *pm, acc_state *st, size_t *lo, si
   *hi = *lo + pm->zshard;
 }
 
-/* Copies the layout range [a, b) between buf (buf[0] is element a) and the parameters (to_params:
- * into the parameters' data; otherwise from their gradients), walking the parameters in order. */
-static void flat_copy(const acc__pmodel *pm, size_t a, size_t b, float *buf, int to_params) {
+/* Copies the gradients of the layout range [a, b) into buf (buf[0] is element a), walking the
+ * parameters in order. */
+static void flat_copy_grads(const acc__pmodel *pm, size_t a, size_t b, float *buf) {
   size_t np = acc_model_num_parameters(pm->model);
   for (size_t i = 0; i < np; i++) {
     size_t off = pm->zoff[i];
@@ -67,8 +67,7 @@ static void flat_copy(const acc__pmodel *pm, size_t a, size_t b, float *buf, int
     if (off >= b) break;
     if (end <= a) continue;
     size_t s = off > a ? off : a, e = end < b ? end : b;
-    if (to_params) memcpy(p->data + (s - off), buf + (s - a), (e - s) * sizeof(float));
-    else memcpy(buf + (s - a), p->grad + (s - off), (e - s) * sizeof(float));
+    memcpy(buf + (s - a), p->grad + (s - off), (e - s) * sizeof(float));
   }
 }
 
@@ -81,7 +80,7 @@ static acc_result zero2_reduce_bucket(void *ctx, const size_t *params, size_t co
   size_t n = (size_t)acc_state_num_processes(st), rank = (size_t)acc_state_process_index(st);
   size_t a = pm->zoff[params[count - 1]], b = a + numel; /* bucket order is descending */
   float *f = pm->zbuf;
-  flat_copy(pm, a, b, f, 0);
+  flat_copy_grads(pm, a, b, f);
   for (size_t r = a / pm->zshard; r < n && r * pm->zshard < b; r++) {
     size_t s = r * pm->zshard > a ? r * pm->zshard : a, e = (r + 1) * pm->zshard < b ? (r + 1) * pm->zshard : b;
     acc__comm_origin(ACC__ORIGIN_ZERO, 4);
@@ -166,53 +165,10 @@ static acc_result zero1_reduce_grads(acc__pmodel *pm, acc_state *st) {
 }
 
 acc_result acc__pmodel_zero_gather(acc__pmodel *pm, acc_state *st) {
-  size_t n = (size_t)acc_state_num_processes(st), lo, hi;
-  if (n == 1) return ACC_OK;
-  acc__pmodel_zero_range(pm, st, &lo, &hi);
-  if (pm->zero == 1) {
-    float *f = pm->zflat;
-    size_t np = acc_model_num_parameters(pm->model);
-    for (size_t i = 0; i < np; i++) {
-      const acc_param *p = acc_model_parameter(pm->model, i);
-      size_t off = pm->zoff[i];
-      if (off == SIZE_MAX) continue;
-      size_t end = off + p->numel, b0 = off > lo ? off : lo, b1 = end < hi ? end : hi;
-      if (b1 > b0) memcpy(f + b0, p->data + (b0 - off), (b1 - b0) * sizeof(float));
-    }
-    acc__comm_origin(ACC__ORIGIN_ZERO, 1);
-    ACC_CHECK(acc_all_gather(st, f + lo, f, pm->zshard, ACC_F32));
-    for (size_t i = 0; i < np; i++) {
-      const acc_param *p = acc_model_parameter(pm->model, i);
-      if (pm->zoff[i] != SIZE_MAX) memcpy(p->data, f + pm->zoff[i], p->numel * sizeof(float));
-    }
-    return ACC_OK;
-  }
-  /* stage 2: the shards in chunks of zchunk elements per process through zbuf */
-  size_t rank = (size_t)acc_state_process_index(st);
-  for (size_t c = 0; c < pm->zshard; c += pm->zchunk) {
-    size_t len = pm->zshard - c < pm->zchunk ? pm->zshard - c : pm->zchunk;
-    float *mine = pm->zbuf + rank * len;
-    memset(mine, 0, len * sizeof(float));
-    /* this process's updated parameters in [lo + c, lo + c + len) */
-    size_t np = acc_model_num_parameters(pm->model), a = lo + c, b = lo + c + len;
-    for (size_t i = 0; i < np; i++) {
-      const acc_param *p = acc_model_parameter(pm->model, i);
-      size_t off = pm->zoff[i];
-      if (off == SIZE_MAX) continue;
-      if (off >= b) break;
-      size_t end = off + p->numel, s = off > a ? off : a, e = end < b ? end : b;
-      if (e > s) memcpy(mine + (s - a), p->data + (s - off), (e - s) * sizeof(float));
-    }
-    acc__comm_origin(ACC__ORIGIN_ZERO, 5);
-    ACC_CHECK(acc_all_gather(st, mine, pm->zbuf, len, ACC_F32));
-    for (size_t r = 0; r < n; r++) {
-      size_t s = r * pm->zshard + c, e = s + len;
-      if (s >= pm->ztotal) break;
-      if (e > pm->ztotal) e = pm->ztotal;
-      flat_copy(pm, s, e, pm->zbuf + r * len, 1);
-    }
-  }
-  return ACC_OK;
+  if (acc_state_num_processes(st) == 1) return ACC_OK;
+  /* stage 1 in one all-gather through its full-layout buffer, stage 2 in chunks through zbuf */
+  if (pm->zero == 1) return acc__zero_gather_pass(st, NULL, pm->model, 0, pm->zflat, pm->zshard, 1);
+  return acc__zero_gather_pass(st, NULL, pm->model, 0, pm->zbuf, pm->zchunk, 5);
 }
 
 /* The full-layout buffer of the state gather: stage 1's own, a temporary one at stage 2. */

@@ -63,6 +63,15 @@ acc_result acc__pmodel_refresh_low_precision(acc__pmodel *pm, acc_dtype lp_dtype
 void acc__pmodel_zero_range(const acc__pmodel *pm, acc_state *st, size_t *lo, size_t *hi);
 /* ZeRO: after a step of the shard, every process's updated shard all-gathered into place. */
 acc_result acc__pmodel_zero_gather(acc__pmodel *pm, acc_state *st);
+/* The one ZeRO parameter all-gather (zero_shard.c), for the library's step above and the program's
+ * (acc_accelerator_zero_gather): this process's range of the layout moved into buffer, all-gathered
+ * in chunks of `chunk` elements a process (0: the whole shard), the others' ranges moved back into
+ * the rows. pass 0 moves the float32 values, pass 1 the program's 16-bit values of tables with the
+ * program's master; buffer holds chunk * N elements of the pass's size; d: the device whose memory
+ * the rows are (through its copies), NULL for host rows. */
+struct acc__devctx;
+acc_result acc__zero_gather_pass(acc_state *st, struct acc__devctx *d, acc_model *m, int pass, void *buffer,
+                                 size_t chunk, int origin_index);
 /* ZeRO around save/load_state: the optimizer's state to full tensors and back to the shard. */
 acc_result acc__pmodel_zero_unshard(acc__pmodel *pm, acc_state *st, acc_optimizer *opt);
 acc_result acc__pmodel_zero_reshard(acc__pmodel *pm, acc_state *st, acc_optimizer *opt);

@@ -1,4 +1,5 @@
-/* ZeRO for a program that steps its own optimizer (llm.c's `-z 1`, issue 33 item 5): the range
+/* The ZeRO parameter all-gather (acc__zero_gather_pass: the library's step and the program's), and ZeRO
+ * for a program that steps its own optimizer (llm.c's `-z 1`, issue 33 item 5): the range
  * of the model's parameters this process updates (acc_accelerator_zero_shard), and the all-gather
  * that hands every process the others' updated ranges afterwards (acc_accelerator_zero_gather).
  *
@@ -95,16 +96,15 @@ static int any_program_master(const acc_model *m) {
   return 0;
 }
 
-static acc_result gather(acc_accelerator *acc, acc_model *m, int pass) {
-  acc__devctx *d = acc__devctx_offhost(acc->dev) ? acc->dev : NULL;
-  const int rank = acc_state_process_index(acc->st), n = acc_state_num_processes(acc->st);
+acc_result acc__zero_gather_pass(acc_state *st, acc__devctx *d, acc_model *m, int pass, void *buffer, size_t chunk,
+                                 int origin_index) {
+  const int rank = acc_state_process_index(st), n = acc_state_num_processes(st);
   const size_t es = pass == 0 ? sizeof(float) : sizeof(uint16_t);
+  char *buf = buffer;
   size_t t, lo, hi;
   layout(m, rank, n, &t, &lo, &hi);
   size_t shard = t ? (t + (size_t)n - 1) / (size_t)n : 1;
-  size_t chunk = shard < GATHER_CHUNK ? shard : GATHER_CHUNK;
-  char *buf = acc__calloc(chunk * (size_t)n, es);
-  if (!buf) return ACC_ERR_NOMEM;
+  if (chunk == 0 || chunk > shard) chunk = shard;
   acc_result rc = ACC_OK;
   for (size_t c = 0; c < shard && rc == ACC_OK; c += chunk) {
     size_t len = shard - c < chunk ? shard - c : chunk;
@@ -112,8 +112,8 @@ static acc_result gather(acc_accelerator *acc, acc_model *m, int pass) {
     memset(mine, 0, len * es); /* the padding past the last element */
     size_t a = lo + c < hi ? lo + c : hi, b = lo + c + len < hi ? lo + c + len : hi;
     rc = move(d, m, pass, es, a, b, mine, 1);
-    acc__comm_origin(ACC__ORIGIN_ZERO, 6 + pass);
-    if (rc == ACC_OK) rc = acc_all_gather(acc->st, mine, buf, len, pass == 0 ? ACC_F32 : ACC_BF16);
+    acc__comm_origin(ACC__ORIGIN_ZERO, origin_index);
+    if (rc == ACC_OK) rc = acc_all_gather(st, mine, buf, len, pass == 0 ? ACC_F32 : ACC_BF16);
     for (int r = 0; r < n && rc == ACC_OK; r++) {
       size_t s = (size_t)r * shard + c, e = s + len;
       if (r == rank || s >= t) continue;
@@ -122,6 +122,19 @@ static acc_result gather(acc_accelerator *acc, acc_model *m, int pass) {
     /* the host buffer is rewritten by the next chunk: its copies to the device must be done */
     if (rc == ACC_OK && d) rc = acc__dstream_sync(d->dev, d->stream);
   }
+  return rc;
+}
+
+static acc_result gather(acc_accelerator *acc, acc_model *m, int pass) {
+  acc__devctx *d = acc__devctx_offhost(acc->dev) ? acc->dev : NULL;
+  const size_t n = (size_t)acc_state_num_processes(acc->st), es = pass == 0 ? sizeof(float) : sizeof(uint16_t);
+  size_t t, lo, hi;
+  layout(m, 0, (int)n, &t, &lo, &hi);
+  size_t shard = t ? (t + n - 1) / n : 1;
+  size_t chunk = shard < GATHER_CHUNK ? shard : GATHER_CHUNK;
+  char *buf = acc__calloc(chunk * n, es);
+  if (!buf) return ACC_ERR_NOMEM;
+  acc_result rc = acc__zero_gather_pass(acc->st, d, m, pass, buf, chunk, 6 + pass);
   acc__free(buf);
   return rc;
 }
