@@ -160,7 +160,8 @@ static int parse(int argc, char **argv, options *o) {
   }
   if (o->layers < 1 || o->heads < 1 || o->width < 1 || o->width % o->heads || o->context < 1 ||
       o->batch < 1 || o->batch_tokens < 1 || o->grad_accum < 0 || o->max_steps < 1 || !(o->lr > 0) ||
-      o->warmup < 0 || o->weight_decay < 0 || o->init_scale < 0 || o->growth_interval < 0 || !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
+      o->warmup < 0 || o->weight_decay < 0 || o->init_scale < 0 || o->growth_interval < 0 ||
+      !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
       o->eval_every < 0 || o->val_windows < 0 || o->save_every < 0 || o->sample_bytes < 0 ||
       !(o->temperature > 0) || o->log_every < 0 || ((o->save_every > 0 || o->resume) && !o->output_dir) ||
       o->vocab < 2 || !o->train_tokens != !o->val_tokens || (o->train_tokens && o->data)) {
@@ -532,8 +533,8 @@ int main(int argc, char **argv) {
   if (use_fsdp) {
     /* process 0's initial parameters (seed + 0) on every process, as prepare gives them below */
     save_init_args sa = {o.save_init, acc_dataset_length(train_ds), o.seed};
-    if (fsdp_setup(acc, &fr, net, o.seed, param_dtype, o.save_init && acc_state_is_main_process(st) ? save_init_cb : NULL,
-                   &sa))
+    const fsdp_init_fn on_init = o.save_init && acc_state_is_main_process(st) ? save_init_cb : NULL;
+    if (fsdp_setup(acc, &fr, net, o.seed, param_dtype, on_init, &sa))
       return 1;
     aw.weight_decay = 0.0; /* the matrices' decay: fsdp_decay before each step */
     TRY(acc_optimizer_create_adamw(&opt, fr.shards, &aw));
@@ -637,11 +638,12 @@ int main(int argc, char **argv) {
     acc_fsdp_memory fm;
     TRY(acc_fsdp_memory_stats(fr.f, &fm));
     acc_print(st, "fsdp: %s, %zu units (embed, %d blocks, ln_f); this process holds %zu of %zu parameters\n",
-              fsdp_strategy_name(&fr),
-              acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float), fm.total_params);
+              fsdp_strategy_name(&fr), acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float),
+              fm.total_params);
+    const char *pd = param_dtype == ACC_BF16 ? "bf16" : "fp16";
     if (param_dtype != ACC_F32)
       acc_print(st, "fsdp: parameters gathered as %s over float32 master shards (gradients added in %s, reduced "
-                    "in float32)\n", param_dtype == ACC_BF16 ? "bf16" : "fp16", param_dtype == ACC_BF16 ? "bf16" : "fp16");
+                    "in float32)\n", pd, pd);
   }
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
             o.heads, o.width, T, gpt_num_params(net), gpt_matmul_backend());
