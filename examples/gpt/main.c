@@ -28,16 +28,18 @@
 #include <accelerate.h>
 
 #include "data.h"
+#include "fsdp.h"
 #include "model.h"
 
 typedef struct options {
   int layers, heads, width, context, batch, grad_accum, prefetch, overlap, bucket_kb, quiet;
   int private_grads; /* gradients in the model's own memory, not memory the processes share */
   long batch_tokens, max_steps, warmup, eval_every, val_windows, save_every, log_every;
-  double lr, weight_decay, clip, beta2;
+  double lr, weight_decay, clip, beta2, init_scale;
+  long growth_interval;
   int sample_bytes;
   double temperature;
-  const char *data, *mixed_precision, *output_dir, *save_init;
+  const char *data, *mixed_precision, *output_dir, *save_init, *param_dtype;
   const char *train_tokens, *val_tokens, *token_format, *write_tokens;
   int vocab;
   int resume;
@@ -64,6 +66,11 @@ static void usage(FILE *f) {
           "  --beta2 X           AdamW beta2 (0.95)\n"
           "  --clip X            clip the global gradient norm to X (1.0; 0: off)\n"
           "  --mixed-precision no|bf16|fp16   (default: what accelerate launch set)\n"
+          "  --init-scale X      fp16: the loss scaler's initial scale (65536)\n"
+          "  --growth-interval N fp16: good steps before the scale doubles (2000)\n"
+          "  --param-dtype fp32|bf16|fp16  under --use_fsdp: the dtype the units are gathered in\n"
+          "                      (float32 master shards; default fp16 under fp16 mixed precision,\n"
+          "                      else fp32)\n"
           "  --seed N            initialization and shuffling seed (1337)\n"
           "  --data FILE         training text (" TEXT_DEFAULT_PATH "), one token per byte\n"
           "  --train-tokens F[,F...]  train on these token files instead of a text (llm.c shards:\n"
@@ -120,6 +127,9 @@ static int parse(int argc, char **argv, options *o) {
     else if (ARG("--beta2")) o->beta2 = atof(v);
     else if (ARG("--clip")) o->clip = atof(v);
     else if (ARG("--mixed-precision")) o->mixed_precision = v;
+    else if (ARG("--param-dtype")) o->param_dtype = v;
+    else if (ARG("--init-scale")) o->init_scale = atof(v);
+    else if (ARG("--growth-interval")) o->growth_interval = atol(v);
     else if (ARG("--seed")) o->seed = strtoull(v, NULL, 10);
     else if (ARG("--data")) o->data = v;
     else if (ARG("--train-tokens")) o->train_tokens = v;
@@ -150,7 +160,8 @@ static int parse(int argc, char **argv, options *o) {
   }
   if (o->layers < 1 || o->heads < 1 || o->width < 1 || o->width % o->heads || o->context < 1 ||
       o->batch < 1 || o->batch_tokens < 1 || o->grad_accum < 0 || o->max_steps < 1 || !(o->lr > 0) ||
-      o->warmup < 0 || o->weight_decay < 0 || !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
+      o->warmup < 0 || o->weight_decay < 0 || o->init_scale < 0 || o->growth_interval < 0 ||
+      !(o->beta2 >= 0 && o->beta2 < 1) || o->clip < 0 ||
       o->eval_every < 0 || o->val_windows < 0 || o->save_every < 0 || o->sample_bytes < 0 ||
       !(o->temperature > 0) || o->log_every < 0 || ((o->save_every > 0 || o->resume) && !o->output_dir) ||
       o->vocab < 2 || !o->train_tokens != !o->val_tokens || (o->train_tokens && o->data)) {
@@ -162,6 +173,11 @@ static int parse(int argc, char **argv, options *o) {
   if (o->token_format && strcmp(o->token_format, "llmc") && strcmp(o->token_format, "u16") &&
       strcmp(o->token_format, "u32")) {
     fprintf(stderr, "gpt: --token-format '%s': expected llmc, u16 or u32\n", o->token_format);
+    return -1;
+  }
+  if (o->param_dtype && strcmp(o->param_dtype, "fp32") && strcmp(o->param_dtype, "bf16") &&
+      strcmp(o->param_dtype, "fp16")) {
+    fprintf(stderr, "gpt: --param-dtype '%s': expected fp32, bf16 or fp16\n", o->param_dtype);
     return -1;
   }
   if (!o->train_tokens && o->vocab != 256) {
@@ -236,158 +252,6 @@ static int refresh_bf16(bf16_weights *w, const acc_model *model) {
 
 static int save_init(const char *path, const float *params, size_t nparams, int64_t nwindows, uint64_t seed);
 
-/* ---- FSDP (accelerate launch --use_fsdp, docs/fsdp.md) -------------------------------------
- * The units: the embedding (tok_emb, pos_emb), each block, and ln_f. tok_emb is also the head's
- * output projection (tied weights live in one unit), so the embedding unit stays gathered from the
- * embedding's forward to the head's, and from the head's backward to the embedding's (torch's root
- * unit does the same); it is small next to a block. The model keeps no parameters or gradients of
- * its own (gpt_create_external): each piece runs over the unit buffers the library gathers. */
-typedef struct fsdp_run {
-  acc_fsdp *f;
-  gpt *net;
-  int L; /* units: 0 the embedding, 1 + l block l, L + 1 ln_f */
-  acc_model *shards; /* acc_fsdp_model: one parameter per unit, this process's shard */
-} fsdp_run;
-
-static int fsdp_wanted(void) {
-  const char *e = getenv("ACCELERATE_USE_FSDP");
-  return e && (!strcasecmp(e, "true") || !strcmp(e, "1") || !strcasecmp(e, "yes"));
-}
-
-#define FSDP_TRY(call)                                                     \
-  do {                                                                     \
-    if ((call) != ACC_OK) {                                                \
-      fprintf(stderr, "gpt: %s failed: %s\n", #call, acc_last_error());    \
-      return -1;                                                           \
-    }                                                                      \
-  } while (0)
-#define FSDP_MODEL(call)                                \
-  do {                                                  \
-    if ((call) != 0) {                                  \
-      fprintf(stderr, "gpt: %s\n", gpt_last_error());   \
-      return -1;                                        \
-    }                                                   \
-  } while (0)
-
-/* The forward, unit by unit (also gpt_generate's forward: every process runs it). */
-static int fsdp_forward(gpt *net, const int32_t *tokens, int batch, int T, size_t stride, void *payload) {
-  fsdp_run *r = payload;
-  const float *emb, *p;
-  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, 0, &emb));
-  FSDP_MODEL(gpt_forward_embed(net, tokens, batch, T, stride, emb));
-  for (int l = 0; l < r->L; l++) {
-    FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(1 + l), &p));
-    FSDP_MODEL(gpt_forward_block(net, l, p));
-    FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(1 + l)));
-  }
-  FSDP_TRY(acc_fsdp_unit_forward_begin(r->f, (size_t)(r->L + 1), &p));
-  FSDP_MODEL(gpt_forward_head(net, p, emb));
-  FSDP_TRY(acc_fsdp_unit_forward_end(r->f, (size_t)(r->L + 1)));
-  FSDP_TRY(acc_fsdp_unit_forward_end(r->f, 0));
-  return 0;
-}
-
-/* The backward in reverse: each unit's gradients are reduce-scattered into the shards as its
- * backward ends. */
-static int fsdp_backward(fsdp_run *r, float scale) {
-  const float *emb, *p;
-  float *gemb, *g;
-  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, 0, &emb, &gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(r->L + 1), &p, &g));
-  FSDP_MODEL(gpt_backward_head(r->net, scale, p, g, emb, gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(r->L + 1)));
-  for (int l = r->L - 1; l >= 0; l--) {
-    FSDP_TRY(acc_fsdp_unit_backward_begin(r->f, (size_t)(1 + l), &p, &g));
-    FSDP_MODEL(gpt_backward_block(r->net, l, p, g));
-    FSDP_TRY(acc_fsdp_unit_backward_end(r->f, (size_t)(1 + l)));
-  }
-  FSDP_MODEL(gpt_backward_embed(r->net, gemb));
-  FSDP_TRY(acc_fsdp_unit_backward_end(r->f, 0));
-  return 0;
-}
-
-/* Weight decay on the matrices only. The optimizer over the shards has one group (docs/fsdp.md),
- * so it runs with weight_decay 0 and this applies AdamW's decoupled decay, w *= 1 - lr * wd (the
- * optimizer's own first operation, in the same float arithmetic), to this process's part of each
- * matrix row, just before the step. */
-static int fsdp_decay(fsdp_run *r, double lr, double wd) {
-  if (wd == 0.0) return 0;
-  const float decay = (float)(1.0 - lr * wd);
-  for (int i = 0; i < gpt_num_tensors(r->net); i++) {
-    const gpt_tensor *t = gpt_tensor_at(r->net, i);
-    if (!t->is_matrix) continue;
-    size_t unit, off, lo, hi;
-    FSDP_TRY(acc_fsdp_row_location(r->f, (size_t)i, &unit, &off));
-    FSDP_TRY(acc_fsdp_shard_range(r->f, unit, &lo, &hi));
-    size_t a = off > lo ? off : lo, b = off + t->numel < hi ? off + t->numel : hi;
-    float *w = acc_model_parameter(r->shards, unit)->data;
-    for (size_t k = a; k < b; k++) w[k - lo] = w[k - lo] * decay;
-  }
-  return 0;
-}
-
-/* Checkpoints: the shards and the optimizer's state go into <checkpoint>/fsdp (each process writes
- * its own file, fsdp_state_dict_type), through save_state's pre-hook, so that the accelerator's
- * checkpoint (loaders, scheduler, RNG, counters) and the shards are one directory, renamed into
- * place when both are written. */
-typedef struct fsdp_ckpt {
-  fsdp_run *run;
-  acc_optimizer *opt;
-} fsdp_ckpt;
-
-static acc_result fsdp_save_hook(acc_accelerator *acc, const char *dir, void *payload) {
-  (void)acc;
-  fsdp_ckpt *c = payload;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/fsdp", dir);
-  return acc_fsdp_save_state(c->run->f, c->opt, path);
-}
-
-static acc_result fsdp_load_hook(acc_accelerator *acc, const char *dir, void *payload) {
-  (void)acc;
-  fsdp_ckpt *c = payload;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/fsdp", dir);
-  return acc_fsdp_load_state(c->run->f, c->opt, path);
-}
-
-/* The units over the model's table, prepared from the initial parameters (the same seed on every
- * process; a full copy exists only during this call). */
-static int fsdp_setup(acc_accelerator *acc, fsdp_run *r, gpt *net, uint64_t seed, const char *save_init_path,
-                      int64_t nwindows, int is_main) {
-  const int nt = gpt_num_tensors(net), L = gpt_get_config(net)->n_layer;
-  acc_param_spec *table = calloc((size_t)nt, sizeof *table);
-  float *init = malloc(gpt_num_params(net) * sizeof *init);
-  if (!table || !init) {
-    fprintf(stderr, "gpt: out of memory for the FSDP table\n");
-    return -1;
-  }
-  for (int i = 0; i < nt; i++) {
-    const gpt_tensor *t = gpt_tensor_at(net, i);
-    table[i].name = t->name;
-    table[i].ndim = t->ndim;
-    table[i].shape[0] = t->shape[0];
-    table[i].shape[1] = t->shape[1];
-  }
-  r->net = net;
-  r->L = L;
-  FSDP_TRY(acc_fsdp_create(acc, table, (size_t)nt, ACC_F32, NULL, &r->f));
-  FSDP_TRY(acc_fsdp_add_unit(r->f, "embed", 0, 2, NULL));
-  for (int l = 0; l < L; l++) {
-    char name[32];
-    snprintf(name, sizeof name, "blocks.%d", l);
-    FSDP_TRY(acc_fsdp_add_unit(r->f, name, (size_t)(2 + 12 * l), 12, NULL));
-  }
-  FSDP_TRY(acc_fsdp_add_unit(r->f, "ln_f", (size_t)(2 + 12 * L), 2, NULL));
-  gpt_init_params(net, seed, init);
-  if (save_init_path && is_main && save_init(save_init_path, init, gpt_num_params(net), nwindows, seed)) return -1;
-  FSDP_TRY(acc_fsdp_prepare(r->f, init));
-  free(init); /* where the memory is saved: from here on this process holds its shards only */
-  free(table);
-  r->shards = acc_fsdp_model(r->f);
-  return 0;
-}
-
 /* Mean loss over the validation windows: every process evaluates its shard, and
  * gather_for_metrics drops the padding the last batch may carry, so each window counts once. */
 static int evaluate(acc_accelerator *acc, acc_dataloader *val_dl, gpt *net, fsdp_run *fr, int T, float *row_loss,
@@ -429,6 +293,18 @@ static int save_init(const char *path, const float *params, size_t nparams, int6
   free(order);
   if (bad) fprintf(stderr, "gpt: cannot write %s / %s\n", path, order_path);
   return bad;
+}
+
+/* --save-init under FSDP: called by fsdp_setup while the full initial parameters exist. */
+typedef struct save_init_args {
+  const char *path;
+  int64_t nwindows;
+  uint64_t seed;
+} save_init_args;
+
+static int save_init_cb(const float *init, size_t n, void *arg) {
+  const save_init_args *a = arg;
+  return save_init(a->path, init, n, a->nwindows, a->seed);
 }
 
 /* The text as two llm.c shards: training bytes and the first val_windows validation windows. */
@@ -579,6 +455,10 @@ int main(int argc, char **argv) {
   acc_accelerator_options ao = ACC_ACCELERATOR_OPTIONS_INIT;
   ao.overlap_grad_sync = o.overlap;
   ao.bucket_cap_bytes = (size_t)o.bucket_kb * 1024;
+  acc_grad_scaler_options so_scaler = ACC_GRAD_SCALER_OPTIONS_INIT; /* torch's defaults unless given */
+  if (o.init_scale > 0) so_scaler.init_scale = (float)o.init_scale;
+  if (o.growth_interval > 0) so_scaler.growth_interval = o.growth_interval;
+  ao.scaler = &so_scaler;
   if (o.mixed_precision) {
     acc_mixed_precision mp;
     TRY(acc_mixed_precision_parse(o.mixed_precision, &mp));
@@ -618,14 +498,21 @@ int main(int argc, char **argv) {
 
   /* 3. The model: registered tensor by tensor, then prepared (every process gets process 0's
    *    initial parameters). Under `accelerate launch --use_fsdp` the library holds the parameters
-   *    in shards instead, and the model none of its own (the FSDP block above). */
+   *    in shards instead, and the model none of its own (fsdp.c). */
   fsdp_run fr = {0};
   const int use_fsdp = fsdp_wanted();
-  if (use_fsdp && acc_accelerator_mixed_precision(acc) == ACC_PRECISION_FP16) {
-    fprintf(stderr, "gpt: --use_fsdp with --mixed-precision fp16 is not wired in this example (its fp16 mode rounds "
-                    "the gradients in the accelerator's backward, which FSDP replaces): use bf16 or no\n");
+  const int fp16 = acc_accelerator_mixed_precision(acc) == ACC_PRECISION_FP16;
+  if (!use_fsdp && o.param_dtype && strcmp(o.param_dtype, "fp32")) {
+    fprintf(stderr, "gpt: --param-dtype %s is for --use_fsdp (the units gathered in 16 bits over float32 master "
+                    "shards); the unsharded example keeps float32 parameters (--mixed-precision bf16|fp16 for "
+                    "16-bit compute)\n", o.param_dtype);
     return 2;
   }
+  /* under FSDP: the table's dtype (fp16 mixed precision gathers fp16 unless told otherwise) */
+  const acc_dtype param_dtype = !o.param_dtype ? (use_fsdp && fp16 ? ACC_F16 : ACC_F32)
+                                : !strcmp(o.param_dtype, "bf16") ? ACC_BF16
+                                : !strcmp(o.param_dtype, "fp16") ? ACC_F16
+                                                                 : ACC_F32;
   if (use_fsdp && o.overlap) {
     fprintf(stderr, "gpt: --use_fsdp reduces each unit's gradients as its backward ends (reduce-scatter): drop "
                     "--overlap, which is for the unsharded gradient buckets\n");
@@ -645,7 +532,9 @@ int main(int argc, char **argv) {
   aw.weight_decay = o.weight_decay;
   if (use_fsdp) {
     /* process 0's initial parameters (seed + 0) on every process, as prepare gives them below */
-    if (fsdp_setup(acc, &fr, net, o.seed, o.save_init, acc_dataset_length(train_ds), acc_state_is_main_process(st)))
+    save_init_args sa = {o.save_init, acc_dataset_length(train_ds), o.seed};
+    const fsdp_init_fn on_init = o.save_init && acc_state_is_main_process(st) ? save_init_cb : NULL;
+    if (fsdp_setup(acc, &fr, net, o.seed, param_dtype, on_init, &sa))
       return 1;
     aw.weight_decay = 0.0; /* the matrices' decay: fsdp_decay before each step */
     TRY(acc_optimizer_create_adamw(&opt, fr.shards, &aw));
@@ -749,12 +638,12 @@ int main(int argc, char **argv) {
     acc_fsdp_memory fm;
     TRY(acc_fsdp_memory_stats(fr.f, &fm));
     acc_print(st, "fsdp: %s, %zu units (embed, %d blocks, ln_f); this process holds %zu of %zu parameters\n",
-              acc_fsdp_strategy(fr.f) == ACC_FSDP_FULL_SHARD           ? "FULL_SHARD"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_SHARD_GRAD_OP      ? "SHARD_GRAD_OP"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_HYBRID_SHARD       ? "HYBRID_SHARD"
-              : acc_fsdp_strategy(fr.f) == ACC_FSDP_HYBRID_SHARD_ZERO2 ? "HYBRID_SHARD_ZERO2"
-                                                                       : "NO_SHARD",
-              acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float), fm.total_params);
+              fsdp_strategy_name(&fr), acc_fsdp_num_units(fr.f), o.layers, fm.shard_params / sizeof(float),
+              fm.total_params);
+    const char *pd = param_dtype == ACC_BF16 ? "bf16" : "fp16";
+    if (param_dtype != ACC_F32)
+      acc_print(st, "fsdp: parameters gathered as %s over float32 master shards (gradients added in %s, reduced "
+                    "in float32)\n", pd, pd);
   }
   acc_print(st, "model: %d layers, %d heads, width %d, context %d: %zu parameters (%s)\n", o.layers,
             o.heads, o.width, T, gpt_num_params(net), gpt_matmul_backend());
@@ -782,6 +671,7 @@ int main(int argc, char **argv) {
   double t_data = 0, t_model = 0, t_sync = 0, t_opt = 0, train_time = 0;
   int64_t tokens = 0, steps = counters.steps;
   double loss_sum = 0, cpu_time = 0;
+  int64_t skipped = 0; /* fp16 under FSDP: optimizer steps skipped on overflow */
   int loss_n = 0;
   while (steps < o.max_steps) {
     double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
@@ -801,9 +691,14 @@ int main(int argc, char **argv) {
       TRY_MODEL(gpt_loss(net, b->fields[1], (size_t)T, &loss, NULL));
       if (fsdp_backward(&fr, acc_accelerator_backward_scale(acc))) return 1;
       t2 = t3 = now_s();
+      /* fp16: the clip unscales first (the true gradient's norm); on an overflow on any process the
+       * step is skipped everywhere, the decay with it (it is the optimizer's first operation) */
+      int found_inf = 0;
       if (sync && o.clip > 0) TRY(acc_fsdp_clip_grad_norm(fr.f, (float)o.clip, 2.0, &norm));
-      if (sync && fsdp_decay(&fr, acc_optimizer_group_lr(opt, 0), o.weight_decay)) return 1;
-      if (sync) TRY(acc_optimizer_step(opt));
+      if (sync) TRY(acc_fsdp_unscale_gradients(fr.f, &found_inf));
+      if (sync && !found_inf && fsdp_decay(&fr, acc_optimizer_group_lr(opt, 0), o.weight_decay)) return 1;
+      if (sync) TRY(acc_fsdp_optimizer_step(fr.f, opt));
+      if (sync && acc_fsdp_optimizer_step_was_skipped(fr.f)) skipped++;
       TRY(acc_accelerator_scheduler_step(acc, sched));
       if (sync) TRY(acc_optimizer_zero_grad(opt));
     } else {
@@ -852,6 +747,9 @@ int main(int argc, char **argv) {
     if (o.save_every > 0 && steps % o.save_every == 0) TRY(acc_accelerator_save_state(acc, NULL, NULL));
   }
 
+  if (use_fsdp && fp16)
+    acc_print(st, "fp16: %lld optimizer step(s) skipped on overflow, loss scale %g\n", (long long)skipped,
+              (double)acc_grad_scaler_scale(acc_accelerator_grad_scaler(acc)));
   /* 9. Figures, summed or maxed over processes. */
   /* tokens per second of wall time, summed over processes; and per CPU-second of each process
    * (a figure that time-sharing with other programs does not change much) */
@@ -899,7 +797,7 @@ int main(int argc, char **argv) {
   acc_dataset_destroy(val_ds);
   acc_scheduler_destroy(sched);
   acc_optimizer_destroy(opt);
-  acc_fsdp_destroy(fr.f); /* after the optimizer over its shards */
+  fsdp_release(&fr); /* after the optimizer over its shards */
   free(names);
   acc_model_destroy(model);
   gpt_destroy(net);

@@ -203,6 +203,26 @@ acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version) {
 
 /* ---- create / units ------------------------------------------------------------------------ */
 
+/* The accelerator's comm hook: f->compress for fp16 / bf16 (fsdp_unit.c compresses the gradient
+ * reductions, docs/fsdp.md "Comm hooks"); PowerSGD refused with a sentence. */
+static acc_result comm_hook(acc_fsdp *f, int hook) {
+  f->compress = ACC_F32;
+  if (hook == ACC_COMM_HOOK_FP16 || hook == ACC_COMM_HOOK_BF16) {
+    f->compress = hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
+    return ACC_OK;
+  }
+  if (hook != ACC_COMM_HOOK_POWERSGD) return ACC_OK;
+  /* PyTorch FSDP refuses PowerSGD under the sharded strategies (a reduce-scatter has no low-rank
+   * form); under NO_SHARD it is refused here too: FSDP's gradients are one flat buffer per unit,
+   * not the matrices PowerSGD factors */
+  return acc__error(ACC_ERR_NOT_SUPPORTED,
+                    "acc_fsdp_create: comm_hook power_sgd (ACCELERATE_COMM_HOOK) does not apply to FSDP (strategy "
+                    "%s): a sharded strategy reduce-scatters its gradients, which PowerSGD cannot compress, and "
+                    "FSDP's units are flat buffers, not matrices; use comm_hook fp16 or bf16, or no hook "
+                    "(docs/fsdp.md, \"Comm hooks\")",
+                    strategy_names[f->strategy]);
+}
+
 acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, size_t count, acc_dtype dtype,
                            const acc_fsdp_plugin *plugin, acc_fsdp **out) {
   if (!out) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_create: out is NULL");
@@ -213,11 +233,6 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_fsdp_create: dtype %s is not a parameter dtype: choose ACC_F32, or ACC_BF16 / ACC_F16 for "
                       "16-bit gathered parameters over float32 master shards (docs/fsdp.md)", acc_dtype_name(dtype));
-  if (dtype != ACC_F32 && acc__devctx_offhost(acc->dev))
-    return acc__error(ACC_ERR_NOT_SUPPORTED,
-                      "acc_fsdp_create: a %s table on a device is not supported yet (the accelerator trains on %s): "
-                      "16-bit FSDP runs on the CPU; on a device use ACC_F32 (docs/fsdp.md)", acc_dtype_name(dtype),
-                      acc_accelerator_device_name(acc));
   if (acc->zero)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
                       "acc_fsdp_create: the accelerator runs ZeRO stage %d; FSDP shards by itself (leave zero_stage 0)",
@@ -233,11 +248,7 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   acc_result rc = resolve_plugin(f, plugin);
   /* on a device the shards and unit buffers are its memory (fsdp_mem.c) */
   if (acc__devctx_offhost(acc->dev)) f->dev = acc->dev;
-  if (rc == ACC_OK && f->dev && acc_grad_scaler_enabled(acc_accelerator_grad_scaler(acc)))
-    rc = acc__error(ACC_ERR_NOT_SUPPORTED,
-                    "acc_fsdp_create: fp16 mixed precision (its loss scaler) under FSDP on %s is not supported yet: "
-                    "the scaler's unscale runs on host memory; train in float32 or bf16 autocast there (docs/fsdp.md)",
-                    acc_accelerator_device_name(acc));
+  if (rc == ACC_OK) rc = comm_hook(f, acc->comm_hook);
   if (rc == ACC_OK && f->dev && f->offload)
     rc = acc__error(ACC_ERR_NOT_SUPPORTED,
                     "acc_fsdp_create: offload_params (FSDP_OFFLOAD_PARAMS) is not supported when training on %s yet: "

@@ -58,6 +58,8 @@ struct acc_fsdp {
   int unscaled;         /* fp16: the gradient shards were divided by the loss scale since the last step */
   int found_inf;        /* ... and an inf/NaN was found on some process (agreed) */
   int skipped;          /* the last acc_fsdp_optimizer_step skipped (fp16 overflow) */
+  acc_dtype compress;   /* the accelerator's comm hook: ACC_F16 / ACC_BF16 (the gradient reductions
+                           in that type, fsdp_unit.c), ACC_F32 none */
   acc_param_spec *rows; /* copied table (names owned) */
   size_t nrows;
   size_t *row_numel, *row_off; /* elements of each row, its offset in the whole table */
@@ -78,6 +80,7 @@ struct acc_fsdp {
    * and the no_sync buffers are then its memory, and so are the rest: */
   struct acc__devctx *dev;
   float *d_coef;                /* the clip coefficient for the scale kernel */
+  int32_t *d_flag;              /* the unscale kernel's overflow flag (fp16) */
   double *d_partials;           /* norm partial sums */
   void *h_stage;                /* host staging of the poison check and the max norm (kept) */
   size_t d_partials_cap;
@@ -99,10 +102,7 @@ size_t acc__fsdp_padded(const acc_fsdp *f, size_t u);
 acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind);
 /* bytes of one element of the program's buffers (4 for ACC_F32, 2 for ACC_BF16 / ACC_F16) */
 size_t acc__fsdp_esize(const acc_fsdp *f);
-/* mixed precision (src/train/fsdp_mp.c): the master values rounded to the table's 16-bit dtype,
- * 16-bit gradients widened to float32 (exact), the table's dtype in words */
-void acc__fsdp_narrow(const acc_fsdp *f, void *dst, const float *src, size_t n);
-void acc__fsdp_widen(const acc_fsdp *f, float *dst, const void *src, size_t n);
+/* the table's dtype in words (src/train/fsdp_mp.c) */
 const char *acc__fsdp_dtype_word(acc_dtype d);
 /* fp16: divides the gradient shards by the accelerator's loss scale once per step and agrees on
  * overflow across processes (one all-reduce); nothing without a scaler or when already done */

@@ -29,8 +29,10 @@ void acc__fsdp_mem_release(acc_fsdp *f) {
   acc__dstream_sync(dev_of(f), stream_of(f));
   acc__device_free(dev_of(f), f->d_coef);
   acc__device_free(dev_of(f), f->d_partials);
+  acc__device_free(dev_of(f), f->d_flag);
   acc__device_host_free(dev_of(f), f->h_stage);
   f->d_coef = NULL;
+  f->d_flag = NULL;
   f->d_partials = NULL;
   f->d_partials_cap = 0;
   f->h_stage = NULL;
@@ -128,6 +130,43 @@ acc_result acc__fsdp_mem_scale(acc_fsdp *f, float *p, size_t n, float coef) {
   ACC_CHECK(acc__device_copy(dev_of(f), f->d_coef, &coef, sizeof coef, ACC__COPY_H2D, stream_of(f)));
   ACC_CHECK(acc__device_scale(dev_of(f), p, n, f->d_coef, stream_of(f)));
   return acc__dstream_sync(dev_of(f), stream_of(f)); /* &coef is on this stack frame */
+}
+
+acc_result acc__fsdp_mem_narrow(acc_fsdp *f, void *dst, const float *src, size_t n, acc_dtype dtype) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    acc__f32_to_half_n(dst, src, n, dtype);
+    return ACC_OK;
+  }
+  return acc__device_cast(dev_of(f), dst, src, n, dtype, stream_of(f));
+}
+
+acc_result acc__fsdp_mem_widen(acc_fsdp *f, float *dst, const void *src, size_t n, acc_dtype dtype) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    acc__half_to_f32_n(dst, src, n, dtype);
+    return ACC_OK;
+  }
+  return acc__device_widen(dev_of(f), dst, src, n, dtype, stream_of(f));
+}
+
+acc_result acc__fsdp_mem_unscale(acc_fsdp *f, float *p, size_t n, float inv, int *found) {
+  if (!n) return ACC_OK;
+  if (!f->dev) {
+    for (size_t i = 0; i < n; i++) {
+      if (!acc__k_finite(p[i])) *found = 1;
+      p[i] *= inv;
+    }
+    return ACC_OK;
+  }
+  if (!f->d_flag) ACC_CHECK(acc__device_alloc(dev_of(f), sizeof(int32_t), (void **)&f->d_flag));
+  int32_t flag = 0;
+  ACC_CHECK(acc__device_memset(dev_of(f), f->d_flag, 0, sizeof(int32_t), stream_of(f)));
+  ACC_CHECK(acc__device_unscale(dev_of(f), p, n, inv, f->d_flag, stream_of(f)));
+  ACC_CHECK(acc__device_copy(dev_of(f), &flag, f->d_flag, sizeof flag, ACC__COPY_D2H, stream_of(f)));
+  ACC_CHECK(acc__dstream_sync(dev_of(f), stream_of(f))); /* &flag is on this stack frame */
+  if (flag) *found = 1;
+  return ACC_OK;
 }
 
 acc_result acc__fsdp_mem_poison(acc_fsdp *f, float *p, size_t n) {

@@ -23,6 +23,15 @@ acc_result acc__fsdp_mem_out(acc_fsdp *f, float *h_dst, const float *src, size_t
 acc_result acc__fsdp_mem_axpy(acc_fsdp *f, float *dst, const float *src, size_t n, float a);
 /* dst[i] *= coef (coef < 1: gradient clipping). */
 acc_result acc__fsdp_mem_scale(acc_fsdp *f, float *p, size_t n, float coef);
+/* dst (n 16-bit values of dtype ACC_BF16 / ACC_F16) = src rounded to nearest even (the bits of
+ * acc_f32_to_bf16 / acc_f32_to_f16: the device's cast kernel); widen: dst = src exactly (the
+ * device's widen kernel). Both FSDP buffers (or both host memory on the CPU); queued. */
+acc_result acc__fsdp_mem_narrow(acc_fsdp *f, void *dst, const float *src, size_t n, acc_dtype dtype);
+acc_result acc__fsdp_mem_widen(acc_fsdp *f, float *dst, const void *src, size_t n, acc_dtype dtype);
+/* The loss scaler's unscale over p[0, n): *found set to 1 when an element is Inf or NaN (looked at
+ * before the multiplication, as acc_grad_scaler_unscale does), then p[i] *= inv (the device's
+ * unscale kernel; the 4-byte flag read back). *found is left alone otherwise. */
+acc_result acc__fsdp_mem_unscale(acc_fsdp *f, float *p, size_t n, float inv, int *found);
 /* Fills a released buffer with the poison (every byte 0xff: a NaN in float32, bf16 and fp16). */
 acc_result acc__fsdp_mem_poison(acc_fsdp *f, float *p, size_t n);
 /* *at = the first element that is no longer the poison, SIZE_MAX when the buffer is intact (on a

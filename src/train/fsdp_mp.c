@@ -11,18 +11,11 @@
 #include "backend/collcheck.h"
 #include "train/accel.h"
 #include "train/fsdp.h"
+#include "train/fsdp_mem.h"
 #include "train/train.h"
 
 const char *acc__fsdp_dtype_word(acc_dtype d) {
   return d == ACC_BF16 ? "bf16" : d == ACC_F16 ? "fp16" : d == ACC_F32 ? "float32" : acc_dtype_name(d);
-}
-
-void acc__fsdp_narrow(const acc_fsdp *f, void *dst, const float *src, size_t n) {
-  acc__f32_to_half_n(dst, src, n, f->dtype);
-}
-
-void acc__fsdp_widen(const acc_fsdp *f, float *dst, const void *src, size_t n) {
-  acc__half_to_f32_n(dst, src, n, f->dtype);
 }
 
 acc_dtype acc_fsdp_dtype(const acc_fsdp *f) {
@@ -42,10 +35,12 @@ acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn) {
     if (f->units[k].phase == ACC__FSDP_BWD)
       return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is still in backward: end every unit's backward before "
                         "unscaling the gradients", fn, f->units[k].name);
-  /* the scaler divides the shards (torch's inv_scale = float(1 / double(scale)), the check before
-   * the multiplication); padding is zero and stays zero */
+  /* the shards divided as the scaler does (torch's inv_scale = float(1 / double(scale)), the check
+   * before the multiplication; fsdp_mem.c: a host loop or the device's unscale kernel); padding is
+   * zero and stays zero */
   int local = 0;
-  ACC_CHECK(acc__grad_scaler_unscale_more(s, f->model, &local));
+  const float inv = (float)(1.0 / (double)acc_grad_scaler_scale(s));
+  ACC_CHECK(acc__fsdp_mem_unscale(f, f->gshard, f->shard_total, inv, &local));
   f->unscaled = 1; /* divided: never twice, even when the agreement below fails */
   f->found_inf = 1;
   int32_t mine = local, any = mine;

@@ -17,8 +17,8 @@
 /* A released buffer is filled with 0xff bytes (fsdp_mem.c's poison): a NaN read as float32, and two
  * NaNs read as bf16 or fp16 values (0xffff is a NaN in both). A program that reads it after the unit
  * ended computes NaN, and one that writes it is caught when the buffer is taken again. Every buffer
- * operation goes through fsdp_mem.h, so the same code runs on host and device memory (16-bit tables
- * are host memory only: acc_fsdp_create refuses them on a device). */
+ * operation goes through fsdp_mem.h, so the same code runs on host and device memory (the 16-bit
+ * conversions included: the device's cast and widen kernels). */
 
 static acc__fsdp_pool_buf *pool_find(acc_fsdp *f, const void *p) {
   for (size_t i = 0; i < f->npool; i++)
@@ -33,14 +33,16 @@ size_t acc__fsdp_padded(const acc_fsdp *f, size_t u) {
 
 size_t acc__fsdp_esize(const acc_fsdp *f) { return f->dtype == ACC_F32 ? sizeof(float) : sizeof(uint16_t); }
 
-/* Buffer kinds: parameters and gradients in the table's dtype, and (16-bit tables) a float32
- * scratch buffer the gradients are widened into for the reduction. */
-enum { BUF_PARAMS = 0, BUF_GRADS = 1, BUF_REDUCE32 = 2 };
+/* Buffer kinds: parameters and gradients in the table's dtype, (16-bit tables) a float32 scratch
+ * buffer the gradients are widened into for the reduction, and (a comm hook) the gradients in the
+ * hook's 16-bit type for the reduction. */
+enum { BUF_PARAMS = 0, BUF_GRADS = 1, BUF_REDUCE32 = 2, BUF_HOOK16 = 3 };
 
 /* 4-byte words of unit u's buffer of `kind` (the pool counts in float32 words) */
 static size_t buf_words(const acc_fsdp *f, size_t u, int kind) {
   size_t n = acc__fsdp_padded(f, u);
-  if (kind != BUF_REDUCE32 && f->dtype != ACC_F32) n = (n * acc__fsdp_esize(f) + sizeof(float) - 1) / sizeof(float);
+  size_t es = kind == BUF_HOOK16 ? sizeof(uint16_t) : kind == BUF_REDUCE32 ? sizeof(float) : acc__fsdp_esize(f);
+  n = (n * es + sizeof(float) - 1) / sizeof(float);
   return n ? n : 1;
 }
 
@@ -57,11 +59,13 @@ static acc_result pool_check(acc_fsdp *f) {
     size_t at;
     ACC_CHECK(acc__fsdp_mem_poison_find(f, b->p, b->cap, &at));
     if (at != SIZE_MAX) {
-      /* the element in the dtype the program saw (16-bit buffers, host memory: two per word, the low
-       * half first) */
+      /* the element in the dtype the program saw (16-bit buffers: two per word, the low half first;
+       * the word read through fsdp_mem.c, host or device memory) */
       if (b->kind != BUF_REDUCE32 && acc__fsdp_esize(f) == sizeof(uint16_t)) {
+        float word;
         uint16_t lo;
-        memcpy(&lo, (const char *)b->p + at * sizeof(float), sizeof lo);
+        ACC_CHECK(acc__fsdp_mem_out(f, &word, b->p + at, 1));
+        memcpy(&lo, &word, sizeof lo);
         at = 2 * at + (lo == 0xffffu ? 1 : 0);
       }
       ACC_CHECK(acc__fsdp_mem_poison(f, b->p, b->cap)); /* reported once */
@@ -135,7 +139,7 @@ static acc_result gather_start(acc_fsdp *f, size_t u, void *dst, acc__comm_job *
   const size_t es = acc__fsdp_esize(f);
   void *mine = (char *)dst + un->shard * (size_t)f->srank * es;
   if (f->dtype == ACC_F32) ACC_CHECK(acc__fsdp_mem_copy(f, mine, f->master + un->shard_at, un->shard));
-  else acc__fsdp_narrow(f, mine, f->master + un->shard_at, un->shard); /* host memory only */
+  else ACC_CHECK(acc__fsdp_mem_narrow(f, mine, f->master + un->shard_at, un->shard, f->dtype));
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
   acc_result rc = h ? acc__comm_async_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype, h)
                     : acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
@@ -188,7 +192,7 @@ static acc_result hold_params(acc_fsdp *f, size_t u, int async) {
   ACC_CHECK(pool_take(f, u, BUF_PARAMS, &un->pbuf));
   acc_result rc = ACC_OK;
   if (f->sharded) rc = gather_start(f, u, un->pbuf, async ? &un->pending : NULL);
-  else acc__fsdp_narrow(f, un->pbuf, f->master + un->shard_at, un->numel); /* NO_SHARD, 16-bit */
+  else rc = acc__fsdp_mem_narrow(f, un->pbuf, f->master + un->shard_at, un->numel, f->dtype); /* NO_SHARD */
   if (rc != ACC_OK) {
     pool_give(f, un->pbuf);
     un->pbuf = NULL;
@@ -355,13 +359,84 @@ static acc_result grads_f32(acc_fsdp *f, size_t u, float **g, void **scratch) {
   }
   ACC_CHECK(pool_take(f, u, BUF_REDUCE32, scratch));
   *g = *scratch;
-  acc__fsdp_widen(f, *g, un->gbuf, un->numel);
+  acc_result rc = acc__fsdp_mem_widen(f, *g, un->gbuf, un->numel, f->dtype);
   size_t padded = acc__fsdp_padded(f, u);
-  if (padded > un->numel) memset(*g + un->numel, 0, (padded - un->numel) * sizeof(float));
+  if (rc == ACC_OK && padded > un->numel) rc = acc__fsdp_mem_zero(f, *g + un->numel, padded - un->numel);
+  if (rc != ACC_OK) {
+    pool_give(f, *scratch);
+    *scratch = NULL;
+  }
+  return rc;
+}
+
+/* The comm hook's division (PyTorch FSDP's DefaultState): by `pre` before the sum, the largest
+ * power of two p with world % p == 0 and world / p > p reached by doubling from 1, and by world / pre
+ * after it, so that neither the 16-bit sum overflows nor its addends underflow. */
+static void hook_factors(int world, float *pre, float *post) {
+  int p = 1;
+  while (world % p == 0 && world / p > p) p *= 2;
+  *pre = (float)p;
+  *post = (float)world / (float)p;
+}
+
+/* x (n floats) divided by d in float32 and rounded to the hook's 16-bit type into h, then widened
+ * back into x: the 16-bit division PyTorch's hook does (a power-of-two d divides exactly; another is
+ * the product by the float reciprocal). */
+static acc_result hook_divide(acc_fsdp *f, float *x, void *h, size_t n, float d) {
+  if (d > 1.0f) ACC_CHECK(acc__fsdp_mem_scale(f, x, n, 1.0f / d));
+  ACC_CHECK(acc__fsdp_mem_narrow(f, h, x, n, f->compress));
+  return acc__fsdp_mem_widen(f, x, h, n, f->compress);
+}
+
+/* The reduction under the accelerator's fp16 / bf16 comm hook (PyTorch FSDP's fp16_compress_hook /
+ * bf16_compress_hook): the unit's gradients rounded to the hook's type and divided by `pre` there,
+ * reduce-scattered (NO_SHARD: all-reduced; HYBRID: then all-reduced over the rail) as 16-bit values
+ * summed in that type, divided by world / pre in that type, widened and added into the shard. */
+static acc_result reduce_unit_hook(acc_fsdp *f, size_t u) {
+  acc__fsdp_unit *un = &f->units[u];
+  const size_t padded = acc__fsdp_padded(f, u), n = f->sharded ? un->shard : un->numel;
+  const acc_dtype dt = f->compress;
+  float pre, post;
+  hook_factors(f->world, &pre, &post);
+  float *g;
+  void *scratch, *h = NULL;
+  ACC_CHECK(grads_f32(f, u, &g, &scratch));
+  /* float32 table: the program's buffer (given back after this) holds the padding; zero it */
+  acc_result rc = ACC_OK;
+  if (!scratch && padded > un->numel) rc = acc__fsdp_mem_zero(f, g + un->numel, padded - un->numel);
+  if (rc == ACC_OK) rc = pool_take(f, u, BUF_HOOK16, &h);
+  if (rc == ACC_OK) rc = acc__fsdp_mem_narrow(f, h, g, padded, dt);
+  if (rc == ACC_OK && pre > 1.0f) {
+    rc = acc__fsdp_mem_widen(f, g, h, padded, dt);
+    if (rc == ACC_OK) rc = acc__fsdp_mem_scale(f, g, padded, 1.0f / pre);
+    if (rc == ACC_OK) rc = acc__fsdp_mem_narrow(f, h, g, padded, dt);
+  }
+  void *out = f->sharded ? (char *)h + un->shard * (size_t)f->srank * sizeof(uint16_t) : h;
+  if (rc == ACC_OK && f->sharded) {
+    acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
+    rc = acc__comm_group_reduce_scatter(f->st, f->shard_group, h, out, un->shard, dt, ACC_SUM);
+    if (rc == ACC_OK && f->replicas > 1) {
+      acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+      rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, dt, ACC_SUM);
+    }
+  } else if (rc == ACC_OK) {
+    acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+    rc = acc_all_reduce(f->st, h, h, un->numel, dt, ACC_SUM);
+  }
+  if (rc == ACC_OK) rc = acc__fsdp_mem_widen(f, g, out, n, dt);
+  if (rc == ACC_OK && post > 1.0f) rc = hook_divide(f, g, out, n, post);
+  if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, f->gshard + un->shard_at, g, n, 1.0f);
+  if (h) pool_give(f, h);
+  if (scratch) pool_give(f, scratch);
+  if (rc != ACC_OK)
+    return acc__error_context(rc, "FSDP: reducing the %s-compressed gradients of unit '%s' (comm hook)",
+                              acc__fsdp_dtype_word(dt), un->name);
   return ACC_OK;
 }
 
 static acc_result reduce_unit(acc_fsdp *f, size_t u) {
+  /* the comm hook (one process: nothing to compress, as the accelerator's DDP hook) */
+  if (f->compress != ACC_F32 && f->world > 1) return reduce_unit_hook(f, u);
   acc__fsdp_unit *un = &f->units[u];
   float *g, *dst = f->gshard + un->shard_at;
   void *scratch;

@@ -10,11 +10,27 @@
  *       parameters must agree to 1e-5 relative, the clip norms too; the library's optimizer steps
  *       the device shards. Process 0 writes the STRATEGY run's final parameters and clip norms to
  *       OUT (a CPU run's file and a fake-device run's must be byte-identical: `same`).
+ *       A trailing bf16 / fp16 makes the table 16-bit (the typed begin calls, the program's 16-bit
+ *       gradients) under the accelerator's mixed precision of that type; fp16: process 0 alone writes
+ *       an inf into a gradient at step 5, which must be skipped on every process (both strategies),
+ *       with the two strategies' scaler states equal after every step. The file holds the float32
+ *       master weights and the clip norms.
+ *   test_fsdp_device hook STRATEGY DEVICE OUT [bf16|fp16]
+ *       the accelerator's comm hook (ACCELERATE_COMM_HOOK) on FSDP's reductions: STRATEGY and
+ *       NO_SHARD, no clipping, 50 steps: the masters must be bit-identical (2 processes); OUT: the
+ *       masters.
+ *   test_fsdp_device hookgrad STRATEGY DEVICE -
+ *       one backward of known gradients under the comm hook: each process's gradient shard is the
+ *       hook's 16-bit arithmetic computed by the test (2 processes: bit for bit; more: within one
+ *       16-bit rounding per addition, the sum's order being the backend's).
+ *   test_fsdp_device differ A B TOL     master files that differ, by at most TOL of B's largest.
+ *   test_fsdp_device psgd cpu|fake      (ACCELERATE_COMM_HOOK=power_sgd) acc_fsdp_create refuses it.
  *   test_fsdp_device same A B [TOL]       the files are identical (TOL: within TOL relative).
- *   test_fsdp_device save STRATEGY DEVICE DIR [FULL]
+ *   test_fsdp_device save STRATEGY DEVICE DIR [FULL] [bf16|fp16]
  *       25 steps, acc_fsdp_save_state (SHARDED_STATE_DICT; FULL: FULL_STATE_DICT) into DIR/ckpt, 25
- *       more; process 0 writes the final parameters to DIR/expected.
- *   test_fsdp_device resume STRATEGY DEVICE DIR
+ *       more; process 0 writes the final master weights to DIR/expected (and the fp16 scaler's
+ *       state at the save to DIR/scaler: FSDP's checkpoint does not hold it, the accelerator's does).
+ *   test_fsdp_device resume STRATEGY DEVICE DIR [FULL] [bf16|fp16]
  *       a new run takes one step of its own (so that the device optimizer state exists and differs),
  *       loads DIR/ckpt, trains steps 25-49: its parameters must be DIR/expected bit for bit (on
  *       the saving process count; DEVICE may differ from the saving run's).
@@ -22,7 +38,9 @@
  *       return and the shards under acc_fsdp_model are device memory: a host read or write dies by
  *       SIGSEGV; a released buffer reads back NaN through a device copy, and a write into it (a
  *       device copy) is reported by the next begin call; prepare from init_params in device
- *       memory gives the shards prepare from host memory gives.
+ *       memory gives the shards prepare from host memory gives; bf16 / fp16 tables: the 16-bit
+ *       gathered parameters and gradient buffers fault on host access, the unscale, clipping and
+ *       step run, a write into a released 16-bit buffer is named by element.
  *   test_fsdp_device probe              exit 77 unless a CUDA GPU is usable.
  */
 #include <math.h>
@@ -38,7 +56,7 @@
 #include "accelerate.h"
 #include "device/device.h" /* the CUDA probe; also ACC_CHECK (return on error) */
 
-enum { D = 7, H = 13, O = 3, G = 12, STEPS = 50, HALF = 25, MICRO = 2 };
+enum { D = 7, H = 13, O = 3, G = 12, STEPS = 50, HALF = 25, MICRO = 2, INF_STEP = 5 };
 
 static const acc_param_spec table[] = {
     {"l1.w", 2, {H, D}}, {"l1.b", 1, {H}}, {"l2.w", 2, {H, H}}, {"l2.b", 1, {H}}, {"l3.w", 2, {O, H}}, {"l3.b", 1, {O}},
@@ -47,6 +65,9 @@ enum { NROWS = 6, NUMEL = H * D + H + H * H + H + O * H + O };
 
 static acc_accelerator *acc;
 static int rank, world;
+static acc_dtype DT = ACC_F32; /* the table's dtype (trailing argument bf16 / fp16) */
+static int inject_inf;         /* fp16: process 0 writes an inf into a gradient at INF_STEP */
+static float clip_max = 0.5f;  /* hook: no clipping (the norms' partial sums differ by strategy) */
 
 static float sample(size_t g, int k, int step) { return (float)sin(0.7 * (double)g + 1.3 * k + 0.17 * step); }
 
@@ -64,7 +85,7 @@ static acc_result make_run(run *r, int strategy) {
   acc_fsdp_plugin pl = ACC_FSDP_PLUGIN_INIT;
   pl.sharding_strategy = strategy;
   pl.state_dict_type = sdt;
-  ACC_CHECK(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &r->f));
+  ACC_CHECK(acc_fsdp_create(acc, table, NROWS, DT, &pl, &r->f));
   ACC_CHECK(acc_fsdp_add_unit(r->f, "layer1", 0, 2, &r->u[0]));
   ACC_CHECK(acc_fsdp_add_unit(r->f, "layer2", 2, 2, &r->u[1]));
   ACC_CHECK(acc_fsdp_add_unit(r->f, "head", 4, 1, &r->u[2]));
@@ -93,17 +114,31 @@ static void free_run(run *r) {
   acc_fsdp_destroy(r->f);
 }
 
-/* the staging of a host program on a device */
-static acc_result fetch(float *h, const float *d, size_t n) {
-  return acc_accelerator_memcpy(acc, h, d, n * sizeof(float), ACC_COPY_DEVICE_TO_HOST);
+/* the staging of a host program on a device: n values of the table's dtype at d, widened into h */
+static acc_result fetch(float *h, const void *d, size_t n) {
+  if (DT == ACC_F32) return acc_accelerator_memcpy(acc, h, d, n * sizeof(float), ACC_COPY_DEVICE_TO_HOST);
+  uint16_t t[H * H + H];
+  ACC_CHECK(acc_accelerator_memcpy(acc, t, d, n * sizeof *t, ACC_COPY_DEVICE_TO_HOST));
+  return DT == ACC_BF16 ? acc_bf16_to_f32(h, t, n) : acc_f16_to_f32(h, t, n);
 }
 
-/* d += h, through a host copy of d */
-static acc_result add_into(float *d, const float *h, size_t n) {
+/* d += h, through a host copy of d (16-bit: widened, added, rounded once, as a 16-bit kernel) */
+static acc_result add_into(void *d, const float *h, size_t n) {
   float tmp[H * H + H];
   ACC_CHECK(fetch(tmp, d, n));
   for (size_t i = 0; i < n; i++) tmp[i] += h[i];
-  return acc_accelerator_memcpy(acc, d, tmp, n * sizeof(float), ACC_COPY_HOST_TO_DEVICE);
+  if (DT == ACC_F32) return acc_accelerator_memcpy(acc, d, tmp, n * sizeof(float), ACC_COPY_HOST_TO_DEVICE);
+  uint16_t t[H * H + H];
+  ACC_CHECK(DT == ACC_BF16 ? acc_f32_to_bf16(t, tmp, n) : acc_f32_to_f16(t, tmp, n));
+  return acc_accelerator_memcpy(acc, d, t, n * sizeof *t, ACC_COPY_HOST_TO_DEVICE);
+}
+
+static acc_result fwd_begin(run *r, int k, const void **p) {
+  return acc_fsdp_unit_forward_begin_typed(r->f, r->u[k], DT, p);
+}
+
+static acc_result bwd_begin(run *r, int k, const void **p, void **g) {
+  return acc_fsdp_unit_backward_begin_typed(r->f, r->u[k], DT, p, g);
 }
 
 static void affine(const float *w, const float *b, const float *x, float *y, int out, int in) {
@@ -119,39 +154,40 @@ static acc_result micro_step(run *r, int step, int micro) {
   int per = G / world;
   float x[G][D], h1[G][H], h2[G][H], y[G][O];
   float w1[H * D + H], w2[H * H + H], w3[O * H], w3b[O];
-  const float *p;
+  const void *p;
   for (int s = 0; s < per; s++)
     for (int k = 0; k < D; k++) x[s][k] = sample((size_t)(rank * per + s), k, step * MICRO + micro);
-  ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[0], &p));
+  ACC_CHECK(fwd_begin(r, 0, &p));
   ACC_CHECK(fetch(w1, p, H * D + H));
   ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[0]));
   for (int s = 0; s < per; s++) {
     affine(w1, w1 + H * D, x[s], h1[s], H, D);
     for (int k = 0; k < H; k++) h1[s][k] = tanhf(h1[s][k]);
   }
-  ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[1], &p));
+  ACC_CHECK(fwd_begin(r, 1, &p));
   ACC_CHECK(fetch(w2, p, H * H + H));
   ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[1]));
   for (int s = 0; s < per; s++) {
     affine(w2, w2 + H * H, h1[s], h2[s], H, H);
     for (int k = 0; k < H; k++) h2[s][k] = tanhf(h2[s][k]);
   }
-  const float *p3, *p3b;
-  ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[2], &p3)); /* two units gathered at once */
-  ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[3], &p3b));
+  const void *p3, *p3b;
+  ACC_CHECK(fwd_begin(r, 2, &p3)); /* two units gathered at once */
+  ACC_CHECK(fwd_begin(r, 3, &p3b));
   ACC_CHECK(fetch(w3, p3, O * H));
   ACC_CHECK(fetch(w3b, p3b, O));
   for (int s = 0; s < per; s++) affine(w3, w3b, h2[s], y[s], O, H);
   ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[3]));
   ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[2]));
-  const float scale = (float)world / (float)(G * MICRO);
+  /* seeded with the accelerator's factor (the loss scale under fp16) */
+  const float scale = (float)world / (float)(G * MICRO) * acc_accelerator_backward_scale(acc);
   float dy[G][O], dh2[G][H], dh1[G][H];
   for (int s = 0; s < per; s++)
     for (int o = 0; o < O; o++) dy[s][o] = (y[s][o] - sample((size_t)(rank * per + s), 100 + o, step)) * scale;
-  float *g, *gb;
+  void *g, *gb;
   float hg[H * H + H], hgb[O];
-  ACC_CHECK(acc_fsdp_unit_backward_begin(r->f, r->u[3], &p3b, &gb));
-  ACC_CHECK(acc_fsdp_unit_backward_begin(r->f, r->u[2], &p3, &g));
+  ACC_CHECK(bwd_begin(r, 3, &p3b, &gb));
+  ACC_CHECK(bwd_begin(r, 2, &p3, &g));
   ACC_CHECK(fetch(w3, p3, O * H));
   memset(hg, 0, sizeof hg);
   memset(hgb, 0, sizeof hgb);
@@ -170,7 +206,7 @@ static acc_result micro_step(run *r, int step, int micro) {
   ACC_CHECK(add_into(gb, hgb, O));
   ACC_CHECK(acc_fsdp_unit_backward_end(r->f, r->u[2]));
   ACC_CHECK(acc_fsdp_unit_backward_end(r->f, r->u[3]));
-  ACC_CHECK(acc_fsdp_unit_backward_begin(r->f, r->u[1], &p, &g));
+  ACC_CHECK(bwd_begin(r, 1, &p, &g));
   ACC_CHECK(fetch(w2, p, H * H + H));
   memset(hg, 0, sizeof hg);
   for (int s = 0; s < per; s++) {
@@ -186,13 +222,15 @@ static acc_result micro_step(run *r, int step, int micro) {
   }
   ACC_CHECK(add_into(g, hg, H * H + H));
   ACC_CHECK(acc_fsdp_unit_backward_end(r->f, r->u[1]));
-  ACC_CHECK(acc_fsdp_unit_backward_begin(r->f, r->u[0], &p, &g));
+  ACC_CHECK(bwd_begin(r, 0, &p, &g));
   memset(hg, 0, sizeof hg);
   for (int s = 0; s < per; s++)
     for (int o = 0; o < H; o++) {
       for (int k = 0; k < D; k++) hg[o * D + k] += dh1[s][o] * x[s][k];
       hg[H * D + o] += dh1[s][o];
     }
+  /* fp16: an overflow on process 0 only (its gradient of element 0 of layer 1) */
+  if (inject_inf && step == INF_STEP && micro == 0 && rank == 0) hg[0] = INFINITY;
   ACC_CHECK(add_into(g, hg, H * D + H));
   ACC_CHECK(acc_fsdp_unit_backward_end(r->f, r->u[0]));
   return ACC_OK;
@@ -203,8 +241,8 @@ static acc_result train_step(run *r, int step, float *norm) {
     ACC_CHECK(acc_fsdp_set_no_sync(r->f, m < MICRO - 1)); /* the first micro-step under no_sync */
     ACC_CHECK(micro_step(r, step, m));
   }
-  ACC_CHECK(acc_fsdp_clip_grad_norm(r->f, 0.5f, 2.0, norm));
-  ACC_CHECK(acc_optimizer_step(r->opt));
+  ACC_CHECK(acc_fsdp_clip_grad_norm(r->f, clip_max, 2.0, norm));
+  ACC_CHECK(acc_fsdp_optimizer_step(r->f, r->opt)); /* fp16: skips on overflow, updates the scale */
   return acc_optimizer_zero_grad(r->opt);
 }
 
@@ -212,15 +250,39 @@ static acc_result train_step(run *r, int step, float *norm) {
 static acc_result full_params(run *r, float *out) {
   size_t off = 0;
   for (int k = 0; k < 4; k++) {
-    const float *p;
+    const void *p;
     size_t n;
     ACC_CHECK(acc_fsdp_unit_info(r->f, r->u[k], NULL, NULL, NULL, &n));
-    ACC_CHECK(acc_fsdp_unit_forward_begin(r->f, r->u[k], &p));
+    ACC_CHECK(fwd_begin(r, k, &p));
     ACC_CHECK(fetch(out + off, p, n));
     ACC_CHECK(acc_fsdp_unit_forward_end(r->f, r->u[k]));
     off += n;
   }
   return acc_fsdp_reshard(r->f);
+}
+
+/* The float32 master weights of the whole table: each process's shards staged to the host and
+ * all-gathered (NO_SHARD: the shards are the whole units). */
+static acc_result full_masters(run *r, float *out) {
+  acc_model *m = acc_fsdp_model(r->f);
+  size_t off = 0;
+  for (int k = 0; k < 4; k++) {
+    const acc_param *p = acc_model_parameter(m, r->u[k]);
+    size_t n;
+    ACC_CHECK(acc_fsdp_unit_info(r->f, r->u[k], NULL, NULL, NULL, &n));
+    float *mine = malloc(p->numel * sizeof *mine), *all = malloc(p->numel * (size_t)world * sizeof *all);
+    acc_result rc = mine && all ? ACC_OK : ACC_ERR_NOMEM;
+    if (rc == ACC_OK)
+      rc = acc_accelerator_memcpy(acc, mine, p->data, p->numel * sizeof *mine, ACC_COPY_DEVICE_TO_HOST);
+    if (rc == ACC_OK && acc_fsdp_strategy(r->f) == ACC_FSDP_NO_SHARD) memcpy(all, mine, n * sizeof *all);
+    else if (rc == ACC_OK) rc = acc_all_gather(acc_accelerator_state(acc), mine, all, p->numel, ACC_F32);
+    if (rc == ACC_OK) memcpy(out + off, all, n * sizeof *out);
+    free(mine);
+    free(all);
+    ACC_CHECK(rc);
+    off += n;
+  }
+  return ACC_OK;
 }
 
 static double rel_diff(const float *a, const float *b, size_t n) {
@@ -234,7 +296,8 @@ static double rel_diff(const float *a, const float *b, size_t n) {
 
 static int parse_strategy(const char *s) {
   return !strcmp(s, "FULL_SHARD") ? ACC_FSDP_FULL_SHARD : !strcmp(s, "SHARD_GRAD_OP") ? ACC_FSDP_SHARD_GRAD_OP
-         : !strcmp(s, "NO_SHARD") ? ACC_FSDP_NO_SHARD : ACC_UNSET;
+         : !strcmp(s, "NO_SHARD") ? ACC_FSDP_NO_SHARD : !strcmp(s, "HYBRID_SHARD") ? ACC_FSDP_HYBRID_SHARD
+         : !strcmp(s, "HYBRID_SHARD_ZERO2") ? ACC_FSDP_HYBRID_SHARD_ZERO2 : ACC_UNSET;
 }
 
 static void open_acc(const char *device) {
@@ -242,6 +305,13 @@ static void open_acc(const char *device) {
   acc_device_type want = !strcmp(device, "cpu") ? ACC_DEVICE_CPU : !strcmp(device, "cuda") ? ACC_DEVICE_CUDA
                                                                                            : ACC_DEVICE_FAKE;
   o.device = want == ACC_DEVICE_FAKE ? ACC_DEVICE_AUTO : want; /* AUTO + ACCELERATE_TEST_DEVICE=fake */
+  /* a 16-bit table runs under the accelerator's mixed precision of that type (fp16: its loss
+   * scaler, small growth interval so that the scale grows back within the run) */
+  acc_grad_scaler_options so = ACC_GRAD_SCALER_OPTIONS_INIT;
+  so.init_scale = 256.0f;
+  so.growth_interval = 10;
+  o.scaler = &so;
+  if (DT != ACC_F32) o.mixed_precision = DT == ACC_F16 ? ACC_PRECISION_FP16 : ACC_PRECISION_BF16;
   REQUIRE_OK(acc_accelerator_create(&acc, &o));
   rank = acc_state_process_index(acc_accelerator_state(acc));
   world = acc_state_num_processes(acc_accelerator_state(acc));
@@ -268,36 +338,217 @@ static size_t read_file(const char *path, void *buf, size_t cap) {
   return n;
 }
 
+static const char *dt_word(void) { return DT == ACC_BF16 ? "bf16" : DT == ACC_F16 ? "fp16" : "float32"; }
+
+/* Both runs step from the same loss scale (fp16): the reference run's scaler state is set back to
+ * what it was before the strategy's step; the two must agree after each step. */
 static void test_train(int strategy, const char *out) {
   run a = {0}, ref = {0};
   REQUIRE_OK(make_run(&a, strategy));
   REQUIRE_OK(make_run(&ref, ACC_FSDP_NO_SHARD));
+  acc_grad_scaler *sc = acc_accelerator_grad_scaler(acc);
+  if (!acc_grad_scaler_enabled(sc)) sc = NULL;
+  CHECK((DT == ACC_F16) == (sc != NULL), "the accelerator's fp16 scaler is on exactly for an fp16 table");
   float norms[STEPS], pa[NUMEL], pr[NUMEL];
   double worst_norm = 0;
+  int skipped = 0;
   for (int s = 0; s < STEPS; s++) {
-    float nr = 0;
+    float nr = 0, s0 = 1, sa = 1, sr = 1;
+    int64_t t0 = 0, ta = 0, tr = 0;
+    if (sc) CHECK_OK(acc_grad_scaler_get_state(sc, &s0, &t0));
     REQUIRE_OK(train_step(&a, s, &norms[s]));
+    if (sc) {
+      CHECK_OK(acc_grad_scaler_get_state(sc, &sa, &ta));
+      CHECK_OK(acc_grad_scaler_set_state(sc, s0, t0));
+    }
     REQUIRE_OK(train_step(&ref, s, &nr));
+    if (sc) {
+      CHECK_OK(acc_grad_scaler_get_state(sc, &sr, &tr));
+      CHECK(sa == sr && ta == tr, "step %d: the scaler states agree (%g/%lld, %g/%lld)", s, (double)sa, (long long)ta,
+            (double)sr, (long long)tr);
+      if (s == INF_STEP) CHECK(sa == s0 * 0.5f, "the overflow backed the scale off: %g -> %g", (double)s0, (double)sa);
+    }
+    int sk = acc_fsdp_optimizer_step_was_skipped(a.f), skr = acc_fsdp_optimizer_step_was_skipped(ref.f);
+    CHECK(sk == (inject_inf && s == INF_STEP) && skr == sk, "step %d skipped on this process (%d, NO_SHARD %d) "
+          "exactly at the overflow step %d", s, sk, skr, INF_STEP);
+    skipped += sk;
+    if (s == INF_STEP || !isfinite(nr)) continue; /* the overflow step's norm is inf (both) */
     double d = fabs((double)norms[s] - nr) / (fabs((double)nr) + 1e-12);
     if (d > worst_norm) worst_norm = d;
   }
+  CHECK(skipped == (inject_inf ? 1 : 0), "%d steps skipped", skipped);
   CHECK(worst_norm <= 1e-5, "clip norms differ by %g relative", worst_norm);
-  REQUIRE_OK(full_params(&a, pa));
-  REQUIRE_OK(full_params(&ref, pr));
+  REQUIRE_OK(full_masters(&a, pa));
+  REQUIRE_OK(full_masters(&ref, pr));
   double d = rel_diff(pa, pr, NUMEL);
-  CHECK(d <= 1e-5, "parameters differ from NO_SHARD by %g relative", d);
+  CHECK(d <= 1e-5, "the float32 masters differ from NO_SHARD by %g relative", d);
   int moved = 0;
   for (size_t i = 0; i < NUMEL; i++) moved |= pa[i] != 0.4f * (float)cos(0.91 * (double)i);
   CHECK(moved, "the parameters were trained");
+  if (DT != ACC_F32) { /* the gathered 16-bit values are the masters rounded */
+    float g[NUMEL];
+    uint16_t want[NUMEL];
+    REQUIRE_OK(full_params(&a, g));
+    REQUIRE_OK(DT == ACC_BF16 ? acc_f32_to_bf16(want, pa, NUMEL) : acc_f32_to_f16(want, pa, NUMEL));
+    float w32[NUMEL];
+    REQUIRE_OK(DT == ACC_BF16 ? acc_bf16_to_f32(w32, want, NUMEL) : acc_f16_to_f32(w32, want, NUMEL));
+    CHECK(memcmp(g, w32, sizeof g) == 0, "the gathered %s parameters are the master weights rounded", dt_word());
+  }
   acc_fsdp_memory m;
   REQUIRE_OK(acc_fsdp_memory_stats(a.f, &m));
   CHECK(m.pool_buffers > 0 || strategy == ACC_FSDP_NO_SHARD, "unit buffers were used");
   if (rank == 0) CHECK(write_file(out, pa, sizeof pa, norms, sizeof norms), "wrote %s", out);
-  printf("train: %s on %s, %d processes: parameters within %.3g of NO_SHARD, clip norms within %.3g\n",
-         acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD ? "FULL_SHARD" : "SHARD_GRAD_OP",
-         acc_accelerator_device_name(acc), world, d, worst_norm);
+  printf("train: %s %s on %s, %d processes: masters within %.3g of NO_SHARD, clip norms within %.3g, %d skipped\n",
+         acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD      ? "FULL_SHARD"
+         : acc_fsdp_strategy(a.f) == ACC_FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
+                                                             : "another strategy", dt_word(),
+         acc_accelerator_device_name(acc), world, d, worst_norm, skipped);
   free_run(&a);
   free_run(&ref);
+}
+
+/* The accelerator's comm hook (ACCELERATE_COMM_HOOK) on FSDP's reductions: STRATEGY and NO_SHARD
+ * side by side, no clipping (its norm's partial sums differ by strategy); on 2 processes the
+ * 16-bit sums are the same under the reduce-scatter and the all-reduce, so the masters must be
+ * bit-identical. OUT: the strategy's masters. */
+static void test_hook(int strategy, const char *out) {
+  run a = {0}, ref = {0};
+  clip_max = 1e30f;
+  REQUIRE_OK(make_run(&a, strategy));
+  REQUIRE_OK(make_run(&ref, ACC_FSDP_NO_SHARD));
+  float pa[NUMEL], pr[NUMEL], norm;
+  for (int s = 0; s < STEPS; s++) {
+    REQUIRE_OK(train_step(&a, s, &norm));
+    REQUIRE_OK(train_step(&ref, s, &norm));
+  }
+  REQUIRE_OK(full_masters(&a, pa));
+  REQUIRE_OK(full_masters(&ref, pr));
+  CHECK(memcmp(pa, pr, sizeof pa) == 0, "the masters equal NO_SHARD's with the same hook bit for bit (%g relative)",
+        rel_diff(pa, pr, NUMEL));
+  if (rank == 0) CHECK(write_file(out, pa, sizeof pa, NULL, 0), "wrote %s", out);
+  printf("hook: comm hook %d, %s table, %d processes on %s: masters equal NO_SHARD's bit for bit\n",
+         acc_accelerator_comm_hook(acc), dt_word(), world, acc_accelerator_device_name(acc));
+  free_run(&a);
+  free_run(&ref);
+}
+
+/* One backward of every unit under the accelerator's comm hook, the gradients known: process r
+ * adds value(r, k, i) to element i of unit k. Each process's gradient shard must hold what the
+ * hook's arithmetic gives, computed here in the same 16-bit roundings (2 processes: exact, the sum of
+ * two is one rounding whatever the order; more: within the roundings another order of the sum
+ * can make, the backend may add in another order), and differ from the float32 mean (so the compression is visible). */
+static float hook_value(int r, int k, size_t i) {
+  return (float)(1.2345 * sin(1.7 * (double)i + 0.3 * r + k) * pow(10.0, -(double)(i % 4)));
+}
+
+static float r16(acc_dtype dt, float x) {
+  uint16_t h;
+  float y;
+  if (dt == ACC_BF16) {
+    acc_f32_to_bf16(&h, &x, 1);
+    acc_bf16_to_f32(&y, &h, 1);
+  } else {
+    acc_f32_to_f16(&h, &x, 1);
+    acc_f16_to_f32(&y, &h, 1);
+  }
+  return y;
+}
+
+static void test_hookgrad(int strategy) {
+  int hook = acc_accelerator_comm_hook(acc);
+  acc_dtype dt = hook == ACC_COMM_HOOK_FP16 ? ACC_F16 : ACC_BF16;
+  CHECK(hook == ACC_COMM_HOOK_FP16 || hook == ACC_COMM_HOOK_BF16, "the accelerator runs an fp16 / bf16 hook");
+  int pre = 1;
+  while (world % pre == 0 && world / pre > pre) pre *= 2;
+  const float post = (float)world / (float)pre;
+  run r = {0};
+  REQUIRE_OK(make_run(&r, strategy));
+  for (int k = 0; k < 4; k++) {
+    const void *p;
+    void *g;
+    size_t n;
+    REQUIRE_OK(acc_fsdp_unit_info(r.f, r.u[k], NULL, NULL, NULL, &n));
+    float v[H * H + H];
+    for (size_t i = 0; i < n; i++) v[i] = hook_value(rank, k, i);
+    REQUIRE_OK(fwd_begin(&r, k, &p));
+    REQUIRE_OK(acc_fsdp_unit_forward_end(r.f, r.u[k]));
+    REQUIRE_OK(bwd_begin(&r, k, &p, &g));
+    REQUIRE_OK(add_into(g, v, n));
+    REQUIRE_OK(acc_fsdp_unit_backward_end(r.f, r.u[k]));
+  }
+  acc_model *m = acc_fsdp_model(r.f);
+  size_t checked = 0, off16 = 0, same32 = 0;
+  for (int k = 0; k < 4; k++) {
+    size_t lo, hi;
+    REQUIRE_OK(acc_fsdp_shard_range(r.f, r.u[k], &lo, &hi));
+    const acc_param *sp = acc_model_parameter(m, r.u[k]);
+    float got[H * H + H];
+    REQUIRE_OK(acc_accelerator_memcpy(acc, got, sp->grad, (hi - lo) * sizeof(float), ACC_COPY_DEVICE_TO_HOST));
+    for (size_t i = lo; i < hi; i++) {
+      float sum = 0, mean32 = 0;
+      double mag = 0; /* the addends' magnitude: the bound on another order's rounding */
+      for (int q = 0; q < world; q++) {
+        float h = r16(dt, r16(dt, hook_value(q, k, i)) * (1.0f / (float)pre));
+        sum = q == 0 ? h : r16(dt, sum + h);
+        mean32 += hook_value(q, k, i);
+        mag += fabs((double)h);
+      }
+      mean32 *= 1.0f / (float)world;
+      float want = post > 1.0f ? r16(dt, sum * (1.0f / post)) : sum;
+      float g = got[i - lo];
+      if (world == 2) {
+        if (g == want) checked++;
+        else if (off16++ < 3)
+          fprintf(stderr, "unit %d element %zu: %.9g, the hook's arithmetic gives %.9g\n", k, i, (double)g, (double)want);
+      } else {
+        /* each addition of another order rounds once more: at most (N - 1) 16-bit roundings of
+         * partial sums no larger than the addends', then the post-division's */
+        const double eps = dt == ACC_BF16 ? 1.0 / 256 : 1.0 / 2048; /* one 16-bit step, relative */
+        double step = (double)(world - 1) * mag * eps / post + fabs((double)want) * eps + 1e-30;
+        if (fabs((double)g - want) <= step) checked++;
+        else if (off16++ < 3)
+          fprintf(stderr, "unit %d element %zu: %.9g, the hook's arithmetic gives %.9g (bound %.3g)\n", k, i,
+                  (double)g, (double)want, step);
+      }
+      same32 += g == mean32;
+    }
+  }
+  CHECK(off16 == 0 && checked > 0, "%zu gradient elements are the hook's 16-bit arithmetic (%zu are not)", checked,
+        off16);
+  CHECK(same32 < checked, "the compressed gradients are not the float32 mean (%zu of %zu equal)", same32, checked);
+  printf("hookgrad: %s hook, %d processes (divided by %d before the sum, %g after): %zu elements checked, %zu equal "
+         "to the float32 mean\n", dt == ACC_F16 ? "fp16" : "bf16", world, pre, (double)post, checked, same32);
+  free_run(&r);
+}
+
+/* A and B (masters) differ, by at most tol of B's largest |value| */
+static int test_differ(const char *pa, const char *pb, double tol) {
+  static float a[NUMEL + 1], b[NUMEL + 1];
+  size_t na = read_file(pa, a, sizeof a), nb = read_file(pb, b, sizeof b);
+  CHECK(na == NUMEL * sizeof(float) && nb == na, "%s (%zu bytes) and %s (%zu bytes) hold the masters", pa, na, pb, nb);
+  if (na != nb || na != NUMEL * sizeof(float)) return acc_test_finish("differ");
+  double big = 0, worst = 0;
+  for (size_t i = 0; i < NUMEL; i++) {
+    if (fabs((double)b[i]) > big) big = fabs((double)b[i]);
+    if (fabs((double)a[i] - b[i]) > worst) worst = fabs((double)a[i] - b[i]);
+  }
+  CHECK(memcmp(a, b, na) != 0, "%s and %s differ (the compression changed the training)", pa, pb);
+  CHECK(worst <= tol * big, "%s is within %g of %s's largest weight (%g)", pa, tol, pb, worst / big);
+  printf("differ: largest difference %g of the largest weight\n", worst / big);
+  return acc_test_finish("differ");
+}
+
+/* PowerSGD does not apply to FSDP: refused at create, with a sentence, under every strategy */
+static void test_psgd(void) {
+  CHECK(acc_accelerator_comm_hook(acc) == ACC_COMM_HOOK_POWERSGD, "the accelerator runs PowerSGD");
+  for (int strat = ACC_FSDP_FULL_SHARD; strat <= ACC_FSDP_NO_SHARD; strat++) {
+    acc_fsdp_plugin pl = ACC_FSDP_PLUGIN_INIT;
+    pl.sharding_strategy = strat;
+    acc_fsdp *f = NULL;
+    CHECK_ERR(acc_fsdp_create(acc, table, NROWS, ACC_F32, &pl, &f), ACC_ERR_NOT_SUPPORTED,
+              "comm_hook power_sgd (ACCELERATE_COMM_HOOK) does not apply to FSDP");
+    CHECK(f == NULL, "a refused create returns no state");
+  }
 }
 
 static int test_same(const char *pa, const char *pb, double tol) {
@@ -328,8 +579,16 @@ static void test_save(int strategy, const char *dir) {
   float norm, p[NUMEL];
   for (int s = 0; s < HALF; s++) REQUIRE_OK(train_step(&r, s, &norm));
   CHECK_OK(acc_fsdp_save_state(r.f, r.opt, join(dir, "ckpt")));
+  /* fp16: the loss scaler's state travels with the accelerator's checkpoint, not FSDP's: the test
+   * carries it */
+  acc_grad_scaler *sc = acc_accelerator_grad_scaler(acc);
+  float sst[2] = {0, 0};
+  int64_t tracker = 0;
+  if (acc_grad_scaler_enabled(sc)) CHECK_OK(acc_grad_scaler_get_state(sc, &sst[0], &tracker));
+  sst[1] = (float)tracker;
+  if (rank == 0) CHECK(write_file(join(dir, "scaler"), sst, sizeof sst, NULL, 0), "wrote the scaler state");
   for (int s = HALF; s < STEPS; s++) REQUIRE_OK(train_step(&r, s, &norm));
-  REQUIRE_OK(full_params(&r, p));
+  REQUIRE_OK(full_masters(&r, p));
   if (rank == 0) CHECK(write_file(join(dir, "expected"), p, sizeof p, NULL, 0), "wrote the expected parameters");
   free_run(&r);
 }
@@ -341,8 +600,12 @@ static void test_resume(int strategy, const char *dir) {
   /* a step of its own first: the device optimizer state exists, and the load must replace it */
   REQUIRE_OK(train_step(&r, 7, &norm));
   CHECK_OK(acc_fsdp_load_state(r.f, r.opt, join(dir, "ckpt")));
+  acc_grad_scaler *sc = acc_accelerator_grad_scaler(acc);
+  float sst[2];
+  CHECK(read_file(join(dir, "scaler"), sst, sizeof sst) == sizeof sst, "read the scaler state");
+  if (acc_grad_scaler_enabled(sc)) CHECK_OK(acc_grad_scaler_set_state(sc, sst[0], (int64_t)sst[1]));
   for (int s = HALF; s < STEPS; s++) REQUIRE_OK(train_step(&r, s, &norm));
-  REQUIRE_OK(full_params(&r, p));
+  REQUIRE_OK(full_masters(&r, p));
   CHECK(read_file(join(dir, "expected"), want, sizeof want) == sizeof want, "read the expected parameters");
   CHECK(memcmp(p, want, sizeof p) == 0, "the resumed run ends bit for bit where the uninterrupted one did "
         "(largest difference %g relative)", rel_diff(p, want, NUMEL));
@@ -409,11 +672,6 @@ static void test_fault(void) {
   REQUIRE_OK(acc_accelerator_memcpy(acc, (float *)(uintptr_t)p + 2, &one, sizeof one, ACC_COPY_HOST_TO_DEVICE));
   CHECK_ERR(acc_fsdp_unit_forward_begin(r.f, r.u[0], &p), ACC_ERR_INVALID_USAGE,
             "buffer of unit 'layer2' was written after the unit ended (element 2)");
-  /* a 16-bit table is refused on a device, with a sentence (its conversions are host loops) */
-  acc_fsdp *f16 = NULL;
-  CHECK_ERR(acc_fsdp_create(acc, table, NROWS, ACC_BF16, NULL, &f16), ACC_ERR_NOT_SUPPORTED,
-            "16-bit FSDP runs on the CPU");
-  CHECK(f16 == NULL, "a refused create returns no state");
   /* the library's optimizer runs on the device shards (a host loop would die here) */
   CHECK_OK(acc_optimizer_step(r.opt));
   CHECK_OK(acc_optimizer_zero_grad(r.opt));
@@ -433,6 +691,45 @@ static void test_fault(void) {
   CHECK(memcmp(ph, pd, sizeof ph) == 0 && ph[5] != 0.0f, "prepare from device memory gives the same parameters");
   free_run(&h);
   free_run(&dv);
+  /* 16-bit tables on the device: the rounded gathers (the cast kernel), the gradients widened for
+   * the reduction (the widen kernel) and the unscale are device work; host access dies */
+  for (int k = 0; k < 2; k++) {
+    DT = k == 0 ? ACC_BF16 : ACC_F16;
+    run t = {0};
+    REQUIRE_OK(make_run(&t, k == 0 ? ACC_FSDP_FULL_SHARD : ACC_FSDP_NO_SHARD));
+    const void *tp;
+    void *tg;
+    REQUIRE_OK(fwd_begin(&t, 1, &tp));
+    touch_p = tp;
+    CHECK(faults(0) == 1, "%s: a host read of the gathered 16-bit parameters dies", dt_word());
+    float w[4];
+    REQUIRE_OK(fetch(w, tp, 4));
+    CHECK(w[0] != 0.0f && isfinite(w[0]), "%s: the gathered parameters read through a device copy (%g)", dt_word(),
+          (double)w[0]);
+    REQUIRE_OK(acc_fsdp_unit_forward_end(t.f, t.u[1]));
+    REQUIRE_OK(bwd_begin(&t, 1, &tp, &tg));
+    touch_p = tg;
+    CHECK(faults(1) == 1, "%s: a host write into the 16-bit gradient buffer dies", dt_word());
+    float ones[4] = {1, 1, 1, 1};
+    REQUIRE_OK(add_into(tg, ones, 4));
+    REQUIRE_OK(acc_fsdp_unit_backward_end(t.f, t.u[1]));
+    int inf = -1;
+    CHECK_OK(acc_fsdp_unscale_gradients(t.f, &inf));
+    CHECK(inf == 0, "%s: no overflow in finite gradients", dt_word());
+    float norm2 = 0;
+    CHECK_OK(acc_fsdp_clip_grad_norm(t.f, 1e30f, 2.0, &norm2));
+    CHECK(norm2 == 2.0f, "%s: the norm of four gradients of 1 is 2 (%g)", dt_word(), (double)norm2);
+    CHECK_OK(acc_fsdp_optimizer_step(t.f, t.opt));
+    CHECK_OK(acc_optimizer_zero_grad(t.opt));
+    /* a write into a released 16-bit buffer, element 3 (the high half of a word), is named */
+    uint16_t bits = 0x3c00;
+    REQUIRE_OK(acc_accelerator_memcpy(acc, (uint16_t *)(uintptr_t)tp + 3, &bits, sizeof bits,
+                                      ACC_COPY_HOST_TO_DEVICE));
+    /* (the parameters are a pool buffer under both strategies: NO_SHARD's are rounded copies) */
+    CHECK_ERR(fwd_begin(&t, 0, &tp), ACC_ERR_INVALID_USAGE, "was written after the unit ended (element 3)");
+    free_run(&t);
+  }
+  DT = ACC_F32;
 }
 
 static int probe(void) {
@@ -445,27 +742,47 @@ static int probe(void) {
   return 0;
 }
 
+/* The trailing arguments: FULL (save / resume: FULL_STATE_DICT), bf16 / fp16 (the table's dtype). */
+static void trailing(int argc, char **argv, int from) {
+  for (int i = from; i < argc; i++) {
+    if (!strcmp(argv[i], "FULL")) sdt = ACC_FSDP_FULL_STATE_DICT;
+    else if (!strcmp(argv[i], "bf16")) DT = ACC_BF16;
+    else if (!strcmp(argv[i], "fp16")) DT = ACC_F16;
+    else {
+      fprintf(stderr, "unknown argument %s\n", argv[i]);
+      exit(2);
+    }
+  }
+  inject_inf = DT == ACC_F16;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "probe")) return probe();
   if (argc >= 4 && !strcmp(argv[1], "same")) return test_same(argv[2], argv[3], argc > 4 ? atof(argv[4]) : 0);
+  if (argc >= 5 && !strcmp(argv[1], "differ")) return test_differ(argv[2], argv[3], atof(argv[4]));
   if (argc >= 2 && !strcmp(argv[1], "fault")) {
     open_acc("fake");
     test_fault();
+  } else if (argc >= 3 && !strcmp(argv[1], "psgd")) {
+    open_acc(argv[2]);
+    test_psgd();
   } else if (argc >= 5) {
     int strategy = parse_strategy(argv[2]);
     if (strategy == ACC_UNSET) {
       fprintf(stderr, "unknown strategy %s\n", argv[2]);
       return 2;
     }
-    if (argc > 5 && !strcmp(argv[5], "FULL")) sdt = ACC_FSDP_FULL_STATE_DICT;
+    trailing(argc, argv, 5);
     open_acc(argv[3]);
     if (!strcmp(argv[1], "train")) test_train(strategy, argv[4]);
+    else if (!strcmp(argv[1], "hook")) test_hook(strategy, argv[4]);
+    else if (!strcmp(argv[1], "hookgrad")) test_hookgrad(strategy);
     else if (!strcmp(argv[1], "save")) test_save(strategy, argv[4]);
     else if (!strcmp(argv[1], "resume")) test_resume(strategy, argv[4]);
     else return 2;
   } else {
-    fprintf(stderr, "usage: test_fsdp_device train|save|resume STRATEGY cpu|fake|cuda OUT | same A B [TOL] | "
-                    "fault | probe\n");
+    fprintf(stderr, "usage: test_fsdp_device train|hook|save|resume STRATEGY cpu|fake|cuda OUT [FULL] [bf16|fp16] | "
+                    "same A B [TOL] | differ A B TOL | psgd cpu|fake | fault | probe\n");
     return 2;
   }
   int rc = acc_test_finish(argv[1]);

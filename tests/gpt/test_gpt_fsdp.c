@@ -13,7 +13,8 @@
  *    the same validation loss and bit-identical shards (weights and AdamW state) at step 30;
  *  - --mixed-precision bf16 (the example's autocast: matrix products on bf16-rounded weights and
  *    activations): FULL_SHARD and SHARD_GRAD_OP reach validation losses within 2e-4 of the unsharded
- *    bf16 run's at every evaluation; --mixed-precision fp16 with --use_fsdp is refused with a sentence.
+ *    bf16 run's at every evaluation; --param-dtype bf16 without --use_fsdp is refused with a sentence
+ *    (the bf16 table, fp16, 4 processes and 50 steps: test_gpt_fsdp_equiv.c).
  * Usage: test_gpt_fsdp <accelerate> <gpt> */
 #include <math.h>
 
@@ -234,9 +235,11 @@ int main(int argc, char **argv) {
           "run's by %.3g (expected bit for bit)", d);
   }
 
-  /* fp16 is not wired in the example under FSDP: refused, not silently run in float32 */
-  run_gpt(r, "FULL_SHARD", NULL, NULL, "--mixed-precision", "fp16");
-  CHECK(r->status != 0 && strstr(r->err, "--use_fsdp with --mixed-precision fp16 is not wired"), "fp16 under FSDP: %s",
+  /* a 16-bit table is FSDP's (the unsharded example keeps float32 parameters): refused with a sentence */
+  run_gpt(r, NULL, NULL, NULL, "--param-dtype", "bf16");
+  CHECK(r->status != 0 && strstr(r->err, "--param-dtype bf16 is for --use_fsdp"), "--param-dtype unsharded: %s", r->err);
+  run_gpt(r, "FULL_SHARD", NULL, NULL, "--param-dtype", "fp8");
+  CHECK(r->status != 0 && strstr(r->err, "--param-dtype 'fp8': expected fp32, bf16 or fp16"), "--param-dtype fp8: %s",
         r->err);
 
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
