@@ -87,6 +87,17 @@ struct acc_fsdp {
   acc_optimizer *dopt;          /* the optimizer whose state d_state holds (fsdp_optim.c) */
   float *d_state[2];            /* its state over master: momentum, or exp_avg and exp_avg_sq */
   acc_result (*settle)(acc_fsdp *f); /* waits for the prefetch gathers in flight (acc__fsdp_settle) */
+  /* The one gradient reduction in flight (float32, no comm hook, sharded): unit `unit`'s
+   * reduce-scatter (and HYBRID's rail all-reduce) submitted by its backward_end, finished (the
+   * block added into the gradient shard, the buffers given back) by the next reduction, the end
+   * of the backward pass, or acc__fsdp_settle. */
+  struct {
+    int active;
+    size_t unit;
+    struct acc__comm_job *h[2];
+    float *out, *tmp; /* the reduced block; a padded copy of a no_sync buffer (freed) */
+    void *gbuf;       /* the unit's gradient buffer: back to the pool, or its no_sync buffer freed */
+  } rs;
 };
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);

@@ -56,6 +56,7 @@ acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn) {
 
 acc_result acc_fsdp_unscale_gradients(acc_fsdp *f, int *found_inf) {
   ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_unscale_gradients"));
+  ACC_CHECK(acc__fsdp_settle(f)); /* a reduction in flight lands in the shards first */
   ACC_CHECK(acc__fsdp_unscale(f, "acc_fsdp_unscale_gradients"));
   if (found_inf) *found_inf = f->unscaled && f->found_inf;
   return ACC_OK;

@@ -166,9 +166,12 @@ static acc_result settle_unit(acc_fsdp *f, size_t u) {
   return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s' (prefetched)", un->name);
 }
 
+static acc_result finish_reduce(acc_fsdp *f);
+
 static acc_result settle_all(acc_fsdp *f) {
-  acc_result first = ACC_OK;
+  acc_result first = finish_reduce(f);
   char msg[1024] = "";
+  if (first != ACC_OK) snprintf(msg, sizeof msg, "%s", acc_last_error());
   for (size_t k = 0; f && k < f->nunits; k++) {
     acc_result rc = settle_unit(f, k);
     if (rc != ACC_OK && first == ACC_OK) {
@@ -315,6 +318,7 @@ static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, cons
   ACC_CHECK(pool_check(f));
   ACC_CHECK(hold_params(f, unit, 0));
   un->prefetched = 0;
+  if (f->rs.active && f->rs.unit == unit) ACC_CHECK(finish_reduce(f)); /* its buffers are free again */
   if (un->nosync) {
     un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
   } else {
@@ -434,7 +438,46 @@ static acc_result reduce_unit_hook(acc_fsdp *f, size_t u) {
   return ACC_OK;
 }
 
+/* The gradient buffer of a finished reduction: a no_sync buffer is freed, a pool buffer given back. */
+static void release_grads(acc_fsdp *f, size_t u, void *gbuf) {
+  acc__fsdp_unit *un = &f->units[u];
+  if (gbuf && gbuf == un->nosync) {
+    acc__fsdp_mem_free(f, un->nosync);
+    un->nosync = NULL;
+    f->nosync_bytes -= acc__fsdp_padded(f, u) * acc__fsdp_esize(f);
+  } else if (gbuf) {
+    pool_give(f, gbuf);
+  }
+}
+
+/* The reduction in flight (f->rs) waited for, its block added into the gradient shard and its
+ * buffers given back; nothing when none is. */
+static acc_result finish_reduce(acc_fsdp *f) {
+  if (!f || !f->rs.active) return ACC_OK;
+  const size_t u = f->rs.unit;
+  const acc__fsdp_unit *un = &f->units[u];
+  acc_result rc = acc__comm_async_wait(f->rs.h[0]);
+  acc_result rc2 = acc__comm_async_wait(f->rs.h[1]);
+  if (rc == ACC_OK && rc2 != ACC_OK) rc = rc2;
+  char msg[1024] = "";
+  if (rc != ACC_OK) snprintf(msg, sizeof msg, "%s", acc_last_error());
+  f->rs.active = 0;
+  f->rs.h[0] = f->rs.h[1] = NULL;
+  if (rc == ACC_OK)
+    rc = acc__fsdp_mem_axpy(f, f->gshard + un->shard_at, f->rs.out, un->shard, 1.0f / (float)f->world);
+  acc__fsdp_mem_free(f, f->rs.tmp);
+  f->rs.tmp = NULL;
+  release_grads(f, u, f->rs.gbuf);
+  f->rs.gbuf = NULL;
+  if (rc != ACC_OK) {
+    if (msg[0]) acc__error(rc, "%s", msg);
+    return acc__error_context(rc, "FSDP: reducing the gradients of unit '%s'", un->name);
+  }
+  return ACC_OK;
+}
+
 static acc_result reduce_unit(acc_fsdp *f, size_t u) {
+  ACC_CHECK(finish_reduce(f)); /* at most one reduction in flight */
   /* the comm hook (one process: nothing to compress, as the accelerator's DDP hook) */
   if (f->compress != ACC_F32 && f->world > 1) return reduce_unit_hook(f, u);
   acc__fsdp_unit *un = &f->units[u];
@@ -464,6 +507,28 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       }
     }
     float *out = send + un->shard * (size_t)f->srank; /* in place: this process's block */
+    if (!scratch) { /* float32: submitted, finished by finish_reduce (the next reduction, the pass's end) */
+      f->rs.h[0] = f->rs.h[1] = NULL;
+      acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
+      rc = acc__comm_async_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM, &f->rs.h[0]);
+      if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
+        acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+        rc = acc__comm_async_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM, &f->rs.h[1]);
+      }
+      f->rs.active = 1;
+      f->rs.unit = u;
+      f->rs.out = out;
+      f->rs.tmp = tmp;
+      f->rs.gbuf = un->gbuf;
+      f->settle = settle_all;
+      if (rc != ACC_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", acc_last_error());
+        (void)finish_reduce(f);
+        return acc__error_context(acc__error(rc, "%s", msg), "FSDP: reducing the gradients of unit '%s'", un->name);
+      }
+      return ACC_OK;
+    }
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
     rc = acc__comm_group_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM);
     if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
@@ -502,13 +567,8 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
     }
   } else {
     ACC_CHECK(reduce_unit(f, unit));
-    if (un->gbuf == un->nosync) {
-      acc__fsdp_mem_free(f, un->nosync);
-      un->nosync = NULL;
-      f->nosync_bytes -= acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
-    } else {
-      pool_give(f, un->gbuf);
-    }
+    /* a reduction in flight gives the buffer back when it finishes */
+    if (!(f->rs.active && f->rs.unit == unit)) release_grads(f, unit, un->gbuf);
   }
   un->gbuf = NULL;
   drop_params(f, unit);
@@ -520,6 +580,7 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
   for (size_t k = 0; k < f->nunits && !open; k++) open = f->units[k].phase != ACC__FSDP_IDLE;
   for (size_t k = 0; k < f->nunits && !open; k++)
     if (f->units[k].prefetched) drop_params(f, k);
+  if (!open) ACC_CHECK(finish_reduce(f)); /* the shards hold the whole pass's gradients when it ends */
   return ACC_OK;
 }
 
@@ -531,6 +592,7 @@ acc_result acc_fsdp_reshard(acc_fsdp *f) {
       return acc__error(ACC_ERR_INVALID_USAGE, "acc_fsdp_reshard: unit '%s' is %s: end it first", un->name,
                         phase_name(un->phase));
   }
+  ACC_CHECK(acc__fsdp_settle(f));
   ACC_CHECK(acc__fsdp_mem_enter(f));
   for (size_t k = 0; k < f->nunits; k++) {
     drop_params(f, k);
