@@ -744,8 +744,8 @@ acc_result acc_fsdp_load_state(acc_fsdp *f, acc_optimizer *opt, const char *dir)
     return rc;
   }
   /* commit: every process read everything it needs */
-  rc = acc__fsdp_mem_in(f, f->master, s.master, f->shard_total);
-  if (rc == ACC_OK) rc = acc__fsdp_mem_zero(f, f->gshard, f->shard_total);
+  rc = acc__fsdp_shard_in(f, f->master, s.master, f->shard_total);
+  if (rc == ACC_OK) rc = acc__fsdp_shard_zero(f, f->gshard, f->shard_total);
   acc__fsdp_pool_free(f);
   for (size_t k = 0; opt && k < f->nunits && rc == ACC_OK; k++) {
     const acc__fsdp_unit *u = &f->units[k];

@@ -249,10 +249,9 @@ acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, si
   /* on a device the shards and unit buffers are its memory (fsdp_mem.c) */
   if (acc__devctx_offhost(acc->dev)) f->dev = acc->dev;
   if (rc == ACC_OK) rc = comm_hook(f, acc->comm_hook);
-  if (rc == ACC_OK && f->dev && f->offload)
-    rc = acc__error(ACC_ERR_NOT_SUPPORTED,
-                    "acc_fsdp_create: offload_params (FSDP_OFFLOAD_PARAMS) is not supported when training on %s yet: "
-                    "the shards live in device memory; unset it (docs/fsdp.md)", acc_accelerator_device_name(acc));
+  /* offload_params on a device: the shards, their gradients, the optimizer's state and the no_sync
+   * buffers in host memory, the unit buffers in the device's (fsdp_mem.h, the shards' side); on the
+   * CPU the shards are host memory already */
   if (rc == ACC_OK) rc = shard_groups(f);
   if (rc == ACC_OK) {
     f->rows = acc__calloc(count, sizeof *f->rows);
@@ -451,13 +450,13 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
     if (padded > f->buf_elems) f->buf_elems = padded;
   }
   if (rc == ACC_OK) rc = agree_units(f);
-  if (rc == ACC_OK) rc = acc__fsdp_mem_alloc(f, f->shard_total, &f->master);
-  if (rc == ACC_OK) rc = acc__fsdp_mem_alloc(f, f->shard_total, &f->gshard);
+  if (rc == ACC_OK) rc = acc__fsdp_shard_alloc(f, f->shard_total, &f->master);
+  if (rc == ACC_OK) rc = acc__fsdp_shard_alloc(f, f->shard_total, &f->gshard);
   if (rc == ACC_OK) rc = acc_model_create(&f->model);
   for (size_t k = 0; k < f->nunits && rc == ACC_OK; k++) {
     acc__fsdp_unit *u = &f->units[k];
     if (init_params && u->hi > u->lo)
-      rc = acc__fsdp_mem_in(f, f->master + u->shard_at, init_params + u->off + u->lo, u->hi - u->lo);
+      rc = acc__fsdp_shard_in(f, f->master + u->shard_at, init_params + u->off + u->lo, u->hi - u->lo);
     if (rc != ACC_OK) break;
     char name[512];
     snprintf(name, sizeof name, "%s.flat_param_shard", u->name);
@@ -475,15 +474,15 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
       if (f->rank == 0) rc = acc__fsdp_mem_out(f, tmp, init_params + u->off, u->numel);
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(k, 4));
       if (rc == ACC_OK) rc = acc_broadcast(f->st, tmp, u->numel, ACC_F32, 0);
-      if (rc == ACC_OK && u->hi > u->lo) rc = acc__fsdp_mem_in(f, f->master + u->shard_at, tmp + u->lo, u->hi - u->lo);
+      if (rc == ACC_OK && u->hi > u->lo) rc = acc__fsdp_shard_in(f, f->master + u->shard_at, tmp + u->lo, u->hi - u->lo);
     }
     acc__free(tmp);
   }
   if (rc != ACC_OK) {
     acc_model_destroy(f->model);
     f->model = NULL;
-    acc__fsdp_mem_free(f, f->master);
-    acc__fsdp_mem_free(f, f->gshard);
+    acc__fsdp_shard_free(f, f->master);
+    acc__fsdp_shard_free(f, f->gshard);
     f->master = f->gshard = NULL;
     if (!declared) {
       for (size_t k = 0; k < f->nunits; k++) acc__free(f->units[k].name);
@@ -592,7 +591,7 @@ void acc_fsdp_destroy(acc_fsdp *f) {
   acc__fsdp_pool_free(f);
   for (size_t k = 0; k < f->nunits; k++) {
     acc__free(f->units[k].name);
-    acc__fsdp_mem_free(f, f->units[k].nosync);
+    acc__fsdp_shard_free(f, f->units[k].nosync);
   }
   acc__free(f->units);
   for (size_t r = 0; r < f->nrows; r++) acc__free((char *)f->rows[r].name);
@@ -601,8 +600,8 @@ void acc_fsdp_destroy(acc_fsdp *f) {
   acc__free(f->row_off);
   acc_model_destroy(f->model);
   acc__fsdp_optim_free(f);
-  acc__fsdp_mem_free(f, f->master);
-  acc__fsdp_mem_free(f, f->gshard);
+  acc__fsdp_shard_free(f, f->master);
+  acc__fsdp_shard_free(f, f->gshard);
   acc__fsdp_mem_release(f);
   f->magic = 0;
   acc__free(f);

@@ -38,10 +38,13 @@ void acc__fsdp_mem_release(acc_fsdp *f) {
   f->h_stage = NULL;
 }
 
-acc_result acc__fsdp_mem_alloc(acc_fsdp *f, size_t n, float **out) {
+/* on: the buffer is memory of f's device (its side, fsdp_mem.h); host memory otherwise */
+static int shard_on_dev(const acc_fsdp *f) { return f->dev && !f->offload; }
+
+static acc_result alloc_on(acc_fsdp *f, int on, size_t n, float **out) {
   size_t bytes = (n ? n : 1) * sizeof(float);
   *out = NULL;
-  if (!f->dev) {
+  if (!on) {
     *out = acc__calloc(n ? n : 1, sizeof(float));
     return *out ? ACC_OK : ACC_ERR_NOMEM;
   }
@@ -56,9 +59,9 @@ acc_result acc__fsdp_mem_alloc(acc_fsdp *f, size_t n, float **out) {
   return ACC_OK;
 }
 
-void acc__fsdp_mem_free(acc_fsdp *f, float *p) {
+static void free_on(acc_fsdp *f, int on, float *p) {
   if (!p) return;
-  if (!f->dev) {
+  if (!on) {
     acc__free(p);
     return;
   }
@@ -67,9 +70,9 @@ void acc__fsdp_mem_free(acc_fsdp *f, float *p) {
   acc__device_free(dev_of(f), p);
 }
 
-acc_result acc__fsdp_mem_zero(acc_fsdp *f, float *p, size_t n) {
+static acc_result zero_on(acc_fsdp *f, int on, float *p, size_t n) {
   if (!n) return ACC_OK;
-  if (!f->dev) {
+  if (!on) {
     memset(p, 0, n * sizeof(float));
     return ACC_OK;
   }
@@ -119,9 +122,9 @@ acc_result acc__fsdp_mem_axpy(acc_fsdp *f, float *dst, const float *src, size_t 
   return acc__device_axpy(dev_of(f), dst, src, n, a, stream_of(f));
 }
 
-acc_result acc__fsdp_mem_scale(acc_fsdp *f, float *p, size_t n, float coef) {
+static acc_result scale_on(acc_fsdp *f, int on, float *p, size_t n, float coef) {
   if (!n || !(coef < 1.0f)) return ACC_OK;
-  if (!f->dev) {
+  if (!on) {
     for (size_t i = 0; i < n; i++) p[i] *= coef;
     return ACC_OK;
   }
@@ -150,9 +153,9 @@ acc_result acc__fsdp_mem_widen(acc_fsdp *f, float *dst, const void *src, size_t 
   return acc__device_widen(dev_of(f), dst, src, n, dtype, stream_of(f));
 }
 
-acc_result acc__fsdp_mem_unscale(acc_fsdp *f, float *p, size_t n, float inv, int *found) {
+static acc_result unscale_on(acc_fsdp *f, int on, float *p, size_t n, float inv, int *found) {
   if (!n) return ACC_OK;
-  if (!f->dev) {
+  if (!on) {
     for (size_t i = 0; i < n; i++) {
       if (!acc__k_finite(p[i])) *found = 1;
       p[i] *= inv;
@@ -223,9 +226,9 @@ static void host_max(const float *p, size_t n, double *max) {
   }
 }
 
-acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max) {
+static acc_result norm_on(acc_fsdp *f, int on, const float *p, size_t n, double *sum, double *max) {
   if (!n) return ACC_OK;
-  if (!f->dev) {
+  if (!on) {
     if (max) host_max(p, n, max);
     else host_sumsq(p, n, sum);
     return ACC_OK;
@@ -269,4 +272,98 @@ acc_result acc__fsdp_mem_leave(acc_fsdp *f) { return f->dev ? acc__dev_prog_leav
 
 acc_result acc__fsdp_mem_sync(acc_fsdp *f) {
   return f->dev ? acc__dstream_sync(dev_of(f), stream_of(f)) : ACC_OK;
+}
+
+/* ---- the pool's side: memory of f's device when training on one -------------------------- */
+
+acc_result acc__fsdp_mem_alloc(acc_fsdp *f, size_t n, float **out) { return alloc_on(f, f->dev != NULL, n, out); }
+void acc__fsdp_mem_free(acc_fsdp *f, float *p) { free_on(f, f->dev != NULL, p); }
+acc_result acc__fsdp_mem_zero(acc_fsdp *f, float *p, size_t n) { return zero_on(f, f->dev != NULL, p, n); }
+acc_result acc__fsdp_mem_scale(acc_fsdp *f, float *p, size_t n, float coef) {
+  return scale_on(f, f->dev != NULL, p, n, coef);
+}
+acc_result acc__fsdp_mem_unscale(acc_fsdp *f, float *p, size_t n, float inv, int *found) {
+  return unscale_on(f, f->dev != NULL, p, n, inv, found);
+}
+acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max) {
+  return norm_on(f, f->dev != NULL, p, n, sum, max);
+}
+
+/* ---- the shards' side: host memory under offload_params, the pool's side otherwise -------- */
+
+int acc__fsdp_shard_on_device(const acc_fsdp *f) { return shard_on_dev(f); }
+acc_result acc__fsdp_shard_alloc(acc_fsdp *f, size_t n, float **out) { return alloc_on(f, shard_on_dev(f), n, out); }
+void acc__fsdp_shard_free(acc_fsdp *f, float *p) { free_on(f, shard_on_dev(f), p); }
+acc_result acc__fsdp_shard_zero(acc_fsdp *f, float *p, size_t n) { return zero_on(f, shard_on_dev(f), p, n); }
+acc_result acc__fsdp_shard_scale(acc_fsdp *f, float *p, size_t n, float coef) {
+  return scale_on(f, shard_on_dev(f), p, n, coef);
+}
+acc_result acc__fsdp_shard_unscale(acc_fsdp *f, float *p, size_t n, float inv, int *found) {
+  return unscale_on(f, shard_on_dev(f), p, n, inv, found);
+}
+acc_result acc__fsdp_shard_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max) {
+  return norm_on(f, shard_on_dev(f), p, n, sum, max);
+}
+
+acc_result acc__fsdp_shard_in(acc_fsdp *f, float *dst, const float *src, size_t n) {
+  if (shard_on_dev(f) || !f->dev) return acc__fsdp_mem_in(f, dst, src, n);
+  if (!n) return ACC_OK;
+  /* a host shard: src may be memory of the device (the program's initial parameters) */
+  int on_dev = 0;
+  ACC_CHECK(acc__device_is_device_ptr(dev_of(f), src, &on_dev));
+  if (!on_dev) {
+    memmove(dst, src, n * sizeof(float));
+    return ACC_OK;
+  }
+  ACC_CHECK(acc__device_copy(dev_of(f), dst, src, n * sizeof(float), ACC__COPY_D2H, stream_of(f)));
+  return acc__dstream_sync(dev_of(f), stream_of(f));
+}
+
+acc_result acc__fsdp_shard_to_pool(acc_fsdp *f, void *dst, const float *src, size_t n, acc_dtype dtype) {
+  if (shard_on_dev(f) || !f->dev) {
+    if (dtype == ACC_F32) return acc__fsdp_mem_copy(f, dst, src, n);
+    return acc__fsdp_mem_narrow(f, dst, src, n, dtype);
+  }
+  if (!n) return ACC_OK;
+  if (dtype == ACC_F32) { /* the host shard read by the copy: done before the host may change it */
+    ACC_CHECK(acc__device_copy(dev_of(f), dst, src, n * sizeof(float), ACC__COPY_H2D, stream_of(f)));
+    return acc__dstream_sync(dev_of(f), stream_of(f));
+  }
+  /* 16-bit: rounded on the host (the bits of the device's cast kernel) into bounded staging, then
+   * copied chunk by chunk */
+  uint16_t *h = NULL;
+  ACC_CHECK(stage(f, (void **)&h));
+  const size_t chunk = 2 * STAGE_ELEMS; /* halves in the staging buffer */
+  acc_result rc = ACC_OK;
+  for (size_t off = 0; off < n && rc == ACC_OK; off += chunk) {
+    size_t m = n - off < chunk ? n - off : chunk;
+    acc__f32_to_half_n(h, src + off, m, dtype);
+    rc = acc__device_copy(dev_of(f), (uint16_t *)dst + off, h, m * sizeof *h, ACC__COPY_H2D, stream_of(f));
+    if (rc == ACC_OK) rc = acc__dstream_sync(dev_of(f), stream_of(f));
+  }
+  return rc;
+}
+
+acc_result acc__fsdp_shard_from_pool(acc_fsdp *f, float *dst, const float *src, size_t n) {
+  if (shard_on_dev(f) || !f->dev) return acc__fsdp_mem_copy(f, dst, src, n);
+  if (!n) return ACC_OK;
+  ACC_CHECK(acc__device_copy(dev_of(f), dst, src, n * sizeof(float), ACC__COPY_D2H, stream_of(f)));
+  return acc__dstream_sync(dev_of(f), stream_of(f));
+}
+
+acc_result acc__fsdp_shard_add(acc_fsdp *f, float *dst, const float *src, size_t n, float a) {
+  if (shard_on_dev(f) || !f->dev) return acc__fsdp_mem_axpy(f, dst, src, n, a);
+  if (!n) return ACC_OK;
+  /* the pool's block read back through bounded staging, added on the host (the same two
+   * roundings as the device's axpy kernel) */
+  float *h = NULL;
+  ACC_CHECK(stage(f, (void **)&h));
+  acc_result rc = ACC_OK;
+  for (size_t off = 0; off < n && rc == ACC_OK; off += STAGE_ELEMS) {
+    size_t m = n - off < STAGE_ELEMS ? n - off : STAGE_ELEMS;
+    rc = acc__device_copy(dev_of(f), h, src + off, m * sizeof *h, ACC__COPY_D2H, stream_of(f));
+    if (rc == ACC_OK) rc = acc__dstream_sync(dev_of(f), stream_of(f));
+    for (size_t i = 0; i < m && rc == ACC_OK; i++) dst[off + i] = acc__k_axpy(dst[off + i], h[i], a);
+  }
+  return rc;
 }

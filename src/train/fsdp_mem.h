@@ -41,6 +41,31 @@ acc_result acc__fsdp_mem_poison_find(acc_fsdp *f, const float *p, size_t n, size
  * double taken in order (the device's norm_partials), or the largest |p[i]| into *max when max is
  * not NULL (NaN wins). */
 acc_result acc__fsdp_mem_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max);
+/* The shards' side (docs/fsdp.md, "offload_params"): the float32 master and gradient shards, the
+ * no_sync buffers and (on a device) the optimizer's state. Memory of f's device when training on
+ * one, host memory under offload_params (and on the CPU); the acc__fsdp_mem_* calls above are the
+ * pool's side (the unit buffers the program reads and writes: memory of f's device when training on
+ * one). The shard_* calls act on the shards' side; the cross-side calls name both and copy through
+ * the device interface (bounded host staging where a conversion runs on the host): host code never
+ * touches memory of the device. Without offload they are the pool-side calls. */
+int acc__fsdp_shard_on_device(const acc_fsdp *f);
+acc_result acc__fsdp_shard_alloc(acc_fsdp *f, size_t n, float **out);
+void acc__fsdp_shard_free(acc_fsdp *f, float *p);
+acc_result acc__fsdp_shard_zero(acc_fsdp *f, float *p, size_t n);
+acc_result acc__fsdp_shard_scale(acc_fsdp *f, float *p, size_t n, float coef);
+acc_result acc__fsdp_shard_unscale(acc_fsdp *f, float *p, size_t n, float inv, int *found);
+acc_result acc__fsdp_shard_norm(acc_fsdp *f, const float *p, size_t n, double *sum, double *max);
+/* dst (a shard-side buffer) = src (host memory or memory of f's device); done when it returns. */
+acc_result acc__fsdp_shard_in(acc_fsdp *f, float *dst, const float *src, size_t n);
+/* dst (a pool buffer: n values of dtype) = src (a shard-side buffer, n floats): copied (ACC_F32;
+ * also the raw words of a 16-bit no_sync buffer) or rounded to ACC_BF16 / ACC_F16 (the bits of the
+ * device's cast kernel); under offload done when it returns (the host may change src after). */
+acc_result acc__fsdp_shard_to_pool(acc_fsdp *f, void *dst, const float *src, size_t n, acc_dtype dtype);
+/* dst (a shard-side buffer) = src (a pool buffer), n words; done when it returns under offload. */
+acc_result acc__fsdp_shard_from_pool(acc_fsdp *f, float *dst, const float *src, size_t n);
+/* dst (a shard-side buffer) += src (a pool buffer) * a, as acc__fsdp_mem_axpy (the same bits). */
+acc_result acc__fsdp_shard_add(acc_fsdp *f, float *dst, const float *src, size_t n, float a);
+
 /* Around the unit calls on a device: FSDP's work on the compute stream comes after what the
  * program queued on its stream (acc_accelerator_set_program_stream), and the program's later work
  * after FSDP's. No-ops on the host. */

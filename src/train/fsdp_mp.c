@@ -40,7 +40,7 @@ acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn) {
    * zero and stays zero */
   int local = 0;
   const float inv = (float)(1.0 / (double)acc_grad_scaler_scale(s));
-  ACC_CHECK(acc__fsdp_mem_unscale(f, f->gshard, f->shard_total, inv, &local));
+  ACC_CHECK(acc__fsdp_shard_unscale(f, f->gshard, f->shard_total, inv, &local));
   f->unscaled = 1; /* divided: never twice, even when the agreement below fails */
   f->found_inf = 1;
   int32_t mine = local, any = mine;

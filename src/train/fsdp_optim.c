@@ -110,13 +110,14 @@ static acc_result dev_zero_grad(void *ctx, acc_optimizer *opt) {
 }
 
 void acc__fsdp_optim_install(acc_fsdp *f) {
-  if (!f->dev) return; /* host memory: acc_optimizer_step's own loops */
+  /* host shards (the CPU, offload_params): acc_optimizer_step's own loops */
+  if (!acc__fsdp_shard_on_device(f)) return;
   acc__model_stepper s = {dev_step, dev_zero_grad, f};
   acc__model_set_stepper(f->model, &s);
 }
 
 acc_result acc__fsdp_optim_sync(acc_fsdp *f, acc_optimizer *opt, int to_host) {
-  if (!f->dev || !opt || opt != f->dopt) return ACC_OK;
+  if (!acc__fsdp_shard_on_device(f) || !opt || opt != f->dopt) return ACC_OK;
   ACC_CHECK(state_move(f, opt, to_host));
   return acc__fsdp_mem_sync(f);
 }

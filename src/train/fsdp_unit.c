@@ -48,7 +48,10 @@ static size_t buf_words(const acc_fsdp *f, size_t u, int kind) {
 
 /* The parameters a begin call returns come from the pool (gathered, or under NO_SHARD rounded to
  * the table's 16-bit dtype); NO_SHARD in float32 returns the master shard itself. */
-static int params_pooled(const acc_fsdp *f) { return f->sharded || f->dtype != ACC_F32; }
+static int params_pooled(const acc_fsdp *f) {
+  /* (offload_params on a device: the master shard is host memory, the program's copy the device's) */
+  return f->sharded || f->dtype != ACC_F32 || (f->dev && !acc__fsdp_shard_on_device(f));
+}
 
 /* Every released buffer is checked (the pool holds a few) at each begin call: a late write is
  * reported at the next unit call whichever buffer it hit. */
@@ -138,8 +141,7 @@ static acc_result gather_start(acc_fsdp *f, size_t u, void *dst, acc__comm_job *
    * bytes on the wire): the all-gather in place, over the shard group */
   const size_t es = acc__fsdp_esize(f);
   void *mine = (char *)dst + un->shard * (size_t)f->srank * es;
-  if (f->dtype == ACC_F32) ACC_CHECK(acc__fsdp_mem_copy(f, mine, f->master + un->shard_at, un->shard));
-  else ACC_CHECK(acc__fsdp_mem_narrow(f, mine, f->master + un->shard_at, un->shard, f->dtype));
+  ACC_CHECK(acc__fsdp_shard_to_pool(f, mine, f->master + un->shard_at, un->shard, f->dtype));
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
   acc_result rc = h ? acc__comm_async_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype, h)
                     : acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
@@ -195,7 +197,7 @@ static acc_result hold_params(acc_fsdp *f, size_t u, int async) {
   ACC_CHECK(pool_take(f, u, BUF_PARAMS, &un->pbuf));
   acc_result rc = ACC_OK;
   if (f->sharded) rc = gather_start(f, u, un->pbuf, async ? &un->pending : NULL);
-  else rc = acc__fsdp_mem_narrow(f, un->pbuf, f->master + un->shard_at, un->numel, f->dtype); /* NO_SHARD */
+  else rc = acc__fsdp_shard_to_pool(f, un->pbuf, f->master + un->shard_at, un->numel, f->dtype); /* NO_SHARD */
   if (rc != ACC_OK) {
     pool_give(f, un->pbuf);
     un->pbuf = NULL;
@@ -319,7 +321,21 @@ static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, cons
   ACC_CHECK(hold_params(f, unit, 0));
   un->prefetched = 0;
   if (f->rs.active && f->rs.unit == unit) ACC_CHECK(finish_reduce(f)); /* its buffers are free again */
-  if (un->nosync) {
+  if (un->nosync && !acc__fsdp_shard_on_device(f) && f->dev) {
+    /* offload_params: the no_sync gradients (host memory) copied into a gradient buffer of the
+     * device, which the program adds to; the host copy is freed (kept again by a no_sync end) */
+    const size_t words = buf_words(f, unit, BUF_GRADS);
+    ACC_CHECK(pool_take(f, unit, BUF_GRADS, &un->gbuf));
+    acc_result rc = acc__fsdp_shard_to_pool(f, un->gbuf, un->nosync, words, ACC_F32);
+    if (rc != ACC_OK) {
+      pool_give(f, un->gbuf);
+      un->gbuf = NULL;
+      return rc;
+    }
+    acc__fsdp_shard_free(f, un->nosync);
+    un->nosync = NULL;
+    f->nosync_bytes -= acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
+  } else if (un->nosync) {
     un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
   } else {
     ACC_CHECK(pool_take(f, unit, BUF_GRADS, &un->gbuf));
@@ -429,7 +445,7 @@ static acc_result reduce_unit_hook(acc_fsdp *f, size_t u) {
   }
   if (rc == ACC_OK) rc = acc__fsdp_mem_widen(f, g, out, n, dt);
   if (rc == ACC_OK && post > 1.0f) rc = hook_divide(f, g, out, n, post);
-  if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, f->gshard + un->shard_at, g, n, 1.0f);
+  if (rc == ACC_OK) rc = acc__fsdp_shard_add(f, f->gshard + un->shard_at, g, n, 1.0f);
   if (h) pool_give(f, h);
   if (scratch) pool_give(f, scratch);
   if (rc != ACC_OK)
@@ -442,7 +458,7 @@ static acc_result reduce_unit_hook(acc_fsdp *f, size_t u) {
 static void release_grads(acc_fsdp *f, size_t u, void *gbuf) {
   acc__fsdp_unit *un = &f->units[u];
   if (gbuf && gbuf == un->nosync) {
-    acc__fsdp_mem_free(f, un->nosync);
+    acc__fsdp_shard_free(f, un->nosync);
     un->nosync = NULL;
     f->nosync_bytes -= acc__fsdp_padded(f, u) * acc__fsdp_esize(f);
   } else if (gbuf) {
@@ -464,7 +480,7 @@ static acc_result finish_reduce(acc_fsdp *f) {
   f->rs.active = 0;
   f->rs.h[0] = f->rs.h[1] = NULL;
   if (rc == ACC_OK)
-    rc = acc__fsdp_mem_axpy(f, f->gshard + un->shard_at, f->rs.out, un->shard, 1.0f / (float)f->world);
+    rc = acc__fsdp_shard_add(f, f->gshard + un->shard_at, f->rs.out, un->shard, 1.0f / (float)f->world);
   acc__fsdp_mem_free(f, f->rs.tmp);
   f->rs.tmp = NULL;
   release_grads(f, u, f->rs.gbuf);
@@ -535,12 +551,12 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
       rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM);
     }
-    if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, dst, out, un->shard, scale);
+    if (rc == ACC_OK) rc = acc__fsdp_shard_add(f, dst, out, un->shard, scale);
     acc__fsdp_mem_free(f, tmp);
   } else {
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
     rc = acc_all_reduce(f->st, g, g, un->numel, ACC_F32, ACC_SUM);
-    if (rc == ACC_OK) rc = acc__fsdp_mem_axpy(f, dst, g, un->numel, scale);
+    if (rc == ACC_OK) rc = acc__fsdp_shard_add(f, dst, g, un->numel, scale);
   }
   if (scratch) pool_give(f, scratch);
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: reducing the gradients of unit '%s'", un->name);
@@ -559,10 +575,10 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
     if (!un->nosync) {
       const size_t words = buf_words(f, unit, BUF_GRADS);
       float *keep;
-      ACC_CHECK(acc__fsdp_mem_alloc(f, words, &keep));
+      ACC_CHECK(acc__fsdp_shard_alloc(f, words, &keep)); /* offload_params: host memory */
       un->nosync = keep;
       f->nosync_bytes += acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
-      ACC_CHECK(acc__fsdp_mem_copy(f, un->nosync, un->gbuf, words));
+      ACC_CHECK(acc__fsdp_shard_from_pool(f, un->nosync, un->gbuf, words));
       pool_give(f, un->gbuf);
     }
   } else {
@@ -626,7 +642,7 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
   if (count_here)
     for (size_t k = 0; k < f->nunits; k++) {
       const acc__fsdp_unit *u = &f->units[k];
-      ACC_CHECK(acc__fsdp_mem_norm(f, f->gshard + u->shard_at, u->hi - u->lo, &local, inf ? &local : NULL));
+      ACC_CHECK(acc__fsdp_shard_norm(f, f->gshard + u->shard_at, u->hi - u->lo, &local, inf ? &local : NULL));
     }
   double total = local;
   if (f->world > 1) {
@@ -637,5 +653,5 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
   float norm = inf ? (float)total : (float)sqrt(total);
   if (total_norm) *total_norm = norm;
   float coef = max_norm / (norm + 1e-6f);
-  return acc__fsdp_mem_scale(f, f->gshard, f->shard_total, coef);
+  return acc__fsdp_shard_scale(f, f->gshard, f->shard_total, coef);
 }

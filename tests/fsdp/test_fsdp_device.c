@@ -272,7 +272,10 @@ static acc_result full_masters(run *r, float *out) {
     ACC_CHECK(acc_fsdp_unit_info(r->f, r->u[k], NULL, NULL, NULL, &n));
     float *mine = malloc(p->numel * sizeof *mine), *all = malloc(p->numel * (size_t)world * sizeof *all);
     acc_result rc = mine && all ? ACC_OK : ACC_ERR_NOMEM;
-    if (rc == ACC_OK)
+    /* (offload_params: the shards are host memory, read as such) */
+    if (rc == ACC_OK && !acc_accelerator_is_device_pointer(acc, p->data))
+      memcpy(mine, p->data, p->numel * sizeof *mine);
+    else if (rc == ACC_OK)
       rc = acc_accelerator_memcpy(acc, mine, p->data, p->numel * sizeof *mine, ACC_COPY_DEVICE_TO_HOST);
     if (rc == ACC_OK && acc_fsdp_strategy(r->f) == ACC_FSDP_NO_SHARD) memcpy(all, mine, n * sizeof *all);
     else if (rc == ACC_OK) rc = acc_all_gather(acc_accelerator_state(acc), mine, all, p->numel, ACC_F32);
@@ -394,12 +397,27 @@ static void test_train(int strategy, const char *out) {
     REQUIRE_OK(DT == ACC_BF16 ? acc_bf16_to_f32(w32, want, NUMEL) : acc_f16_to_f32(w32, want, NUMEL));
     CHECK(memcmp(g, w32, sizeof g) == 0, "the gathered %s parameters are the master weights rounded", dt_word());
   }
+  /* FSDP_OFFLOAD_PARAMS on the device: the shards (parameters, gradients) host memory, the program's
+   * buffers the device's; without it, all of them the device's */
+  const char *off = getenv("FSDP_OFFLOAD_PARAMS");
+  int offload = off && (!strcmp(off, "true") || !strcmp(off, "1"));
+  if (acc_accelerator_device_type(acc) != ACC_DEVICE_CPU) {
+    const acc_param *sh = acc_model_parameter(acc_fsdp_model(a.f), a.u[1]);
+    CHECK(acc_accelerator_is_device_pointer(acc, sh->data) == !offload &&
+              acc_accelerator_is_device_pointer(acc, sh->grad) == !offload,
+          "the shards are %s memory", offload ? "host" : "device");
+    const void *gp;
+    REQUIRE_OK(fwd_begin(&a, 1, &gp));
+    CHECK(acc_accelerator_is_device_pointer(acc, gp), "the gathered parameters are device memory");
+    REQUIRE_OK(acc_fsdp_unit_forward_end(a.f, a.u[1]));
+    REQUIRE_OK(acc_fsdp_reshard(a.f));
+  }
   acc_fsdp_memory m;
   REQUIRE_OK(acc_fsdp_memory_stats(a.f, &m));
   CHECK(m.pool_buffers > 0 || strategy == ACC_FSDP_NO_SHARD, "unit buffers were used");
   if (rank == 0) CHECK(write_file(out, pa, sizeof pa, norms, sizeof norms), "wrote %s", out);
-  printf("train: %s %s on %s, %d processes: masters within %.3g of NO_SHARD, clip norms within %.3g, %d skipped\n",
-         acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD      ? "FULL_SHARD"
+  printf("train%s: %s %s on %s, %d processes: masters within %.3g of NO_SHARD, clip norms within %.3g, %d skipped\n",
+         offload ? " (offload_params)" : "", acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD ? "FULL_SHARD"
          : acc_fsdp_strategy(a.f) == ACC_FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
                                                              : "another strategy", dt_word(),
          acc_accelerator_device_name(acc), world, d, worst_norm, skipped);
@@ -732,6 +750,58 @@ static void test_fault(void) {
   DT = ACC_F32;
 }
 
+/* offload_params on the strict fake device (FSDP_OFFLOAD_PARAMS=true): the shards and their
+ * gradients are host memory (a host read and write succeed and see the values a device copy of the
+ * gathered unit shows), the unit buffers the program gets still die on host access; no_sync's
+ * gradients kept between micro-steps, the clip, the optimizer step (the host AdamW) and zero_grad
+ * run on the host shards. */
+static void test_fault_offload(void) {
+  run r = {0};
+  REQUIRE_OK(make_run(&r, ACC_FSDP_NO_SHARD)); /* NO_SHARD: the whole unit is this process's shard */
+  const acc_param *shard = acc_model_parameter(acc_fsdp_model(r.f), r.u[1]);
+  touch_p = shard->data;
+  CHECK(faults(0) == 0, "a host read of the parameter shard succeeds under offload_params");
+  touch_p = shard->grad;
+  CHECK(faults(1) == 0, "a host write into the gradient shard succeeds under offload_params");
+  const float *p;
+  float *g;
+  REQUIRE_OK(acc_fsdp_unit_forward_begin(r.f, r.u[1], &p));
+  touch_p = p;
+  CHECK(faults(0) == 1, "a host read of the gathered parameters still dies under offload_params");
+  float v[H * D + H];
+  REQUIRE_OK(fetch(v, p, H * D + H));
+  CHECK(memcmp(v, shard->data, sizeof v) == 0 && v[3] != 0.0f,
+        "the device copy of the unit holds the host shard's values");
+  REQUIRE_OK(acc_fsdp_unit_forward_end(r.f, r.u[1]));
+  /* two micro-steps, the first under no_sync: the gradients of both reach the host gradient shard */
+  float ones[H * D + H];
+  for (size_t i = 0; i < H * D + H; i++) ones[i] = 1.0f;
+  for (int m = 0; m < 2; m++) {
+    REQUIRE_OK(acc_fsdp_set_no_sync(r.f, m == 0));
+    REQUIRE_OK(acc_fsdp_unit_backward_begin(r.f, r.u[1], &p, &g));
+    touch_p = g;
+    CHECK(faults(1) == 1, "a host write into the gradient buffer still dies under offload_params");
+    REQUIRE_OK(add_into(g, ones, H * D + H));
+    REQUIRE_OK(acc_fsdp_unit_backward_end(r.f, r.u[1]));
+    acc_fsdp_memory ms;
+    REQUIRE_OK(acc_fsdp_memory_stats(r.f, &ms));
+    CHECK((ms.no_sync_bytes > 0) == (m == 0), "micro-step %d: no_sync gradients kept (%zu bytes)", m,
+          ms.no_sync_bytes);
+  }
+  CHECK(shard->grad[0] == 2.0f && shard->grad[H * D + H - 1] == 2.0f,
+        "the host gradient shard holds both micro-steps (%g %g)", (double)shard->grad[0],
+        (double)shard->grad[H * D + H - 1]);
+  float before = shard->data[0], norm = 0;
+  CHECK_OK(acc_fsdp_clip_grad_norm(r.f, 1e30f, 2.0, &norm));
+  CHECK(norm > 0.0f, "the clip norm over the host shards (%g)", (double)norm);
+  CHECK_OK(acc_optimizer_step(r.opt));
+  CHECK(shard->data[0] != before, "the host AdamW stepped the host shard (%g -> %g)", (double)before,
+        (double)shard->data[0]);
+  CHECK_OK(acc_optimizer_zero_grad(r.opt));
+  CHECK(shard->grad[0] == 0.0f, "zero_grad zeroed the host gradient shard");
+  free_run(&r);
+}
+
 static int probe(void) {
   acc__device_probe_info info;
   memset(&info, 0, sizeof info);
@@ -762,7 +832,9 @@ int main(int argc, char **argv) {
   if (argc >= 5 && !strcmp(argv[1], "differ")) return test_differ(argv[2], argv[3], atof(argv[4]));
   if (argc >= 2 && !strcmp(argv[1], "fault")) {
     open_acc("fake");
-    test_fault();
+    const char *off = getenv("FSDP_OFFLOAD_PARAMS");
+    if (off && !strcmp(off, "true")) test_fault_offload();
+    else test_fault();
   } else if (argc >= 3 && !strcmp(argv[1], "psgd")) {
     open_acc(argv[2]);
     test_psgd();
