@@ -246,6 +246,16 @@ static acc_result train_step(run *r, int step, float *norm) {
   return acc_optimizer_zero_grad(r->opt);
 }
 
+/* n floats of a shard (acc_fsdp_model's parameters and gradients) into h: a device copy, or under
+ * offload_params (host memory) a plain read */
+static acc_result shard_read(float *h, const float *shard, size_t n) {
+  if (!acc_accelerator_is_device_pointer(acc, shard)) {
+    memcpy(h, shard, n * sizeof *h);
+    return ACC_OK;
+  }
+  return acc_accelerator_memcpy(acc, h, shard, n * sizeof *h, ACC_COPY_DEVICE_TO_HOST);
+}
+
 /* The full parameters, gathered as a forward does (every process). */
 static acc_result full_params(run *r, float *out) {
   size_t off = 0;
@@ -272,11 +282,7 @@ static acc_result full_masters(run *r, float *out) {
     ACC_CHECK(acc_fsdp_unit_info(r->f, r->u[k], NULL, NULL, NULL, &n));
     float *mine = malloc(p->numel * sizeof *mine), *all = malloc(p->numel * (size_t)world * sizeof *all);
     acc_result rc = mine && all ? ACC_OK : ACC_ERR_NOMEM;
-    /* (offload_params: the shards are host memory, read as such) */
-    if (rc == ACC_OK && !acc_accelerator_is_device_pointer(acc, p->data))
-      memcpy(mine, p->data, p->numel * sizeof *mine);
-    else if (rc == ACC_OK)
-      rc = acc_accelerator_memcpy(acc, mine, p->data, p->numel * sizeof *mine, ACC_COPY_DEVICE_TO_HOST);
+    if (rc == ACC_OK) rc = shard_read(mine, p->data, p->numel);
     if (rc == ACC_OK && acc_fsdp_strategy(r->f) == ACC_FSDP_NO_SHARD) memcpy(all, mine, n * sizeof *all);
     else if (rc == ACC_OK) rc = acc_all_gather(acc_accelerator_state(acc), mine, all, p->numel, ACC_F32);
     if (rc == ACC_OK) memcpy(out + off, all, n * sizeof *out);
@@ -501,7 +507,7 @@ static void test_hookgrad(int strategy) {
     REQUIRE_OK(acc_fsdp_shard_range(r.f, r.u[k], &lo, &hi));
     const acc_param *sp = acc_model_parameter(m, r.u[k]);
     float got[H * H + H];
-    REQUIRE_OK(acc_accelerator_memcpy(acc, got, sp->grad, (hi - lo) * sizeof(float), ACC_COPY_DEVICE_TO_HOST));
+    REQUIRE_OK(shard_read(got, sp->grad, hi - lo));
     for (size_t i = lo; i < hi; i++) {
       float sum = 0, mean32 = 0;
       double mag = 0; /* the addends' magnitude: the bound on another order's rounding */
