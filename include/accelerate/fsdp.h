@@ -79,7 +79,9 @@ typedef struct acc_fsdp_plugin {
   int backward_prefetch;     /* acc_fsdp_backward_prefetch; default BACKWARD_PRE */
   int forward_prefetch;      /* 1: unit k+1's gather issued when unit k's forward begins; default 0 */
   int state_dict_type;       /* acc_fsdp_state_dict_type; default SHARDED_STATE_DICT */
-  int offload_params;        /* 1: shards in host memory (what the CPU does anyway); default 0 */
+  int offload_params;        /* 1: shards, their gradients, the optimizer state and the no_sync
+                                buffers in host memory while the unit buffers stay on the device
+                                (on the CPU: what it does anyway); default 0 */
   int auto_wrap_policy;      /* acc_fsdp_auto_wrap_policy; default NO_WRAP */
   int64_t min_num_params;    /* SIZE_BASED_WRAP's threshold; ACC_UNSET: FSDP_MIN_NUM_PARAMS, else 1e8 */
   int sync_module_states;    /* 1: every process starts from process 0's parameters; default 1 */
@@ -104,7 +106,8 @@ ACC_EXTERN acc_result acc_fsdp_plugin_init(acc_fsdp_plugin *p, uint32_t version)
  * for the parameters until acc_fsdp_prepare. Ownership: acc_fsdp_destroy (before the accelerator's).
  * When the accelerator trains on a device, the shards, the unit buffers and the optimizer state
  * over acc_fsdp_model are device memory: the pointers the begin calls return are device pointers
- * for the program's kernels (docs/fsdp.md, "On a device"); offload_params is refused there.
+ * for the program's kernels (docs/fsdp.md, "On a device"); with offload_params the shards, the
+ * gradient shards, the optimizer state and the no_sync buffers are host memory instead.
  * @since 0.3
  */
 ACC_EXTERN acc_result acc_fsdp_create(acc_accelerator *acc, const acc_param_spec *table, size_t count,
