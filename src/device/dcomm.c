@@ -67,9 +67,9 @@ acc_result acc__dcomm_create(acc_state *st, acc__device *dev, int mode, acc__dco
   c->rank = me;
   c->nranks = np;
   c->timeout = t;
-  acc__fake_nccl_bind(st);
+  acc__fake_nccl_bind(st, ops);
   int r = ops->nccl_init(ctx, &c->comm, np, me, id, t);
-  acc__fake_nccl_bind(NULL);
+  acc__fake_nccl_bind(NULL, NULL);
   if (r != ACC_OK) {
     rc = acc__error((acc_result)r, "%s: FSDP's NCCL communicator (rank %d of %d): %s", acc__device_name(dev), me,
                     np, module_error(ops, "init failed"));

@@ -1,6 +1,7 @@
 /* The fake device's NCCL (device_impl.h): the nccl_* entries of the fake ops table, so that code
  * written against the device layer's communicator (src/device/dcomm.c) runs in CPU-only CI. A
- * fake communicator belongs to the job bound on the creating thread (acc__fake_nccl_bind); each
+ * fake communicator belongs to the job bound on the creating thread (acc__fake_nccl_bind, with
+ * the fake device's ops table: this file does not name host.c's, which names these); each
  * collective copies the device buffer to host memory with the fake device's own copy (the only
  * way to its bytes: host code never loads or stores fake device memory), runs the library's CPU
  * collective over the job, and copies the result back, all before it returns (a blocking NCCL:
@@ -16,18 +17,21 @@
 
 typedef struct fcomm {
   acc_state *st;
+  const acc__device_ops *ops; /* the fake device's (its copy and stream_sync) */
   int rank, nranks;
   int aborted;
 } fcomm;
 
 static _Thread_local acc_state *g_bound;
+static _Thread_local const acc__device_ops *g_bound_ops;
 static atomic_ullong g_calls;
 
-void acc__fake_nccl_bind(acc_state *st) { g_bound = st; }
+void acc__fake_nccl_bind(acc_state *st, const acc__device_ops *ops) {
+  g_bound = st;
+  g_bound_ops = ops;
+}
 
 unsigned long long acc__fake_nccl_calls(void) { return atomic_load(&g_calls); }
-
-static const acc__device_ops *F(void) { return &acc__device_fake_ops; }
 
 int acc__fnccl_unique_id(uint8_t id[ACC__NCCL_ID_BYTES]) {
   size_t got = 0;
@@ -44,7 +48,7 @@ int acc__fnccl_init(void *ctx, void **out, int nranks, int rank, const uint8_t i
   (void)ctx;
   (void)timeout_s; /* the CPU backend's own timeout bounds the check below */
   acc_state *st = g_bound;
-  if (!st)
+  if (!st || !g_bound_ops)
     return acc__error(ACC_ERR_INVALID_USAGE, "fake NCCL: no job bound on this thread (a communicator of the fake "
                                              "device is made by acc__dcomm_create)");
   if (nranks != acc_state_num_processes(st) || rank != acc_state_process_index(st))
@@ -64,6 +68,7 @@ int acc__fnccl_init(void *ctx, void **out, int nranks, int rank, const uint8_t i
   fcomm *c = calloc(1, sizeof *c);
   if (!c) return acc__error(ACC_ERR_NOMEM, "fake NCCL: out of memory");
   c->st = st;
+  c->ops = g_bound_ops;
   c->rank = rank;
   c->nranks = nranks;
   *out = c;
@@ -77,14 +82,14 @@ static int live(const fcomm *c) {
 }
 
 /* bytes device -> host (h), the stream synchronized: the fake's own copy */
-static int down(void *ctx, void *h, const void *d, size_t bytes, void *s) {
-  int rc = F()->copy(ctx, h, d, bytes, ACC__COPY_D2H, s);
-  return rc == ACC_OK ? F()->stream_sync(ctx, s) : rc;
+static int down(const fcomm *c, void *ctx, void *h, const void *d, size_t bytes, void *s) {
+  int rc = c->ops->copy(ctx, h, d, bytes, ACC__COPY_D2H, s);
+  return rc == ACC_OK ? c->ops->stream_sync(ctx, s) : rc;
 }
 
-static int up(void *ctx, void *d, const void *h, size_t bytes, void *s) {
-  int rc = F()->copy(ctx, d, h, bytes, ACC__COPY_H2D, s);
-  return rc == ACC_OK ? F()->stream_sync(ctx, s) : rc; /* h is freed next */
+static int up(const fcomm *c, void *ctx, void *d, const void *h, size_t bytes, void *s) {
+  int rc = c->ops->copy(ctx, d, h, bytes, ACC__COPY_H2D, s);
+  return rc == ACC_OK ? c->ops->stream_sync(ctx, s) : rc; /* h is freed next */
 }
 
 static int finish(fcomm *c, int rc, char *h) {
@@ -101,9 +106,9 @@ int acc__fnccl_all_reduce(void *ctx, void *comm, const void *send, void *recv, s
   size_t bytes = count * acc_dtype_size((acc_dtype)dtype);
   char *h = malloc(2 * bytes + 1);
   if (!h) return acc__error(ACC_ERR_NOMEM, "fake NCCL: out of memory staging %zu bytes", 2 * bytes);
-  int rc = down(ctx, h, send, bytes, s);
+  int rc = down(c, ctx, h, send, bytes, s);
   if (rc == ACC_OK) rc = acc_all_reduce(c->st, h, h + bytes, count, (acc_dtype)dtype, (acc_op)op);
-  if (rc == ACC_OK) rc = up(ctx, recv, h + bytes, bytes, s);
+  if (rc == ACC_OK) rc = up(c, ctx, recv, h + bytes, bytes, s);
   return finish(c, rc, h);
 }
 
@@ -113,9 +118,9 @@ int acc__fnccl_all_gather(void *ctx, void *comm, const void *send, void *recv, s
   size_t blk = count * acc_dtype_size((acc_dtype)dtype), all = blk * (size_t)c->nranks;
   char *h = malloc(all + blk + 1);
   if (!h) return acc__error(ACC_ERR_NOMEM, "fake NCCL: out of memory staging %zu bytes", all + blk);
-  int rc = down(ctx, h + all, send, blk, s);
+  int rc = down(c, ctx, h + all, send, blk, s);
   if (rc == ACC_OK) rc = acc_all_gather(c->st, h + all, h, count, (acc_dtype)dtype);
-  if (rc == ACC_OK) rc = up(ctx, recv, h, all, s);
+  if (rc == ACC_OK) rc = up(c, ctx, recv, h, all, s);
   return finish(c, rc, h);
 }
 
@@ -126,16 +131,17 @@ int acc__fnccl_reduce_scatter(void *ctx, void *comm, const void *send, void *rec
   size_t blk = count * acc_dtype_size((acc_dtype)dtype), all = blk * (size_t)c->nranks;
   char *h = malloc(all + blk + 1);
   if (!h) return acc__error(ACC_ERR_NOMEM, "fake NCCL: out of memory staging %zu bytes", all + blk);
-  int rc = down(ctx, h, send, all, s);
+  int rc = down(c, ctx, h, send, all, s);
   if (rc == ACC_OK) rc = acc_reduce_scatter(c->st, h, h + all, count, (acc_dtype)dtype, (acc_op)op);
-  if (rc == ACC_OK) rc = up(ctx, recv, h + all, blk, s);
+  if (rc == ACC_OK) rc = up(c, ctx, recv, h + all, blk, s);
   return finish(c, rc, h);
 }
 
 int acc__fnccl_wait(void *ctx, void *comm, void *s, double timeout_s) {
+  const fcomm *c = comm;
   (void)timeout_s; /* the collectives completed before they returned */
-  ACC_CHECK(live(comm));
-  return F()->stream_sync(ctx, s);
+  ACC_CHECK(live(c));
+  return c->ops->stream_sync(ctx, s);
 }
 
 int acc__fnccl_check(void *ctx, void *comm) {
