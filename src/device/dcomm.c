@@ -24,6 +24,11 @@ static const char *const d_names[] = {"", "all_gather", "reduce_scatter", "all_r
 
 unsigned long long acc__dcomm_fake_calls(void) { return acc__fake_nccl_calls(); }
 
+void acc__dcomm_bind(acc_state *st, acc__device *dev) {
+  void *ctx = NULL;
+  acc__fake_nccl_bind(st, dev ? acc__device_ops_of(dev, &ctx) : NULL);
+}
+
 static int usable_ops(const acc__device_ops *o) {
   return o->nccl_init && o->nccl_all_gather && o->nccl_reduce_scatter && o->nccl_all_reduce && o->nccl_wait &&
          o->nccl_destroy && o->nccl_abort;

@@ -33,6 +33,11 @@ acc_result acc__dcomm_reduce_scatter(acc__dcomm *c, const void *send, void *recv
 acc_result acc__dcomm_all_reduce(acc__dcomm *c, const void *send, void *recv, size_t count, acc_dtype dtype,
                                  acc_op op, acc__dstream *s);
 
+/* Binds the job to the calling thread for the fake device's nccl_init (fake_nccl.c), until
+ * acc__dcomm_bind(NULL, NULL); a no-op for the other devices. For callers that drive the ops
+ * table's NCCL entries themselves (the accelerator's gradient averaging). */
+void acc__dcomm_bind(acc_state *st, acc__device *dev);
+
 /* Collectives the fake device's NCCL completed in this process (tests prove the path taken). */
 unsigned long long acc__dcomm_fake_calls(void);
 

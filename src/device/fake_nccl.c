@@ -19,7 +19,7 @@ typedef struct fcomm {
   acc_state *st;
   const acc__device_ops *ops; /* the fake device's (its copy and stream_sync) */
   int rank, nranks;
-  int aborted;
+  atomic_int aborted; /* read by a watchdog thread (nccl_check) */
 } fcomm;
 
 static _Thread_local acc_state *g_bound;
@@ -76,7 +76,7 @@ int acc__fnccl_init(void *ctx, void **out, int nranks, int rank, const uint8_t i
 }
 
 static int live(const fcomm *c) {
-  if (!c->aborted) return ACC_OK;
+  if (!atomic_load(&c->aborted)) return ACC_OK;
   return acc__error(ACC_ERR_INVALID_USAGE, "fake NCCL: the communicator of rank %d was aborted by an earlier error",
                     c->rank);
 }
@@ -94,7 +94,7 @@ static int up(const fcomm *c, void *ctx, void *d, const void *h, size_t bytes, v
 
 static int finish(fcomm *c, int rc, char *h) {
   free(h);
-  if (rc != ACC_OK) c->aborted = 1;
+  if (rc != ACC_OK) atomic_store(&c->aborted, 1);
   else atomic_fetch_add(&g_calls, 1);
   return rc;
 }
@@ -151,7 +151,7 @@ int acc__fnccl_check(void *ctx, void *comm) {
 
 int acc__fnccl_abort(void *ctx, void *comm) {
   (void)ctx;
-  ((fcomm *)comm)->aborted = 1;
+  atomic_store(&((fcomm *)comm)->aborted, 1);
   return ACC_OK;
 }
 
