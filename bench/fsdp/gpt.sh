@@ -9,7 +9,10 @@
 # the first configuration's (memory) and to NO_SHARD's (step times).
 # Usage: bench/fsdp/gpt.sh [build_dir] [steps] [reps]
 #   MODEL="--layers 4 --width 256 --heads 4 --context 256" (the example's default size) replaces
-#   the model flags; CONFIGS="NO_SHARD FULL_SHARD" runs only those.
+#   the model flags; CONFIGS="NO_SHARD FULL_SHARD" runs only those. A configuration STRATEGY+noprefetch
+#   runs it with --fsdp_backward_prefetch NO_PREFETCH, STRATEGY+fwd with --fsdp_forward_prefetch true
+#   (the default is BACKWARD_PRE without forward prefetch), e.g.
+#   CONFIGS="NO_SHARD NO_SHARD+noprefetch FULL_SHARD FULL_SHARD+noprefetch FULL_SHARD+fwd".
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -28,7 +31,11 @@ while [ "$r" -lt "$reps" ]; do
     if [ "$s" = unsharded ]; then
       flags=""
     else
-      flags="--use_fsdp --fsdp_sharding_strategy $s"
+      flags="--use_fsdp --fsdp_sharding_strategy ${s%%+*}"
+      case "$s" in
+        *+noprefetch) flags="$flags --fsdp_backward_prefetch NO_PREFETCH" ;;
+        *+fwd) flags="$flags --fsdp_forward_prefetch true" ;;
+      esac
     fi
     # shellcheck disable=SC2086
     GPT_MEMORY_REPORT=1 "$build/accelerate" launch --num_processes "$np" $flags "$build/examples/gpt/gpt" $args \

@@ -73,6 +73,10 @@ struct acc__backend {
   uint64_t op_seq;
   /* The collective being run (descriptor, call site, tag; collcheck.h), or NULL between calls. */
   const struct acc__call *call;
+  /* 1 when the backend may only be called from the thread that created it (an MPI whose provided
+   * thread level is below MPI_THREAD_SERIALIZED): submitted collectives (comm/async.h) then run
+   * at submit time on the caller's thread. 0 for every other backend. */
+  int caller_thread_only;
 };
 
 /* What a backend needs to join the group. */

@@ -517,6 +517,11 @@ acc_result acc__backend_mpi_create(acc__backend **out, const acc__proc_info *inf
     }
     m->we_initialized = 1;
   }
+  /* submitted collectives (comm/async.h) run on the comm worker thread only where MPI allows
+   * calls from any thread one at a time; below that they run on the caller's thread */
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  be->caller_thread_only = level < MPI_THREAD_SERIALIZED;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   err = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
   if (err != MPI_SUCCESS) {

@@ -362,6 +362,7 @@ static acc_result write_full(acc_fsdp *f, const acc_optimizer *opt, const char *
 
 acc_result acc_fsdp_save_state(acc_fsdp *f, const acc_optimizer *opt, const char *dir) {
   ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_save_state"));
+  ACC_CHECK(acc__fsdp_settle(f));
   if (!dir || !*dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_save_state: the directory is empty");
   if (opt && acc_optimizer_model((acc_optimizer *)opt) != f->model)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,
@@ -394,6 +395,7 @@ acc_result acc_fsdp_save_state(acc_fsdp *f, const acc_optimizer *opt, const char
 
 acc_result acc_fsdp_save_model(acc_fsdp *f, const char *dir) {
   ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_save_model"));
+  ACC_CHECK(acc__fsdp_settle(f));
   if (!dir || !*dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_save_model: the directory is empty");
   acc_result rc = write_full(f, NULL, dir, 1);
   return agree(f, rc, "acc_fsdp_save_model");
@@ -725,6 +727,7 @@ static acc_result check_optimizer(const acc_fsdp *f, const acc_optimizer *opt, c
 
 acc_result acc_fsdp_load_state(acc_fsdp *f, acc_optimizer *opt, const char *dir) {
   ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_load_state"));
+  ACC_CHECK(acc__fsdp_settle(f));
   if (!dir || !*dir) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_load_state: the directory is empty");
   if (opt && acc_optimizer_model(opt) != f->model)
     return acc__error(ACC_ERR_INVALID_ARGUMENT,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/collcheck.h"
+#include "comm/async.h"
 #include "comm/comm.h"
 #include "comm/group.h"
 #include "comm/stage.h"
@@ -104,6 +105,7 @@ static acc_result genter(acc_state *st, int which, const char *fn, acc__call *c,
   acc__comm_take_origin(&c->origin, &c->origin_index);
   *began = 0;
   ACC_CHECK(acc__state_check(st, fn));
+  acc__comm_async_drain(st); /* submitted collectives first, in order (comm/async.h) */
   if (st->broken)
     return acc__error(ACC_ERR_REMOTE, "%s: the process group is broken by an earlier failure and cannot be used: %s",
                       fn, st->broken_msg);

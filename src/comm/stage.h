@@ -36,6 +36,10 @@ typedef struct acc__stage_ops {
 /* Installs the staging (a static table; later calls replace it). */
 void acc__comm_set_stage_ops(const acc__stage_ops *ops);
 
+/* On this thread, the hook is bypassed from now on (on != 0): the comm worker thread, whose
+ * callers staged device buffers on their own thread (comm/async.h). */
+void acc__comm_stage_host_only(int on);
+
 /* After begin, io->a and io->b are the pointers the backend reads and writes. */
 acc_result acc__comm_stage_begin(acc__devio *io, const void *a, size_t a_bytes, int copy_a, void *b,
                                  size_t b_bytes, int copy_b_in);

@@ -478,6 +478,7 @@ acc_state *acc_state_get(void) { return g_state; }
 void acc_state_destroy(acc_state *st) {
   if (!acc__handle_ok(st, ACC__HANDLE_STATE)) return;
   if (--st->refs > 0) return;
+  if (st->async_stop) st->async_stop(st); /* the comm worker ends before the backend */
   if (st->be) st->be->ops->destroy(st->be);
   acc__state_leave(); /* several machines: leave the rendezvous store */
   st->magic = ACC__MAGIC_DEAD;

@@ -24,6 +24,10 @@ struct acc_state {
   int broken;          /* a collective failed for a remote reason: the group is unusable */
   char broken_msg[512];
   int32_t trigger;
+  /* the comm worker thread and its queue of submitted collectives (comm/comm_async.c, owned by
+   * comm), NULL until the first submit; async_stop joins it (acc_state_destroy) */
+  struct acc__comm_async *async;
+  void (*async_stop)(acc_state *st);
 };
 
 /* The device the accelerator placed this process on (src/device/placement.c): kind "cpu", "cuda"

@@ -575,6 +575,7 @@ acc_result acc_fsdp_memory_stats(const acc_fsdp *f, acc_fsdp_memory *out) {
 }
 
 void acc__fsdp_pool_free(acc_fsdp *f) {
+  (void)acc__fsdp_settle(f); /* no gather still writes a buffer freed here */
   for (size_t i = 0; i < f->npool; i++) acc__fsdp_mem_free(f, f->pool[i].p);
   acc__free(f->pool);
   f->pool = NULL;

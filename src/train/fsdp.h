@@ -26,6 +26,8 @@ typedef struct acc__fsdp_unit {
   void *gbuf;      /* gradient buffer in the table's dtype while in backward (pool buffer or nosync) */
   void *nosync;    /* full gradients (table's dtype) kept under no_sync (padded), NULL otherwise */
   int prefetched;  /* pbuf filled ahead by a prefetch, not yet taken by a begin call */
+  struct acc__comm_job *pending; /* the prefetch's gather into pbuf, submitted and not yet waited
+                                    (comm/async.h); NULL otherwise */
 } acc__fsdp_unit;
 
 typedef struct acc__fsdp_pool_buf {
@@ -85,6 +87,18 @@ struct acc_fsdp {
   size_t d_partials_cap;
   acc_optimizer *dopt;          /* the optimizer whose state d_state holds (fsdp_optim.c) */
   float *d_state[2];            /* its state over master: momentum, or exp_avg and exp_avg_sq */
+  acc_result (*settle)(acc_fsdp *f); /* waits for the prefetch gathers in flight (acc__fsdp_settle) */
+  /* The one gradient reduction in flight (float32, no comm hook, sharded): unit `unit`'s
+   * reduce-scatter (and HYBRID's rail all-reduce) submitted by its backward_end, finished (the
+   * block added into the gradient shard, the buffers given back) by the next reduction, the end
+   * of the backward pass, or acc__fsdp_settle. */
+  struct {
+    int active;
+    size_t unit;
+    struct acc__comm_job *h[2];
+    float *out, *tmp; /* the reduced block; a padded copy of a no_sync buffer (freed) */
+    void *gbuf;       /* the unit's gradient buffer: back to the pool, or its no_sync buffer freed */
+  } rs;
 };
 
 acc_result acc__fsdp_check(const acc_fsdp *f, const char *fn);
@@ -105,6 +119,10 @@ const char *acc__fsdp_dtype_word(acc_dtype d);
 /* fp16: divides the gradient shards by the accelerator's loss scale once per step and agrees on
  * overflow across processes (one all-reduce); nothing without a scaler or when already done */
 acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn);
+/* waits for every submitted prefetch gather (before anything reads or frees the pool); the first
+ * failure's error, after every unit was settled. Through the hook fsdp_unit.c installs with its
+ * first prefetch (fsdp.c and fsdp_mp.c sit below fsdp_unit.c: no call up) */
+static inline acc_result acc__fsdp_settle(acc_fsdp *f) { return f && f->settle ? f->settle(f) : ACC_OK; }
 /* releases every pool buffer (between steps / before a load); every unit back to not started */
 void acc__fsdp_pool_free(acc_fsdp *f);
 

@@ -56,6 +56,7 @@ acc_result acc__fsdp_unscale(acc_fsdp *f, const char *fn) {
 
 acc_result acc_fsdp_unscale_gradients(acc_fsdp *f, int *found_inf) {
   ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_unscale_gradients"));
+  ACC_CHECK(acc__fsdp_settle(f)); /* a reduction in flight lands in the shards first */
   ACC_CHECK(acc__fsdp_unscale(f, "acc_fsdp_unscale_gradients"));
   if (found_inf) *found_inf = f->unscaled && f->found_inf;
   return ACC_OK;
@@ -63,6 +64,7 @@ acc_result acc_fsdp_unscale_gradients(acc_fsdp *f, int *found_inf) {
 
 acc_result acc_fsdp_optimizer_step(acc_fsdp *f, acc_optimizer *opt) {
   ACC_CHECK(acc__fsdp_check_ready(f, "acc_fsdp_optimizer_step"));
+  ACC_CHECK(acc__fsdp_settle(f)); /* no prefetch in flight past the step */
   if (!opt) return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_optimizer_step: opt is NULL");
   ACC_CHECK(acc__fsdp_unscale(f, "acc_fsdp_optimizer_step"));
   acc_grad_scaler *s = scaler_of(f);

@@ -9,6 +9,7 @@
 #include "accelerate.h"
 #include "accelerate/fsdp.h"
 #include "backend/collcheck.h"
+#include "comm/async.h"
 #include "comm/group.h"
 #include "train/fsdp.h"
 #include "train/fsdp_mem.h"
@@ -127,9 +128,12 @@ static void pool_give(acc_fsdp *f, void *p) {
   f->pool_elems_in_use -= b->cap;
 }
 
-acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind) {
+/* Unit u's shard copied into its block of dst and the all-gather over the shard group, run now
+ * (h NULL) or submitted to the comm worker (*h its handle: comm/async.h), so that it runs while
+ * the program computes another unit. The shard is copied on this thread before the submit: the
+ * worker touches only dst, which nothing else reads or writes until the handle is waited. */
+static acc_result gather_start(acc_fsdp *f, size_t u, void *dst, acc__comm_job **h) {
   const acc__fsdp_unit *un = &f->units[u];
-  (void)kind;
   /* each process's block of dst is its shard (rounded to the table's 16-bit dtype: half the
    * bytes on the wire): the all-gather in place, over the shard group */
   const size_t es = acc__fsdp_esize(f);
@@ -137,22 +141,66 @@ acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind) {
   if (f->dtype == ACC_F32) ACC_CHECK(acc__fsdp_mem_copy(f, mine, f->master + un->shard_at, un->shard));
   else ACC_CHECK(acc__fsdp_mem_narrow(f, mine, f->master + un->shard_at, un->shard, f->dtype));
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
-  acc_result rc = acc__fsdp_coll_all_gather(f, f->shard_group, mine, dst, un->shard, f->dtype);
+  acc_result rc;
+  if (f->dcomm) { /* NCCL on the device (fsdp_coll.c): run now, on the compute stream */
+    if (h) *h = NULL;
+    rc = acc__fsdp_coll_all_gather(f, f->shard_group, mine, dst, un->shard, f->dtype);
+  } else {
+    rc = h ? acc__comm_async_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype, h)
+           : acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
+  }
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
   return ACC_OK;
 }
 
-/* Unit u's parameters held in pbuf (gathered, prefetched or kept). */
-static acc_result hold_params(acc_fsdp *f, size_t u) {
+acc_result acc__fsdp_gather_unit(acc_fsdp *f, size_t u, void *dst, int kind) {
+  (void)kind;
+  return gather_start(f, u, dst, NULL);
+}
+
+/* Unit u's submitted gather waited for: its parameters are in pbuf, or (error) pbuf is back in the
+ * pool and the error is the gather's. */
+static acc_result settle_unit(acc_fsdp *f, size_t u) {
   acc__fsdp_unit *un = &f->units[u];
-  if (un->pbuf) return ACC_OK;
+  if (!un->pending) return ACC_OK;
+  acc_result rc = acc__comm_async_wait(un->pending);
+  un->pending = NULL;
+  if (rc == ACC_OK) return ACC_OK;
+  pool_give(f, un->pbuf);
+  un->pbuf = NULL;
+  un->prefetched = 0;
+  return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s' (prefetched)", un->name);
+}
+
+static acc_result finish_reduce(acc_fsdp *f);
+
+static acc_result settle_all(acc_fsdp *f) {
+  acc_result first = finish_reduce(f);
+  char msg[1024] = "";
+  if (first != ACC_OK) snprintf(msg, sizeof msg, "%s", acc_last_error());
+  for (size_t k = 0; f && k < f->nunits; k++) {
+    acc_result rc = settle_unit(f, k);
+    if (rc != ACC_OK && first == ACC_OK) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", acc_last_error());
+    }
+  }
+  if (first != ACC_OK) acc__error(first, "%s", msg);
+  return first;
+}
+
+/* Unit u's parameters held in pbuf (gathered, prefetched or kept). async: a sharded gather is
+ * submitted (un->pending) instead of run; the unit's begin call waits for it. */
+static acc_result hold_params(acc_fsdp *f, size_t u, int async) {
+  acc__fsdp_unit *un = &f->units[u];
+  if (un->pbuf) return settle_unit(f, u);
   if (!params_pooled(f)) {
     un->pbuf = f->master + un->shard_at; /* NO_SHARD: the full parameters are the shard */
     return ACC_OK;
   }
   ACC_CHECK(pool_take(f, u, BUF_PARAMS, &un->pbuf));
   acc_result rc = ACC_OK;
-  if (f->sharded) rc = acc__fsdp_gather_unit(f, u, un->pbuf, 0);
+  if (f->sharded) rc = gather_start(f, u, un->pbuf, async ? &un->pending : NULL);
   else rc = acc__fsdp_mem_narrow(f, un->pbuf, f->master + un->shard_at, un->numel, f->dtype); /* NO_SHARD */
   if (rc != ACC_OK) {
     pool_give(f, un->pbuf);
@@ -163,14 +211,15 @@ static acc_result hold_params(acc_fsdp *f, size_t u) {
 
 static void drop_params(acc_fsdp *f, size_t u) {
   acc__fsdp_unit *un = &f->units[u];
+  if (un->pending) (void)settle_unit(f, u); /* a failed gather broke the group: later calls report it */
   if (un->pbuf && params_pooled(f)) pool_give(f, un->pbuf);
   un->pbuf = NULL;
   un->prefetched = 0;
 }
 
-/* Prefetch: unit `next`'s gather issued now (the backends block, so the copy is ready when the
- * unit's begin call comes; a backend with asynchronous collectives overlaps it with the current
- * unit's compute). Prefetch is in declaration order; a unit already held is left alone. */
+/* Prefetch: unit `next`'s gather submitted now, to run on the comm worker thread while the program
+ * computes the current unit (comm/async.h; at once on backends that cannot overlap); the unit's
+ * begin call waits for it. Prefetch is in declaration order; a unit already held is left alone. */
 static acc_result prefetch(acc_fsdp *f, size_t next, int backward) {
   if (!f->sharded || next >= f->nunits) return ACC_OK;
   acc__fsdp_unit *un = &f->units[next];
@@ -178,7 +227,8 @@ static acc_result prefetch(acc_fsdp *f, size_t next, int backward) {
    * forward ended and whose backward has not begun (a unit already done would be gathered for
    * nothing, and its copy would outlive the optimizer step) */
   if (un->pbuf || un->phase != (backward ? ACC__FSDP_FWD_DONE : ACC__FSDP_IDLE)) return ACC_OK;
-  ACC_CHECK(hold_params(f, next));
+  f->settle = settle_all;
+  ACC_CHECK(hold_params(f, next, 1));
   un->prefetched = 1;
   return ACC_OK;
 }
@@ -229,7 +279,7 @@ static acc_result forward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, const
     return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s: end it first", fn, un->name, phase_name(un->phase));
   ACC_CHECK(acc__fsdp_mem_enter(f));
   ACC_CHECK(pool_check(f));
-  ACC_CHECK(hold_params(f, unit));
+  ACC_CHECK(hold_params(f, unit, 0));
   un->prefetched = 0;
   un->phase = ACC__FSDP_FWD;
   if (f->fwd_prefetch) ACC_CHECK(prefetch(f, unit + 1, 0));
@@ -272,8 +322,9 @@ static acc_result backward_begin(acc_fsdp *f, size_t unit, acc_dtype dtype, cons
     return acc__error(ACC_ERR_INVALID_USAGE, "%s: unit '%s' is %s", fn, un->name, phase_name(un->phase));
   ACC_CHECK(acc__fsdp_mem_enter(f));
   ACC_CHECK(pool_check(f));
-  ACC_CHECK(hold_params(f, unit));
+  ACC_CHECK(hold_params(f, unit, 0));
   un->prefetched = 0;
+  if (f->rs.active && f->rs.unit == unit) ACC_CHECK(finish_reduce(f)); /* its buffers are free again */
   if (un->nosync) {
     un->gbuf = un->nosync; /* the gradients accumulated under no_sync: the program adds to them */
   } else {
@@ -393,7 +444,46 @@ static acc_result reduce_unit_hook(acc_fsdp *f, size_t u) {
   return ACC_OK;
 }
 
+/* The gradient buffer of a finished reduction: a no_sync buffer is freed, a pool buffer given back. */
+static void release_grads(acc_fsdp *f, size_t u, void *gbuf) {
+  acc__fsdp_unit *un = &f->units[u];
+  if (gbuf && gbuf == un->nosync) {
+    acc__fsdp_mem_free(f, un->nosync);
+    un->nosync = NULL;
+    f->nosync_bytes -= acc__fsdp_padded(f, u) * acc__fsdp_esize(f);
+  } else if (gbuf) {
+    pool_give(f, gbuf);
+  }
+}
+
+/* The reduction in flight (f->rs) waited for, its block added into the gradient shard and its
+ * buffers given back; nothing when none is. */
+static acc_result finish_reduce(acc_fsdp *f) {
+  if (!f || !f->rs.active) return ACC_OK;
+  const size_t u = f->rs.unit;
+  const acc__fsdp_unit *un = &f->units[u];
+  acc_result rc = acc__comm_async_wait(f->rs.h[0]);
+  acc_result rc2 = acc__comm_async_wait(f->rs.h[1]);
+  if (rc == ACC_OK && rc2 != ACC_OK) rc = rc2;
+  char msg[1024] = "";
+  if (rc != ACC_OK) snprintf(msg, sizeof msg, "%s", acc_last_error());
+  f->rs.active = 0;
+  f->rs.h[0] = f->rs.h[1] = NULL;
+  if (rc == ACC_OK)
+    rc = acc__fsdp_mem_axpy(f, f->gshard + un->shard_at, f->rs.out, un->shard, 1.0f / (float)f->world);
+  acc__fsdp_mem_free(f, f->rs.tmp);
+  f->rs.tmp = NULL;
+  release_grads(f, u, f->rs.gbuf);
+  f->rs.gbuf = NULL;
+  if (rc != ACC_OK) {
+    if (msg[0]) acc__error(rc, "%s", msg);
+    return acc__error_context(rc, "FSDP: reducing the gradients of unit '%s'", un->name);
+  }
+  return ACC_OK;
+}
+
 static acc_result reduce_unit(acc_fsdp *f, size_t u) {
+  ACC_CHECK(finish_reduce(f)); /* at most one reduction in flight */
   /* the comm hook (one process: nothing to compress, as the accelerator's DDP hook) */
   if (f->compress != ACC_F32 && f->world > 1) return reduce_unit_hook(f, u);
   acc__fsdp_unit *un = &f->units[u];
@@ -423,6 +513,30 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       }
     }
     float *out = send + un->shard * (size_t)f->srank; /* in place: this process's block */
+    /* float32: submitted, finished by finish_reduce (the next reduction, the pass's end); NCCL on the
+     * device (f->dcomm): run now below */
+    if (!scratch && !f->dcomm) {
+      f->rs.h[0] = f->rs.h[1] = NULL;
+      acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
+      rc = acc__comm_async_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM, &f->rs.h[0]);
+      if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
+        acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
+        rc = acc__comm_async_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM, &f->rs.h[1]);
+      }
+      f->rs.active = 1;
+      f->rs.unit = u;
+      f->rs.out = out;
+      f->rs.tmp = tmp;
+      f->rs.gbuf = un->gbuf;
+      f->settle = settle_all;
+      if (rc != ACC_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", acc_last_error());
+        (void)finish_reduce(f);
+        return acc__error_context(acc__error(rc, "%s", msg), "FSDP: reducing the gradients of unit '%s'", un->name);
+      }
+      return ACC_OK;
+    }
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
     rc = acc__fsdp_coll_reduce_scatter(f, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM);
     if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
@@ -461,13 +575,8 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
     }
   } else {
     ACC_CHECK(reduce_unit(f, unit));
-    if (un->gbuf == un->nosync) {
-      acc__fsdp_mem_free(f, un->nosync);
-      un->nosync = NULL;
-      f->nosync_bytes -= acc__fsdp_padded(f, unit) * acc__fsdp_esize(f);
-    } else {
-      pool_give(f, un->gbuf);
-    }
+    /* a reduction in flight gives the buffer back when it finishes */
+    if (!(f->rs.active && f->rs.unit == unit)) release_grads(f, unit, un->gbuf);
   }
   un->gbuf = NULL;
   drop_params(f, unit);
@@ -479,6 +588,7 @@ acc_result acc_fsdp_unit_backward_end(acc_fsdp *f, size_t unit) {
   for (size_t k = 0; k < f->nunits && !open; k++) open = f->units[k].phase != ACC__FSDP_IDLE;
   for (size_t k = 0; k < f->nunits && !open; k++)
     if (f->units[k].prefetched) drop_params(f, k);
+  if (!open) ACC_CHECK(finish_reduce(f)); /* the shards hold the whole pass's gradients when it ends */
   return ACC_OK;
 }
 
@@ -490,6 +600,7 @@ acc_result acc_fsdp_reshard(acc_fsdp *f) {
       return acc__error(ACC_ERR_INVALID_USAGE, "acc_fsdp_reshard: unit '%s' is %s: end it first", un->name,
                         phase_name(un->phase));
   }
+  ACC_CHECK(acc__fsdp_settle(f));
   ACC_CHECK(acc__fsdp_mem_enter(f));
   for (size_t k = 0; k < f->nunits; k++) {
     drop_params(f, k);
@@ -512,6 +623,7 @@ acc_result acc_fsdp_clip_grad_norm(acc_fsdp *f, float max_norm, double norm_type
                       norm_type);
   if (!(max_norm >= 0.0f))
     return acc__error(ACC_ERR_INVALID_ARGUMENT, "acc_fsdp_clip_grad_norm: max_norm %g must be >= 0", (double)max_norm);
+  ACC_CHECK(acc__fsdp_settle(f)); /* a prefetch skipped by the program: waited, its error reported */
   ACC_CHECK(acc__fsdp_unscale(f, "acc_fsdp_clip_grad_norm")); /* fp16: clip what the optimizer steps */
   /* this process's part: its range of each unit (padding left out; NO_SHARD: counted on process 0
    * only, HYBRID: on the first machine's processes only, then shared, so no shard is counted
