@@ -277,8 +277,10 @@ step ctest_gpu 240 gpu_tests
 step llmc 120 ctest_ran -j 2 -R "$llmc_re"
 # FSDP on the GPU (FULL_SHARD, shards and unit buffers in GPU memory, the library's AdamW on them):
 # 1 process and 2 sharing the GPU, each against the CPU run of the same program (1e-5); bf16 and
-# fp16 tables (the cast / widen / unscale kernels, an fp16 overflow skipped) on 1 process (1e-3)
-step fsdp 120 ctest_ran -j 2 -R "$fsdp_re"
+# fp16 tables (the cast / widen / unscale kernels, an fp16 overflow skipped) on 1 process (1e-3);
+# fsdp_gpu_nccl_*: FSDP's collectives through NCCL (ACCELERATE_FSDP_NCCL=always: a one-rank
+# communicator; the _2gpu one across two GPUs, skipped with one)
+step fsdp 240 ctest_ran -j 2 -R "$fsdp_re"
 [ "$gpus" -lt 2 ] && skip ctest_2gpu "one GPU: the *_2gpu tests (NCCL across two GPUs) need two"
 if [ "$suite" = 1 ]; then
   step ctest_device 240 "${ct[@]}" -j 8 -L device

@@ -15,7 +15,7 @@
 
 #include "accelerate/common.h"
 
-#define ACC__DEVICE_ABI_VERSION 7u
+#define ACC__DEVICE_ABI_VERSION 8u
 #define ACC__DEVICE_OPS_SYMBOL(name) "acc_device_" name "_ops_v1"
 #define ACC__NORM_CHUNK 4096 /* elements per partial sum of squares */
 #define ACC__NCCL_ID_BYTES 128
@@ -140,6 +140,15 @@ typedef struct acc__device_ops {
   /* dst[i] = dst[i] + src[i] * a (no fused multiply-add: acc__k_axpy), the reduce-scatter's
    * averaged gradient added into the gradient shard. */
   int (*axpy)(void *ctx, float *dst, const float *src, size_t n, float a, void *s);
+  /* ---- ABI 8: FSDP's collectives on device memory (src/device/dcomm.c); NULL without NCCL ---- */
+  /* recv (count x nranks elements) = every rank's send (count elements) in rank order; in place
+   * when send == recv + rank x count. Queued on s; nccl_wait completes it. */
+  int (*nccl_all_gather)(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                         int dtype, void *s);
+  /* recv (count elements) = op over the ranks of block `rank` of send (count x nranks elements);
+   * in place when recv == send + rank x count. Queued on s; nccl_wait completes it. */
+  int (*nccl_reduce_scatter)(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                             int dtype, int op, void *s);
 } acc__device_ops;
 
 /* The entry point a module exports under ACC__DEVICE_OPS_SYMBOL. */

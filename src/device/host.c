@@ -956,13 +956,17 @@ size_t acc__fake_queued(void *ctx) {
 
 static int h_probe(acc__device_probe_info *info) { return ACC_OK; }
 
-#define HOST_OPS(NAME, OPEN)                                                                   \
+#define HOST_OPS(NAME, OPEN, NCCL5, CHECK, ABORT, AG, RS)                                     \
   {ACC__DEVICE_ABI_VERSION, sizeof(acc__device_ops), NAME, NULL, h_probe, OPEN, h_close,      \
    h_alloc, h_free, h_is_device_ptr, h_stream_create, h_stream_destroy, h_stream_sync,        \
    h_event_create, h_event_destroy, h_event_record, h_stream_wait, h_event_sync, h_event_query, \
    h_copy, h_memset, h_sgd, h_adamw, h_unscale, h_norm_partials, h_norm_finish, h_scale, h_cast, \
-   NULL, NULL, NULL, NULL, NULL, h_clamp, h_round_f16, NULL, NULL, NULL, NULL, h_widen,       \
-   h_host_kernel, h_axpy}
+   NCCL5, h_clamp, h_round_f16, NULL, NULL, CHECK, ABORT, h_widen, h_host_kernel, h_axpy, AG, RS}
 
-const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu);
-const acc__device_ops acc__device_fake_ops = HOST_OPS("fake", h_open_fake);
+/* the cpu device has no NCCL; the fake one has fake_nccl.c's */
+#define NO_NCCL5 NULL, NULL, NULL, NULL, NULL
+#define FAKE_NCCL5 acc__fnccl_unique_id, acc__fnccl_init, acc__fnccl_all_reduce, acc__fnccl_wait, acc__fnccl_destroy
+const acc__device_ops acc__device_cpu_ops = HOST_OPS("cpu", h_open_cpu, NO_NCCL5, NULL, NULL, NULL, NULL);
+const acc__device_ops acc__device_fake_ops =
+    HOST_OPS("fake", h_open_fake, FAKE_NCCL5, acc__fnccl_check, acc__fnccl_abort, acc__fnccl_all_gather,
+             acc__fnccl_reduce_scatter);

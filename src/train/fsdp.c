@@ -450,6 +450,7 @@ acc_result acc_fsdp_prepare(acc_fsdp *f, const float *init_params) {
     if (padded > f->buf_elems) f->buf_elems = padded;
   }
   if (rc == ACC_OK) rc = agree_units(f);
+  if (rc == ACC_OK && !f->dcomm) rc = acc__fsdp_coll_setup(f); /* NCCL on a device (fsdp_coll.c) */
   if (rc == ACC_OK) rc = acc__fsdp_shard_alloc(f, f->shard_total, &f->master);
   if (rc == ACC_OK) rc = acc__fsdp_shard_alloc(f, f->shard_total, &f->gshard);
   if (rc == ACC_OK) rc = acc_model_create(&f->model);
@@ -602,6 +603,7 @@ void acc_fsdp_destroy(acc_fsdp *f) {
   acc__fsdp_optim_free(f);
   acc__fsdp_shard_free(f, f->master);
   acc__fsdp_shard_free(f, f->gshard);
+  acc__fsdp_coll_free(f);
   acc__fsdp_mem_release(f);
   f->magic = 0;
   acc__free(f);

@@ -83,6 +83,7 @@ struct acc_fsdp {
   int32_t *d_flag;              /* the unscale kernel's overflow flag (fp16) */
   double *d_partials;           /* norm partial sums */
   void *h_stage;                /* host staging of the poison check and the max norm (kept) */
+  struct acc__dcomm *dcomm;     /* FSDP's NCCL communicator over the job (fsdp_coll.c); NULL: host-staged */
   size_t d_partials_cap;
   acc_optimizer *dopt;          /* the optimizer whose state d_state holds (fsdp_optim.c) */
   float *d_state[2];            /* its state over master: momentum, or exp_avg and exp_avg_sq */

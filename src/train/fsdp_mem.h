@@ -83,4 +83,18 @@ void acc__fsdp_optim_install(acc_fsdp *f);
 acc_result acc__fsdp_optim_sync(acc_fsdp *f, acc_optimizer *opt, int to_host);
 void acc__fsdp_optim_free(acc_fsdp *f);
 
+/* FSDP's collectives on its buffers (src/train/fsdp_coll.c). On a device with NCCL (the CUDA
+ * module built with it, or the fake device's NCCL) over the job (not HYBRID) they run on device
+ * memory through FSDP's own communicator (device/dcomm.h), else through the comm layer (host
+ * staging on a device). ACCELERATE_FSDP_NCCL: auto, always, never. The caller's acc__comm_origin
+ * goes with either. setup is collective (acc_fsdp_prepare). */
+acc_result acc__fsdp_coll_setup(acc_fsdp *f);
+void acc__fsdp_coll_free(acc_fsdp *f);
+acc_result acc__fsdp_coll_all_gather(acc_fsdp *f, int group, const void *send, void *recv, size_t count,
+                                     acc_dtype dtype);
+acc_result acc__fsdp_coll_reduce_scatter(acc_fsdp *f, int group, const void *send, void *recv, size_t count,
+                                         acc_dtype dtype, acc_op op);
+acc_result acc__fsdp_coll_all_reduce(acc_fsdp *f, int group, const void *send, void *recv, size_t count,
+                                     acc_dtype dtype, acc_op op);
+
 #endif

@@ -143,8 +143,14 @@ static acc_result gather_start(acc_fsdp *f, size_t u, void *dst, acc__comm_job *
   void *mine = (char *)dst + un->shard * (size_t)f->srank * es;
   ACC_CHECK(acc__fsdp_shard_to_pool(f, mine, f->master + un->shard_at, un->shard, f->dtype));
   acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 0));
-  acc_result rc = h ? acc__comm_async_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype, h)
-                    : acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
+  acc_result rc;
+  if (f->dcomm) { /* NCCL on the device (fsdp_coll.c): run now, on the compute stream */
+    if (h) *h = NULL;
+    rc = acc__fsdp_coll_all_gather(f, f->shard_group, mine, dst, un->shard, f->dtype);
+  } else {
+    rc = h ? acc__comm_async_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype, h)
+           : acc__comm_group_all_gather(f->st, f->shard_group, mine, dst, un->shard, f->dtype);
+  }
   if (rc != ACC_OK) return acc__error_context(rc, "FSDP: gathering the parameters of unit '%s'", un->name);
   return ACC_OK;
 }
@@ -434,14 +440,14 @@ static acc_result reduce_unit_hook(acc_fsdp *f, size_t u) {
   void *out = f->sharded ? (char *)h + un->shard * (size_t)f->srank * sizeof(uint16_t) : h;
   if (rc == ACC_OK && f->sharded) {
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
-    rc = acc__comm_group_reduce_scatter(f->st, f->shard_group, h, out, un->shard, dt, ACC_SUM);
+    rc = acc__fsdp_coll_reduce_scatter(f, f->shard_group, h, out, un->shard, dt, ACC_SUM);
     if (rc == ACC_OK && f->replicas > 1) {
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
       rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, dt, ACC_SUM);
     }
   } else if (rc == ACC_OK) {
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
-    rc = acc_all_reduce(f->st, h, h, un->numel, dt, ACC_SUM);
+    rc = acc__fsdp_coll_all_reduce(f, ACC__GROUP_WORLD, h, h, un->numel, dt, ACC_SUM);
   }
   if (rc == ACC_OK) rc = acc__fsdp_mem_widen(f, g, out, n, dt);
   if (rc == ACC_OK && post > 1.0f) rc = hook_divide(f, g, out, n, post);
@@ -523,7 +529,9 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       }
     }
     float *out = send + un->shard * (size_t)f->srank; /* in place: this process's block */
-    if (!scratch) { /* float32: submitted, finished by finish_reduce (the next reduction, the pass's end) */
+    /* float32: submitted, finished by finish_reduce (the next reduction, the pass's end); NCCL on the
+     * device (f->dcomm): run now below */
+    if (!scratch && !f->dcomm) {
       f->rs.h[0] = f->rs.h[1] = NULL;
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
       rc = acc__comm_async_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM, &f->rs.h[0]);
@@ -546,7 +554,7 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
       return ACC_OK;
     }
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 1));
-    rc = acc__comm_group_reduce_scatter(f->st, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM);
+    rc = acc__fsdp_coll_reduce_scatter(f, f->shard_group, send, out, un->shard, ACC_F32, ACC_SUM);
     if (rc == ACC_OK && f->replicas > 1) { /* HYBRID: the machines' sums of this shard, added */
       acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
       rc = acc__comm_group_all_reduce(f->st, ACC__GROUP_RAIL, out, out, un->shard, ACC_F32, ACC_SUM);
@@ -555,7 +563,7 @@ static acc_result reduce_unit(acc_fsdp *f, size_t u) {
     acc__fsdp_mem_free(f, tmp);
   } else {
     acc__comm_origin(ACC__ORIGIN_FSDP, acc__fsdp_origin(u, 2));
-    rc = acc_all_reduce(f->st, g, g, un->numel, ACC_F32, ACC_SUM);
+    rc = acc__fsdp_coll_all_reduce(f, ACC__GROUP_WORLD, g, g, un->numel, ACC_F32, ACC_SUM);
     if (rc == ACC_OK) rc = acc__fsdp_shard_add(f, dst, g, un->numel, scale);
   }
   if (scratch) pool_give(f, scratch);

@@ -13,7 +13,10 @@
  *     with the scale kernel; at the end of the step the compute stream waits for an event
  *     recorded on the communication stream. No host synchronization. Compiled, never run.
  *     ACCELERATE_DEVICE_NCCL=always forces it (an error when it cannot be used), also at one
- *     process (a one-rank communicator: the GPU tests); never forces the host-staged path.
+ *     process (a one-rank communicator: the GPU tests); never forces the host-staged path. On
+ *     the strict fake device `always` takes the fake device's NCCL (device/fake_nccl.c: each
+ *     all-reduce staged through host memory and the CPU backend, synchronously), so this path
+ *     runs in CI; auto never picks it there.
  *
  * Nothing waits unbounded: the NCCL all-reduces are watched by the watchdog thread (watchdog.h:
  * completion, asynchronous error, dead peers, the collective timeout; on failure the
@@ -28,6 +31,7 @@
 #include "state/state.h"
 #include "train/accel.h"
 #include "train/train.h"
+#include "device/dcomm.h"
 #include "device/watchdog.h"
 
 struct acc__dev_gsync {
@@ -137,13 +141,20 @@ static int wd_query(void *ctx, void *token, char *msg, size_t cap) {
   return done ? 1 : 0;
 }
 
+/* The implementation's message: a module's last_error(), else acc_last_error() (the built-in
+ * devices, the fake NCCL among them, set it themselves), copied into buf. */
+static const char *impl_error(const acc__device_ops *ops, const char *dflt, char *buf, size_t cap) {
+  const char *m = ops->last_error ? ops->last_error() : acc_last_error();
+  snprintf(buf, cap, "%s", m && *m ? m : dflt);
+  return buf;
+}
+
 static int wd_async_error(void *ctx, char *msg, size_t cap) {
   acc__dev_gsync *g = ctx;
   void *mctx = NULL;
   const acc__device_ops *ops = acc__device_ops_of(g->d->dev, &mctx);
   if (!ops->nccl_check || ops->nccl_check(mctx, g->comm) == ACC_OK) return 0;
-  const char *m = ops->last_error ? ops->last_error() : NULL;
-  snprintf(msg, cap, "%s", m && *m ? m : "unknown error");
+  impl_error(ops, "unknown error", msg, cap);
   return 1;
 }
 
@@ -182,7 +193,8 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   int np = acc_state_num_processes(g->st), mode = 0;
   ACC_CHECK(nccl_mode(&mode));
   if (mode == 2) return ACC_OK;
-  if (d->type != ACC_DEVICE_CUDA) {
+  /* the fake device's NCCL stand-in (device/fake_nccl.c) only when asked for: always */
+  if (d->type != ACC_DEVICE_CUDA && !(d->type == ACC_DEVICE_FAKE && mode == 1)) {
     if (mode == 1)
       return acc__error(ACC_ERR_NOT_SUPPORTED,
                         "ACCELERATE_DEVICE_NCCL=always: NCCL needs a CUDA device, this "
@@ -223,13 +235,15 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   uint8_t id[ACC__NCCL_ID_BYTES];
   ACC_CHECK(acc__device_nccl_bootstrap_id(g->st, id));
   double timeout = acc_state_timeout(g->st);
+  acc__dcomm_bind(g->st, d->dev); /* the fake device's communicator spans this job */
   int r = ops->nccl_init(ctx, &g->comm, np, acc_state_process_index(g->st), id,
                          timeout > 0 ? timeout : 600.0);
+  acc__dcomm_bind(NULL, NULL);
   if (r != ACC_OK) {
     g->comm = NULL;
-    const char *m = ops->last_error ? ops->last_error() : NULL;
+    char m[512];
     return acc__error((acc_result)r, "%s: NCCL communicator: %s", acc__device_name(d->dev),
-                      m && *m ? m : "init failed");
+                      impl_error(ops, "init failed", m, sizeof m));
   }
   size_t total = g->prefix[g->n];
   ACC_CHECK(acc__dstream_create(d->dev, &g->cstream));
@@ -338,9 +352,10 @@ static acc_result nccl_bucket(acc__dev_gsync *g, size_t bucket, size_t first, si
                                g->cstream);
   if (r != ACC_OK) {
     acc__watchdog_cancel(g->wd);
-    const char *m = ops->last_error ? ops->last_error() : NULL;
+    char m[512];
     acc_result rc = acc__error((acc_result)r, "gradient bucket %zu: NCCL all-reduce on rank %d: %s",
-                               bucket, acc_state_process_index(g->st), m && *m ? m : "failed");
+                               bucket, acc_state_process_index(g->st),
+                               impl_error(ops, "failed", m, sizeof m));
     acc__state_mark_broken(g->st, acc_last_error());
     return rc;
   }

@@ -41,6 +41,14 @@
  *       memory gives the shards prepare from host memory gives; bf16 / fp16 tables: the 16-bit
  *       gathered parameters and gradient buffers fault on host access, the unscale, clipping and
  *       step run, a write into a released 16-bit buffer is named by element.
+ *   test_fsdp_device die STRATEGY fake DIR
+ *       process N-1 exits before step 3 (ACCELERATE_FSDP_NCCL=always: the fake NCCL path); every
+ *       other process's step returns an error, written to DIR/died_<rank>.txt (exit 3).
+ *   test_fsdp_device mismatch STRATEGY fake DIR
+ *       process N-1 makes an all_reduce of its own at step 3 where the others gather a unit's
+ *       parameters through the NCCL path: every process reports the mismatch (DIR/died_<rank>.txt).
+ *   ACC_TEST_FSDP_NCCL=yes|no (train, hook): FSDP's collectives did (did not) go through the fake
+ *       device's NCCL (its call counter).
  *   test_fsdp_device probe              exit 77 unless a CUDA GPU is usable.
  */
 #include <math.h>
@@ -55,6 +63,7 @@
 #include "acc_test.h"
 #include "accelerate.h"
 #include "device/device.h" /* the CUDA probe; also ACC_CHECK (return on error) */
+#include "device/dcomm.h"  /* acc__dcomm_fake_calls: the fake NCCL's collectives (the path taken) */
 
 enum { D = 7, H = 13, O = 3, G = 12, STEPS = 50, HALF = 25, MICRO = 2, INF_STEP = 5 };
 
@@ -351,6 +360,53 @@ static const char *dt_word(void) { return DT == ACC_BF16 ? "bf16" : DT == ACC_F1
 
 /* Both runs step from the same loss scale (fp16): the reference run's scaler state is set back to
  * what it was before the strategy's step; the two must agree after each step. */
+/* ACC_TEST_FSDP_NCCL=yes: FSDP's collectives went through the fake device's NCCL (at least one
+ * reduction per unit and step); no: none did (the host-staged path). Unset: not checked. */
+static void check_path(void) {
+  const char *want = getenv("ACC_TEST_FSDP_NCCL");
+  if (!want || !*want) return;
+  unsigned long long calls = acc__dcomm_fake_calls();
+  if (!strcmp(want, "yes"))
+    CHECK(calls >= (unsigned long long)STEPS * 4, "FSDP's collectives ran on the fake NCCL: %llu calls", calls);
+  else
+    CHECK(calls == 0, "FSDP's collectives were host-staged: %llu fake NCCL calls", calls);
+  printf("fake NCCL collectives on process %d: %llu\n", rank, calls);
+}
+
+/* A process dies (process N-1, before step 3) under STRATEGY on the fake device's NCCL: every other
+ * process's next step returns an error (written to DIR/died_<rank>.txt), never a hang. The
+ * survivors ignore SIGTERM, so that the launcher's clean-up (after the death) cannot end them
+ * before the library reports it (the launcher SIGKILLs after ACCELERATE_LAUNCH_GRACE_PERIOD). */
+static void test_die(int strategy, const char *dir, int mismatch) {
+  signal(SIGTERM, SIG_IGN);
+  run a = {0};
+  REQUIRE_OK(make_run(&a, strategy));
+  for (int s = 0; s < STEPS; s++) {
+    if (s == 3 && rank == world - 1 && !mismatch) {
+      fprintf(stderr, "[rank %d] exits before step %d (test)\n", rank, s);
+      _exit(7);
+    }
+    float norm, x[5] = {0};
+    /* mismatch: process N-1 makes a collective of its own where the others gather a unit */
+    acc_result rc = s == 3 && rank == world - 1 && mismatch
+                        ? acc_all_reduce(acc_accelerator_state(acc), x, x, 5, ACC_F32, ACC_SUM)
+                        : train_step(&a, s, &norm);
+    if (rc == ACC_OK && s == 3 && rank == world - 1 && mismatch) rc = train_step(&a, s, &norm);
+    if (rc != ACC_OK) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/died_%d.txt", dir, rank);
+      FILE *fp = fopen(path, "w");
+      if (fp) {
+        fprintf(fp, "step %d: %s\n", s, acc_last_error());
+        fclose(fp);
+      }
+      fprintf(stderr, "[rank %d] step %d after the death: %s\n", rank, s, acc_last_error());
+      _exit(3);
+    }
+  }
+  CHECK(0, "process %d trained %d steps although process %d died", rank, STEPS, world - 1);
+}
+
 static void test_train(int strategy, const char *out) {
   run a = {0}, ref = {0};
   REQUIRE_OK(make_run(&a, strategy));
@@ -422,6 +478,7 @@ static void test_train(int strategy, const char *out) {
   REQUIRE_OK(acc_fsdp_memory_stats(a.f, &m));
   CHECK(m.pool_buffers > 0 || strategy == ACC_FSDP_NO_SHARD, "unit buffers were used");
   if (rank == 0) CHECK(write_file(out, pa, sizeof pa, norms, sizeof norms), "wrote %s", out);
+  check_path();
   printf("train%s: %s %s on %s, %d processes: masters within %.3g of NO_SHARD, clip norms within %.3g, %d skipped\n",
          offload ? " (offload_params)" : "", acc_fsdp_strategy(a.f) == ACC_FSDP_FULL_SHARD ? "FULL_SHARD"
          : acc_fsdp_strategy(a.f) == ACC_FSDP_SHARD_GRAD_OP ? "SHARD_GRAD_OP"
@@ -450,6 +507,7 @@ static void test_hook(int strategy, const char *out) {
   CHECK(memcmp(pa, pr, sizeof pa) == 0, "the masters equal NO_SHARD's with the same hook bit for bit (%g relative)",
         rel_diff(pa, pr, NUMEL));
   if (rank == 0) CHECK(write_file(out, pa, sizeof pa, NULL, 0), "wrote %s", out);
+  check_path();
   printf("hook: comm hook %d, %s table, %d processes on %s: masters equal NO_SHARD's bit for bit\n",
          acc_accelerator_comm_hook(acc), dt_word(), world, acc_accelerator_device_name(acc));
   free_run(&a);
@@ -857,6 +915,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "hookgrad")) test_hookgrad(strategy);
     else if (!strcmp(argv[1], "save")) test_save(strategy, argv[4]);
     else if (!strcmp(argv[1], "resume")) test_resume(strategy, argv[4]);
+    else if (!strcmp(argv[1], "die")) test_die(strategy, argv[4], 0);
+    else if (!strcmp(argv[1], "mismatch")) test_die(strategy, argv[4], 1);
     else return 2;
   } else {
     fprintf(stderr, "usage: test_fsdp_device train|hook|save|resume STRATEGY cpu|fake|cuda OUT [FULL] [bf16|fp16] | "

@@ -269,6 +269,11 @@ static const acc__device_ops ops = {
     widen,
     NULL, /* host_kernel: host code never reaches GPU memory */
     axpy,
+#ifdef ACC_CUDA_HAVE_NCCL
+    acc__nccl_all_gather, acc__nccl_reduce_scatter,
+#else
+    NULL, NULL,
+#endif
 };
 
 __attribute__((visibility("default"))) const acc__device_ops *acc_device_cuda_ops_v1(void) {

@@ -57,6 +57,10 @@ int acc__nccl_wait(void *ctx, void *comm, void *s, double timeout_s);
 int acc__nccl_destroy(void *ctx, void *comm, int abort);
 int acc__nccl_check(void *ctx, void *comm);
 int acc__nccl_abort(void *ctx, void *comm);
+int acc__nccl_all_gather(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                         int dtype, void *s);
+int acc__nccl_reduce_scatter(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                             int dtype, int op, void *s);
 #endif
 
 #endif

@@ -2,6 +2,8 @@
  * a wait that polls the communicator's asynchronous error and aborts on error or timeout, so a
  * dead or stalled peer never hangs the caller.
  *
+ * All-gather and reduce-scatter (device ABI 8) are FSDP's (src/device/dcomm.c).
+ *
  * COMPILED ONLY: apart from acc__nccl_unique_id and ncclGetVersion (which need no driver), none of
  * this has run; it has never run on a GPU. */
 #define _POSIX_C_SOURCE 200809L
@@ -143,6 +145,49 @@ int acc__nccl_all_reduce(void *ctx, void *comm, const void *send, void *recv, si
     return rc;
   }
   return ACC_OK; /* in progress: acc__nccl_wait completes it */
+}
+
+/* An enqueue that failed: the communicator is aborted (its later calls fail), as after a failed
+ * all-reduce. */
+static int enqueue_failed(nccl_comm *nc, ncclResult_t r, const char *what) {
+  int rc = nccl_fail(r, nc->comm, what);
+  ncclCommAbort(nc->comm);
+  nc->comm = NULL;
+  return rc;
+}
+
+int acc__nccl_all_gather(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                         int dtype, void *s) {
+  nccl_comm *nc = comm;
+  (void)ctx;
+  if (!nc->comm)
+    return acc__cuda_fail(ACC_ERR_INVALID_USAGE,
+                          "the NCCL communicator was aborted by an earlier error");
+  ncclDataType_t t;
+  if (!map_dtype(dtype, &t))
+    return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL all_gather: unknown dtype %d", dtype);
+  /* in place when send is this rank's block of recv (NCCL's in-place rule) */
+  ncclResult_t r = ncclAllGather(send, recv, count, t, nc->comm, (cudaStream_t)s);
+  if (r != ncclSuccess && r != ncclInProgress) return enqueue_failed(nc, r, "ncclAllGather");
+  return ACC_OK; /* acc__nccl_wait completes it */
+}
+
+int acc__nccl_reduce_scatter(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                             int dtype, int op, void *s) {
+  nccl_comm *nc = comm;
+  (void)ctx;
+  if (!nc->comm)
+    return acc__cuda_fail(ACC_ERR_INVALID_USAGE,
+                          "the NCCL communicator was aborted by an earlier error");
+  ncclDataType_t t;
+  if (!map_dtype(dtype, &t))
+    return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL reduce_scatter: unknown dtype %d",
+                          dtype);
+  ncclRedOp_t o = op == ACC_SUM ? ncclSum : op == ACC_MEAN ? ncclAvg : op == ACC_MIN ? ncclMin
+                                                                                     : ncclMax;
+  ncclResult_t r = ncclReduceScatter(send, recv, count, t, o, nc->comm, (cudaStream_t)s);
+  if (r != ncclSuccess && r != ncclInProgress) return enqueue_failed(nc, r, "ncclReduceScatter");
+  return ACC_OK;
 }
 
 int acc__nccl_wait(void *ctx, void *comm, void *s, double timeout_s) {
