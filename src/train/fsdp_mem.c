@@ -106,7 +106,7 @@ acc_result acc__fsdp_mem_out(acc_fsdp *f, float *h_dst, const float *src, size_t
   int on_dev = 0;
   if (f->dev) ACC_CHECK(acc__device_is_device_ptr(dev_of(f), src, &on_dev));
   if (!on_dev) {
-    memcpy(h_dst, src, n * sizeof(float));
+    memmove(h_dst, src, n * sizeof(float)); /* may overlap: acc__fsdp_shard_in in place */
     return ACC_OK;
   }
   ACC_CHECK(acc__device_copy(dev_of(f), h_dst, src, n * sizeof(float), ACC__COPY_D2H, stream_of(f)));
@@ -307,16 +307,8 @@ acc_result acc__fsdp_shard_norm(acc_fsdp *f, const float *p, size_t n, double *s
 
 acc_result acc__fsdp_shard_in(acc_fsdp *f, float *dst, const float *src, size_t n) {
   if (shard_on_dev(f) || !f->dev) return acc__fsdp_mem_in(f, dst, src, n);
-  if (!n) return ACC_OK;
   /* a host shard: src may be memory of the device (the program's initial parameters) */
-  int on_dev = 0;
-  ACC_CHECK(acc__device_is_device_ptr(dev_of(f), src, &on_dev));
-  if (!on_dev) {
-    memmove(dst, src, n * sizeof(float));
-    return ACC_OK;
-  }
-  ACC_CHECK(acc__device_copy(dev_of(f), dst, src, n * sizeof(float), ACC__COPY_D2H, stream_of(f)));
-  return acc__dstream_sync(dev_of(f), stream_of(f));
+  return acc__fsdp_mem_out(f, dst, src, n);
 }
 
 acc_result acc__fsdp_shard_to_pool(acc_fsdp *f, void *dst, const float *src, size_t n, acc_dtype dtype) {

@@ -123,71 +123,65 @@ static int map_dtype(int dtype, ncclDataType_t *t) {
   }
 }
 
-int acc__nccl_all_reduce(void *ctx, void *comm, const void *send, void *recv, size_t count,
-                         int dtype, int op, void *s) {
-  nccl_comm *nc = comm;
-  (void)ctx;
+/* What every collective checks first: a live communicator and a dtype NCCL has (*t). */
+static int prelude(const nccl_comm *nc, int dtype, const char *what, ncclDataType_t *t) {
   if (!nc->comm)
     return acc__cuda_fail(ACC_ERR_INVALID_USAGE,
                           "the NCCL communicator was aborted by an earlier error");
-  ncclDataType_t t;
-  if (!map_dtype(dtype, &t))
-    return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL all_reduce: unknown dtype %d", dtype);
-  /* MEAN is ncclAvg: for floating types NCCL multiplies by 1/nranks in the element type, which
-   * differs in rounding from the CPU backends' sum-then-divide. */
-  ncclRedOp_t o = op == ACC_SUM ? ncclSum : op == ACC_MEAN ? ncclAvg : op == ACC_MIN ? ncclMin
-                                                                                     : ncclMax;
-  ncclResult_t r = ncclAllReduce(send, recv, count, t, o, nc->comm, (cudaStream_t)s);
-  if (r != ncclSuccess && r != ncclInProgress) {
-    int rc = nccl_fail(r, nc->comm, "ncclAllReduce");
-    ncclCommAbort(nc->comm);
-    nc->comm = NULL;
-    return rc;
-  }
-  return ACC_OK; /* in progress: acc__nccl_wait completes it */
+  if (!map_dtype(dtype, t))
+    return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL %s: unknown dtype %d", what, dtype);
+  return ACC_OK;
 }
 
-/* An enqueue that failed: the communicator is aborted (its later calls fail), as after a failed
- * all-reduce. */
-static int enqueue_failed(nccl_comm *nc, ncclResult_t r, const char *what) {
+/* MEAN is ncclAvg: for floating types NCCL multiplies by 1/nranks in the element type, which
+ * differs in rounding from the CPU backends' sum-then-divide. */
+static ncclRedOp_t map_op(int op) {
+  return op == ACC_SUM ? ncclSum : op == ACC_MEAN ? ncclAvg : op == ACC_MIN ? ncclMin : ncclMax;
+}
+
+/* An enqueue that failed: the communicator is aborted (its later calls fail). Otherwise (success
+ * or in progress) acc__nccl_wait completes the collective. */
+static int enqueued(nccl_comm *nc, ncclResult_t r, const char *what) {
+  if (r == ncclSuccess || r == ncclInProgress) return ACC_OK;
   int rc = nccl_fail(r, nc->comm, what);
   ncclCommAbort(nc->comm);
   nc->comm = NULL;
   return rc;
 }
 
+int acc__nccl_all_reduce(void *ctx, void *comm, const void *send, void *recv, size_t count,
+                         int dtype, int op, void *s) {
+  nccl_comm *nc = comm;
+  ncclDataType_t t = ncclFloat32;
+  (void)ctx;
+  int rc = prelude(nc, dtype, "all_reduce", &t);
+  if (rc != ACC_OK) return rc;
+  return enqueued(nc, ncclAllReduce(send, recv, count, t, map_op(op), nc->comm, (cudaStream_t)s),
+                  "ncclAllReduce");
+}
+
+/* In place when send is this rank's block of recv (NCCL's in-place rule). */
 int acc__nccl_all_gather(void *ctx, void *comm, const void *send, void *recv, size_t count,
                          int dtype, void *s) {
   nccl_comm *nc = comm;
+  ncclDataType_t t = ncclFloat32;
   (void)ctx;
-  if (!nc->comm)
-    return acc__cuda_fail(ACC_ERR_INVALID_USAGE,
-                          "the NCCL communicator was aborted by an earlier error");
-  ncclDataType_t t;
-  if (!map_dtype(dtype, &t))
-    return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL all_gather: unknown dtype %d", dtype);
-  /* in place when send is this rank's block of recv (NCCL's in-place rule) */
-  ncclResult_t r = ncclAllGather(send, recv, count, t, nc->comm, (cudaStream_t)s);
-  if (r != ncclSuccess && r != ncclInProgress) return enqueue_failed(nc, r, "ncclAllGather");
-  return ACC_OK; /* acc__nccl_wait completes it */
+  int rc = prelude(nc, dtype, "all_gather", &t);
+  if (rc != ACC_OK) return rc;
+  return enqueued(nc, ncclAllGather(send, recv, count, t, nc->comm, (cudaStream_t)s),
+                  "ncclAllGather");
 }
 
 int acc__nccl_reduce_scatter(void *ctx, void *comm, const void *send, void *recv, size_t count,
                              int dtype, int op, void *s) {
   nccl_comm *nc = comm;
+  ncclDataType_t t = ncclFloat32;
   (void)ctx;
-  if (!nc->comm)
-    return acc__cuda_fail(ACC_ERR_INVALID_USAGE,
-                          "the NCCL communicator was aborted by an earlier error");
-  ncclDataType_t t;
-  if (!map_dtype(dtype, &t))
-    return acc__cuda_fail(ACC_ERR_INVALID_ARGUMENT, "NCCL reduce_scatter: unknown dtype %d",
-                          dtype);
-  ncclRedOp_t o = op == ACC_SUM ? ncclSum : op == ACC_MEAN ? ncclAvg : op == ACC_MIN ? ncclMin
-                                                                                     : ncclMax;
-  ncclResult_t r = ncclReduceScatter(send, recv, count, t, o, nc->comm, (cudaStream_t)s);
-  if (r != ncclSuccess && r != ncclInProgress) return enqueue_failed(nc, r, "ncclReduceScatter");
-  return ACC_OK;
+  int rc = prelude(nc, dtype, "reduce_scatter", &t);
+  if (rc != ACC_OK) return rc;
+  return enqueued(nc,
+                  ncclReduceScatter(send, recv, count, t, map_op(op), nc->comm, (cudaStream_t)s),
+                  "ncclReduceScatter");
 }
 
 int acc__nccl_wait(void *ctx, void *comm, void *s, double timeout_s) {
