@@ -26,6 +26,7 @@
 // its data to every peer, so only small collectives ride along. The buffers are allocated
 // without being written, so their pages cost memory only once a collective of that size ran.
 #include <chrono>
+#include <csignal>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -541,6 +542,15 @@ extern "C" acc_result acc__backend_gloo_create(acc__backend **out, const acc__pr
   if (H->store_local_addr(info->store, addr, sizeof addr) != 0)
     return fail(ACC_ERR_SYSTEM, "gloo backend: cannot read the local address of the store "
                                 "connection");
+  // gloo's TCP pairs write with writev, without MSG_NOSIGNAL: a write to a peer that died raises
+  // SIGPIPE, whose default action ends this process before the write's error reaches us (and
+  // with it the sentence naming the lost peer). Python (so PyTorch's gloo) ignores SIGPIPE from
+  // its start; we do the same, but only where the program left SIGPIPE at its default: a handler
+  // the program installed stays (docs/backends.md).
+  struct sigaction old_pipe;
+  if (sigaction(SIGPIPE, nullptr, &old_pipe) == 0 && !(old_pipe.sa_flags & SA_SIGINFO) &&
+      old_pipe.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
   GlooBe *g = new (std::nothrow) GlooBe();
   if (!g) return ACC_ERR_NOMEM;
   g->base.ops = &gloo_ops;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -520,7 +521,36 @@ static int find_program(const char *prog) {
   return -1;
 }
 
+/* 1 when port binds now (nothing listens on it), for free_port. */
+static int port_binds(long port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return 0;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  int ok = bind(s, (struct sockaddr *)&sa, sizeof sa) == 0;
+  close(s);
+  return ok;
+}
+
+/* A free port for --main_process_port 0. The port is only checked, not held, until the job's
+ * store binds it, so it is chosen below the kernel's ephemeral range (ip_local_port_range): a
+ * port in that range can be handed to any other process's connect or bind to port 0 in between
+ * (another job's gloo pairs, say), one below it cannot. Between 10000 and the range's start, at
+ * random; the kernel's own choice where the range starts too low to leave room. */
 static long free_port(void) {
+  long lo = 32768, hi = 60999;
+  FILE *fp = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (fp) {
+    if (fscanf(fp, "%ld %ld", &lo, &hi) != 2) lo = 32768;
+    fclose(fp);
+  }
+  if (lo > 11024) {
+    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 64; tries++) {
+      long port = 10000 + (long)(rand_r(&seed) % (unsigned)(lo - 10000));
+      if (port_binds(port)) return port;
+    }
+  }
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -1;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
