@@ -96,7 +96,7 @@ static acc_result shard_groups(acc_fsdp *f) {
   f->shard_group = ACC__GROUP_WORLD;
   f->replica = 0;
   f->replicas = 1;
-  if (!f->hybrid) return ACC_OK;
+  if (f->strategy != ACC_FSDP_HYBRID_SHARD && f->strategy != ACC_FSDP_HYBRID_SHARD_ZERO2) return ACC_OK;
   acc_result rc = acc__comm_group_info(f->st, ACC__GROUP_LOCAL, &f->srank, &f->sworld);
   if (rc == ACC_OK) rc = acc__comm_group_info(f->st, ACC__GROUP_RAIL, &f->replica, &f->replicas);
   if (rc != ACC_OK)
@@ -144,7 +144,6 @@ static acc_result resolve_plugin(acc_fsdp *f, const acc_fsdp_plugin *user) {
                       "keeps the parameters until backward): give one of them, or %s", strategy_names[strategy],
                       strategy == ACC_FSDP_SHARD_GRAD_OP ? "FULL_SHARD" : "HYBRID_SHARD");
   f->strategy = strategy;
-  f->hybrid = strategy == ACC_FSDP_HYBRID_SHARD || strategy == ACC_FSDP_HYBRID_SHARD_ZERO2;
   f->reshard = strategy == ACC_FSDP_FULL_SHARD || strategy == ACC_FSDP_HYBRID_SHARD;
   f->sharded = strategy != ACC_FSDP_NO_SHARD;
 

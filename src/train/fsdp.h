@@ -44,13 +44,13 @@ struct acc_fsdp {
   acc_state *st;
   int rank, world;
   int sharded;        /* FULL_SHARD, SHARD_GRAD_OP or a HYBRID strategy */
-  /* HYBRID_SHARD / HYBRID_SHARD_ZERO2 (hybrid 1): sharded over this machine's processes,
+  /* HYBRID_SHARD / HYBRID_SHARD_ZERO2: sharded over this machine's processes,
    * replicated across machines. srank / sworld: this process's index among the processes the
    * shards are spread over, and their number (rank / world otherwise); shard_group: the group of
    * the gathers and reduce-scatters (comm/group.h: the job, or this machine's processes);
    * replica / replicas: this process's machine and the number of machines holding each shard
    * (the rail over which a shard's gradients are all-reduced; 0 / 1 otherwise). */
-  int hybrid, srank, sworld, shard_group, replica, replicas;
+  int srank, sworld, shard_group, replica, replicas;
   int strategy, reshard, bwd_prefetch, fwd_prefetch, sdt, offload, wrap, sync_states;
   int64_t min_params;
   acc_dtype dtype;      /* of the gathered parameters and the program's gradients: F32, BF16 or F16 */
