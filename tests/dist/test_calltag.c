@@ -181,6 +181,17 @@ static void sc_shape(const char *what) {
       site("call", __LINE__ + 1);
       rc = acc__comm_alloc_shared(st, odd ? 8192 : 4096, &p);
       if (p) rc = acc__error(ACC_ERR_INTERNAL, "alloc_shared gave memory despite the mismatch");
+    } else if (strcmp(what, "bigkind") == 0) {
+      /* 1 MiB each: between 2 gloo processes both move their data outside the header exchange
+       * (direct transfers), which must not start before the tags were compared */
+      static float big[2 * 262144], mine[262144];
+      site("call", __LINE__ + 1);
+      rc = odd ? acc_all_gather(st, mine, big, 262144, ACC_F32) : acc_broadcast(st, big, 262144, ACC_F32, 0);
+      for (size_t i = 0; i < 2 * 262144 && rc != ACC_OK; i++)
+        if (big[i] != 0.0f) {
+          rc = acc__error(ACC_ERR_INTERNAL, "the mismatched call wrote element %zu of the output", i);
+          break;
+        }
     } else if (strcmp(what, "kind") == 0) { /* 3 processes: only the last one differs */
       site("call", __LINE__ + 1);
       rc = odd ? acc_all_gather(st, x, x, 1, ACC_F32) : acc_barrier(st);
@@ -504,6 +515,7 @@ static void drive(const char *cli, const char *self, const char *sc) {
     if (strcmp(sc, "kind") == 0) want = "process 2: all_gather(count=1, dtype=f32) [user call] at";
     if (strcmp(sc, "shared_size") == 0) want = "process 1: alloc_shared(count=8192, dtype=u8) [user call] at";
     if (strcmp(sc, "bkind") == 0) want = "process 1: broadcast(count=1, dtype=f32, root=0) [user call] at";
+    if (strcmp(sc, "bigkind") == 0) want = "process 1: all_gather(count=262144, dtype=f32) [user call] at";
     if (strcmp(sc, "skip") == 0) want = "barrier() [user call] at";
     CHECK(want != NULL, "unknown scenario %s", sc);
     CHECK(rank_site(np - 1, "call", site1, sizeof site1), "no call site:\n%s", g_out.err);
