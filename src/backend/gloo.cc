@@ -18,8 +18,9 @@
 // rank with ACC_ERR_MISMATCH naming every call (their records, exchanged by a gloo all_gather of
 // one fixed size). Only then does the data move: small collectives complete from the messages
 // (all_reduce, reduce and reduce_scatter reduce in rank order, so every rank gets the same bits),
-// larger ones run gloo's collective, but for broadcast and all_gather between 2 processes from
-// 256 KiB on, which move straight between the callers' buffers (direct()). A message is never larger than the receive posted for it
+// larger ones run gloo's collective, but for broadcast (a tree of direct transfers between the
+// callers' buffers, broadcast_tree) and all_gather between 2 processes from 256 KiB on (one
+// direct transfer each way, direct()). A message is never larger than the receive posted for it
 // (gloo fails a larger one in its I/O thread), whatever the peers called: headers are fixed-size
 // and payloads at most the capacity. Between 2 processes (one per machine, or the leaders of two
 // machines) the exchange moves no more bytes than gloo's own algorithms would, in one message
@@ -40,7 +41,6 @@
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/gather.h>
 #include <gloo/reduce.h>
 #include <gloo/reduce_scatter.h>
@@ -118,6 +118,7 @@ constexpr uint8_t kHdrPrefix = 0xac;
 // straight between the callers' buffers (see direct()) on slot kDataPrefix + the exchange's number.
 constexpr size_t kDirect = 256 * 1024;
 constexpr uint8_t kDataPrefix = 0xad;
+constexpr size_t kPiece = 1024 * 1024, kPieces = 16; // broadcast_tree's pieces
 
 struct GlooBe {
   acc__backend base;
@@ -168,7 +169,10 @@ bool small(GlooBe *g, size_t bytes) { return bytes * (size_t)(g->base.size - 1) 
 // call. Nothing is sent before every tag matched: after a mismatch the posted receive is never
 // matched (its slot is this exchange's) and is dropped with its buffer object.
 bool direct(GlooBe *g, size_t bytes) { return g->base.size == 2 && bytes >= kDirect; }
-uint64_t dslot(uint64_t seq) { return (uint64_t)gloo::Slot::build(kDataPrefix, (uint32_t)seq); }
+// the slot of piece p (< kPieces) of exchange seq's data
+uint64_t dslot(uint64_t seq, size_t p) {
+  return (uint64_t)gloo::Slot::build(kDataPrefix, (uint32_t)(seq << 4 | p));
+}
 
 acc_result gloo_error(acc__backend *be, const char *what, const std::exception &e);
 
@@ -268,25 +272,43 @@ size_t esize(acc_dtype d) {
 // The exchange is a barrier: every rank waits for every rank's message.
 acc_result op_barrier(acc__backend *be) { return hx(self(be), nullptr, 0, -1); }
 
-// A direct broadcast between 2 processes (see direct()).
-acc_result broadcast_direct(GlooBe *g, void *buf, size_t nbytes, int root) {
-  const int me = g->base.rank;
-  const uint64_t slot = dslot(g->hseq + 1); /* the number hx gives this exchange */
+// A broadcast past the exchange (2 processes from kDirect on; more processes when it is too
+// large to ride in it): a binomial tree over the ranks counted from the root, the farthest child
+// first (two machines of K processes each, ranks placed by machine: the root's first send
+// crosses, then each machine proceeds on its own), every rank's receives from its parent posted
+// before its header (see direct()). With more than 2 processes the data moves in pieces of about
+// kPiece (at most kPieces), so a rank forwards piece p while p + 1 arrives.
+acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
+  const int n = g->base.size, v = (g->base.rank - root + n) % n;
+  const int low = v ? (v & -v) : INT_MAX; /* children are v + m for the powers of 2 m < low */
+  const int parent = v ? (v - low + root) % n : -1;
+  std::vector<int> kids;
+  int top = 1;
+  while (top * 2 < n) top *= 2;
+  for (int m = top; m >= 1; m >>= 1)
+    if (m < low && v + m < n) kids.push_back((v + m + root) % n);
+  size_t np = n > 2 ? (nbytes + kPiece - 1) / kPiece : 1;
+  if (np > kPieces) np = kPieces;
+  if (np < 1) np = 1;
+  const size_t ps = (nbytes + np - 1) / np;
+  while (np > 1 && (np - 1) * ps >= nbytes) np--;
+  auto len = [&](size_t p) { return p + 1 < np ? ps : nbytes - p * ps; };
+  const uint64_t seq = g->hseq + 1; /* the number hx gives this exchange */
   std::unique_ptr<gloo::transport::UnboundBuffer> ub;
   try {
     ub = g->ctx->createUnboundBuffer(buf, nbytes);
-    if (me != root) ub->recv(root, slot, 0, nbytes);
+    if (parent >= 0)
+      for (size_t p = 0; p < np; p++) ub->recv(parent, dslot(seq, p), p * ps, len(p));
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "broadcast", e);
   }
   ACC_CHECK(hx(g, nullptr, 0, -1));
   try {
-    if (me == root) {
-      ub->send(1 - me, slot, 0, nbytes);
-      ub->waitSend(g->timeout);
-    } else {
-      ub->waitRecv(g->timeout);
+    for (size_t p = 0; p < np; p++) {
+      if (parent >= 0) ub->waitRecv(g->timeout); /* pieces arrive in order: this is piece p */
+      for (int k : kids) ub->send(k, dslot(seq, p), p * ps, len(p));
     }
+    for (size_t i = 0; i < np * kids.size(); i++) ub->waitSend(g->timeout);
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "broadcast", e);
   }
@@ -295,23 +317,9 @@ acc_result broadcast_direct(GlooBe *g, void *buf, size_t nbytes, int root) {
 
 acc_result op_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   GlooBe *g = self(be);
-  if (direct(g, nbytes)) return broadcast_direct(g, buf, nbytes, root);
-  bool in = small(g, nbytes);
-  ACC_CHECK(hx(g, buf, in && be->rank == root ? nbytes : 0, -1));
-  if (in) {
-    if (be->rank != root) memcpy(buf, hpayload(g, root), nbytes);
-    return ACC_OK;
-  }
-  try {
-    gloo::BroadcastOptions o(g->ctx);
-    o.setOutput(static_cast<uint8_t *>(buf), nbytes);
-    o.setRoot(root);
-    o.setTag(++g->tag);
-    o.setTimeout(g->timeout);
-    gloo::broadcast(o);
-  } catch (const std::exception &e) {
-    return gloo_error(be, "broadcast", e);
-  }
+  if (direct(g, nbytes) || !small(g, nbytes)) return broadcast_tree(g, buf, nbytes, root);
+  ACC_CHECK(hx(g, buf, be->rank == root ? nbytes : 0, -1));
+  if (be->rank != root) memcpy(buf, hpayload(g, root), nbytes);
   return ACC_OK;
 }
 
@@ -403,7 +411,7 @@ acc_result op_reduce(acc__backend *be, const void *send, void *recv, size_t coun
 acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nbytes) {
   const int me = g->base.rank, peer = 1 - me;
   uint8_t *r = static_cast<uint8_t *>(recv);
-  const uint64_t slot = dslot(g->hseq + 1);
+  const uint64_t slot = dslot(g->hseq + 1, 0);
   std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
   try {
     in = g->ctx->createUnboundBuffer(r + (size_t)peer * nbytes, nbytes);
