@@ -119,6 +119,7 @@ constexpr uint8_t kHdrPrefix = 0xac;
 constexpr size_t kDirect = 256 * 1024;
 constexpr uint8_t kDataPrefix = 0xad;
 constexpr size_t kPiece = 1024 * 1024, kPieces = 16; // broadcast_tree's pieces
+constexpr uint64_t kPairMin = 16u << 20; // all_reduce_pair from here (ACCELERATE_GLOO_PAIR_BYTES)
 
 struct GlooBe {
   acc__backend base;
@@ -136,6 +137,10 @@ struct GlooBe {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inb[2];
   std::unique_ptr<char[]> hout;
   std::unique_ptr<gloo::transport::UnboundBuffer> outb;
+  // ACCELERATE_GLOO_PAIR_BYTES: all_reduce_pair from this size on (2 processes); every header
+  // carries it, so that processes started with different values fail instead of pairing
+  // different algorithms
+  uint64_t pair_min = kPairMin;
 };
 
 GlooBe *self(acc__backend *be) { return reinterpret_cast<GlooBe *>(be); }
@@ -169,9 +174,9 @@ bool small(GlooBe *g, size_t bytes) { return bytes * (size_t)(g->base.size - 1) 
 // call. Nothing is sent before every tag matched: after a mismatch the posted receive is never
 // matched (its slot is this exchange's) and is dropped with its buffer object.
 bool direct(GlooBe *g, size_t bytes) { return g->base.size == 2 && bytes >= kDirect; }
-// the slot of piece p (< kPieces) of exchange seq's data
+// the slot of piece p (< 64) of exchange seq's data
 uint64_t dslot(uint64_t seq, size_t p) {
-  return (uint64_t)gloo::Slot::build(kDataPrefix, (uint32_t)(seq << 4 | p));
+  return (uint64_t)gloo::Slot::build(kDataPrefix, (uint32_t)(seq << 6 | p));
 }
 
 acc_result gloo_error(acc__backend *be, const char *what, const std::exception &e);
@@ -206,7 +211,7 @@ acc_result hx_mismatch(GlooBe *g) {
 acc_result hx(GlooBe *g, const void *data, size_t len, int to) {
   const acc__call *c = g->base.call;
   uint64_t seq = ++g->hseq;
-  Hdr h = {c ? c->tag : 0, seq, len, 0};
+  Hdr h = {c ? c->tag : 0, seq, len, g->pair_min};
   try {
     hx_post(g, seq + 1);
     memcpy(g->hout.get(), &h, kHdr);
@@ -223,6 +228,14 @@ acc_result hx(GlooBe *g, const void *data, size_t len, int to) {
   for (int r = 0; r < g->base.size; r++) {
     Hdr o;
     memcpy(&o, hmsg(g, r), kHdr);
+    if (o.reserved != h.reserved)
+      return fail(ACC_ERR_INVALID_ARGUMENT,
+                  "gloo backend: %s (collective #%llu): process %d runs with "
+                  "ACCELERATE_GLOO_PAIR_BYTES=%llu, process %d with %llu; the processes would pair "
+                  "different all_reduce algorithms: set it alike on every machine (or unset it)",
+                  g->base.op_name ? g->base.op_name : "collective",
+                  (unsigned long long)g->base.op_seq, g->base.rank, (unsigned long long)h.reserved,
+                  r, (unsigned long long)o.reserved);
     if (o.tag != h.tag) return hx_mismatch(g);
   }
   return ACC_OK;
@@ -338,11 +351,83 @@ void reduce_messages(GlooBe *g, void *out, size_t off, size_t count, acc_dtype d
   for (int r = 1; r < g->base.size; r++) H->reduce_inplace(out, hpayload(g, r) + off, count, dt, op);
 }
 
+// Pieces of a run of n elements of es bytes: at most `most`, each at least `least` bytes (the
+// last may be shorter), the same on every rank for the same n.
+void cut(size_t n, size_t es, size_t least, size_t most, size_t *np, size_t *ps) {
+  size_t k = (n * es + least - 1) / least;
+  if (k > most) k = most;
+  if (k < 1) k = 1;
+  size_t each = (n + k - 1) / k;
+  while (k > 1 && (k - 1) * each >= n) k--;
+  *np = k;
+  *ps = each;
+}
+
+// all_reduce between 2 processes past the exchange, as direct transfers (see direct()): rank 0
+// reduces the first half of the elements, rank 1 the second. Each rank posts, before its header,
+// the receives of the peer's share of its own half (into scratch) and of the peer's reduced half
+// (into recv); once the tags matched it sends its share of the peer's half, then reduces its own
+// half piece by piece as the peer's share arrives and sends each reduced piece on, so the
+// transfers and the reductions overlap. In place (send == recv) the peer's reduced piece p lands
+// where this rank's share of it was sent from: the peer sends it only after it received all of
+// that share, so its bytes had all left this buffer. Both ranks end with the same bits (each
+// half is reduced on one rank only).
+constexpr size_t kArPiece = 1024 * 1024, kArPieces = 32; // pieces of each half; slots p and 32 + p
+acc_result all_reduce_pair(GlooBe *g, const void *send, void *recv, size_t count, acc_dtype dt,
+                           acc_op op) {
+  const int me = g->base.rank, peer = 1 - me;
+  const size_t es = esize(dt), h0 = count / 2;
+  const size_t mlo = me ? h0 : 0, mn = me ? count - h0 : h0; /* this rank's half */
+  const size_t plo = me ? 0 : h0, pn = me ? h0 : count - h0; /* the peer's */
+  size_t mnp, mps, pnp, pps;
+  cut(mn, es, kArPiece, kArPieces, &mnp, &mps);
+  cut(pn, es, kArPiece, kArPieces, &pnp, &pps);
+  auto mlen = [&](size_t p) { return (p + 1 < mnp ? mps : mn - p * mps) * es; };
+  auto plen = [&](size_t p) { return (p + 1 < pnp ? pps : pn - p * pps) * es; };
+  char *r = static_cast<char *>(recv);
+  char *snd = static_cast<char *>(const_cast<void *>(send));
+  const uint64_t seq = g->hseq + 1;
+  std::unique_ptr<gloo::transport::UnboundBuffer> share, back, out, mine;
+  try {
+    if (g->scratch.size() < mn * es) g->scratch.resize(mn * es);
+    share = g->ctx->createUnboundBuffer(g->scratch.data(), mn * es);
+    back = g->ctx->createUnboundBuffer(r + plo * es, pn * es);
+    for (size_t p = 0; p < mnp; p++) share->recv(peer, dslot(seq, p), p * mps * es, mlen(p));
+    for (size_t p = 0; p < pnp; p++) back->recv(peer, dslot(seq, kArPieces + p), p * pps * es, plen(p));
+  } catch (const std::bad_alloc &) {
+    return fail(ACC_ERR_NOMEM, "gloo backend: all_reduce (collective #%llu): out of memory for "
+                               "%zu bytes of scratch",
+                (unsigned long long)g->base.op_seq, mn * es);
+  } catch (const std::exception &e) {
+    return gloo_error(&g->base, "all_reduce", e);
+  }
+  ACC_CHECK(hx(g, nullptr, 0, -1));
+  try {
+    out = g->ctx->createUnboundBuffer(snd + plo * es, pn * es);
+    for (size_t p = 0; p < pnp; p++) out->send(peer, dslot(seq, p), p * pps * es, plen(p));
+    if (send != recv) memcpy(r + mlo * es, snd + mlo * es, mn * es);
+    mine = g->ctx->createUnboundBuffer(r + mlo * es, mn * es);
+    for (size_t p = 0; p < mnp; p++) {
+      share->waitRecv(g->timeout); /* pieces arrive in order: this is piece p */
+      H->reduce_inplace(r + (mlo + p * mps) * es, g->scratch.data() + p * mps * es, mlen(p) / es, dt, op);
+      mine->send(peer, dslot(seq, kArPieces + p), p * mps * es, mlen(p));
+    }
+    for (size_t p = 0; p < pnp; p++) back->waitRecv(g->timeout);
+    for (size_t p = 0; p < pnp; p++) out->waitSend(g->timeout);
+    for (size_t p = 0; p < mnp; p++) mine->waitSend(g->timeout);
+  } catch (const std::exception &e) {
+    return gloo_error(&g->base, "all_reduce", e);
+  }
+  return ACC_OK;
+}
+
 acc_result op_all_reduce(acc__backend *be, const void *send, void *recv, size_t count,
                          acc_dtype dtype, acc_op op) {
   GlooBe *g = self(be);
   size_t bytes = count * esize(dtype);
   bool in = small(g, bytes);
+  if (!in && be->size == 2 && bytes >= g->pair_min)
+    return all_reduce_pair(g, send, recv, count, dtype, op);
   ACC_CHECK(hx(g, send, in ? bytes : 0, -1));
   if (in) { /* send is in this rank's message: recv may be send */
     reduce_messages(g, recv, 0, count, dtype, op);
@@ -634,6 +719,13 @@ extern "C" acc_result acc__backend_gloo_create(acc__backend **out, const acc__pr
   g->base.ops = &gloo_ops;
   g->base.rank = info->rank;
   g->base.size = info->size;
+  long pair = 0;
+  int pair_set = 0;
+  if (H->env_int("ACCELERATE_GLOO_PAIR_BYTES", &pair, &pair_set) != ACC_OK) {
+    delete g;
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  if (pair_set) g->pair_min = (uint64_t)pair;
   double t = info->timeout_s > 0 ? info->timeout_s : 1800.0;
   g->timeout = std::chrono::milliseconds((long long)(t * 1000.0));
   try {

@@ -323,7 +323,11 @@ static int rank_main(const char *sc) {
   else if (strcmp(sc, "gather_sizes") == 0) sc_gather_sizes();
   else if (strcmp(sc, "hang") == 0) sc_hang();
   else if (strcmp(sc, "entry") == 0) sc_entry();
-  else sc_shape(sc);
+  else {
+    /* gloo: rank 1 alone picks another all_reduce algorithm; the first collective must fail */
+    if (strcmp(sc, "pairenv") == 0 && g_rank == 1) setenv("ACCELERATE_GLOO_PAIR_BYTES", "0", 1);
+    sc_shape(sc);
+  }
   return 0;
 }
 
@@ -480,6 +484,14 @@ static void drive(const char *cli, const char *self, const char *sc) {
     if (strcmp(sc, "sites") == 0 || strcmp(sc, "ring") == 0) {
       for (int r = 0; r < np; r++) expect_rank(r, "OK", NULL);
       CHECK(g_out.status == 0, "%s: exit status %d, expected 0", sc, g_out.status);
+      return;
+    }
+    if (strcmp(sc, "pairenv") == 0) {
+      const char *s0[] = {"ACCELERATE_GLOO_PAIR_BYTES=16777216", "process 1 with 0",
+                          "set it alike on every machine", NULL};
+      const char *s1[] = {"ACCELERATE_GLOO_PAIR_BYTES=0", "process 0 with 16777216", NULL};
+      expect_rank(0, acc_result_string(ACC_ERR_INVALID_ARGUMENT), s0);
+      expect_rank(1, acc_result_string(ACC_ERR_INVALID_ARGUMENT), s1);
       return;
     }
     if (strcmp(sc, "root_last") == 0 || strcmp(sc, "bcount") == 0) {
