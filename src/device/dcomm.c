@@ -36,7 +36,7 @@ static int usable_ops(const acc__device_ops *o) {
 
 /* The implementation's message (a module's, or acc_last_error() for the built-in ones), copied:
  * the caller formats it into acc_last_error() itself. */
-static const char *module_error(const acc__device_ops *o, const char *dflt, char *buf, size_t cap) {
+const char *acc__device_module_error(const acc__device_ops *o, const char *dflt, char *buf, size_t cap) {
   const char *m = o->last_error ? o->last_error() : acc_last_error();
   snprintf(buf, cap, "%s", m && *m ? m : dflt);
   return buf;
@@ -81,7 +81,7 @@ acc_result acc__dcomm_create(acc_state *st, acc__device *dev, int mode, acc__dco
   if (r != ACC_OK) {
     char m[512];
     rc = acc__error((acc_result)r, "%s: FSDP's NCCL communicator (rank %d of %d): %s", acc__device_name(dev), me,
-                    np, module_error(ops, "init failed", m, sizeof m));
+                    np, acc__device_module_error(ops, "init failed", m, sizeof m));
     c->comm = NULL;
   }
   /* all or none: a process whose init failed makes every process fail */
@@ -148,7 +148,7 @@ static acc_result run(acc__dcomm *c, int op, const void *send, void *recv, size_
   c->broken = 1;
   ops->nccl_abort(ctx, c->comm);
   char m[512];
-  module_error(ops, "failed", m, sizeof m);
+  acc__device_module_error(ops, "failed", m, sizeof m);
   acc_result rc = acc__error((acc_result)r, "NCCL %s of %zu %s elements on process %d of %d: %s", d_names[op], count,
                              acc_dtype_name(dtype), c->rank, c->nranks, m);
   acc__state_mark_broken(c->st, acc_last_error());

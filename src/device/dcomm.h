@@ -38,6 +38,10 @@ acc_result acc__dcomm_all_reduce(acc__dcomm *c, const void *send, void *recv, si
  * table's NCCL entries themselves (the accelerator's gradient averaging). */
 void acc__dcomm_bind(acc_state *st, acc__device *dev);
 
+/* The device module's last error (its last_error, else the library's), or dflt when empty, in
+ * buf. */
+const char *acc__device_module_error(const acc__device_ops *o, const char *dflt, char *buf, size_t cap);
+
 /* Collectives the fake device's NCCL completed in this process (tests prove the path taken). */
 unsigned long long acc__dcomm_fake_calls(void);
 

@@ -143,18 +143,12 @@ static int wd_query(void *ctx, void *token, char *msg, size_t cap) {
 
 /* The implementation's message: a module's last_error(), else acc_last_error() (the built-in
  * devices, the fake NCCL among them, set it themselves), copied into buf. */
-static const char *impl_error(const acc__device_ops *ops, const char *dflt, char *buf, size_t cap) {
-  const char *m = ops->last_error ? ops->last_error() : acc_last_error();
-  snprintf(buf, cap, "%s", m && *m ? m : dflt);
-  return buf;
-}
-
 static int wd_async_error(void *ctx, char *msg, size_t cap) {
   acc__dev_gsync *g = ctx;
   void *mctx = NULL;
   const acc__device_ops *ops = acc__device_ops_of(g->d->dev, &mctx);
   if (!ops->nccl_check || ops->nccl_check(mctx, g->comm) == ACC_OK) return 0;
-  impl_error(ops, "unknown error", msg, cap);
+  acc__device_module_error(ops, "unknown error", msg, cap);
   return 1;
 }
 
@@ -205,35 +199,22 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
   if (np < 2 && mode != 1) return ACC_OK;
   void *ctx = NULL;
   const acc__device_ops *ops = acc__device_ops_of(d->dev, &ctx);
-  /* this process's GPU: host name and ordinal; every process must have its own */
-  char host[64];
-  memset(host, 0, sizeof host);
-  gethostname(host, sizeof host - 1);
-  uint64_t key = 1469598103934665603ull; /* FNV-1a of the host name, then the ordinal */
-  for (const char *c = host; *c; c++) key = (key ^ (uint8_t)*c) * 1099511628211ull;
-  key = (key ^ (uint64_t)(d->where.ordinal + 1)) * 1099511628211ull;
   int32_t usable = ops->nccl_init && ops->nccl_all_reduce && ops->nccl_abort ? 1 : 0;
   acc__comm_origin(ACC__ORIGIN_PREPARE, -2);
   ACC_CHECK(acc_all_reduce(g->st, &usable, &usable, 1, ACC_I32, ACC_MIN));
-  int no_nccl = !usable, shared = 0;
-  int64_t *keys = acc__calloc((size_t)np, sizeof *keys);
-  int64_t mine = (int64_t)key;
-  if (!keys) return ACC_ERR_NOMEM;
-  acc__comm_origin(ACC__ORIGIN_PREPARE, -3);
-  acc_result rc = acc_all_gather(g->st, &mine, keys, 1, ACC_I64);
-  for (int a = 0; rc == ACC_OK && a < np; a++)
-    for (int b = a + 1; b < np; b++)
-      if (keys[a] == keys[b]) usable = 0, shared = 1;
-  acc__free(keys);
-  ACC_CHECK(rc);
   if (!usable && mode == 1)
-    return acc__error(ACC_ERR_NOT_SUPPORTED, "ACCELERATE_DEVICE_NCCL=always: %s",
-                      no_nccl ? "the CUDA module of a process was built without NCCL"
-                      : shared ? "two processes share a GPU (NCCL needs one GPU per process)"
-                               : "NCCL cannot be used");
+    return acc__error(ACC_ERR_NOT_SUPPORTED, "ACCELERATE_DEVICE_NCCL=always: the CUDA module of a "
+                      "process was built without NCCL");
   if (!usable) return ACC_OK; /* the host-staged path */
   uint8_t id[ACC__NCCL_ID_BYTES];
-  ACC_CHECK(acc__device_nccl_bootstrap_id(g->st, id));
+  /* two processes on one GPU (the bootstrap compares every process's PCI bus id and fails on
+   * every process alike): auto falls back to host staging, always keeps the error */
+  acc_result brc = acc__device_nccl_bootstrap_id(g->st, id);
+  if (brc == ACC_ERR_INVALID_USAGE && mode != 1) {
+    acc_clear_error();
+    return ACC_OK;
+  }
+  ACC_CHECK(brc);
   double timeout = acc_state_timeout(g->st);
   acc__dcomm_bind(g->st, d->dev); /* the fake device's communicator spans this job */
   int r = ops->nccl_init(ctx, &g->comm, np, acc_state_process_index(g->st), id,
@@ -243,7 +224,7 @@ static acc_result nccl_setup(acc__dev_gsync *g) {
     g->comm = NULL;
     char m[512];
     return acc__error((acc_result)r, "%s: NCCL communicator: %s", acc__device_name(d->dev),
-                      impl_error(ops, "init failed", m, sizeof m));
+                      acc__device_module_error(ops, "init failed", m, sizeof m));
   }
   size_t total = g->prefix[g->n];
   ACC_CHECK(acc__dstream_create(d->dev, &g->cstream));
@@ -355,7 +336,7 @@ static acc_result nccl_bucket(acc__dev_gsync *g, size_t bucket, size_t first, si
     char m[512];
     acc_result rc = acc__error((acc_result)r, "gradient bucket %zu: NCCL all-reduce on rank %d: %s",
                                bucket, acc_state_process_index(g->st),
-                               impl_error(ops, "failed", m, sizeof m));
+                               acc__device_module_error(ops, "failed", m, sizeof m));
     acc__state_mark_broken(g->st, acc_last_error());
     return rc;
   }
