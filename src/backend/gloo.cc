@@ -285,6 +285,18 @@ size_t esize(acc_dtype d) {
 // The exchange is a barrier: every rank waits for every rank's message.
 acc_result op_barrier(acc__backend *be) { return hx(self(be), nullptr, 0, -1); }
 
+// Pieces of a run of n elements of es bytes: at most `most`, each at least `least` bytes (the
+// last may be shorter), the same on every rank for the same n.
+void cut(size_t n, size_t es, size_t least, size_t most, size_t *np, size_t *ps) {
+  size_t k = (n * es + least - 1) / least;
+  if (k > most) k = most;
+  if (k < 1) k = 1;
+  size_t each = (n + k - 1) / k;
+  while (k > 1 && (k - 1) * each >= n) k--;
+  *np = k;
+  *ps = each;
+}
+
 // A broadcast past the exchange (2 processes from kDirect on; more processes when it is too
 // large to ride in it): a binomial tree over the ranks counted from the root, the farthest child
 // first (two machines of K processes each, ranks placed by machine: the root's first send
@@ -300,11 +312,8 @@ acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
   while (top * 2 < n) top *= 2;
   for (int m = top; m >= 1; m >>= 1)
     if (m < low && v + m < n) kids.push_back((v + m + root) % n);
-  size_t np = n > 2 ? (nbytes + kPiece - 1) / kPiece : 1;
-  if (np > kPieces) np = kPieces;
-  if (np < 1) np = 1;
-  const size_t ps = (nbytes + np - 1) / np;
-  while (np > 1 && (np - 1) * ps >= nbytes) np--;
+  size_t np, ps;
+  cut(nbytes, 1, kPiece, n > 2 ? kPieces : 1, &np, &ps);
   auto len = [&](size_t p) { return p + 1 < np ? ps : nbytes - p * ps; };
   const uint64_t seq = g->hseq + 1; /* the number hx gives this exchange */
   std::unique_ptr<gloo::transport::UnboundBuffer> ub;
@@ -349,18 +358,6 @@ void reduce_messages(GlooBe *g, void *out, size_t off, size_t count, acc_dtype d
   size_t es = esize(dt);
   memcpy(out, hpayload(g, 0) + off, count * es);
   for (int r = 1; r < g->base.size; r++) H->reduce_inplace(out, hpayload(g, r) + off, count, dt, op);
-}
-
-// Pieces of a run of n elements of es bytes: at most `most`, each at least `least` bytes (the
-// last may be shorter), the same on every rank for the same n.
-void cut(size_t n, size_t es, size_t least, size_t most, size_t *np, size_t *ps) {
-  size_t k = (n * es + least - 1) / least;
-  if (k > most) k = most;
-  if (k < 1) k = 1;
-  size_t each = (n + k - 1) / k;
-  while (k > 1 && (k - 1) * each >= n) k--;
-  *np = k;
-  *ps = each;
 }
 
 // all_reduce between 2 processes past the exchange, as direct transfers (see direct()): rank 0
