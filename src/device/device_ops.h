@@ -105,6 +105,9 @@ typedef struct acc__device_ops {
   /* Non-blocking init bounded by timeout_s; on failure or timeout the communicator is aborted. */
   int (*nccl_init)(void *ctx, void **comm, int nranks, int rank,
                    const uint8_t id[ACC__NCCL_ID_BYTES], double timeout_s);
+  /* The collectives (all_reduce here, all_gather and reduce_scatter below) return once their
+   * work is queued on s (a non-blocking communicator's ncclInProgress is polled out first), so
+   * an event recorded on s next marks their end. */
   int (*nccl_all_reduce)(void *ctx, void *comm, const void *send, void *recv, size_t count,
                          int dtype, int op, void *s);
   /* Waits for s, polling the communicator's asynchronous error; aborts it on error/timeout. */

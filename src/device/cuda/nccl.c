@@ -25,6 +25,7 @@ int acc__cuda_nccl_version(void) { return 0; }
 typedef struct nccl_comm {
   ncclComm_t comm;
   int rank, nranks;
+  double timeout_s; /* init's: bounds the wait for an enqueue that returned ncclInProgress */
 } nccl_comm;
 
 static double now_s(void) {
@@ -105,6 +106,7 @@ int acc__nccl_init(void *ctx, void **out, int nranks, int rank,
   }
   nc->rank = rank;
   nc->nranks = nranks;
+  nc->timeout_s = timeout_s;
   *out = nc;
   return ACC_OK;
 }
@@ -139,11 +141,23 @@ static ncclRedOp_t map_op(int op) {
   return op == ACC_SUM ? ncclSum : op == ACC_MEAN ? ncclAvg : op == ACC_MIN ? ncclMin : ncclMax;
 }
 
-/* An enqueue that failed: the communicator is aborted (its later calls fail). Otherwise (success
- * or in progress) acc__nccl_wait completes the collective. */
+/* The end of an enqueue. A failed one aborts the communicator (its later calls fail). On a
+ * non-blocking communicator a collective may return ncclInProgress before its work is on the
+ * stream (NCCL finishes the launch in the background, e.g. while it connects peers for the first
+ * time); nothing else may be queued on that stream until the communicator's state leaves
+ * ncclInProgress. So this polls it (bounded by the communicator's timeout): when a collective
+ * returns ACC_OK its work is on the stream, and what the caller queues next (an event for the
+ * watchdog, the scale kernel) comes after it. */
 static int enqueued(nccl_comm *nc, ncclResult_t r, const char *what) {
-  if (r == ncclSuccess || r == ncclInProgress) return ACC_OK;
-  int rc = nccl_fail(r, nc->comm, what);
+  int timed_out = 0;
+  if (r == ncclInProgress) r = poll_state(nc->comm, now_s() + nc->timeout_s, &timed_out);
+  if (r == ncclSuccess && !timed_out) return ACC_OK;
+  int rc = timed_out ? acc__cuda_fail(ACC_ERR_TIMEOUT,
+                                      "%s on rank %d of %d: not launched after %g s (NCCL was still "
+                                      "connecting to a peer that is dead or stalled); communicator "
+                                      "aborted",
+                                      what, nc->rank, nc->nranks, nc->timeout_s)
+                     : nccl_fail(r, nc->comm, what);
   ncclCommAbort(nc->comm);
   nc->comm = NULL;
   return rc;
