@@ -8,8 +8,9 @@
 // Mismatch detection (checks_tags 1: this file compares the call tags, comm.c does not). Every
 // collective starts with a header exchange: each rank sends every peer one message of its own
 // (slot kHdrPrefix + the exchange's number) holding the call tag and, when the collective is small
-// enough ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2), the collective's
-// data itself. The receives of each
+// enough ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2; a broadcast, whose
+// root alone sends data, up to the same capacity per message), the collective's data itself.
+// The receives of each
 // exchange are posted at the start of the one before (two sets of buffers), so the peers' sends
 // go out at once (gloo's tcp transport sends an unbound buffer straight away only when the
 // receiver is known to wait for it; otherwise it first asks, a round trip): the exchange costs
@@ -339,7 +340,10 @@ acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
 
 acc_result op_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   GlooBe *g = self(be);
-  if (direct(g, nbytes) || !small(g, nbytes)) return broadcast_tree(g, buf, nbytes, root);
+  // Only the root's messages carry data, one copy per peer: the broadcast rides in the exchange
+  // whenever it fits one message (a 64 KiB broadcast over 4 processes: one step, where the tree
+  // after a header-only exchange took three).
+  if (direct(g, nbytes) || nbytes > g->cap) return broadcast_tree(g, buf, nbytes, root);
   ACC_CHECK(hx(g, buf, be->rank == root ? nbytes : 0, -1));
   if (be->rank != root) memcpy(buf, hpayload(g, root), nbytes);
   return ACC_OK;
