@@ -7,7 +7,9 @@
  * From 256 KiB on, all_reduce spreads the step between machines over every process (one gloo
  * "rail" per local rank, see h_all_reduce); from 8 MiB on it is pipelined in 4 MiB pieces, the
  * rail's transfer of one piece running on a thread of its own while the shm steps of the
- * neighbouring pieces run on the caller's (rails_pipelined).
+ * neighbouring pieces run on the caller's (rails_pipelined). all_gather is pipelined the same
+ * way from an output of 8 MiB on (gather_pipelined): the leaders exchange piece p on that
+ * thread while the machine broadcasts piece p - 1 over shm.
  *
  * Requires the usual placement: every machine runs K processes with global ranks
  * machine*K .. machine*K+K-1 (accelerate launch and torchrun place ranks so).
@@ -30,19 +32,23 @@ typedef struct hier_be {
   acc__backend *rail;    /* gloo over the M processes of this local rank, one per machine */
   acc__backend *leaders; /* the rail of local rank 0 (the leaders); NULL on the others */
   int k, m, lrank, mach;
-  size_t piece; /* pipeline piece of all_reduce, bytes (0: off); the same on every process */
+  size_t piece; /* pipeline piece of all_reduce and all_gather, bytes (0: off); the same on every process */
   void *scratch;
   size_t scratch_cap;
-  /* The rail worker (h_all_reduce's pipeline): runs one rail all_reduce at a time on its own
-   * thread while this thread does the machine's shm steps of the neighbouring pieces. */
+  /* The rail worker (the pipelines of all_reduce and all_gather): runs one job at a time on
+   * its own thread (a rail all_reduce, or the leaders' all_gather of a piece) while this thread
+   * does the machine's shm steps of the neighbouring pieces. */
   pthread_t worker;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int worker_up, job, quit;  /* job: 1 while a rail all_reduce is posted or running */
+  int worker_up, job, quit;  /* job: 1 while a job is posted or running */
+  acc_result (*job_fn)(struct hier_be *h);
   void *job_buf;
   size_t job_count;
   acc_dtype job_dt;
   acc_op job_op;
+  size_t job_off, job_len, job_block; /* job_gather_piece's piece */
+  char *job_tmp;
   acc_result job_rc;
   char job_err[512];
 } hier_be;
@@ -111,8 +117,9 @@ static acc_result leaders_all_reduce(hier_be *h, const void *send, void *recv, s
 
 /* From this size on, all_reduce runs on every rail (see h_all_reduce). */
 #define HIER_RAILS_MIN_BYTES ((size_t)256 * 1024)
-/* From twice this size on, all_reduce is pipelined in pieces of about this many bytes (see
- * rails_pipelined); ACCELERATE_HIER_PIECE_BYTES overrides it (0: no pipeline). Every process of
+/* From twice this size on, all_reduce (its buffer) and all_gather (its output) are pipelined in
+ * pieces of about this many bytes (see rails_pipelined, gather_pipelined);
+ * ACCELERATE_HIER_PIECE_BYTES overrides it (0: no pipeline). Every process of
  * every machine must cut the buffer the same way, or the rails would pair different pieces, so
  * rank 0's value is broadcast when the backend is created. */
 #define HIER_PIPE_PIECE_BYTES ((size_t)4 * 1024 * 1024)
@@ -123,10 +130,9 @@ static void *rail_worker(void *arg) {
   for (;;) {
     while (!h->job && !h->quit) pthread_cond_wait(&h->cv, &h->mu);
     if (h->quit) break;
-    void *buf = h->job_buf;
-    size_t count = h->job_count;
+    acc_result (*fn)(hier_be *) = h->job_fn;
     pthread_mutex_unlock(&h->mu);
-    acc_result rc = h->rail->ops->all_reduce(h->rail, buf, buf, count, h->job_dt, h->job_op);
+    acc_result rc = fn(h); /* the job's fields were set before it was posted, under mu */
     pthread_mutex_lock(&h->mu);
     h->job_rc = rc;
     if (rc != ACC_OK) snprintf(h->job_err, sizeof h->job_err, "%s", acc_last_error());
@@ -137,25 +143,24 @@ static void *rail_worker(void *arg) {
   return NULL;
 }
 
-static acc_result rail_start(hier_be *h, void *buf, size_t count, acc_dtype dt, acc_op op) {
+/* Posts a job (its fields set by set, under the lock) to the worker, starting it first. */
+static acc_result job_start(hier_be *h, acc_result (*fn)(hier_be *), void (*set)(hier_be *, void *), void *arg) {
   if (!h->worker_up) {
-    if (pthread_mutex_init(&h->mu, NULL) != 0) return acc__error(ACC_ERR_SYSTEM, "hierarchical all_reduce: cannot create a mutex");
+    if (pthread_mutex_init(&h->mu, NULL) != 0) return acc__error(ACC_ERR_SYSTEM, "hierarchical backend: cannot create a mutex for its pipeline thread");
     if (pthread_cond_init(&h->cv, NULL) != 0) {
       pthread_mutex_destroy(&h->mu);
-      return acc__error(ACC_ERR_SYSTEM, "hierarchical all_reduce: cannot create a condition variable");
+      return acc__error(ACC_ERR_SYSTEM, "hierarchical backend: cannot create a condition variable for its pipeline thread");
     }
     if (pthread_create(&h->worker, NULL, rail_worker, h) != 0) {
       pthread_cond_destroy(&h->cv);
       pthread_mutex_destroy(&h->mu);
-      return acc__error(ACC_ERR_SYSTEM, "hierarchical all_reduce: cannot start the rail thread");
+      return acc__error(ACC_ERR_SYSTEM, "hierarchical backend: cannot start its pipeline thread");
     }
     h->worker_up = 1;
   }
   pthread_mutex_lock(&h->mu);
-  h->job_buf = buf;
-  h->job_count = count;
-  h->job_dt = dt;
-  h->job_op = op;
+  set(h, arg);
+  h->job_fn = fn;
   h->job_rc = ACC_OK;
   h->job = 1;
   pthread_cond_broadcast(&h->cv);
@@ -163,8 +168,33 @@ static acc_result rail_start(hier_be *h, void *buf, size_t count, acc_dtype dt, 
   return ACC_OK;
 }
 
-/* Waits for the posted rail all_reduce (there is always one when called) and passes its error
- * on, in the worker's words, on this thread. */
+/* The rail all_reduce of rails_pipelined's piece, in place. */
+typedef struct rail_args {
+  void *buf;
+  size_t count;
+  acc_dtype dt;
+  acc_op op;
+} rail_args;
+
+static acc_result job_rail_all_reduce(hier_be *h) {
+  return h->rail->ops->all_reduce(h->rail, h->job_buf, h->job_buf, h->job_count, h->job_dt, h->job_op);
+}
+
+static void set_rail(hier_be *h, void *arg) {
+  const rail_args *a = arg;
+  h->job_buf = a->buf;
+  h->job_count = a->count;
+  h->job_dt = a->dt;
+  h->job_op = a->op;
+}
+
+static acc_result rail_start(hier_be *h, void *buf, size_t count, acc_dtype dt, acc_op op) {
+  rail_args a = {buf, count, dt, op};
+  return job_start(h, job_rail_all_reduce, set_rail, &a);
+}
+
+/* Waits for the posted job (there is always one when called) and passes its error on, in the
+ * worker's words, on this thread. */
 static acc_result rail_wait(hier_be *h) {
   pthread_mutex_lock(&h->mu);
   while (h->job) pthread_cond_wait(&h->cv, &h->mu);
@@ -285,6 +315,70 @@ static acc_result h_reduce(acc__backend *be, const void *send, void *recv, size_
   return ACC_OK;
 }
 
+/* The leaders' all_gather of one piece (job_gather_piece's fields): bytes [job_off, job_off +
+ * job_len) of every machine's block, this machine's taken from its place in the output (r), the
+ * others' received into job_tmp (machine m at m x job_len) and copied to their places. */
+static acc_result job_gather_piece(hier_be *h) {
+  char *r = h->job_buf, *t = h->job_tmp;
+  size_t off = h->job_off, len = h->job_len, block = h->job_block;
+  ACC_CHECK(h->leaders->ops->all_gather(h->leaders, r + (size_t)h->mach * block + off, t, len));
+  for (int m = 0; m < h->m; m++)
+    if (m != h->mach) memcpy(r + (size_t)m * block + off, t + (size_t)m * len, len);
+  return ACC_OK;
+}
+
+typedef struct piece_args {
+  char *r, *t;
+  size_t off, len, block;
+} piece_args;
+
+static void set_piece(hier_be *h, void *arg) {
+  const piece_args *a = arg;
+  h->job_buf = a->r;
+  h->job_tmp = a->t;
+  h->job_off = a->off;
+  h->job_len = a->len;
+  h->job_block = a->block;
+}
+
+/* h_all_gather's step between machines and the broadcast after it, for large outputs: every
+ * machine's block (already gathered on its leader, in place in r) is cut into the same P pieces
+ * of ps bytes (the last shorter); the leader's worker thread exchanges piece p between the
+ * leaders (job_gather_piece) while the machine broadcasts piece p - 1 of every block over shm,
+ * so the shm broadcast hides behind the transfer between machines. The other processes of the
+ * machine only broadcast, in the same order. As in rails_pipelined, a failing shm step waits
+ * for the piece in flight before returning. */
+static acc_result gather_pipelined(hier_be *h, char *r, size_t block, size_t pieces) {
+  size_t ps = (block + pieces - 1) / pieces;
+  pieces = (block + ps - 1) / ps; /* every piece at least one byte */
+  char *t = NULL;
+  if (h->leaders && !(t = scratch(h, (size_t)h->m * ps))) return ACC_ERR_NOMEM;
+  for (size_t p = 0; p <= pieces; p++) {
+    acc_result rc = ACC_OK;
+    if (p > 0 && h->leaders) rc = rail_wait(h); /* piece p - 1 is in place on the leader */
+    if (rc == ACC_OK && p < pieces && h->leaders) {
+      size_t off = p * ps;
+      piece_args a = {r, t, off, block - off < ps ? block - off : ps, block};
+      rc = job_start(h, job_gather_piece, set_piece, &a);
+    }
+    if (rc != ACC_OK) return rc; /* nothing in flight: the job failed, or did not start */
+    if (p == 0) continue;
+    size_t off = (p - 1) * ps, len = block - off < ps ? block - off : ps;
+    for (int m = 0; m < h->m && rc == ACC_OK; m++)
+      rc = h->local->ops->broadcast(h->local, r + (size_t)m * block + off, len, 0);
+    if (rc != ACC_OK) {
+      if (p < pieces && h->leaders) { /* piece p is in flight: let it end, keep this error */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", acc_last_error());
+        (void)rail_wait(h);
+        return acc__error(rc, "%s", msg);
+      }
+      return rc;
+    }
+  }
+  return ACC_OK;
+}
+
 static acc_result h_all_gather(acc__backend *be, const void *send, void *recv, size_t n) {
   hier_be *h = (hier_be *)be;
   tag_inner(h);
@@ -302,8 +396,13 @@ static acc_result h_all_gather(acc__backend *be, const void *send, void *recv, s
     ACC_CHECK(h->local->ops->gather(h->local, src, h->lrank == 0 ? mine : NULL, n, 0));
   else if (src != mine)
     memmove(mine, src, n);
-  if (h->leaders) ACC_CHECK(h->leaders->ops->all_gather(h->leaders, mine, r, block));
-  if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, r, total, 0));
+  size_t pieces = h->piece ? total / h->piece : 0;
+  if (h->k > 1 && h->m > 1 && pieces >= 2) {
+    ACC_CHECK(gather_pipelined(h, r, block, pieces));
+  } else {
+    if (h->leaders) ACC_CHECK(h->leaders->ops->all_gather(h->leaders, mine, r, block));
+    if (h->k > 1) ACC_CHECK(h->local->ops->broadcast(h->local, r, total, 0));
+  }
   end_local(h);
   return ACC_OK;
 }
