@@ -26,6 +26,19 @@
 #include "backend/hier.h"
 #include "backend/shm.h"
 
+/* The arguments of the worker's jobs (see job_start). */
+typedef struct rail_args { /* job_rail_all_reduce: rails_pipelined's piece, in place */
+  void *buf;
+  size_t count;
+  acc_dtype dt;
+  acc_op op;
+} rail_args;
+
+typedef struct piece_args { /* job_gather_piece: gather_pipelined's piece */
+  char *r, *t;
+  size_t off, len, block;
+} piece_args;
+
 typedef struct hier_be {
   acc__backend base;
   acc__backend *local;   /* shm over this machine's K processes */
@@ -43,12 +56,10 @@ typedef struct hier_be {
   pthread_cond_t cv;
   int worker_up, job, quit;  /* job: 1 while a job is posted or running */
   acc_result (*job_fn)(struct hier_be *h);
-  void *job_buf;
-  size_t job_count;
-  acc_dtype job_dt;
-  acc_op job_op;
-  size_t job_off, job_len, job_block; /* job_gather_piece's piece */
-  char *job_tmp;
+  union {
+    rail_args rail;
+    piece_args piece;
+  } job_args; /* the posted job's, copied in by job_start */
   acc_result job_rc;
   char job_err[512];
 } hier_be;
@@ -143,8 +154,8 @@ static void *rail_worker(void *arg) {
   return NULL;
 }
 
-/* Posts a job (its fields set by set, under the lock) to the worker, starting it first. */
-static acc_result job_start(hier_be *h, acc_result (*fn)(hier_be *), void (*set)(hier_be *, void *), void *arg) {
+/* Posts a job (fn, its arguments copied from args: n bytes) to the worker, starting it first. */
+static acc_result job_start(hier_be *h, acc_result (*fn)(hier_be *), const void *args, size_t n) {
   if (!h->worker_up) {
     if (pthread_mutex_init(&h->mu, NULL) != 0) return acc__error(ACC_ERR_SYSTEM, "hierarchical backend: cannot create a mutex for its pipeline thread");
     if (pthread_cond_init(&h->cv, NULL) != 0) {
@@ -159,7 +170,7 @@ static acc_result job_start(hier_be *h, acc_result (*fn)(hier_be *), void (*set)
     h->worker_up = 1;
   }
   pthread_mutex_lock(&h->mu);
-  set(h, arg);
+  memcpy(&h->job_args, args, n);
   h->job_fn = fn;
   h->job_rc = ACC_OK;
   h->job = 1;
@@ -169,28 +180,14 @@ static acc_result job_start(hier_be *h, acc_result (*fn)(hier_be *), void (*set)
 }
 
 /* The rail all_reduce of rails_pipelined's piece, in place. */
-typedef struct rail_args {
-  void *buf;
-  size_t count;
-  acc_dtype dt;
-  acc_op op;
-} rail_args;
-
 static acc_result job_rail_all_reduce(hier_be *h) {
-  return h->rail->ops->all_reduce(h->rail, h->job_buf, h->job_buf, h->job_count, h->job_dt, h->job_op);
-}
-
-static void set_rail(hier_be *h, void *arg) {
-  const rail_args *a = arg;
-  h->job_buf = a->buf;
-  h->job_count = a->count;
-  h->job_dt = a->dt;
-  h->job_op = a->op;
+  const rail_args *a = &h->job_args.rail;
+  return h->rail->ops->all_reduce(h->rail, a->buf, a->buf, a->count, a->dt, a->op);
 }
 
 static acc_result rail_start(hier_be *h, void *buf, size_t count, acc_dtype dt, acc_op op) {
   rail_args a = {buf, count, dt, op};
-  return job_start(h, job_rail_all_reduce, set_rail, &a);
+  return job_start(h, job_rail_all_reduce, &a, sizeof a);
 }
 
 /* Waits for the posted job (there is always one when called) and passes its error on, in the
@@ -315,30 +312,17 @@ static acc_result h_reduce(acc__backend *be, const void *send, void *recv, size_
   return ACC_OK;
 }
 
-/* The leaders' all_gather of one piece (job_gather_piece's fields): bytes [job_off, job_off +
- * job_len) of every machine's block, this machine's taken from its place in the output (r), the
- * others' received into job_tmp (machine m at m x job_len) and copied to their places. */
+/* The leaders' all_gather of one piece (piece_args): bytes [off, off + len) of every machine's
+ * block, this machine's taken from its place in the output (r), the others' received into t
+ * (machine m at m x len) and copied to their places. */
 static acc_result job_gather_piece(hier_be *h) {
-  char *r = h->job_buf, *t = h->job_tmp;
-  size_t off = h->job_off, len = h->job_len, block = h->job_block;
+  const piece_args *a = &h->job_args.piece;
+  char *r = a->r, *t = a->t;
+  size_t off = a->off, len = a->len, block = a->block;
   ACC_CHECK(h->leaders->ops->all_gather(h->leaders, r + (size_t)h->mach * block + off, t, len));
   for (int m = 0; m < h->m; m++)
     if (m != h->mach) memcpy(r + (size_t)m * block + off, t + (size_t)m * len, len);
   return ACC_OK;
-}
-
-typedef struct piece_args {
-  char *r, *t;
-  size_t off, len, block;
-} piece_args;
-
-static void set_piece(hier_be *h, void *arg) {
-  const piece_args *a = arg;
-  h->job_buf = a->r;
-  h->job_tmp = a->t;
-  h->job_off = a->off;
-  h->job_len = a->len;
-  h->job_block = a->block;
 }
 
 /* h_all_gather's step between machines and the broadcast after it, for large outputs: every
@@ -359,7 +343,7 @@ static acc_result gather_pipelined(hier_be *h, char *r, size_t block, size_t pie
     if (rc == ACC_OK && p < pieces && h->leaders) {
       size_t off = p * ps;
       piece_args a = {r, t, off, block - off < ps ? block - off : ps, block};
-      rc = job_start(h, job_gather_piece, set_piece, &a);
+      rc = job_start(h, job_gather_piece, &a, sizeof a);
     }
     if (rc != ACC_OK) return rc; /* nothing in flight: the job failed, or did not start */
     if (p == 0) continue;

@@ -24,7 +24,6 @@
  * the host-staged path's waits for its device-to-host copies are bounded polls. */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend/collcheck.h"
 #include "core/env.h"
@@ -127,9 +126,6 @@ acc_result acc__dev_prepare_model(acc_accelerator *acc, acc_model *m) {
 
 /* ---- gradient averaging ------------------------------------------------------------------- */
 
-/* NCCL: CUDA, more than one process, the module built with NCCL, and no two processes on one
- * GPU (NCCL needs a GPU per rank). Every process of the group is on CUDA here (the placement is
- * the same everywhere), so the collectives below are matched. */
 /* The watchdog's view of the communicator (watchdog.h). */
 static int wd_query(void *ctx, void *token, char *msg, size_t cap) {
   acc__dev_gsync *g = ctx;
@@ -141,8 +137,8 @@ static int wd_query(void *ctx, void *token, char *msg, size_t cap) {
   return done ? 1 : 0;
 }
 
-/* The implementation's message: a module's last_error(), else acc_last_error() (the built-in
- * devices, the fake NCCL among them, set it themselves), copied into buf. */
+/* The communicator's asynchronous error, in the implementation's words (a module's last_error(),
+ * else acc_last_error(): the built-in devices, the fake NCCL among them, set it themselves). */
 static int wd_async_error(void *ctx, char *msg, size_t cap) {
   acc__dev_gsync *g = ctx;
   void *mctx = NULL;
