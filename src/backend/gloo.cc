@@ -6,28 +6,38 @@
 // per-operation timeout.
 //
 // Mismatch detection (checks_tags 1: this file compares the call tags, comm.c does not). Every
-// collective starts with a header exchange: each rank sends every peer one message of its own
-// (slot kHdrPrefix + the exchange's number) holding the call tag and, when the collective is small
-// enough ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2; a broadcast, whose
-// root alone sends data, up to the same capacity per message), the collective's data itself.
-// The receives of each
-// exchange are posted at the start of the one before (two sets of buffers), so the peers' sends
-// go out at once (gloo's tcp transport sends an unbound buffer straight away only when the
-// receiver is known to wait for it; otherwise it first asks, a round trip): the exchange costs
-// one one-way message, where comparing the tags with a gloo all_reduce first cost a whole
-// collective. Every rank sees every rank's tag, so all decide alike: a difference fails every
-// rank with ACC_ERR_MISMATCH naming every call (their records, exchanged by a gloo all_gather of
-// one fixed size). Only then does the data move: small collectives complete from the messages
-// (all_reduce, reduce and reduce_scatter reduce in rank order, so every rank gets the same bits),
-// larger ones run gloo's collective, but for broadcast (a tree of direct transfers between the
-// callers' buffers, broadcast_tree) and all_gather between 2 processes from 256 KiB on (one
-// direct transfer each way, direct()). A message is never larger than the receive posted for it
-// (gloo fails a larger one in its I/O thread), whatever the peers called: headers are fixed-size
-// and payloads at most the capacity. Between 2 processes (one per machine, or the leaders of two
-// machines) the exchange moves no more bytes than gloo's own algorithms would, in one message
-// instead of their steps, hence the larger capacity there; with more processes each rank sends
-// its data to every peer, so only small collectives ride along. The buffers are allocated
-// without being written, so their pages cost memory only once a collective of that size ran.
+// collective starts with a header exchange: each rank sends every peer one message of its own (slot
+// kHdrPrefix + the exchange's number) holding the call tag and, when the collective is small enough
+// ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2; a broadcast, whose root
+// alone sends data, up to the same capacity per message), the collective's data itself. The
+// receives of each exchange are posted during the one before (two sets of buffers): in an exchange
+// that carries the whole collective, once this rank's messages are out; otherwise once the
+// collective's data has moved (NextPost). The peers' sends then go out at once (gloo's tcp
+// transport sends an unbound buffer straight away only when the receiver is known to wait for it;
+// otherwise it first asks, and the data waits for the answer): the exchange costs one one-way
+// message, where comparing the tags with a gloo all_reduce first cost a whole collective. Every
+// rank sees every rank's tag, so all decide alike: a difference fails every rank with
+// ACC_ERR_MISMATCH naming every call (their records, exchanged by a gloo all_gather of one fixed
+// size). Only then does the data move: small collectives complete from the messages (all_reduce,
+// reduce and reduce_scatter reduce in rank order, so every rank gets the same bits), larger ones
+// run gloo's collective, but for broadcast (a tree of direct transfers between the callers'
+// buffers, broadcast_tree) and all_gather between 2 processes from 256 KiB on (one direct transfer
+// each way, direct()). A message is never larger than the receive posted for it (gloo fails a
+// larger one in its I/O thread), whatever the peers called: headers are fixed-size and payloads at
+// most the capacity. Between 2 processes (one per machine, or the leaders of two machines) the
+// exchange moves no more bytes than gloo's own algorithms would, in one message instead of their
+// steps, hence the larger capacity there; with more processes each rank sends its data to every
+// peer, so only small collectives ride along. The buffers are allocated without being written, so
+// their pages cost memory only once a collective of that size ran.
+//
+// Two lanes. Every two ranks are connected twice (two gloo contexts over one device, ctx and
+// ctx2): what a rank sends to a higher rank travels on ctx, what it sends to a lower rank on
+// ctx2 (lane()), so that each connection carries data one way and only gloo's small notices the
+// other way. gloo's I/O thread reads a connection only while it can take that connection's lock,
+// and the calling thread holds the lock while it writes to it; on one connection for both ways,
+// the peer's data arriving during a write made the I/O thread re-poll in a loop for as long as
+// the write lasted (tens of thousands of empty polls a second, measured), taking the CPU from the
+// processes' other threads. gloo's own collectives (the mid sizes) run on ctx alone.
 #include <chrono>
 #include <csignal>
 #include <climits>
@@ -115,17 +125,19 @@ constexpr size_t kHdr = sizeof(Hdr);
 constexpr size_t kInline = 64 * 1024;
 constexpr size_t kInline2 = 1024 * 1024; // 2 processes
 constexpr uint8_t kHdrPrefix = 0xac;
+constexpr size_t kPostEarly = 4096; // see hx
 // Between 2 processes, broadcast and all_gather of at least kDirect bytes move their data
 // straight between the callers' buffers (see direct()) on slot kDataPrefix + the exchange's number.
 constexpr size_t kDirect = 256 * 1024;
 constexpr uint8_t kDataPrefix = 0xad;
 constexpr size_t kPiece = 1024 * 1024, kPieces = 16; // broadcast_tree's pieces
-constexpr uint64_t kPairMin = 16u << 20; // all_reduce_pair from here (ACCELERATE_GLOO_PAIR_BYTES)
+constexpr uint64_t kPairMin = 1u << 20; // all_reduce_pair from here (ACCELERATE_GLOO_PAIR_BYTES)
 
 struct GlooBe {
   acc__backend base;
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::shared_ptr<gloo::rendezvous::Context> ctx2; // the second lane (see lane())
   std::chrono::milliseconds timeout;
   uint32_t tag = 0;
   std::vector<char> scratch;
@@ -137,7 +149,8 @@ struct GlooBe {
   std::unique_ptr<char[]> hin[2];
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inb[2];
   std::unique_ptr<char[]> hout;
-  std::unique_ptr<gloo::transport::UnboundBuffer> outb;
+  // the send buffer's two views: [0] on lane ctx (to higher ranks), [1] on ctx2 (to lower ones)
+  std::unique_ptr<gloo::transport::UnboundBuffer> outb[2];
   // ACCELERATE_GLOO_PAIR_BYTES: all_reduce_pair from this size on (2 processes); every header
   // carries it, so that processes started with different values fail instead of pairing
   // different algorithms
@@ -145,6 +158,14 @@ struct GlooBe {
 };
 
 GlooBe *self(acc__backend *be) { return reinterpret_cast<GlooBe *>(be); }
+
+// The context whose connections carry the data of rank `from` to rank `to`.
+gloo::rendezvous::Context *lane(GlooBe *g, int from, int to) {
+  return from < to ? g->ctx.get() : g->ctx2.get();
+}
+gloo::transport::UnboundBuffer *outb(GlooBe *g, int to) {
+  return g->outb[to > g->base.rank ? 0 : 1].get();
+}
 
 uint64_t hslot(uint64_t seq) { return (uint64_t)gloo::Slot::build(kHdrPrefix, (uint32_t)seq); }
 
@@ -167,9 +188,10 @@ bool small(GlooBe *g, size_t bytes) { return bytes * (size_t)(g->base.size - 1) 
 
 // Direct transfers (2 processes, broadcast and all_gather of at least kDirect bytes): the
 // receiver posts its receive into the caller's own buffer before sending its header, so that the
-// receive is announced to the sender ahead of the header on the same connection; the sender sends
-// straight from the caller's buffer once the tags matched, and the receive is already known to it
-// (no round trip, as in the exchange). Against riding in the exchange this saves the two copies
+// receive's notice leaves ahead of the header; the sender sends straight from the caller's buffer
+// once the tags matched, the receive almost always already known to it (no round trip, as in the
+// exchange; the notice travels on the other lane, so it can arrive after the header, and then the
+// data waits for it). Against riding in the exchange this saves the two copies
 // through the exchange's buffers (a tenth of the time of a 1 MiB broadcast here) for one one-way
 // message of waiting; against gloo's own collective, the round trip gloo's receiver posts at the
 // call. Nothing is sent before every tag matched: after a mismatch the posted receive is never
@@ -208,21 +230,28 @@ acc_result hx_mismatch(GlooBe *g) {
 
 // The header exchange of one collective: this rank's tag, and `len` bytes of `data` to every
 // peer (to = -1) or to rank `to` only (the others get the header alone). Fails on every rank
-// alike when a tag differs.
-acc_result hx(GlooBe *g, const void *data, size_t len, int to) {
+// alike when a tag differs. With `post`, the receives of the next exchange are posted once this
+// rank's messages are out; a collective whose data moves after the exchange passes false and
+// posts them when its data has moved (NextPost).
+acc_result hx(GlooBe *g, const void *data, size_t len, int to, bool post) {
   const acc__call *c = g->base.call;
   uint64_t seq = ++g->hseq;
   Hdr h = {c ? c->tag : 0, seq, len, g->pair_min};
   try {
-    hx_post(g, seq + 1);
     memcpy(g->hout.get(), &h, kHdr);
     if (len) memcpy(g->hout.get() + kHdr, data, len);
     for (int r = 0; r < g->base.size; r++)
-      if (r != g->base.rank) g->outb->send(r, hslot(seq), 0, kHdr + (to < 0 || r == to ? len : 0));
+      if (r != g->base.rank)
+        outb(g, r)->send(r, hslot(seq), 0, kHdr + (to < 0 || r == to ? len : 0));
+    // a small exchange posts at once (the peers' next messages then never wait); after a large
+    // one, whose peers may still be writing on the lanes that would carry the notices, later
+    const bool early = post && len <= kPostEarly;
+    if (early) hx_post(g, seq + 1);
     for (int r = 0; r < g->base.size; r++)
       if (r != g->base.rank) g->inb[seq & 1][r]->waitRecv(g->timeout);
+    if (post && !early) hx_post(g, seq + 1);
     for (int r = 0; r < g->base.size; r++)
-      if (r != g->base.rank) g->outb->waitSend(g->timeout);
+      if (r != g->base.rank) outb(g, r)->waitSend(g->timeout);
   } catch (const std::exception &e) {
     return gloo_error(&g->base, g->base.op_name ? g->base.op_name : "collective", e);
   }
@@ -241,6 +270,23 @@ acc_result hx(GlooBe *g, const void *data, size_t len, int to) {
   }
   return ACC_OK;
 }
+
+// Posts the next exchange's receives when the collective it guards returns, on every path, if
+// that collective's exchange ran without posting them (hx with post false). A peer's message
+// sent before they are posted still arrives: gloo then asks for the receive first.
+struct NextPost {
+  GlooBe *g;
+  uint64_t h0;
+  bool on;
+  NextPost(GlooBe *g_, bool on_) : g(g_), h0(g_->hseq), on(on_) {}
+  ~NextPost() {
+    if (!on || g->hseq != h0 + 1) return;
+    try {
+      hx_post(g, g->hseq + 1);
+    } catch (...) { /* the pair failed: the next collective reports it */
+    }
+  }
+};
 
 // The error of a failed gloo call: a peer that closed its connection (died) is ACC_ERR_REMOTE,
 // a timeout ACC_ERR_TIMEOUT, anything else ACC_ERR_BACKEND.
@@ -284,7 +330,7 @@ size_t esize(acc_dtype d) {
 }
 
 // The exchange is a barrier: every rank waits for every rank's message.
-acc_result op_barrier(acc__backend *be) { return hx(self(be), nullptr, 0, -1); }
+acc_result op_barrier(acc__backend *be) { return hx(self(be), nullptr, 0, -1, true); }
 
 // Pieces of a run of n elements of es bytes: at most `most`, each at least `least` bytes (the
 // last may be shorter), the same on every rank for the same n.
@@ -317,21 +363,30 @@ acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
   cut(nbytes, 1, kPiece, n > 2 ? kPieces : 1, &np, &ps);
   auto len = [&](size_t p) { return p + 1 < np ? ps : nbytes - p * ps; };
   const uint64_t seq = g->hseq + 1; /* the number hx gives this exchange */
-  std::unique_ptr<gloo::transport::UnboundBuffer> ub;
+  const int me = g->base.rank;
+  NextPost later(g, true);
+  // the receive from the parent, and the sends on each lane (to higher and to lower ranks)
+  std::unique_ptr<gloo::transport::UnboundBuffer> in, up, down;
   try {
-    ub = g->ctx->createUnboundBuffer(buf, nbytes);
-    if (parent >= 0)
-      for (size_t p = 0; p < np; p++) ub->recv(parent, dslot(seq, p), p * ps, len(p));
+    if (parent >= 0) {
+      in = lane(g, parent, me)->createUnboundBuffer(buf, nbytes);
+      for (size_t p = 0; p < np; p++) in->recv(parent, dslot(seq, p), p * ps, len(p));
+    }
+    for (int k : kids) {
+      auto &ub = k > me ? up : down;
+      if (!ub) ub = lane(g, me, k)->createUnboundBuffer(buf, nbytes);
+    }
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "broadcast", e);
   }
-  ACC_CHECK(hx(g, nullptr, 0, -1));
+  ACC_CHECK(hx(g, nullptr, 0, -1, false));
   try {
     for (size_t p = 0; p < np; p++) {
-      if (parent >= 0) ub->waitRecv(g->timeout); /* pieces arrive in order: this is piece p */
-      for (int k : kids) ub->send(k, dslot(seq, p), p * ps, len(p));
+      if (in) in->waitRecv(g->timeout); /* pieces arrive in order: this is piece p */
+      for (int k : kids) (k > me ? up : down)->send(k, dslot(seq, p), p * ps, len(p));
     }
-    for (size_t i = 0; i < np * kids.size(); i++) ub->waitSend(g->timeout);
+    for (size_t p = 0; p < np; p++)
+      for (int k : kids) (k > me ? up : down)->waitSend(g->timeout);
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "broadcast", e);
   }
@@ -344,7 +399,7 @@ acc_result op_broadcast(acc__backend *be, void *buf, size_t nbytes, int root) {
   // whenever it fits one message (a 64 KiB broadcast over 4 processes: one step, where the tree
   // after a header-only exchange took three).
   if (direct(g, nbytes) || nbytes > g->cap) return broadcast_tree(g, buf, nbytes, root);
-  ACC_CHECK(hx(g, buf, be->rank == root ? nbytes : 0, -1));
+  ACC_CHECK(hx(g, buf, be->rank == root ? nbytes : 0, -1, true));
   if (be->rank != root) memcpy(buf, hpayload(g, root), nbytes);
   return ACC_OK;
 }
@@ -388,11 +443,12 @@ acc_result all_reduce_pair(GlooBe *g, const void *send, void *recv, size_t count
   char *r = static_cast<char *>(recv);
   char *snd = static_cast<char *>(const_cast<void *>(send));
   const uint64_t seq = g->hseq + 1;
+  NextPost later(g, true);
   std::unique_ptr<gloo::transport::UnboundBuffer> share, back, out, mine;
   try {
     if (g->scratch.size() < mn * es) g->scratch.resize(mn * es);
-    share = g->ctx->createUnboundBuffer(g->scratch.data(), mn * es);
-    back = g->ctx->createUnboundBuffer(r + plo * es, pn * es);
+    share = lane(g, peer, me)->createUnboundBuffer(g->scratch.data(), mn * es);
+    back = lane(g, peer, me)->createUnboundBuffer(r + plo * es, pn * es);
     for (size_t p = 0; p < mnp; p++) share->recv(peer, dslot(seq, p), p * mps * es, mlen(p));
     for (size_t p = 0; p < pnp; p++) back->recv(peer, dslot(seq, kArPieces + p), p * pps * es, plen(p));
   } catch (const std::bad_alloc &) {
@@ -402,12 +458,12 @@ acc_result all_reduce_pair(GlooBe *g, const void *send, void *recv, size_t count
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "all_reduce", e);
   }
-  ACC_CHECK(hx(g, nullptr, 0, -1));
+  ACC_CHECK(hx(g, nullptr, 0, -1, false));
   try {
-    out = g->ctx->createUnboundBuffer(snd + plo * es, pn * es);
+    out = lane(g, me, peer)->createUnboundBuffer(snd + plo * es, pn * es);
     for (size_t p = 0; p < pnp; p++) out->send(peer, dslot(seq, p), p * pps * es, plen(p));
     if (send != recv) memcpy(r + mlo * es, snd + mlo * es, mn * es);
-    mine = g->ctx->createUnboundBuffer(r + mlo * es, mn * es);
+    mine = lane(g, me, peer)->createUnboundBuffer(r + mlo * es, mn * es);
     for (size_t p = 0; p < mnp; p++) {
       share->waitRecv(g->timeout); /* pieces arrive in order: this is piece p */
       H->reduce_inplace(r + (mlo + p * mps) * es, g->scratch.data() + p * mps * es, mlen(p) / es, dt, op);
@@ -429,7 +485,8 @@ acc_result op_all_reduce(acc__backend *be, const void *send, void *recv, size_t 
   bool in = small(g, bytes);
   if (!in && be->size == 2 && bytes >= g->pair_min)
     return all_reduce_pair(g, send, recv, count, dtype, op);
-  ACC_CHECK(hx(g, send, in ? bytes : 0, -1));
+  NextPost later(g, !in);
+  ACC_CHECK(hx(g, send, in ? bytes : 0, -1, in));
   if (in) { /* send is in this rank's message: recv may be send */
     reduce_messages(g, recv, 0, count, dtype, op);
     return ACC_OK;
@@ -463,7 +520,8 @@ acc_result op_reduce(acc__backend *be, const void *send, void *recv, size_t coun
   GlooBe *g = self(be);
   size_t es = esize(dtype);
   bool in = small(g, count * es);
-  ACC_CHECK(hx(g, send, in ? count * es : 0, root));
+  NextPost later(g, !in);
+  ACC_CHECK(hx(g, send, in ? count * es : 0, root, in));
   if (in) {
     if (be->rank == root) reduce_messages(g, recv, 0, count, dtype, op);
     return ACC_OK;
@@ -498,16 +556,17 @@ acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nby
   const int me = g->base.rank, peer = 1 - me;
   uint8_t *r = static_cast<uint8_t *>(recv);
   const uint64_t slot = dslot(g->hseq + 1, 0);
+  NextPost later(g, true);
   std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
   try {
-    in = g->ctx->createUnboundBuffer(r + (size_t)peer * nbytes, nbytes);
+    in = lane(g, peer, me)->createUnboundBuffer(r + (size_t)peer * nbytes, nbytes);
     in->recv(peer, slot, 0, nbytes);
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "all_gather", e);
   }
-  ACC_CHECK(hx(g, nullptr, 0, -1));
+  ACC_CHECK(hx(g, nullptr, 0, -1, false));
   try {
-    out = g->ctx->createUnboundBuffer(const_cast<void *>(send), nbytes);
+    out = lane(g, me, peer)->createUnboundBuffer(const_cast<void *>(send), nbytes);
     out->send(peer, slot, 0, nbytes);
     // this rank's own block while the peer's arrives (memmove: send may overlap it)
     if (send != r + (size_t)me * nbytes) memmove(r + (size_t)me * nbytes, send, nbytes);
@@ -523,7 +582,8 @@ acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t 
   GlooBe *g = self(be);
   if (direct(g, nbytes)) return all_gather_direct(g, send, recv, nbytes);
   bool in = small(g, nbytes);
-  ACC_CHECK(hx(g, send, in ? nbytes : 0, -1));
+  NextPost later(g, !in);
+  ACC_CHECK(hx(g, send, in ? nbytes : 0, -1, in));
   if (in) {
     for (int r = 0; r < be->size; r++)
       memmove(static_cast<uint8_t *>(recv) + (size_t)r * nbytes, hpayload(g, r), nbytes);
@@ -548,7 +608,8 @@ acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t 
 acc_result op_gather(acc__backend *be, const void *send, void *recv, size_t nbytes, int root) {
   GlooBe *g = self(be);
   bool in = small(g, nbytes);
-  ACC_CHECK(hx(g, send, in ? nbytes : 0, root));
+  NextPost later(g, !in);
+  ACC_CHECK(hx(g, send, in ? nbytes : 0, root, in));
   if (in) {
     if (be->rank == root)
       for (int r = 0; r < be->size; r++)
@@ -575,7 +636,8 @@ acc_result op_all_gather_v(acc__backend *be, const void *send, void *recv, const
   size_t total = 0, most = 0;
   for (size_t c : counts) total += c, most = c > most ? c : most;
   bool in = small(g, most);
-  ACC_CHECK(hx(g, send, in ? sizes[be->rank] : 0, -1));
+  NextPost later(g, !in && total != 0);
+  ACC_CHECK(hx(g, send, in ? sizes[be->rank] : 0, -1, in || total == 0));
   if (total == 0) return ACC_OK;
   if (in) {
     size_t at = 0;
@@ -646,7 +708,8 @@ acc_result op_reduce_scatter(acc__backend *be, const void *send, void *recv, siz
   GlooBe *g = self(be);
   size_t es = esize(dtype), all = count * es * (size_t)be->size;
   bool in = small(g, all);
-  ACC_CHECK(hx(g, send, in ? all : 0, -1));
+  NextPost later(g, !in);
+  ACC_CHECK(hx(g, send, in ? all : 0, -1, in));
   if (in) { /* recv may be this rank's block of send, which is in this rank's message */
     reduce_messages(g, recv, (size_t)be->rank * count * es, count, dtype, op);
     return ACC_OK;
@@ -678,8 +741,9 @@ acc_result op_reduce_scatter(acc__backend *be, const void *send, void *recv, siz
 void op_destroy(acc__backend *be) {
   GlooBe *g = self(be);
   try {
-    g->outb.reset();
+    for (auto &b : g->outb) b.reset();
     for (auto &v : g->inb) v.clear();
+    g->ctx2.reset();
     g->ctx.reset();
     g->dev.reset();
   } catch (...) {
@@ -737,16 +801,22 @@ extern "C" acc_result acc__backend_gloo_create(acc__backend **out, const acc__pr
     AccStore store(info->store, t);
     gloo::rendezvous::PrefixStore ps(prefix ? prefix : "gloo", store);
     g->ctx->connectFullMesh(ps, g->dev);
+    g->ctx2 = std::make_shared<gloo::rendezvous::Context>(info->rank, info->size);
+    g->ctx2->setTimeout(g->timeout);
+    gloo::rendezvous::PrefixStore ps2(std::string(prefix ? prefix : "gloo") + "/lane2", store);
+    g->ctx2->connectFullMesh(ps2, g->dev);
     // the header exchanges' buffers, and the receives of the first
     g->cap = info->size == 2 ? kInline2 : kInline;
     const size_t n = (size_t)info->size, cap = kHdr + g->cap;
     g->hout.reset(new char[cap]);
-    g->outb = g->ctx->createUnboundBuffer(g->hout.get(), cap);
+    g->outb[0] = g->ctx->createUnboundBuffer(g->hout.get(), cap);
+    g->outb[1] = g->ctx2->createUnboundBuffer(g->hout.get(), cap);
     for (int p = 0; p < 2; p++) {
       g->hin[p].reset(new char[n * cap]);
       g->inb[p].resize(n);
       for (size_t r = 0; r < n; r++)
-        g->inb[p][r] = g->ctx->createUnboundBuffer(g->hin[p].get() + r * cap, cap);
+        g->inb[p][r] =
+            lane(g, (int)r, info->rank)->createUnboundBuffer(g->hin[p].get() + r * cap, cap);
     }
     hx_post(g, 1);
   } catch (const std::exception &e) {

@@ -487,9 +487,9 @@ static void drive(const char *cli, const char *self, const char *sc) {
       return;
     }
     if (strcmp(sc, "pairenv") == 0) {
-      const char *s0[] = {"ACCELERATE_GLOO_PAIR_BYTES=16777216", "process 1 with 0",
+      const char *s0[] = {"ACCELERATE_GLOO_PAIR_BYTES=1048576", "process 1 with 0",
                           "set it alike on every machine", NULL};
-      const char *s1[] = {"ACCELERATE_GLOO_PAIR_BYTES=0", "process 0 with 16777216", NULL};
+      const char *s1[] = {"ACCELERATE_GLOO_PAIR_BYTES=0", "process 0 with 1048576", NULL};
       expect_rank(0, acc_result_string(ACC_ERR_INVALID_ARGUMENT), s0);
       expect_rank(1, acc_result_string(ACC_ERR_INVALID_ARGUMENT), s1);
       return;
