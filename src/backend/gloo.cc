@@ -11,7 +11,8 @@
 // ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2; a broadcast, whose root
 // alone sends data, up to the same capacity per message), the collective's data itself. The
 // receives of each exchange are posted during the one before (two sets of buffers): in an exchange
-// that carries the whole collective, once this rank's messages are out; otherwise once the
+// that carries the whole collective or precedes a broadcast's data, once this rank's messages are
+// out (after a payload of more than 4 KiB, once the peers' arrived); otherwise once the
 // collective's data has moved (NextPost). The peers' sends then go out at once (gloo's tcp
 // transport sends an unbound buffer straight away only when the receiver is known to wait for it;
 // otherwise it first asks, and the data waits for the answer): the exchange costs one one-way
@@ -364,7 +365,6 @@ acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
   auto len = [&](size_t p) { return p + 1 < np ? ps : nbytes - p * ps; };
   const uint64_t seq = g->hseq + 1; /* the number hx gives this exchange */
   const int me = g->base.rank;
-  NextPost later(g, true);
   // the receive from the parent, and the sends on each lane (to higher and to lower ranks)
   std::unique_ptr<gloo::transport::UnboundBuffer> in, up, down;
   try {
@@ -379,7 +379,9 @@ acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "broadcast", e);
   }
-  ACC_CHECK(hx(g, nullptr, 0, -1, false));
+  // The next exchange's receives are posted in this one's (a broadcast's data moves one way:
+  // posting them only after it was measured slower, at 4 MiB between the leaders of 2 machines)
+  ACC_CHECK(hx(g, nullptr, 0, -1, true));
   try {
     for (size_t p = 0; p < np; p++) {
       if (in) in->waitRecv(g->timeout); /* pieces arrive in order: this is piece p */
