@@ -8,12 +8,14 @@
 #   torch         PyTorch's gloo process group (/usr/bin/python3 torch_busbw.py; Debian's
 #                 python3-torch, installed by scripts/deps.sh --bench)
 #   openmpi       Open MPI (mpirun across the namespaces, tcp between them)
+#   base          the default backend of another build (BASE=<its build dir>, with its busbw):
+#                 an A/B of two commits in one run; adds the columns base and torch/base
 # one run of each per round, the order rotating, ROUNDS rounds; prints per layout, op and size
 # the median over the rounds of each run's median time per call (the slowest rank's), and
 # torch's time over ours (> 1: ours faster) for auto, gloo and hierarchical, and Open MPI's over
 # auto's.
 # Usage (root): bench/multinode/ops.sh [build_dir]
-#   ROUNDS (3), MAXB (67108864), PPN ("1 2": processes per machine), IMPLS (all five above),
+#   ROUNDS (3), MAXB (67108864), PPN ("1 2": processes per machine), IMPLS (the first five above),
 #   OPS (all_reduce,broadcast,all_gather), LINK_RATE (e.g. 1gbit: a tc token bucket on both ends
 #   of the veth "wire"; unset: no limit).
 set -u
@@ -25,7 +27,6 @@ PPN=${PPN:-1 2}
 IMPLS=${IMPLS:-auto gloo hierarchical torch openmpi}
 export BUSBW_OPS=${OPS:-all_reduce,broadcast,all_gather} BUSBW_MIN=4
 export ACCELERATE_MODULE_DIR=$build OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-ACC=$build/accelerate
 . "$root/tests/multinode/netns_lib.sh"
 netns_up bo
 if [ -n "${LINK_RATE:-}" ]; then
@@ -66,12 +67,13 @@ run() { # impl ppn out
         mpirun -x BUSBW_OPS -x BUSBW_MIN --hostfile "$TMP/hosts" --npernode "$ppn" -n $np \
         "$build/bench/multinode/mpi_busbw" "$MAXB" >"$out" 2>&1 ;;
     *)
-      be=$impl; [ "$impl" = auto ] && be=
+      be=$impl bd=$build; [ "$impl" = auto ] && be=
+      [ "$impl" = base ] && be= bd=${BASE:?"IMPLS has base: set BASE to the other build's directory"}
       for m in 1 0; do
         ns=$NSA; [ $m = 1 ] && ns=$NSB
-        ip netns exec "$ns" env ${be:+ACCELERATE_BACKEND=$be} "$ACC" launch --quiet --num_machines 2 \
-          --machine_rank $m --num_processes $np --main_process_ip $IPA --main_process_port $PORT \
-          "$build/bench/multinode/busbw" "$MAXB" >"$out.m$m" 2>&1 &
+        ip netns exec "$ns" env ACCELERATE_MODULE_DIR="$bd" ${be:+ACCELERATE_BACKEND=$be} "$bd/accelerate" launch \
+          --quiet --num_machines 2 --machine_rank $m --num_processes $np --main_process_ip $IPA \
+          --main_process_port $PORT "$bd/bench/multinode/busbw" "$MAXB" >"$out.m$m" 2>&1 &
       done
       wait
       cp "$out.m0" "$out" ;;
@@ -100,18 +102,21 @@ med() { # dir impl op size -> median time (us) over the rounds
 }
 for ppn in $PPN; do
   echo "# 2 machines x $ppn: median time per call (us); torch/x = torch's time over ours (> 1: ours faster); mpi/auto likewise"
-  printf '%-10s %9s %10s %10s %10s %10s %10s %8s %8s %8s %8s\n' op "size(B)" auto gloo hier torch openmpi \
-    torch/auto torch/gloo torch/hier mpi/auto
+  printf '%-10s %9s %10s %10s %10s %10s %10s %8s %8s %8s %8s%s\n' op "size(B)" auto gloo hier torch openmpi \
+    torch/auto torch/gloo torch/hier mpi/auto "${BASE:+ $(printf '%10s %10s' base torch/base)}"
   for op in $(echo "$BUSBW_OPS" | tr ',' ' '); do
     s=4
     while [ $s -le "$MAXB" ]; do
       d=$TMP/p$ppn
       a=$(med "$d" auto "$op" $s) g=$(med "$d" gloo "$op" $s) h=$(med "$d" hierarchical "$op" $s)
-      t=$(med "$d" torch "$op" $s) m=$(med "$d" openmpi "$op" $s)
-      awk -v o="$op" -v s=$s -v a="$a" -v g="$g" -v h="$h" -v t="$t" -v m="$m" 'function q(x, y) {
+      t=$(med "$d" torch "$op" $s) m=$(med "$d" openmpi "$op" $s) b=$(med "$d" base "$op" $s)
+      awk -v o="$op" -v s=$s -v a="$a" -v g="$g" -v h="$h" -v t="$t" -v m="$m" -v b="$b" \
+        -v wb="${BASE:+1}" 'function q(x, y) {
           return (x > 0 && y > 0) ? sprintf("%.2f", x / y) : "-" }
-        BEGIN { printf "%-10s %9d %10.1f %10.1f %10.1f %10.1f %10.1f %8s %8s %8s %8s\n", o, s, a, g, h, t, m,
-          q(t, a), q(t, g), q(t, h), q(m, a) }'
+        BEGIN { printf "%-10s %9d %10.1f %10.1f %10.1f %10.1f %10.1f %8s %8s %8s %8s", o, s, a, g, h, t, m,
+          q(t, a), q(t, g), q(t, h), q(m, a)
+          if (wb) printf " %10.1f %10s", b, q(t, b)
+          printf "\n" }'
       s=$((s * 4))
     done
   done

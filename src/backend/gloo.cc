@@ -11,9 +11,9 @@
 // ((n - 1) x its bytes <= kInline; between 2 processes up to kInline2; a broadcast, whose root
 // alone sends data, up to the same capacity per message), the collective's data itself. The
 // receives of each exchange are posted during the one before (two sets of buffers): in an exchange
-// that carries the whole collective or precedes a broadcast's data, once this rank's messages are
-// out (after a payload of more than 4 KiB, once the peers' arrived); otherwise once the
-// collective's data has moved (NextPost). The peers' sends then go out at once (gloo's tcp
+// that carries the whole collective or precedes a broadcast's or an all_gather's direct transfer,
+// before this rank's messages (after a payload of more than 256 KiB, once the peers' arrived);
+// otherwise once the collective's data has moved (NextPost). The peers' sends then go out at once (gloo's tcp
 // transport sends an unbound buffer straight away only when the receiver is known to wait for it;
 // otherwise it first asks, and the data waits for the answer): the exchange costs one one-way
 // message, where comparing the tags with a gloo all_reduce first cost a whole collective. Every
@@ -126,7 +126,7 @@ constexpr size_t kHdr = sizeof(Hdr);
 constexpr size_t kInline = 64 * 1024;
 constexpr size_t kInline2 = 1024 * 1024; // 2 processes
 constexpr uint8_t kHdrPrefix = 0xac;
-constexpr size_t kPostEarly = 4096; // see hx
+constexpr size_t kPostEarly = 256 * 1024; // see hx
 // Between 2 processes, broadcast and all_gather of at least kDirect bytes move their data
 // straight between the callers' buffers (see direct()) on slot kDataPrefix + the exchange's number.
 constexpr size_t kDirect = 256 * 1024;
@@ -239,15 +239,16 @@ acc_result hx(GlooBe *g, const void *data, size_t len, int to, bool post) {
   uint64_t seq = ++g->hseq;
   Hdr h = {c ? c->tag : 0, seq, len, g->pair_min};
   try {
+    // a small exchange posts first (the peers' next messages then never wait, and the notices
+    // leave ahead of this header); after a large one, whose peers may still be writing on the
+    // lanes that would carry the notices, once their messages arrived
+    const bool early = post && len <= kPostEarly;
+    if (early) hx_post(g, seq + 1);
     memcpy(g->hout.get(), &h, kHdr);
     if (len) memcpy(g->hout.get() + kHdr, data, len);
     for (int r = 0; r < g->base.size; r++)
       if (r != g->base.rank)
         outb(g, r)->send(r, hslot(seq), 0, kHdr + (to < 0 || r == to ? len : 0));
-    // a small exchange posts at once (the peers' next messages then never wait); after a large
-    // one, whose peers may still be writing on the lanes that would carry the notices, later
-    const bool early = post && len <= kPostEarly;
-    if (early) hx_post(g, seq + 1);
     for (int r = 0; r < g->base.size; r++)
       if (r != g->base.rank) g->inb[seq & 1][r]->waitRecv(g->timeout);
     if (post && !early) hx_post(g, seq + 1);
@@ -558,7 +559,6 @@ acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nby
   const int me = g->base.rank, peer = 1 - me;
   uint8_t *r = static_cast<uint8_t *>(recv);
   const uint64_t slot = dslot(g->hseq + 1, 0);
-  NextPost later(g, true);
   std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
   try {
     in = lane(g, peer, me)->createUnboundBuffer(r + (size_t)peer * nbytes, nbytes);
@@ -566,7 +566,9 @@ acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nby
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "all_gather", e);
   }
-  ACC_CHECK(hx(g, nullptr, 0, -1, false));
+  // the next exchange's receives posted in this one, as for a broadcast (posting them after the
+  // data was slower between the leaders of 2 machines at 256 KiB a process)
+  ACC_CHECK(hx(g, nullptr, 0, -1, true));
   try {
     out = lane(g, me, peer)->createUnboundBuffer(const_cast<void *>(send), nbytes);
     out->send(peer, slot, 0, nbytes);
