@@ -6,26 +6,11 @@
  * and a size with an optional k or m (KiB, MiB). Each phase: 3 warm-up calls, then 300 calls
  * (5 from 16 MiB) timed one by one; every call's time is the slowest rank's; rank 0 prints
  * "phase size med p10 p90" in us. Run by bench/multinode/phases.sh. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
+#include "../comm/bench_common.h"
 #include "accelerate.h"
 
 static acc_state *st;
 static float *buf, *big;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static acc_result call(int op, size_t count) {
   if (op == 'g') return acc_all_gather(st, buf, big, count, ACC_F32);
@@ -63,19 +48,20 @@ int main(void) {
     size_t bytes = strtoull(tok + 2, &end, 10);
     bytes *= *end == 'k' ? 1024 : *end == 'm' ? 1048576 : 1;
     if (!op || bytes < 4) {
-      if (rank == 0) fprintf(stderr, "phases: cannot read phase '%s' (ag|ar|bc, then a size)\n", tok);
+      if (rank == 0)
+        fprintf(stderr, "phases: cannot read phase '%s' (ag|ar|bc, then a size)\n", tok);
       rc = 2;
       break;
     }
     const int it = bytes >= (16u << 20) ? 5 : 300;
     for (int w = 0; w < 3 && !rc; w++) rc = call(op, bytes / 4) != ACC_OK;
     for (int i = 0; i < it && !rc; i++) {
-      double t0 = now();
+      double t0 = bench_now();
       rc = call(op, bytes / 4) != ACC_OK;
-      t[i] = (now() - t0) * 1e6;
+      t[i] = (bench_now() - t0) * 1e6;
     }
     if (rc || (rc = acc_all_reduce(st, t, t, (size_t)it, ACC_F64, ACC_MAX) != ACC_OK)) break;
-    qsort(t, (size_t)it, sizeof *t, cmp);
+    qsort(t, (size_t)it, sizeof *t, bench_cmp);
     if (rank == 0) printf("%-10s %10zu med %9.1f p10 %9.1f p90 %9.1f\n", tok, bytes, t[it / 2],
                           t[it / 10], t[it * 9 / 10]);
     fflush(stdout);

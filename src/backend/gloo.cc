@@ -13,11 +13,11 @@
 // receives of each exchange are posted during the one before (two sets of buffers): in an exchange
 // that carries the whole collective or precedes a broadcast's or an all_gather's direct transfer,
 // before this rank's messages (after a payload of more than 256 KiB, once the peers' arrived);
-// otherwise once the collective's data has moved (NextPost). The peers' sends then go out at once (gloo's tcp
-// transport sends an unbound buffer straight away only when the receiver is known to wait for it;
-// otherwise it first asks, and the data waits for the answer): the exchange costs one one-way
-// message, where comparing the tags with a gloo all_reduce first cost a whole collective. Every
-// rank sees every rank's tag, so all decide alike: a difference fails every rank with
+// otherwise once the collective's data has moved (NextPost). The peers' sends then go out at once
+// (gloo's tcp transport sends an unbound buffer straight away only when the receiver is known to
+// wait for it; otherwise it first asks, and the data waits for the answer): the exchange costs one
+// one-way message, where comparing the tags with a gloo all_reduce first cost a whole collective.
+// Every rank sees every rank's tag, so all decide alike: a difference fails every rank with
 // ACC_ERR_MISMATCH naming every call (their records, exchanged by a gloo all_gather of one fixed
 // size). Only then does the data move: small collectives complete from the messages (all_reduce,
 // reduce and reduce_scatter reduce in rank order, so every rank gets the same bits), larger ones
@@ -231,9 +231,9 @@ acc_result hx_mismatch(GlooBe *g) {
 
 // The header exchange of one collective: this rank's tag, and `len` bytes of `data` to every
 // peer (to = -1) or to rank `to` only (the others get the header alone). Fails on every rank
-// alike when a tag differs. With `post`, the receives of the next exchange are posted once this
-// rank's messages are out; a collective whose data moves after the exchange passes false and
-// posts them when its data has moved (NextPost).
+// alike when a tag differs. With `post`, the receives of the next exchange are posted here; a
+// collective whose data moves after the exchange may pass false and post them when its data has
+// moved (NextPost).
 acc_result hx(GlooBe *g, const void *data, size_t len, int to, bool post) {
   const acc__call *c = g->base.call;
   uint64_t seq = ++g->hseq;
