@@ -12,6 +12,12 @@
 static acc_state *st;
 static float *buf, *big;
 
+/* A phase's size: digits, then k (KiB) or m (MiB) or nothing; *end after it. */
+static size_t phase_bytes(const char *s, char **end) {
+  size_t b = strtoull(s, end, 10);
+  return b * (**end == 'k' ? 1024 : **end == 'm' ? 1048576 : 1);
+}
+
 static acc_result call(int op, size_t count) {
   if (op == 'g') return acc_all_gather(st, buf, big, count, ACC_F32);
   if (op == 'r') return acc_all_reduce(st, buf, buf, count, ACC_F32, ACC_SUM);
@@ -31,8 +37,7 @@ int main(void) {
   size_t most = 4; /* the largest phase, to size the buffers */
   for (const char *p = list; *p;) {
     char *end;
-    size_t b = strtoull(p + 2, &end, 10);
-    b *= *end == 'k' ? 1024 : *end == 'm' ? 1048576 : 1;
+    size_t b = phase_bytes(p + 2, &end);
     if (b > most) most = b;
     p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
   }
@@ -45,8 +50,7 @@ int main(void) {
     int op = tok[0] == 'a' && tok[1] == 'g' ? 'g' : tok[0] == 'a' && tok[1] == 'r' ? 'r'
              : tok[0] == 'b' && tok[1] == 'c' ? 'b' : 0;
     char *end;
-    size_t bytes = strtoull(tok + 2, &end, 10);
-    bytes *= *end == 'k' ? 1024 : *end == 'm' ? 1048576 : 1;
+    size_t bytes = phase_bytes(tok + 2, &end);
     if (!op || bytes < 4) {
       if (rank == 0)
         fprintf(stderr, "phases: cannot read phase '%s' (ag|ar|bc, then a size)\n", tok);

@@ -201,6 +201,16 @@ static acc_result rail_wait(hier_be *h) {
   return ACC_OK;
 }
 
+/* A pipeline's shm step failed with rc while the worker may still run a job: waits for that job
+ * (bounded by the rail's own timeout), so no thread writes into the program's buffer after the
+ * call, and returns rc with the shm step's message, not the job's. */
+static acc_result rail_drain(hier_be *h, acc_result rc) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", acc_last_error());
+  (void)rail_wait(h);
+  return acc__error(rc, "%s", msg);
+}
+
 /* h_all_reduce's rail path for large buffers, cut into P pieces: piece p's shm reduce_scatter
  * runs while the rail thread all-reduces piece p - 1 between machines, and piece p - 1's shm
  * all_gather while it all-reduces piece p, so the machine's shm steps hide behind the transfer
@@ -219,12 +229,7 @@ static acc_result rails_pipelined(hier_be *h, const char *s, char *r, size_t c, 
     if (p < pieces) /* piece p: elements [k * off, k * (off + cs)), slice l at k * off + l * cs */
       rc = h->local->ops->reduce_scatter(h->local, s + k * off * es, r + (k * off + l * cs) * es, cs, dt, op);
     if (p > 0) {
-      if (rc != ACC_OK) { /* piece p - 1 is in flight: let it end, keep this error */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", acc_last_error());
-        (void)rail_wait(h);
-        return acc__error(rc, "%s", msg);
-      }
+      if (rc != ACC_OK) return rail_drain(h, rc); /* piece p - 1 is in flight */
       rc = rail_wait(h);
     }
     if (rc == ACC_OK && p < pieces) rc = rail_start(h, r + (k * off + l * cs) * es, cs, dt, op);
@@ -232,13 +237,8 @@ static acc_result rails_pipelined(hier_be *h, const char *s, char *r, size_t c, 
       rc = h->local->ops->all_gather(h->local, r + (k * prev_off + l * prev_cs) * es, r + k * prev_off * es,
                                      prev_cs * es);
     if (rc != ACC_OK) {
-      if (p < pieces && h->worker_up) { /* piece p may be in flight (its all_gather failed) */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", acc_last_error());
-        (void)rail_wait(h);
-        return acc__error(rc, "%s", msg);
-      }
-      return rc;
+      /* piece p may be in flight (its all_gather failed) */
+      return p < pieces && h->worker_up ? rail_drain(h, rc) : rc;
     }
     prev_off = off;
     prev_cs = cs;
@@ -325,6 +325,11 @@ static acc_result job_gather_piece(hier_be *h) {
   return ACC_OK;
 }
 
+/* The length of the piece of ps bytes at off in a block of `block` bytes (the last is shorter). */
+static size_t piece_len(size_t block, size_t off, size_t ps) {
+  return block - off < ps ? block - off : ps;
+}
+
 /* h_all_gather's step between machines and the broadcast after it, for large outputs: every
  * machine's block (already gathered on its leader, in place in r) is cut into the same P pieces
  * of ps bytes (the last shorter); the leader's worker thread exchanges piece p between the
@@ -341,24 +346,15 @@ static acc_result gather_pipelined(hier_be *h, char *r, size_t block, size_t pie
     acc_result rc = ACC_OK;
     if (p > 0 && h->leaders) rc = rail_wait(h); /* piece p - 1 is in place on the leader */
     if (rc == ACC_OK && p < pieces && h->leaders) {
-      size_t off = p * ps;
-      piece_args a = {r, t, off, block - off < ps ? block - off : ps, block};
+      piece_args a = {r, t, p * ps, piece_len(block, p * ps, ps), block};
       rc = job_start(h, job_gather_piece, &a, sizeof a);
     }
     if (rc != ACC_OK) return rc; /* nothing in flight: the job failed, or did not start */
     if (p == 0) continue;
-    size_t off = (p - 1) * ps, len = block - off < ps ? block - off : ps;
+    size_t off = (p - 1) * ps, len = piece_len(block, off, ps);
     for (int m = 0; m < h->m && rc == ACC_OK; m++)
       rc = h->local->ops->broadcast(h->local, r + (size_t)m * block + off, len, 0);
-    if (rc != ACC_OK) {
-      if (p < pieces && h->leaders) { /* piece p is in flight: let it end, keep this error */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", acc_last_error());
-        (void)rail_wait(h);
-        return acc__error(rc, "%s", msg);
-      }
-      return rc;
-    }
+    if (rc != ACC_OK) return p < pieces && h->leaders ? rail_drain(h, rc) : rc; /* p in flight */
   }
   return ACC_OK;
 }
