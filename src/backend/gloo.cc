@@ -553,14 +553,15 @@ acc_result op_reduce(acc__backend *be, const void *send, void *recv, size_t coun
   return ACC_OK;
 }
 
-// A direct all_gather between 2 processes (see direct()): the peer's block lands in place.
-acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nbytes) {
+// A direct all_gather between 2 processes (see direct()): the peer's block lands in place, at
+// recv + peer * stride.
+acc_result all_gather_direct(GlooBe *g, const void *send, uint8_t *recv, size_t nbytes,
+                             size_t stride) {
   const int me = g->base.rank, peer = 1 - me;
-  uint8_t *r = static_cast<uint8_t *>(recv);
   const uint64_t slot = dslot(g->hseq + 1, 0);
   std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
   try {
-    in = lane(g, peer, me)->createUnboundBuffer(r + (size_t)peer * nbytes, nbytes);
+    in = lane(g, peer, me)->createUnboundBuffer(recv + (size_t)peer * stride, nbytes);
     in->recv(peer, slot, 0, nbytes);
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "all_gather", e);
@@ -572,7 +573,7 @@ acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nby
     out = lane(g, me, peer)->createUnboundBuffer(const_cast<void *>(send), nbytes);
     out->send(peer, slot, 0, nbytes);
     // this rank's own block while the peer's arrives (memmove: send may overlap it)
-    if (send != r + (size_t)me * nbytes) memmove(r + (size_t)me * nbytes, send, nbytes);
+    if (send != recv + (size_t)me * stride) memmove(recv + (size_t)me * stride, send, nbytes);
     in->waitRecv(g->timeout);
     out->waitSend(g->timeout);
   } catch (const std::exception &e) {
@@ -581,31 +582,56 @@ acc_result all_gather_direct(GlooBe *g, const void *send, void *recv, size_t nby
   return ACC_OK;
 }
 
-acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t nbytes) {
-  GlooBe *g = self(be);
-  if (direct(g, nbytes)) return all_gather_direct(g, send, recv, nbytes);
+// all_gather with rank k's block at recv + k * stride (stride >= nbytes): the backend's
+// all_gather (stride nbytes), and the hierarchical backend's pipeline pieces, which land in
+// place in the program's buffer instead of passing through a scratch buffer there.
+acc_result all_gather_at(GlooBe *g, const void *send, void *recv, size_t nbytes, size_t stride) {
+  const int me = g->base.rank, n = g->base.size;
+  uint8_t *r = static_cast<uint8_t *>(recv);
+  if (direct(g, nbytes)) return all_gather_direct(g, send, r, nbytes, stride);
   bool in = small(g, nbytes);
   NextPost later(g, !in);
   ACC_CHECK(hx(g, send, in ? nbytes : 0, -1, in));
   if (in) {
-    for (int r = 0; r < be->size; r++)
-      memmove(static_cast<uint8_t *>(recv) + (size_t)r * nbytes, hpayload(g, r), nbytes);
+    for (int k = 0; k < n; k++) memmove(r + (size_t)k * stride, hpayload(g, k), nbytes);
     return ACC_OK;
   }
+  // gloo's own all_gather wants one run of blocks: a strided output is gathered in scratch
+  uint8_t *run = r;
   try {
+    if (stride != nbytes) {
+      if (g->scratch.size() < nbytes * (size_t)n) g->scratch.resize(nbytes * (size_t)n);
+      run = reinterpret_cast<uint8_t *>(g->scratch.data());
+    }
     gloo::AllgatherOptions o(g->ctx);
-    uint8_t *r = static_cast<uint8_t *>(recv);
-    // in place when send is this rank's block of recv
-    if (send != r + (size_t)be->rank * nbytes)
+    // in place when send is this rank's block of the output
+    if (send != run + (size_t)me * nbytes)
       o.setInput(static_cast<uint8_t *>(const_cast<void *>(send)), nbytes);
-    o.setOutput(r, nbytes * (size_t)be->size);
+    o.setOutput(run, nbytes * (size_t)n);
     o.setTag(++g->tag);
     o.setTimeout(g->timeout);
     gloo::allgather(o);
+  } catch (const std::bad_alloc &) {
+    return fail(ACC_ERR_NOMEM, "gloo backend: all_gather (collective #%llu): out of memory for "
+                               "%zu bytes of scratch",
+                (unsigned long long)g->base.op_seq, nbytes * (size_t)n);
   } catch (const std::exception &e) {
-    return gloo_error(be, "all_gather", e);
+    return gloo_error(&g->base, "all_gather", e);
   }
+  if (run != r)
+    for (int k = 0; k < n; k++)
+      if (k != me || send != r + (size_t)me * stride)
+        memcpy(r + (size_t)k * stride, run + (size_t)k * nbytes, nbytes);
   return ACC_OK;
+}
+
+acc_result op_all_gather(acc__backend *be, const void *send, void *recv, size_t nbytes) {
+  return all_gather_at(self(be), send, recv, nbytes, nbytes);
+}
+
+acc_result op_all_gather_strided(acc__backend *be, const void *send, void *recv, size_t nbytes,
+                                 size_t stride) {
+  return all_gather_at(self(be), send, recv, nbytes, stride);
 }
 
 acc_result op_gather(acc__backend *be, const void *send, void *recv, size_t nbytes, int root) {
@@ -758,6 +784,7 @@ const acc__backend_ops gloo_ops = {
     "gloo",        op_barrier, op_broadcast, op_all_reduce, op_reduce, op_all_gather, op_gather,
     op_all_gather_v, op_destroy, nullptr, 1, op_reduce_scatter, nullptr, nullptr, nullptr,
     nullptr,  // no subgroups: HYBRID across machines needs the hierarchical backend
+    op_all_gather_strided,
 };
 
 }  // namespace

@@ -313,13 +313,17 @@ static acc_result h_reduce(acc__backend *be, const void *send, void *recv, size_
 }
 
 /* The leaders' all_gather of one piece (piece_args): bytes [off, off + len) of every machine's
- * block, this machine's taken from its place in the output (r), the others' received into t
- * (machine m at m x len) and copied to their places. */
+ * block, this machine's taken from its place in the output (r). The others land in their
+ * places through the leaders' strided all_gather where their backend has one (gloo), else they
+ * are received into t (machine m at m x len) and copied there. */
 static acc_result job_gather_piece(hier_be *h) {
   const piece_args *a = &h->job_args.piece;
   char *r = a->r, *t = a->t;
   size_t off = a->off, len = a->len, block = a->block;
-  ACC_CHECK(h->leaders->ops->all_gather(h->leaders, r + (size_t)h->mach * block + off, t, len));
+  acc__backend *l = h->leaders;
+  if (l->ops->all_gather_strided)
+    return l->ops->all_gather_strided(l, r + (size_t)h->mach * block + off, r + off, len, block);
+  ACC_CHECK(l->ops->all_gather(l, r + (size_t)h->mach * block + off, t, len));
   for (int m = 0; m < h->m; m++)
     if (m != h->mach) memcpy(r + (size_t)m * block + off, t + (size_t)m * len, len);
   return ACC_OK;
@@ -341,7 +345,8 @@ static acc_result gather_pipelined(hier_be *h, char *r, size_t block, size_t pie
   size_t ps = (block + pieces - 1) / pieces;
   pieces = (block + ps - 1) / ps; /* every piece at least one byte */
   char *t = NULL;
-  if (h->leaders && !(t = scratch(h, (size_t)h->m * ps))) return ACC_ERR_NOMEM;
+  if (h->leaders && !h->leaders->ops->all_gather_strided && !(t = scratch(h, (size_t)h->m * ps)))
+    return ACC_ERR_NOMEM;
   for (size_t p = 0; p <= pieces; p++) {
     acc_result rc = ACC_OK;
     if (p > 0 && h->leaders) rc = rail_wait(h); /* piece p - 1 is in place on the leader */
@@ -534,6 +539,7 @@ static acc_result h_subgroup(acc__backend *be, int which, acc__backend **out) {
 static const acc__backend_ops hier_ops = {
     "hierarchical", h_barrier, h_broadcast, h_all_reduce, h_reduce, h_all_gather, h_gather,
     h_all_gather_v, h_destroy, NULL, 0, h_reduce_scatter, NULL, NULL, NULL, h_subgroup,
+    NULL, /* all_gather_strided: only its own leaders' */
 };
 
 acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,

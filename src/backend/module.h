@@ -24,7 +24,7 @@
 #include "backend/backend.h"
 #include "backend/collcheck.h"
 
-#define ACC__MODULE_ABI_VERSION 5u
+#define ACC__MODULE_ABI_VERSION 6u
 #define ACC__MODULE_ENTRY_SYMBOL "acc_module_entry_v1"
 
 /* Services the library gives a module. */

@@ -429,6 +429,7 @@ static const acc__backend_ops mpi_ops = {
     mpi_all_gather, mpi_gather,  mpi_all_gather_v, mpi_destroy,    NULL,
     0,              mpi_reduce_scatter, NULL, NULL, NULL, /* no memory to share */
     mpi_subgroup,
+    NULL, /* all_gather_strided: only the hierarchical backend's leaders (gloo) call it */
 };
 
 static acc_result mpi_subgroup(acc__backend *be, int which, acc__backend **out) {

@@ -110,6 +110,7 @@ static const acc__backend_ops shm_ops = {
     acc__shm_alloc_shared,
     acc__shm_free_shared,
     NULL, /* subgroup: shm is one machine; comm.c answers for one machine itself */
+    NULL, /* all_gather_strided: only the leaders of the hierarchical backend call it */
 };
 
 /* ---- rendezvous --------------------------------------------------------------------------- */

@@ -56,6 +56,7 @@ static const acc__backend_ops single_ops = {
     NULL,              /* alloc_shared: nothing to share */
     NULL,
     NULL,              /* subgroup: comm.c answers for one machine */
+    NULL,              /* all_gather_strided: only hierarchical's leaders (gloo) */
 };
 
 acc_result acc__backend_single_create(acc__backend **out) {

@@ -11,8 +11,8 @@
 #             LOCAL_WORLD_SIZE, GROUP_RANK) and no launcher: rank 0 hosts the store.
 #   conformance: PROG is tests/dist's conformance program: every collective x dtype x op x root
 #             against local references on 2 machines x 2, with ACCELERATE_BACKEND=gloo and
-#             =hierarchical (three times: small chunks, the default chunk for the per-rail path,
-#             and 64 KiB pipeline pieces for the pipelined per-rail path).
+#             =hierarchical (four times: small chunks, the default chunk for the per-rail path,
+#             64 KiB and 1 MiB pipeline pieces for the pipelined per-rail path and all_gather).
 #   kill:     kill -9 one rank on machine 1 mid-run: machine 0's launcher stops its ranks and
 #             exits non-zero naming machine 1 and the rank, within 10 s (hang guard 60 s).
 #   nccl:     PROG is mm_prog: the NCCL bootstrap's CPU part on the fake device (2 fake GPUs
@@ -124,16 +124,19 @@ fi
 
 if [ "$MODE" = conformance ]; then
   export ACC_TEST_NPROCS=4
-  # hierarchical three times: with 16 KiB chunks every all_reduce stays under 256 KiB (the
+  # hierarchical four times: with 16 KiB chunks every all_reduce stays under 256 KiB (the
   # leaders' path), with the default chunk the largest counts (about 1 MiB) take the per-rail
   # path, and with 64 KiB pipeline pieces those counts take the pipelined per-rail path (8 to 32
-  # pieces of uneven sizes, the rail of each on a thread of its own)
-  for be in gloo hierarchical hierarchical:default hierarchical:pipelined; do
+  # pieces of uneven sizes, the rail of each on a thread of its own). The all_gather pieces of
+  # the leaders (64 pieces of a 2 MiB machine block) ride in gloo's header exchange; with 1 MiB
+  # pipeline pieces they are 4 of about 512 KiB, gloo's direct transfers, landing in place.
+  for be in gloo hierarchical hierarchical:default hierarchical:pipelined hierarchical:direct; do
     export ACCELERATE_BACKEND=${be%%:*}
     chunk=16384
     [ "$be" = hierarchical:default ] && chunk=
     unset ACCELERATE_HIER_PIECE_BYTES
     [ "$be" = hierarchical:pipelined ] && chunk= && export ACCELERATE_HIER_PIECE_BYTES=65536
+    [ "$be" = hierarchical:direct ] && chunk= && export ACCELERATE_HIER_PIECE_BYTES=1048576
     launch "$NSB" 1 "$TMP/c1.out" "$PROG" $chunk &
     j1=$!
     launch "$NSA" 0 "$TMP/c0.out" "$PROG" $chunk
