@@ -26,22 +26,11 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ACCELERATE_RUN_ID A
 M=$(awk -v m="${ACC_TEST_TIMEOUT_MULTIPLIER:-1}" 'BEGIN { print (m < 1 ? 1 : m) }')
 export ACCELERATE_BACKEND=hierarchical
 
-# all3 TAG -- program args: machines 2 and 1 in the background, machine 0 here; rc0 rc1 rc2
+# all3 TAG program args: the program on the 3 machines (hub_launch, 6 processes); rc0 rc1 rc2
 all3() {
   tag=$1
   shift
-  for mr in 2 1 0; do
-    eval ns=\$NS$((mr + 1))
-    timeout $((240 * M)) ip netns exec "$ns" "$ACC" launch --num_machines 3 --machine_rank "$mr" --num_processes 6 \
-      --main_process_ip "$IP1" --main_process_port 29500 "$@" >"$TMP/$tag.$mr" 2>&1 &
-    eval j$mr=$!
-  done
-  wait $j0
-  rc0=$?
-  wait $j1
-  rc1=$?
-  wait $j2
-  rc2=$?
+  hub_launch "$tag" 6 29500 "$@"
 }
 show() { for mr in 0 1 2; do echo "--- $1, machine $mr:"; tail -6 "$TMP/$1.$mr"; done; }
 

@@ -26,18 +26,7 @@ PORT=29500
 for run in hierarchical:65536 hierarchical:1048576; do
   export ACCELERATE_BACKEND=${run%%:*} ACCELERATE_HIER_PIECE_BYTES=${run#*:}
   PORT=$((PORT + 1))
-  for mr in 2 1 0; do
-    eval ns=\$NS$((mr + 1))
-    timeout $((240 * M)) ip netns exec "$ns" "$ACC" launch --num_machines 3 --machine_rank "$mr" \
-      --num_processes 6 --main_process_ip "$IP1" --main_process_port $PORT "$PROG" >"$TMP/c.$mr" 2>&1 &
-    eval j$mr=$!
-  done
-  wait $j0
-  rc0=$?
-  wait $j1
-  rc1=$?
-  wait $j2
-  rc2=$?
+  hub_launch c 6 $PORT "$PROG"
   for mr in 0 1 2; do echo "--- $run, machine $mr:"; tail -4 "$TMP/c.$mr"; done
   [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] ||
     fail "conformance on $run (3 machines x 2): the launchers exited with $rc0, $rc1 and $rc2"

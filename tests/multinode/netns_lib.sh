@@ -90,3 +90,26 @@ netns_up_hub() {
     i=$((i + 1))
   done
 }
+
+# hub_launch TAG NP PORT program args...: one `$ACC launch` per machine of netns_up_hub (machine
+# ranks HUB_N-1 .. 0, NP processes in all, the store on machine 0's PORT), each bounded by
+# 240 x M seconds, output in $TMP/TAG.<machine rank>; waits for every one and sets rc0 ..
+# rc<HUB_N-1> to their exit statuses. Needs ACC (the accelerate CLI) and M (the multiplier).
+hub_launch() {
+  tag=$1 np=$2 port=$3
+  shift 3
+  mr=$((HUB_N - 1))
+  while [ "$mr" -ge 0 ]; do
+    eval ns=\$NS$((mr + 1))
+    timeout $((240 * M)) ip netns exec "$ns" "$ACC" launch --num_machines "$HUB_N" --machine_rank "$mr" \
+      --num_processes "$np" --main_process_ip "$IP1" --main_process_port "$port" "$@" >"$TMP/$tag.$mr" 2>&1 &
+    eval j$mr=$!
+    mr=$((mr - 1))
+  done
+  mr=0
+  while [ "$mr" -lt "$HUB_N" ]; do
+    eval wait \$j$mr
+    eval rc$mr=$?
+    mr=$((mr + 1))
+  done
+}
