@@ -62,9 +62,10 @@ typedef struct acc__backend_ops {
    * ones), as with the job's own collectives; comm.c numbers them with the job's counter and
    * publishes their descriptor (be->call, with its group) to the group's backend. */
   acc_result (*subgroup)(acc__backend *be, int which, acc__backend **out);
-  /* Optional (NULL: none; the hierarchical backend then gathers through scratch): all_gather
-   * whose block of rank r lands at recv + r * stride (stride >= nbytes > 0; the bytes between
-   * blocks are not written). send may be recv + rank * stride (in place), otherwise it overlaps
+  /* Optional (NULL: none; the hierarchical backend requires it of its group between machines,
+   * gloo's, for its pipelined all_gather, and checks at create): all_gather whose block of
+   * rank r lands at recv + r * stride (stride >= nbytes > 0; the bytes between blocks are not
+   * written). send may be recv + rank * stride (in place), otherwise it overlaps
    * no block of the output. */
   acc_result (*all_gather_strided)(acc__backend *be, const void *send, void *recv, size_t nbytes,
                                    size_t stride);

@@ -368,14 +368,16 @@ acc_result broadcast_tree(GlooBe *g, void *buf, size_t nbytes, int root) {
   const int me = g->base.rank;
   // the receive from the parent, and the sends on each lane (to higher and to lower ranks)
   std::unique_ptr<gloo::transport::UnboundBuffer> in, up, down;
-  auto to = [&](int k) { return (k > me ? up : down).get(); }; // the send buffer for child k
+  auto to = [&](int k) -> std::unique_ptr<gloo::transport::UnboundBuffer> & {
+    return k > me ? up : down; // the send buffer for child k
+  };
   try {
     if (parent >= 0) {
       in = lane(g, parent, me)->createUnboundBuffer(buf, nbytes);
       for (size_t p = 0; p < np; p++) in->recv(parent, dslot(seq, p), p * ps, len(p));
     }
     for (int k : kids)
-      if (!to(k)) (k > me ? up : down) = lane(g, me, k)->createUnboundBuffer(buf, nbytes);
+      if (!to(k)) to(k) = lane(g, me, k)->createUnboundBuffer(buf, nbytes);
   } catch (const std::exception &e) {
     return gloo_error(&g->base, "broadcast", e);
   }

@@ -35,7 +35,7 @@ typedef struct rail_args { /* job_rail_all_reduce: rails_pipelined's piece, in p
 } rail_args;
 
 typedef struct piece_args { /* job_gather_piece: gather_pipelined's piece */
-  char *r, *t;
+  char *r;
   size_t off, len, block;
 } piece_args;
 
@@ -313,20 +313,13 @@ static acc_result h_reduce(acc__backend *be, const void *send, void *recv, size_
 }
 
 /* The leaders' all_gather of one piece (piece_args): bytes [off, off + len) of every machine's
- * block, this machine's taken from its place in the output (r). The others land in their
- * places through the leaders' strided all_gather where their backend has one (gloo), else they
- * are received into t (machine m at m x len) and copied there. */
+ * block, this machine's taken from its place in the output (r), the others landing in theirs
+ * (the leaders' strided all_gather, stride one machine block: no scratch, no copy). */
 static acc_result job_gather_piece(hier_be *h) {
   const piece_args *a = &h->job_args.piece;
-  char *r = a->r, *t = a->t;
-  size_t off = a->off, len = a->len, block = a->block;
   acc__backend *l = h->leaders;
-  if (l->ops->all_gather_strided)
-    return l->ops->all_gather_strided(l, r + (size_t)h->mach * block + off, r + off, len, block);
-  ACC_CHECK(l->ops->all_gather(l, r + (size_t)h->mach * block + off, t, len));
-  for (int m = 0; m < h->m; m++)
-    if (m != h->mach) memcpy(r + (size_t)m * block + off, t + (size_t)m * len, len);
-  return ACC_OK;
+  return l->ops->all_gather_strided(l, a->r + (size_t)h->mach * a->block + a->off, a->r + a->off,
+                                    a->len, a->block);
 }
 
 /* The length of the piece of ps bytes at off in a block of `block` bytes (the last is shorter). */
@@ -344,14 +337,11 @@ static size_t piece_len(size_t block, size_t off, size_t ps) {
 static acc_result gather_pipelined(hier_be *h, char *r, size_t block, size_t pieces) {
   size_t ps = (block + pieces - 1) / pieces;
   pieces = (block + ps - 1) / ps; /* every piece at least one byte */
-  char *t = NULL;
-  if (h->leaders && !h->leaders->ops->all_gather_strided && !(t = scratch(h, (size_t)h->m * ps)))
-    return ACC_ERR_NOMEM;
   for (size_t p = 0; p <= pieces; p++) {
     acc_result rc = ACC_OK;
     if (p > 0 && h->leaders) rc = rail_wait(h); /* piece p - 1 is in place on the leader */
     if (rc == ACC_OK && p < pieces && h->leaders) {
-      piece_args a = {r, t, p * ps, piece_len(block, p * ps, ps), block};
+      piece_args a = {r, p * ps, piece_len(block, p * ps, ps), block};
       rc = job_start(h, job_gather_piece, &a, sizeof a);
     }
     if (rc != ACC_OK) return rc; /* nothing in flight: the job failed, or did not start */
@@ -575,6 +565,11 @@ acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *in
     char prefix[32];
     snprintf(prefix, sizeof prefix, "hier-rail-%d", info->local_rank);
     rc = leaders_create(&h->rail, &gi, prefix);
+    if (rc == ACC_OK && !h->rail->ops->all_gather_strided) { /* gather_pipelined's pieces */
+      rc = acc__error(ACC_ERR_INTERNAL, "hierarchical backend: its group between machines (%s) "
+                      "has no strided all_gather", h->rail->ops->name);
+      h->rail->ops->destroy(h->rail);
+    }
     if (info->local_rank == 0) h->leaders = h->rail;
   }
   if (rc == ACC_OK) { /* the pipeline's piece: rank 0's, so that every rail cuts alike */

@@ -11,7 +11,8 @@ typedef acc_result (*acc__group_create_fn)(acc__backend **out, const acc__proc_i
                                            const char *prefix);
 
 /* info: the whole job (rank, size, local_rank, local_size, machine_rank, num_machines, store);
- * leaders_create builds the group of local ranks 0 (rank = machine, size = machines). */
+ * leaders_create builds the group of local ranks 0 (rank = machine, size = machines); its
+ * backend must have all_gather_strided (the pipelined all_gather's pieces land in place). */
 acc_result acc__backend_hier_create(acc__backend **out, const acc__proc_info *info,
                                     acc__group_create_fn leaders_create);
 
